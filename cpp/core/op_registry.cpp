@@ -1,0 +1,146 @@
+#include "metalrt/op_registry.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+
+namespace metalrt {
+namespace {
+
+struct Provider {
+  std::string name;
+  int priority;
+  ProviderFn fn;
+};
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::pair<OpId, DeviceType>, std::vector<Provider>> providers;
+  std::map<std::pair<OpId, DeviceType>, ProviderStats> stats;
+  std::set<std::string> disabled;
+};
+
+Registry& TheRegistry() {
+  static Registry registry;
+  return registry;
+}
+
+// Enabled providers of (op, device) in trial order; copied so they run unlocked.
+std::vector<Provider> EnabledProviders(Registry& r, const OpId& op, DeviceType device) {
+  std::vector<Provider> out;
+  auto it = r.providers.find({op, device});
+  if (it == r.providers.end()) return out;
+  for (const Provider& p : it->second)
+    if (!r.disabled.count(p.name)) out.push_back(p);
+  return out;
+}
+
+}  // namespace
+
+void RegisterProvider(const OpId& op, DeviceType device, const std::string& name, int priority,
+                      ProviderFn fn) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto& list = r.providers[{op, device}];
+  for (const Provider& p : list)
+    if (p.name == name) throw std::logic_error("provider '" + name + "' registered twice for " + op);
+  list.push_back({name, priority, fn});
+  std::sort(list.begin(), list.end(), [](const Provider& a, const Provider& b) {
+    return a.priority != b.priority ? a.priority > b.priority : a.name < b.name;
+  });
+}
+
+bool OpRegistered(const OpId& op, DeviceType device) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.providers.find({op, device});
+  return it != r.providers.end() && !it->second.empty();
+}
+
+void RunOp(const OpId& op, DeviceType device, const OpCall& call) {
+  Registry& r = TheRegistry();
+  std::vector<Provider> native;
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    native = EnabledProviders(r, op, device);
+  }
+  uint64_t declines = 0;
+  auto record = [&](const std::string& selected, bool reference) {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    ProviderStats& s = r.stats[{op, device}];
+    s.declines += declines;
+    if (selected.empty()) return;
+    s.last_selected = selected;
+    ++s.calls;
+    if (reference) ++s.reference_hits;
+  };
+  try {
+    for (const Provider& p : native) {
+      if (p.fn(call)) return record(p.name, false);
+      ++declines;
+    }
+    if (device != DeviceType::kCPU && HasBackend(device) && GetBackend(device).UnifiedMemory()) {
+      std::vector<Provider> reference;
+      {
+        std::lock_guard<std::mutex> lock(r.mutex);
+        reference = EnabledProviders(r, op, DeviceType::kCPU);
+      }
+      if (!reference.empty()) GetBackend(device).Synchronize();  // CPU reads device results
+      for (const Provider& p : reference) {
+        if (p.fn(call)) return record("reference:" + p.name, true);
+        ++declines;
+      }
+    }
+  } catch (...) {
+    record("", false);
+    throw;
+  }
+  record("", false);
+  throw std::runtime_error("[" + op + "] no provider on device '" + DeviceTypeName(device) +
+                           "' accepted the call (" + std::to_string(declines) + " declined)");
+}
+
+ProviderStats GetProviderStats(const OpId& op, DeviceType device) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.stats.find({op, device});
+  return it == r.stats.end() ? ProviderStats{} : it->second;
+}
+
+void ResetProviderStats() {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.stats.clear();
+}
+
+void SetProviderEnabled(const std::string& provider_name, bool enabled) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  bool known = false;
+  for (const auto& entry : r.providers)
+    for (const Provider& p : entry.second) known |= p.name == provider_name;
+  if (!known) throw std::invalid_argument("unknown provider '" + provider_name + "'");
+  if (enabled) r.disabled.erase(provider_name); else r.disabled.insert(provider_name);
+}
+
+std::vector<std::string> ListProviders(const OpId& op, DeviceType device) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> names;
+  auto it = r.providers.find({op, device});
+  if (it != r.providers.end())
+    for (const Provider& p : it->second) names.push_back(p.name);
+  return names;
+}
+
+std::vector<OpId> ListOps() {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::set<OpId> ops;
+  for (const auto& entry : r.providers) ops.insert(entry.first.first);
+  return {ops.begin(), ops.end()};
+}
+
+}  // namespace metalrt

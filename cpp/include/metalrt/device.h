@@ -1,0 +1,63 @@
+// Devices and the backend interface every device implements.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metalrt/dtype.h"
+
+namespace metalrt {
+
+enum class DeviceType : uint8_t { kCPU, kMETAL };
+const char* DeviceTypeName(DeviceType type);   // "cpu", "metal"
+DeviceType DeviceTypeFromName(const std::string& name);  // throws std::invalid_argument
+
+// An ordered stream of work on a device. Ops run on the backend's default queue.
+class Queue {
+ public:
+  virtual ~Queue() = default;
+};
+
+enum class CopyKind : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceType type() const = 0;
+  // Human-readable device name ("CPU", "Apple M2 Pro", "metalrt simulated Metal device").
+  virtual std::string name() const = 0;
+
+  // >= 64-byte aligned; Alloc(0) returns a valid, distinct, freeable pointer.
+  virtual void* Alloc(size_t bytes) = 0;
+  // Free(nullptr) is a no-op.
+  virtual void Free(void* ptr) = 0;
+  // Copies `bytes`; a device-to-host copy first completes all pending work.
+  virtual void Copy(void* dst, const void* src, size_t bytes, CopyKind kind) = 0;
+  virtual void Memset(void* dst, int value, size_t bytes) = 0;
+  // Completes all work submitted to the device.
+  virtual void Synchronize() = 0;
+
+  virtual std::unique_ptr<Queue> CreateQueue();
+  virtual void DestroyQueue(std::unique_ptr<Queue> queue);
+
+  // True when device memory is host-addressable (CPU, Apple unified memory).
+  virtual bool UnifiedMemory() const = 0;
+  // Device capability, e.g. "cpu" or an Apple GPU family ("apple9").
+  virtual std::string Capability() const = 0;
+  // Dtypes the device computes in, preferred first.
+  virtual std::vector<DType> SupportedDTypes() const = 0;
+  // Graph capture (record a sequence of ops, replay it). Default: unsupported;
+  // BeginCapture throws std::runtime_error.
+  virtual bool SupportsGraphCapture() const { return false; }
+  virtual void BeginCapture();
+  virtual void EndCapture();
+};
+
+// Registry of backends. A backend is created on first use by its factory.
+using BackendFactory = std::unique_ptr<Backend> (*)();
+void RegisterBackend(DeviceType type, BackendFactory factory);
+bool HasBackend(DeviceType type);
+Backend& GetBackend(DeviceType type);   // throws std::runtime_error if none registered
+
+}  // namespace metalrt

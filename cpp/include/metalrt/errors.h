@@ -1,0 +1,20 @@
+// Exception types. Python sees TypeError for TypeError, ValueError for
+// std::invalid_argument, RuntimeError for std::runtime_error.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace metalrt {
+
+// A wrong dtype or a wrong kind of argument.
+class TypeError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Throws std::invalid_argument("[op] message") when `condition` is false.
+void Check(bool condition, const char* op, const std::string& message);
+// Throws TypeError("[op] message") when `condition` is false.
+void CheckType(bool condition, const char* op, const std::string& message);
+
+}  // namespace metalrt

@@ -1,0 +1,78 @@
+// The op registry: (op, device) -> providers, tried in a fixed order.
+//
+// A provider is a function that runs one op on one device, or declines (returns
+// false) when it cannot handle the call (e.g. a dtype it has no kernel for); the
+// next provider is then tried. Providers are ordered by descending priority, then
+// by name, so the order never depends on static-initialisation order.
+//
+// Reference tier: on a unified-memory device (Metal on Apple silicon) an op with no
+// native provider, or whose native providers all decline, runs on the CPU provider
+// after the device is synchronised. The stats then name the reference tier
+// ("reference:<cpu provider>") and its hit counter moves. OpRegistered() is true
+// only when a native provider exists.
+#pragma once
+#include <any>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "metalrt/device.h"
+#include "metalrt/tensor.h"
+
+namespace metalrt {
+
+using OpId = std::string;   // the op's snake_case name, e.g. "rms_norm"
+
+// What a provider receives. Inputs and outputs are validated and allocated by the
+// op's entry point (ops.h) before any provider runs.
+struct OpCall {
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+  std::any params;   // the op's parameter struct from ops.h (or empty)
+
+  template <typename P>
+  const P& param() const { return std::any_cast<const P&>(params); }
+};
+
+// Returns true when it ran the op, false to decline.
+using ProviderFn = bool (*)(const OpCall& call);
+
+struct ProviderStats {
+  std::string last_selected;   // provider name, or "reference:<name>"; "" if never run
+  uint64_t calls = 0;          // successful runs of the op on this device
+  uint64_t declines = 0;       // provider declines seen while running it
+  uint64_t reference_hits = 0; // runs served by the CPU reference tier
+};
+
+void RegisterProvider(const OpId& op, DeviceType device, const std::string& name,
+                      int priority, ProviderFn fn);
+// True when a native provider (not the reference tier) is registered.
+bool OpRegistered(const OpId& op, DeviceType device);
+// Runs the op on `device`; throws std::runtime_error when no provider accepts.
+void RunOp(const OpId& op, DeviceType device, const OpCall& call);
+
+ProviderStats GetProviderStats(const OpId& op, DeviceType device);
+void ResetProviderStats();
+// Disabled providers are skipped (not counted as declines). Throws
+// std::invalid_argument for an unknown provider name.
+void SetProviderEnabled(const std::string& provider_name, bool enabled);
+// Provider names for (op, device) in the order they are tried.
+std::vector<std::string> ListProviders(const OpId& op, DeviceType device);
+// Every op name with at least one provider on any device, sorted.
+std::vector<OpId> ListOps();
+
+struct ProviderRegistrar {
+  ProviderRegistrar(const OpId& op, DeviceType device, const char* name, int priority,
+                    ProviderFn fn) {
+    RegisterProvider(op, device, name, priority, fn);
+  }
+};
+
+#define METALRT_CONCAT_INNER(a, b) a##b
+#define METALRT_CONCAT(a, b) METALRT_CONCAT_INNER(a, b)
+// Registers `fn` as provider `name` of `op` on `device` at static-init time.
+#define METALRT_REGISTER_PROVIDER(op, device, name, priority, fn)              \
+  static ::metalrt::ProviderRegistrar METALRT_CONCAT(metalrt_provider_, __LINE__)( \
+      op, device, name, priority, fn)
+
+}  // namespace metalrt

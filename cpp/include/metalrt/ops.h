@@ -1,0 +1,116 @@
+// Op entry points. Each validates its arguments (shapes, dtypes, devices), allocates
+// the outputs that were not supplied, and runs the op through the registry on the
+// device of its inputs. Errors: std::invalid_argument for shapes/values/devices
+// ("[op] ..."), metalrt::TypeError for dtypes. All tensors of one call must be on
+// one device. "float" below means f32, f16 or bf16; computation is in f32 and the
+// output has the input's dtype unless stated. An optional `out` must have exactly
+// the output's shape, dtype and device; it may not overlap the inputs unless stated.
+#pragma once
+#include <optional>
+#include <tuple>
+
+#include "metalrt/tensor.h"
+
+namespace metalrt::ops {
+
+using OptTensor = std::optional<Tensor>;
+
+// ---- elementwise -------------------------------------------------------------
+// a + b, a * b. b has a's shape or is a trailing suffix of it (broadcast over the
+// leading dims, e.g. a bias [N] added to [T, N]). Same float dtype. out may be a.
+Tensor Add(const Tensor& a, const Tensor& b, const OptTensor& out = std::nullopt);
+Tensor Mul(const Tensor& a, const Tensor& b, const OptTensor& out = std::nullopt);
+// max(x, 0).
+Tensor Relu(const Tensor& x, const OptTensor& out = std::nullopt);
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+Tensor Gelu(const Tensor& x, const OptTensor& out = std::nullopt);
+// SwiGLU: x [..., 2n] -> silu(x[..., :n]) * x[..., n:]  -> [..., n].
+Tensor SiluAndMul(const Tensor& x, const OptTensor& out = std::nullopt);
+// Converts between any two dtypes (floats round to nearest even; float -> int
+// truncates toward zero; out-of-range is unspecified but never UB).
+Tensor Cast(const Tensor& x, DType dtype, const OptTensor& out = std::nullopt);
+
+// ---- normalisation ------------------------------------------------------------
+struct NormParams { float eps; bool unit_offset; };
+// LayerNorm over the last dim: (x - mean) / sqrt(var + eps) * weight + bias.
+// weight [N], bias [N] or undefined Tensor(). Biased variance (divides by N).
+Tensor LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                 const OptTensor& out = std::nullopt);
+// RMSNorm over the last dim: x / sqrt(mean(x^2) + eps) * w, w = weight, or
+// (1 + weight) when unit_offset (Gemma).
+Tensor RmsNorm(const Tensor& x, const Tensor& weight, float eps, bool unit_offset = false,
+               const OptTensor& out = std::nullopt);
+// Softmax over the last dim (max-subtracted).
+Tensor Softmax(const Tensor& x, const OptTensor& out = std::nullopt);
+
+// ---- matrix products --------------------------------------------------------------
+// a [M, K] . b [K, N] -> [M, N]. a and b the same float dtype.
+Tensor Matmul(const Tensor& a, const Tensor& b, const OptTensor& out = std::nullopt);
+// a [M, K] . b[N, K]^T -> [M, N] (b is a weight matrix in nn.Linear layout).
+Tensor MatmulBT(const Tensor& a, const Tensor& b, const OptTensor& out = std::nullopt);
+
+// ---- gathers and layout -----------------------------------------------------------
+// weight [V, D] any dtype, ids int32 [T] -> [T, D] with out[t] = weight[ids[t]].
+// Ids outside [0, V) raise std::invalid_argument (checked where host-visible).
+Tensor Embedding(const Tensor& weight, const Tensor& ids, const OptTensor& out = std::nullopt);
+// qkv [T, q + k + v] -> (q [T, q], k [T, k], v [T, v]) as new contiguous tensors.
+struct QkvSplitParams { int64_t q_width, k_width, v_width; };
+std::tuple<Tensor, Tensor, Tensor> QkvSplit(const Tensor& qkv, int64_t q_width,
+                                            int64_t k_width, int64_t v_width);
+// Paged KV-cache write (vLLM layout). key/value [T, kv_heads, head_dim];
+// key_cache/value_cache [num_blocks, block_size, kv_heads, head_dim] (same dtype
+// as key/value); slot_mapping int64 [T]: token t goes to block slot/block_size,
+// row slot % block_size; slot < 0 is skipped (padding). Writes the caches in place.
+void ReshapeAndCache(const Tensor& key, const Tensor& value, const Tensor& key_cache,
+                     const Tensor& value_cache, const Tensor& slot_mapping);
+
+// ---- attention ---------------------------------------------------------------------
+struct PagedAttentionParams { float scale; };
+// Variable-length causal paged attention with grouped-query heads.
+// query [T, heads, head_dim] (T = all query tokens of the batch, request b owning
+// rows query_start_loc[b] .. query_start_loc[b+1]); key_cache/value_cache
+// [num_blocks, block_size, kv_heads, head_dim]; block_tables int32
+// [B, max_blocks_per_seq]; seq_lens int32 [B] (context length including the
+// queries); query_start_loc int32 [B + 1]. Query i of request b sits at position
+// seq_lens[b] - q_len_b + i and attends to positions 0..that position. heads must
+// be a multiple of kv_heads (head h reads kv head h / (heads / kv_heads)).
+// Softmax in f32. Returns [T, heads, head_dim] in query's dtype.
+Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
+                      const Tensor& block_tables, const Tensor& seq_lens,
+                      const Tensor& query_start_loc, float scale,
+                      const OptTensor& out = std::nullopt);
+
+// ---- selection ---------------------------------------------------------------------
+// logits [R, V] float -> int32 [R]: index of the max per row; ties go to the lowest
+// index; NaN never wins (a row of only NaN gives 0).
+Tensor GreedyArgmax(const Tensor& logits, const OptTensor& out = std::nullopt);
+
+// ---- rotary position embedding (RoPE, Su et al. 2021) ----------------------------
+struct RopeParams { int64_t rotary_dim; float base; };
+// x [T, heads, head_dim], positions int32 [T]. Rotates the first rotary_dim
+// (even, <= head_dim) features of every head; the rest pass through.
+// inv_freq[i] = base^(-2i/rotary_dim), angle = position * inv_freq[i].
+// NeoX / half-split: pairs (i, i + rotary_dim/2). out may be x.
+Tensor RopeNeox(const Tensor& x, const Tensor& positions, int64_t rotary_dim, float base,
+                const OptTensor& out = std::nullopt);
+// Interleaved / GPT-J: pairs (2i, 2i + 1). out may be x.
+Tensor RopeInterleaved(const Tensor& x, const Tensor& positions, int64_t rotary_dim,
+                       float base, const OptTensor& out = std::nullopt);
+// positions int32 [T] -> float32 [T, rotary_dim]: cos(angle_i) for i < rotary_dim/2,
+// then sin(angle_i). Angles computed with accurate (not fast) cos/sin.
+Tensor RopeCosSinCache(const Tensor& positions, int64_t rotary_dim, float base,
+                       const OptTensor& out = std::nullopt);
+struct RopeFromCacheParams { bool neox; };
+// Applies rows of a cos|sin cache [P, rotary_dim] (float32) selected by
+// positions int32 [T] (row indices) to x [T, heads, head_dim]. out may be x.
+Tensor RopeFromCache(const Tensor& x, const Tensor& cos_sin_cache, const Tensor& positions,
+                     bool neox = true, const OptTensor& out = std::nullopt);
+struct QkNormRopeParams { float eps; int64_t rotary_dim; float base; };
+// Qwen3 recipe: RMSNorm over head_dim of every q and k head (q_weight, k_weight
+// [head_dim]) followed by NeoX RoPE. q [T, heads, head_dim], k [T, kv_heads,
+// head_dim] -> (q_out, k_out). On the CPU the composite of RmsNorm and RopeNeox.
+std::tuple<Tensor, Tensor> QkNormRope(const Tensor& q, const Tensor& k, const Tensor& q_weight,
+                                      const Tensor& k_weight, const Tensor& positions,
+                                      float eps, int64_t rotary_dim, float base);
+
+}  // namespace metalrt::ops

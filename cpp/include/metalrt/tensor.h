@@ -1,0 +1,79 @@
+// Tensor: a typed, shaped, strided view of device memory.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metalrt/device.h"
+#include "metalrt/dtype.h"
+
+namespace metalrt {
+
+constexpr int kMaxDims = 8;
+using Shape = std::vector<int64_t>;
+
+// Owns one allocation of a backend; freed when the last tensor referencing it dies.
+class Storage {
+ public:
+  Storage(DeviceType device, size_t bytes);                 // allocates
+  Storage(DeviceType device, void* data, size_t bytes,      // adopts external memory
+          std::shared_ptr<void> keep_alive);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  DeviceType device() const { return device_; }
+
+ private:
+  DeviceType device_;
+  void* data_;
+  size_t bytes_;
+  std::shared_ptr<void> keep_alive_;  // set when the memory is not ours to free
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // A new contiguous tensor (uninitialised memory).
+  static Tensor Empty(const Shape& shape, DType dtype, DeviceType device);
+  // A non-owning view of memory the caller keeps alive (e.g. a host buffer).
+  static Tensor FromBlob(void* data, const Shape& shape, DType dtype, DeviceType device);
+
+  bool defined() const { return data_ != nullptr || storage_ != nullptr; }
+  void* data() const { return data_; }
+  template <typename T> T* data_as() const { return static_cast<T*>(data_); }
+  DType dtype() const { return dtype_; }
+  DeviceType device() const { return device_; }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  const Shape& shape() const { return shape_; }
+  const Shape& strides() const { return strides_; }   // in elements
+  int64_t dim(int d) const;                            // negative d counts from the end
+  int64_t numel() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
+  bool is_contiguous() const;
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+
+  // View of rows [start, stop) along `dim`; points into the same allocation.
+  Tensor Slice(int dim, int64_t start, int64_t stop) const;
+  // View with a new shape (one entry may be -1); requires a contiguous tensor.
+  Tensor Reshape(const Shape& shape) const;
+  // "float32[2, 3] on metal"
+  std::string Describe() const;
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  void* data_ = nullptr;
+  DType dtype_ = DType::kF32;
+  DeviceType device_ = DeviceType::kCPU;
+  Shape shape_;
+  Shape strides_;
+};
+
+Shape ContiguousStrides(const Shape& shape);
+std::string ShapeToString(const Shape& shape);   // "[2, 3]"
+
+}  // namespace metalrt
