@@ -1,0 +1,31 @@
+// Validation and output helpers shared by every op entry point in cpp/ops.
+// Every message starts with "[op] " and names the argument and what was expected.
+#pragma once
+#include <any>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "metalrt/errors.h"
+#include "metalrt/op_registry.h"
+#include "metalrt/ops.h"
+#include "metalrt/tensor.h"
+
+namespace metalrt::ops::detail {
+
+void CheckDefined(const Tensor& t, const char* op, const char* arg);
+// f32, f16 or bf16, else TypeError.
+void CheckFloat(const Tensor& t, const char* op, const char* arg);
+void CheckDType(const Tensor& t, DType dtype, const char* op, const char* arg);
+void CheckSameDType(const Tensor& a, const Tensor& b, const char* op, const char* arg_a,
+                    const char* arg_b);
+void CheckRank(const Tensor& t, int rank, const char* op, const char* arg);
+void CheckShape(const Tensor& t, const Shape& shape, const char* op, const char* arg);
+void CheckContiguous(const Tensor& t, const char* op, const char* arg);
+// All defined tensors on one device; returns it. std::invalid_argument otherwise.
+DeviceType CommonDevice(std::initializer_list<const Tensor*> tensors, const char* op);
+// `out` checked against (shape, dtype, device) and contiguity, or a new tensor.
+Tensor OutputOrNew(const OptTensor& out, const Shape& shape, DType dtype, DeviceType device,
+                   const char* op);
+
+}  // namespace metalrt::ops::detail
