@@ -1,0 +1,35 @@
+// Paged KV-cache write (vLLM's reshape_and_cache). Slot values are checked by the
+// provider, which is where the slot mapping is host-visible.
+#include "ops/op_common.h"
+
+namespace metalrt::ops {
+
+void ReshapeAndCache(const Tensor& key, const Tensor& value, const Tensor& key_cache,
+                     const Tensor& value_cache, const Tensor& slot_mapping) {
+  using namespace detail;
+  constexpr const char* kOp = "reshape_and_cache";
+  CheckRank(key, 3, kOp, "key");
+  CheckShape(value, key.shape(), kOp, "value");
+  CheckRank(key_cache, 4, kOp, "key_cache");
+  CheckShape(value_cache, key_cache.shape(), kOp, "value_cache");
+  CheckShape(slot_mapping, {key.dim(0)}, kOp, "slot_mapping");
+  Check(key_cache.dim(2) == key.dim(1) && key_cache.dim(3) == key.dim(2), kOp,
+        "key_cache must be [num_blocks, block_size, " + std::to_string(key.dim(1)) + ", " +
+            std::to_string(key.dim(2)) + "] to hold key " + ShapeToString(key.shape()) +
+            ", got " + ShapeToString(key_cache.shape()));
+  CheckSameDType(key, value, kOp, "key", "value");
+  CheckSameDType(key, key_cache, kOp, "key", "key_cache");
+  CheckSameDType(key, value_cache, kOp, "key", "value_cache");
+  CheckDType(slot_mapping, DType::kI64, kOp, "slot_mapping");
+  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&key, "key"},
+                                {&value, "value"},
+                                {&key_cache, "key_cache"},
+                                {&value_cache, "value_cache"},
+                                {&slot_mapping, "slot_mapping"}})
+    CheckContiguous(*t, kOp, name);
+  const DeviceType device =
+      CommonDevice({&key, &value, &key_cache, &value_cache, &slot_mapping}, kOp);
+  RunOp(kOp, device, OpCall{{key, value, slot_mapping}, {key_cache, value_cache}, {}});
+}
+
+}  // namespace metalrt::ops
