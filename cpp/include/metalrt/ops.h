@@ -89,7 +89,9 @@ Tensor GreedyArgmax(const Tensor& logits, const OptTensor& out = std::nullopt);
 struct RopeParams { int64_t rotary_dim; float base; };
 // x [T, heads, head_dim], positions int32 [T]. Rotates the first rotary_dim
 // (even, <= head_dim) features of every head; the rest pass through.
-// inv_freq[i] = base^(-2i/rotary_dim), angle = position * inv_freq[i].
+// inv_freq[i] = base^(-2i/rotary_dim), angle = position * inv_freq[i]; the CPU oracle
+// computes inv_freq, angle, cos and sin in double and rounds cos/sin once to f32, so
+// angles stay exact to positions 131072 and beyond (GPU kernels: precise:: cos/sin).
 // NeoX / half-split: pairs (i, i + rotary_dim/2). out may be x.
 Tensor RopeNeox(const Tensor& x, const Tensor& positions, int64_t rotary_dim, float base,
                 const OptTensor& out = std::nullopt);

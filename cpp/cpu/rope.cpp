@@ -1,0 +1,99 @@
+// CPU RoPE family (Su et al. 2021, "RoFormer"; pairings as in GPT-NeoX and GPT-J).
+//
+// Angles: inv_freq_i = base^(-2i / rotary_dim) and angle = position * inv_freq_i are
+// computed in double, as are cos and sin, which are then rounded once to f32. A float
+// angle would be off by ~1e-2 rad near position 131072 (float spacing there is 2^-6).
+// The rotation of a pair (a, b) is then f32: (a*cos - b*sin, b*cos + a*sin), in that
+// order. Building a cache and applying it therefore equals rope_neox/rope_interleaved
+// bit for bit.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cpu/float_rows.h"
+#include "metalrt/errors.h"
+#include "metalrt/op_registry.h"
+#include "metalrt/ops.h"
+
+namespace metalrt::cpu {
+namespace {
+
+// cos_sin[0, half) = cos(angle_i), cos_sin[half, 2 half) = sin(angle_i).
+void CosSinRow(int32_t position, int64_t rotary_dim, float base, float* cos_sin) {
+  const int64_t half = rotary_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const double inv_freq = std::pow(static_cast<double>(base), -2.0 * i / rotary_dim);
+    const double angle = position * inv_freq;
+    cos_sin[i] = static_cast<float>(std::cos(angle));
+    cos_sin[half + i] = static_cast<float>(std::sin(angle));
+  }
+}
+
+// Rotates the first rotary_dim features of every head of token row `t`:
+// NeoX pairs (i, i + half), interleaved pairs (2i, 2i + 1).
+void RotateToken(const Tensor& x, const Tensor& out, int64_t t, const float* cos_sin,
+                 int64_t rotary_dim, bool neox, std::vector<float>& row) {
+  const int64_t heads = x.dim(1), head_dim = x.dim(2), half = rotary_dim / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    const int64_t offset = (t * heads + h) * head_dim;
+    LoadRowF32(x.data(), x.dtype(), offset, head_dim, row.data());
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+      const float a = row[ia], b = row[ib], c = cos_sin[i], s = cos_sin[half + i];
+      row[ia] = a * c - b * s;
+      row[ib] = b * c + a * s;
+    }
+    StoreRowF32(out.data(), out.dtype(), offset, head_dim, row.data());
+  }
+}
+
+template <bool kNeox>
+bool Rope(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const int32_t* positions = call.inputs[1].data_as<int32_t>();
+  const auto& p = call.param<ops::RopeParams>();
+  std::vector<float> cos_sin(static_cast<size_t>(p.rotary_dim));
+  std::vector<float> row(static_cast<size_t>(x.dim(2)));
+  for (int64_t t = 0; t < x.dim(0); ++t) {
+    CosSinRow(positions[t], p.rotary_dim, p.base, cos_sin.data());
+    RotateToken(x, call.outputs[0], t, cos_sin.data(), p.rotary_dim, kNeox, row);
+  }
+  return true;
+}
+
+bool RopeCosSinCache(const OpCall& call) {
+  const Tensor& positions = call.inputs[0];
+  const auto& p = call.param<ops::RopeParams>();
+  float* out = call.outputs[0].data_as<float>();
+  for (int64_t t = 0; t < positions.dim(0); ++t)
+    CosSinRow(positions.data_as<int32_t>()[t], p.rotary_dim, p.base, out + t * p.rotary_dim);
+  return true;
+}
+
+bool RopeFromCache(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const Tensor& cache = call.inputs[1];
+  const int32_t* positions = call.inputs[2].data_as<int32_t>();
+  const int64_t rows = cache.dim(0), rotary_dim = cache.dim(1);
+  // Row indices are checked before any write, so a bad call leaves `out` untouched.
+  for (int64_t t = 0; t < x.dim(0); ++t)
+    Check(positions[t] >= 0 && positions[t] < rows, "rope_from_cache",
+          "position " + std::to_string(positions[t]) + " of token " + std::to_string(t) +
+              " is outside the cos_sin_cache of " + std::to_string(rows) + " rows");
+  std::vector<float> row(static_cast<size_t>(x.dim(2)));
+  for (int64_t t = 0; t < x.dim(0); ++t)
+    RotateToken(x, call.outputs[0], t, cache.data_as<float>() + positions[t] * rotary_dim,
+                rotary_dim, call.param<ops::RopeFromCacheParams>().neox, row);
+  return true;
+}
+
+METALRT_REGISTER_PROVIDER("rope_neox", DeviceType::kCPU, "cpu_rope_neox", 0, Rope<true>);
+METALRT_REGISTER_PROVIDER("rope_interleaved", DeviceType::kCPU, "cpu_rope_interleaved", 0,
+                          Rope<false>);
+METALRT_REGISTER_PROVIDER("rope_cos_sin_cache", DeviceType::kCPU, "cpu_rope_cos_sin_cache", 0,
+                          RopeCosSinCache);
+METALRT_REGISTER_PROVIDER("rope_from_cache", DeviceType::kCPU, "cpu_rope_from_cache", 0,
+                          RopeFromCache);
+
+}  // namespace
+}  // namespace metalrt::cpu
