@@ -21,12 +21,11 @@ void ReshapeAndCache(const Tensor& key, const Tensor& value, const Tensor& key_c
   CheckSameDType(key, key_cache, kOp, "key", "key_cache");
   CheckSameDType(key, value_cache, kOp, "key", "value_cache");
   CheckDType(slot_mapping, DType::kI64, kOp, "slot_mapping");
-  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&key, "key"},
-                                {&value, "value"},
-                                {&key_cache, "key_cache"},
-                                {&value_cache, "value_cache"},
-                                {&slot_mapping, "slot_mapping"}})
-    CheckContiguous(*t, kOp, name);
+  CheckContiguous(key, kOp, "key");
+  CheckContiguous(value, kOp, "value");
+  CheckContiguous(key_cache, kOp, "key_cache");
+  CheckContiguous(value_cache, kOp, "value_cache");
+  CheckContiguous(slot_mapping, kOp, "slot_mapping");
   const DeviceType device =
       CommonDevice({&key, &value, &key_cache, &value_cache, &slot_mapping}, kOp);
   RunOp(kOp, device, OpCall{{key, value, slot_mapping}, {key_cache, value_cache}, {}});

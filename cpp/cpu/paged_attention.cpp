@@ -1,0 +1,140 @@
+// CPU paged attention: the oracle for variable-length causal GQA attention over a
+// paged KV cache (layout and batch description as in vLLM's paged attention).
+//
+// Per query token (request b, row i, position p = seq_len_b - q_len_b + i) and head h
+// (kv head g = h / (heads / kv_heads)), all in f32:
+//   s_j = Dot(q, k_j) * scale                                   for j = 0 .. p
+//   m = max_j s_j;  w_j = exp(s_j - m);  l = sum over j ascending of w_j
+//   out[d] = (sum over j ascending of w_j * v_j[d]) / l
+// i.e. a two-pass softmax (scores first, then weights). Dot sums in 8 interleaved lanes
+// (lane l takes d = l mod 8, ascending), then folds the lanes as a tree (l += l + 4,
+// l += l + 2, l += l + 1): a fixed order that the compiler can vectorise, where one
+// serial sum would be bound by the latency of its additions. Each request's cached keys and
+// values are gathered once through its block table into f32 scratch, so the block
+// lookup and dtype conversion are not repeated per query and head.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cpu/float_rows.h"
+#include "metalrt/errors.h"
+#include "metalrt/op_registry.h"
+#include "metalrt/ops.h"
+
+namespace metalrt::cpu {
+namespace {
+
+constexpr const char* kOp = "paged_attention";
+
+// Checks the batch description against the query and the cache before any write.
+void CheckBatch(int64_t tokens, const Tensor& key_cache, const Tensor& block_tables,
+                const int32_t* seq_lens, const int32_t* query_start_loc) {
+  const int64_t batch = block_tables.dim(0), max_blocks = block_tables.dim(1);
+  const int64_t num_blocks = key_cache.dim(0), block_size = key_cache.dim(1);
+  Check(query_start_loc[0] == 0 && query_start_loc[batch] == tokens, kOp,
+        "query_start_loc must run from 0 to the query's " + std::to_string(tokens) +
+            " tokens, got " + std::to_string(query_start_loc[0]) + " .. " +
+            std::to_string(query_start_loc[batch]));
+  for (int64_t b = 0; b < batch; ++b) {
+    const std::string req = "request " + std::to_string(b) + ": ";
+    const int64_t q_len = query_start_loc[b + 1] - query_start_loc[b];
+    Check(q_len >= 0, kOp, req + "query_start_loc must be non-decreasing");
+    Check(seq_lens[b] >= q_len, kOp,
+          req + "seq_len " + std::to_string(seq_lens[b]) + " is shorter than its " +
+              std::to_string(q_len) + " queries");
+    Check(seq_lens[b] <= max_blocks * block_size, kOp,
+          req + "seq_len " + std::to_string(seq_lens[b]) + " exceeds the block table's " +
+              std::to_string(max_blocks) + " blocks x " + std::to_string(block_size) + " slots");
+    const int32_t* blocks = block_tables.data_as<int32_t>() + b * max_blocks;
+    for (int64_t i = 0; i < (seq_lens[b] + block_size - 1) / block_size; ++i)
+      Check(blocks[i] >= 0 && blocks[i] < num_blocks, kOp,
+            req + "block " + std::to_string(blocks[i]) + " at block_tables[" + std::to_string(b) +
+                ", " + std::to_string(i) + "] is outside the cache of " +
+                std::to_string(num_blocks) + " blocks");
+  }
+}
+
+// dst[g][j][:] = cache row of kv head g at position j < len, as f32.
+void GatherContext(const Tensor& cache, const int32_t* blocks, int64_t len, std::vector<float>& dst) {
+  const int64_t block_size = cache.dim(1), kv_heads = cache.dim(2), head_dim = cache.dim(3);
+  dst.resize(static_cast<size_t>(kv_heads * len * head_dim));
+  for (int64_t j = 0; j < len; ++j) {
+    const int64_t slot = static_cast<int64_t>(blocks[j / block_size]) * block_size + j % block_size;
+    for (int64_t g = 0; g < kv_heads; ++g)
+      LoadRowF32(cache.data(), cache.dtype(), (slot * kv_heads + g) * head_dim, head_dim,
+                 dst.data() + (g * len + j) * head_dim);
+  }
+}
+
+float Dot(const float* a, const float* b, int64_t n) {
+  constexpr int kLanes = 8;
+  float lane[kLanes] = {};
+  int64_t d = 0;
+  for (; d + kLanes <= n; d += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] += a[d + l] * b[d + l];
+  for (; d < n; ++d) lane[d % kLanes] += a[d] * b[d];
+  for (int width = kLanes / 2; width > 0; width /= 2)
+    for (int l = 0; l < width; ++l) lane[l] += lane[l + width];
+  return lane[0];
+}
+
+// One (token, head): q [head_dim] over keys/values [n][head_dim] -> out [head_dim].
+void AttendOne(const float* q, const float* keys, const float* values, int64_t n,
+               int64_t head_dim, float scale, std::vector<float>& scores, float* out) {
+  scores.resize(static_cast<size_t>(n));
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] = Dot(q, keys + j * head_dim, head_dim) * scale;
+    m = std::max(m, scores[j]);
+  }
+  std::fill(out, out + head_dim, 0.0f);
+  float l = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    const float w = std::exp(scores[j] - m);
+    l += w;
+    for (int64_t d = 0; d < head_dim; ++d) out[d] += w * values[j * head_dim + d];
+  }
+  for (int64_t d = 0; d < head_dim; ++d) out[d] /= l;
+}
+
+bool PagedAttention(const OpCall& call) {
+  const Tensor& query = call.inputs[0];
+  const Tensor& key_cache = call.inputs[1];
+  const Tensor& value_cache = call.inputs[2];
+  const Tensor& block_tables = call.inputs[3];
+  const int32_t* seq_lens = call.inputs[4].data_as<int32_t>();
+  const int32_t* query_start_loc = call.inputs[5].data_as<int32_t>();
+  const Tensor& out = call.outputs[0];
+  const float scale = call.param<ops::PagedAttentionParams>().scale;
+  CheckBatch(query.dim(0), key_cache, block_tables, seq_lens, query_start_loc);
+
+  const int64_t heads = query.dim(1), head_dim = query.dim(2), kv_heads = key_cache.dim(2);
+  const int64_t group = heads / kv_heads;
+  std::vector<float> keys, values, scores, q(static_cast<size_t>(head_dim)), o(q.size());
+  for (int64_t b = 0; b < block_tables.dim(0); ++b) {
+    const int64_t q_len = query_start_loc[b + 1] - query_start_loc[b], seq_len = seq_lens[b];
+    if (q_len == 0) continue;
+    const int32_t* blocks = block_tables.data_as<int32_t>() + b * block_tables.dim(1);
+    GatherContext(key_cache, blocks, seq_len, keys);
+    GatherContext(value_cache, blocks, seq_len, values);
+    for (int64_t i = 0; i < q_len; ++i) {
+      const int64_t token = query_start_loc[b] + i;
+      const int64_t n = seq_len - q_len + i + 1;   // causal: positions 0 .. p
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t row = (token * heads + h) * head_dim;
+        const int64_t kv = (h / group) * seq_len * head_dim;
+        LoadRowF32(query.data(), query.dtype(), row, head_dim, q.data());
+        AttendOne(q.data(), keys.data() + kv, values.data() + kv, n, head_dim, scale, scores, o.data());
+        StoreRowF32(out.data(), out.dtype(), row, head_dim, o.data());
+      }
+    }
+  }
+  return true;
+}
+
+METALRT_REGISTER_PROVIDER("paged_attention", DeviceType::kCPU, "cpu_paged_attention", 0,
+                          PagedAttention);
+
+}  // namespace
+}  // namespace metalrt::cpu
