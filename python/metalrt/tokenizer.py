@@ -190,19 +190,19 @@ class StreamingDetokenizer:
     part of a UTF-8 character.
 
     A token may carry only some bytes of a character (a byte-level BPE token can end in
-    the middle of an emoji), in which case decoding the ids so far ends in U+FFFD; such
-    text is held back until a later token completes the character. The ids are decoded
-    as a whole each time, so text already emitted never changes.
+    the middle of an emoji), in which case decoding the pending ids ends in U+FFFD; such
+    text is held back until a later token completes the character. The pending ids are
+    decoded together, so text already emitted never changes. With a byte-level decoder,
+    text decodes piecewise at character boundaries, so the pending ids are dropped once
+    their text is out (constant cost per token); other decoders (SentencePiece's
+    leading-space rule) see every id since the start.
     """
 
     def __init__(self, tokenizer: Tokenizer):
         self._tokenizer = tokenizer
+        self._piecewise = isinstance(tokenizer.backend.decoder, decoders.ByteLevel)
         self._ids: list[int] = []
         self._emitted = 0  # characters of decode(self._ids) already returned
-
-    @property
-    def tokens(self) -> list[int]:
-        return list(self._ids)
 
     def add_token(self, token_id: int) -> str:
         """Add one token; returns the newly completed text (possibly empty)."""
@@ -218,5 +218,8 @@ class StreamingDetokenizer:
 
     def _take(self, text: str) -> str:
         new = text[self._emitted:]
-        self._emitted = len(text)
+        if self._piecewise:
+            self._ids, self._emitted = [], 0
+        else:
+            self._emitted = len(text)
         return new

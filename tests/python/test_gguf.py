@@ -205,6 +205,24 @@ def test_wrong_q_rows(tmp_path):
         load_model_files(tmp_path / "s.gguf")
 
 
+def test_tensor_without_hf_name(tmp_path):
+    extra = {"rope_freqs.weight": np.ones(8, np.float32)}  # Llama 3.1 RoPE scaling factors
+    write_llama_gguf(tmp_path / "r.gguf", TinyLlama(layers=1), extra=extra)
+    with pytest.raises(ValueError, match=r"r\.gguf: tensor 'rope_freqs\.weight' has no Hugging "
+                                         r"Face equivalent for a llama model"):
+        load_model_files(tmp_path / "r.gguf")
+
+
+def test_unknown_ggml_type(good_file, tmp_path):
+    data = bytearray(good_file.read_bytes())
+    name = b"output_norm.weight"
+    type_at = data.index(name) + len(name) + 4 + 8  # after n_dims (u32) and one u64 dim
+    data[type_at:type_at + 4] = (999).to_bytes(4, "little")
+    with pytest.raises(ValueError, match=r"t\.gguf: tensor 'output_norm\.weight' has unknown "
+                                         r"GGML type 999"):
+        load_model_files(rewrite(tmp_path / "t.gguf", bytes(data)))
+
+
 def test_missing_path_and_unknown_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"\[load_model_files\] .*nope"):
         load_model_files(tmp_path / "nope")

@@ -1,6 +1,7 @@
 """Tokenizer gates: byte-level BPE built from GGUF metadata, chat templates, and streaming
 detokenization that never splits a UTF-8 character."""
 import pytest
+from tokenizers import decoders
 
 from metalrt.tokenizer import StreamingDetokenizer, Tokenizer
 from tiny_models import tokenizer_metadata as tiny_metadata
@@ -75,21 +76,32 @@ def stream(tok, ids):
     return pieces, detok.finalize()
 
 
-def test_streaming_never_splits_a_character(tiny):
+@pytest.fixture(params=["byte_level", "sequence"])
+def streaming_tokenizer(request):
+    """The tiny tokenizer with its byte-level decoder as is (pending ids dropped once
+    emitted) or wrapped in a Sequence (every id decoded each time)."""
+    tok = Tokenizer.from_gguf_metadata(tiny_metadata())
+    if request.param == "sequence":
+        tok.backend.decoder = decoders.Sequence([decoders.ByteLevel()])
+    return tok
+
+
+def test_streaming_never_splits_a_character(streaming_tokenizer):
     # Without merges for these bytes, every UTF-8 byte is its own token: each multi-byte
     # character spans 2–4 tokens.
-    ids = tiny.encode(MULTIBYTE)
+    tiny = streaming_tokenizer
+    ids = tiny.encode(MULTIBYTE * 3)
     assert len(ids) > len(MULTIBYTE)
     pieces, tail = stream(tiny, ids)
     assert all("\ufffd" not in p for p in pieces)
-    assert "".join(pieces) + tail == MULTIBYTE and tail == ""
+    assert "".join(pieces) + tail == MULTIBYTE * 3 and tail == ""
     # A piece appears exactly on the token that completes a character: "ï" is 2 bytes.
     first = MULTIBYTE.index("ï")
     assert pieces[first] == "" and pieces[first + 1] == "ï"
 
 
-def test_streaming_flushes_incomplete_tail(tiny):
-    ids = tiny.encode("a😀")[:-1]  # the emoji's last byte never arrives
-    pieces, tail = stream(tiny, ids)
+def test_streaming_flushes_incomplete_tail(streaming_tokenizer):
+    ids = streaming_tokenizer.encode("a😀")[:-1]  # the emoji's last byte never arrives
+    pieces, tail = stream(streaming_tokenizer, ids)
     assert pieces == ["a", "", "", ""]
     assert tail == "\ufffd"

@@ -116,11 +116,12 @@ def gguf_name(hf: str) -> str:
 
 
 def write_llama_gguf(path, model: TinyLlama, *, arch: str = "llama", drop=(), raw=None,
-                     metadata=None) -> dict[str, np.ndarray]:
+                     extra=None, metadata=None) -> dict[str, np.ndarray]:
     """Write ``model`` as a Llama GGUF (F32 tensors, Q/K rows in llama.cpp order) with a
     byte-level BPE tokenizer. ``drop``: GGUF tensor names to leave out; ``raw``: GGUF
     name → (uint8 bytes [rows, bytes_per_row], GGMLQuantizationType) replacing a
-    tensor; ``metadata``: extra string/int keys. Returns the HF-named weights written."""
+    tensor; ``extra``: GGUF name → float32 array added; ``metadata``: extra string/int
+    keys. Returns the HF-named weights written."""
     weights = model.hf_weights()
     tokens, merges, types = byte_level_vocab()
     w = gguf.GGUFWriter(os.fspath(path), arch)
@@ -158,6 +159,8 @@ def write_llama_gguf(path, model: TinyLlama, *, arch: str = "llama", drop=(), ra
             value = llama_cpp_qk_rows(value, model.heads)
         elif ".attn_k." in name:
             value = llama_cpp_qk_rows(value, model.kv_heads)
+        w.add_tensor(name, value)
+    for name, value in (extra or {}).items():
         w.add_tensor(name, value)
     w.write_header_to_file()
     w.write_kv_data_to_file()

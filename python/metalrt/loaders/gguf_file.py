@@ -14,6 +14,7 @@ read-only memory map until it is dequantized.
 """
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import struct
@@ -184,7 +185,7 @@ class GGUFFile:
         if dims and dims[0] % block_size:
             raise ValueError(f"[gguf] {self.path}: {what} of type {ggml_type.name} needs its "
                              f"first dimension to be a multiple of {block_size}, got dims {dims}")
-        n_elements = int(np.prod(dims, dtype=np.int64)) if dims else 1
+        n_elements = math.prod(dims)  # Python ints: corrupt dims cannot overflow
         nbytes = n_elements // block_size * block_bytes
         return name, tuple(reversed(dims)), ggml_type, rel_offset, nbytes
 
