@@ -157,6 +157,14 @@ def test_truncated_metadata(good_file, tmp_path):
         load_model_files(bad)
 
 
+def test_every_truncation_raises_value_error(good_file, tmp_path):
+    data = good_file.read_bytes()
+    data_start = min(t.offset for t in GGUFFile(good_file).tensors.values())
+    for cut in [*range(0, data_start, 97), data_start, len(data) - 1]:
+        with pytest.raises(ValueError, match=r"^\[gguf\] .*c\.gguf: "):
+            load_model_files(rewrite(tmp_path / "c.gguf", data[:cut]))
+
+
 @pytest.mark.parametrize("content", [b"", b"GG", b"GGML" + b"\0" * 64])
 def test_wrong_magic(tmp_path, content):
     bad = rewrite(tmp_path / "x.gguf", content)
@@ -201,16 +209,23 @@ def test_wrong_q_rows(tmp_path):
     short = np.zeros((model.heads * model.head_dim - 16, model.hidden * 4), np.uint8)
     write_llama_gguf(tmp_path / "s.gguf", model, raw={name: (short, T.F32)})
     with pytest.raises(ValueError, match=r"s\.gguf: tensor 'blk\.0\.attn_q\.weight' must have "
-                                         r"64 rows, got shape \[48, 64\]"):
+                                         r"shape \[64, 64\], got \[48, 64\]"):
         load_model_files(tmp_path / "s.gguf")
 
 
-def test_tensor_without_hf_name(tmp_path):
+def test_tensor_not_in_the_architecture(tmp_path):
     extra = {"rope_freqs.weight": np.ones(8, np.float32)}  # Llama 3.1 RoPE scaling factors
     write_llama_gguf(tmp_path / "r.gguf", TinyLlama(layers=1), extra=extra)
-    with pytest.raises(ValueError, match=r"r\.gguf: tensor 'rope_freqs\.weight' has no Hugging "
-                                         r"Face equivalent for a llama model"):
+    with pytest.raises(ValueError, match=r"r\.gguf: tensor 'rope_freqs\.weight' is not part of "
+                                         r"a llama model with 1 layers"):
         load_model_files(tmp_path / "r.gguf")
+
+
+def test_inconsistent_head_counts(tmp_path):
+    write_llama_gguf(tmp_path / "h.gguf", TinyLlama(layers=1, heads=4, kv_heads=3))
+    with pytest.raises(ValueError, match=r"h\.gguf: 4 attention heads, 3 KV heads and head_dim "
+                                         r"16: expected heads divisible by KV heads"):
+        load_model_files(tmp_path / "h.gguf")
 
 
 def test_unknown_ggml_type(good_file, tmp_path):

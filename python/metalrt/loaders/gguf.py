@@ -36,14 +36,13 @@ _LAYER_NAMES = {
 }
 
 
-def hf_name(gguf_name: str) -> str | None:
-    """The ``transformers`` name of a GGUF tensor name, or None when it has none."""
-    parts = gguf_name.split(".")
-    if len(parts) == 2 and parts[0] in _GLOBAL_NAMES:
-        return f"{_GLOBAL_NAMES[parts[0]]}.{parts[1]}"
-    if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _LAYER_NAMES:
-        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}.{parts[3]}"
-    return None
+def hf_name(gguf_name: str) -> str:
+    """The ``transformers`` name of a Llama GGUF tensor name (one of ``expected_shapes``)."""
+    base, suffix = gguf_name.rsplit(".", 1)
+    if base.startswith("blk."):
+        _, layer, part = base.split(".")
+        return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{suffix}"
+    return f"{_GLOBAL_NAMES[base]}.{suffix}"
 
 
 def unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
@@ -74,6 +73,15 @@ def _require(gf: GGUFFile, key: str) -> Any:
     return gf.metadata[key]
 
 
+def _count(gf: GGUFFile, key: str, default: Any = None) -> int:
+    """A positive integer metadata value (required when ``default`` is None)."""
+    value = _require(gf, key) if default is None else gf.metadata.get(key, default)
+    if not isinstance(value, int) or value <= 0:
+        raise ValueError(f"[gguf] {gf.path}: metadata key '{key}' must be a positive "
+                         f"integer, got {value!r}")
+    return value
+
+
 def _float32_value(x: float) -> float:
     """A float32 metadata value with its shortest float32 spelling (1e-05, not
     9.999999747378752e-06), as the Hugging Face config it was converted from had it."""
@@ -82,30 +90,35 @@ def _float32_value(x: float) -> float:
 
 def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
     """Hugging Face ``config.json`` keys from the GGUF metadata (``general.*``,
-    ``<arch>.*``, ``tokenizer.ggml.*``). Raises ValueError for an unknown architecture
-    or a missing required key."""
+    ``<arch>.*``, ``tokenizer.ggml.*``). Raises ValueError for an unknown architecture,
+    a missing required key, or head counts that do not fit together."""
     arch = _require(gf, "general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ValueError(f"[gguf] {gf.path}: general.architecture is '{arch}'; supported "
                          f"architectures are {', '.join(SUPPORTED_ARCHITECTURES)}")
     meta = gf.metadata
-    hidden = int(_require(gf, f"{arch}.embedding_length"))
-    heads = int(_require(gf, f"{arch}.attention.head_count"))
-    head_dim = int(meta.get(f"{arch}.attention.key_length", hidden // heads))
+    hidden = _count(gf, f"{arch}.embedding_length")
+    heads = _count(gf, f"{arch}.attention.head_count")
+    kv_heads = _count(gf, f"{arch}.attention.head_count_kv", heads)
+    head_dim = _count(gf, f"{arch}.attention.key_length", hidden // heads or -1)
+    if heads % kv_heads or head_dim % 2:
+        raise ValueError(f"[gguf] {gf.path}: {heads} attention heads, {kv_heads} KV heads and "
+                         f"head_dim {head_dim}: expected heads divisible by KV heads and an "
+                         f"even head_dim")
     vocab = meta.get(f"{arch}.vocab_size", len(meta.get("tokenizer.ggml.tokens", ())))
     return {
         "model_type": arch,
         "architectures": ["LlamaForCausalLM"],
-        "vocab_size": int(vocab),
+        "vocab_size": _count(gf, f"{arch}.vocab_size", vocab or -1),
         "hidden_size": hidden,
-        "num_hidden_layers": int(_require(gf, f"{arch}.block_count")),
+        "num_hidden_layers": _count(gf, f"{arch}.block_count"),
         "num_attention_heads": heads,
-        "num_key_value_heads": int(meta.get(f"{arch}.attention.head_count_kv", heads)),
+        "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
-        "intermediate_size": int(_require(gf, f"{arch}.feed_forward_length")),
+        "intermediate_size": _count(gf, f"{arch}.feed_forward_length"),
         "rms_norm_eps": _float32_value(_require(gf, f"{arch}.attention.layer_norm_rms_epsilon")),
         "rope_theta": _float32_value(meta.get(f"{arch}.rope.freq_base", 10000.0)),
-        "max_position_embeddings": int(_require(gf, f"{arch}.context_length")),
+        "max_position_embeddings": _count(gf, f"{arch}.context_length"),
         "tie_word_embeddings": "output.weight" not in gf.tensors,
         "bos_token_id": meta.get("tokenizer.ggml.bos_token_id"),
         "eos_token_id": meta.get("tokenizer.ggml.eos_token_id"),
@@ -115,13 +128,20 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
     }
 
 
-def _expected_tensors(config: dict[str, Any]) -> list[str]:
-    names = ["token_embd.weight", "output_norm.weight"]
+def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """GGUF tensor name → numpy shape, for every tensor of a Llama model of ``config``."""
+    h, v, f = config["hidden_size"], config["vocab_size"], config["intermediate_size"]
+    q = config["num_attention_heads"] * config["head_dim"]
+    kv = config["num_key_value_heads"] * config["head_dim"]
+    shapes = {"token_embd.weight": (v, h), "output_norm.weight": (h,)}
     if not config["tie_word_embeddings"]:
-        names.append("output.weight")
+        shapes["output.weight"] = (v, h)
+    layer = {"attn_norm": (h,), "attn_q": (q, h), "attn_k": (kv, h), "attn_v": (kv, h),
+             "attn_output": (h, q), "ffn_norm": (h,), "ffn_gate": (f, h), "ffn_up": (f, h),
+             "ffn_down": (h, f)}
     for i in range(config["num_hidden_layers"]):
-        names += [f"blk.{i}.{part}.weight" for part in _LAYER_NAMES]
-    return names
+        shapes.update({f"blk.{i}.{part}.weight": shape for part, shape in layer.items()})
+    return shapes
 
 
 def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray], GGUFFile]:
@@ -129,33 +149,31 @@ def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.nda
     Hugging Face names to float32 arrays and ``gguf_file.metadata`` holds the tokenizer.
 
     Raises ValueError naming the file and the tensor or key for a corrupt or truncated
-    file, a wrong magic, an unknown architecture, an unsupported tensor type, a missing
-    tensor, a tensor with no Hugging Face name, or a tensor of the wrong shape.
+    file, a wrong magic, an unknown architecture, inconsistent metadata, an unsupported
+    tensor type, a missing tensor, a tensor the architecture does not have, or a tensor
+    of the wrong shape.
     """
     gf = GGUFFile(path)
     config = config_from_metadata(gf)
-    for name in _expected_tensors(config):
+    shapes = expected_shapes(config)
+    for name, shape in shapes.items():
         if name not in gf.tensors:
             raise ValueError(f"[gguf] {gf.path}: missing tensor '{name}' (expected for a "
                              f"{config['model_type']} model with "
                              f"{config['num_hidden_layers']} layers)")
-    q_rows = config["num_attention_heads"] * config["head_dim"]
-    kv_rows = config["num_key_value_heads"] * config["head_dim"]
-    expected_rows = {"attn_q": q_rows, "attn_k": kv_rows, "attn_v": kv_rows}
+        if gf.tensors[name].shape != shape:
+            raise ValueError(f"[gguf] {gf.path}: tensor '{name}' must have shape "
+                             f"{list(shape)}, got {list(gf.tensors[name].shape)}")
     weights: dict[str, np.ndarray] = {}
-    for name, info in gf.tensors.items():
-        target = hf_name(name)
-        if target is None:
-            raise ValueError(f"[gguf] {gf.path}: tensor '{name}' has no Hugging Face "
-                             f"equivalent for a {config['model_type']} model")
-        part = name.split(".")[2] if name.startswith("blk.") else None
-        if part in expected_rows and info.shape[0] != expected_rows[part]:
-            raise ValueError(f"[gguf] {gf.path}: tensor '{name}' must have "
-                             f"{expected_rows[part]} rows, got shape {list(info.shape)}")
+    for name in gf.tensors:
+        if name not in shapes:
+            raise ValueError(f"[gguf] {gf.path}: tensor '{name}' is not part of a "
+                             f"{config['model_type']} model with "
+                             f"{config['num_hidden_layers']} layers")
         w = dequantize_tensor(gf, name)
-        if part == "attn_q":
+        if ".attn_q." in name:
             w = unpermute_qk(w, config["num_attention_heads"])
-        elif part == "attn_k":
+        elif ".attn_k." in name:
             w = unpermute_qk(w, config["num_key_value_heads"])
-        weights[target] = w
+        weights[hf_name(name)] = w
     return config, weights, gf
