@@ -9,6 +9,7 @@ sandboxed jinja2 environment with ``trim_blocks``, ``lstrip_blocks`` and loop co
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from typing import Any, Iterable, Mapping, Sequence
@@ -173,7 +174,15 @@ class Tokenizer:
         def raise_exception(message: str):
             raise ValueError(f"[apply_chat_template] {message}")
 
+        def tojson(value: Any, indent: int | None = None, separators=None,
+                   sort_keys: bool = False) -> str:
+            # transformers' filter: plain JSON, non-ASCII kept (jinja2's escapes HTML).
+            return json.dumps(value, ensure_ascii=False, indent=indent,
+                              separators=separators, sort_keys=sort_keys)
+
         env.globals["raise_exception"] = raise_exception
+        env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+        env.filters["tojson"] = tojson
         special = {
             "bos_token": self.id_to_token(self.bos_token_id) if self.bos_token_id is not None else "",
             "eos_token": self.id_to_token(self.eos_token_ids[0]) if self.eos_token_ids else "",

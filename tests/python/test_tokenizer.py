@@ -1,5 +1,7 @@
 """Tokenizer gates: byte-level BPE built from GGUF metadata, chat templates, and streaming
 detokenization that never splits a UTF-8 character."""
+import datetime
+
 import pytest
 from tokenizers import decoders
 
@@ -68,6 +70,14 @@ def test_chat_template_raise_exception(tiny):
                        chat_template="{{ raise_exception('roles must alternate') }}")
     with pytest.raises(ValueError, match=r"\[apply_chat_template\] roles must alternate"):
         strict.apply_chat_template([])
+
+
+def test_chat_template_helpers_of_transformers(tiny):
+    # tojson keeps non-ASCII and does not HTML-escape; strftime_now formats today's date.
+    helpers = Tokenizer(tiny.backend, bos_token_id=1, eos_token_ids=[2], chat_template=(
+        "{{ messages[0] | tojson }}|{{ strftime_now('%Y') }}"))
+    text = helpers.apply_chat_template([{"role": "user", "content": "café <b>"}])
+    assert text == '{"role": "user", "content": "café <b>"}|' + str(datetime.date.today().year)
 
 
 def stream(tok, ids):
