@@ -1,0 +1,129 @@
+#include "gpu/command_stream.h"
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace metalrt::gpu {
+namespace {
+
+int MaxDispatchesFromEnv() {
+  const char* env = std::getenv("METALRT_MAX_DISPATCHES");
+  if (env == nullptr || *env == '\0') return CommandStream::kDefaultMaxDispatches;
+  char* end = nullptr;
+  const long value = std::strtol(env, &end, 10);
+  if (*end != '\0' || value < 1 || value > 1000000)
+    throw std::invalid_argument(std::string("METALRT_MAX_DISPATCHES must be a positive integer, got '") +
+                                env + "'");
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+CommandStream::CommandStream(GpuDevice& device, Profiler& profiler)
+    : device_(device), profiler_(profiler), max_dispatches_(MaxDispatchesFromEnv()) {}
+
+CommandStream::~CommandStream() {
+  try {
+    Synchronize();
+  } catch (...) {  // a destructor cannot report a failed command buffer
+  }
+}
+
+void CommandStream::Encode(const Dispatch& d) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!open_.command_buffer) open_.command_buffer = device_.new_command_buffer();
+  GpuComputeEncoder& encoder = open_.command_buffer->compute_encoder();
+  encoder.set_pipeline(*d.pipeline);
+  for (const Binding& b : d.bindings) {
+    switch (b.kind) {
+      case Binding::Kind::kBuffer:
+        encoder.set_buffer(*b.buffer, b.offset, b.index);
+        open_.retained.push_back(b.buffer);
+        break;
+      case Binding::Kind::kBytes:
+        encoder.set_bytes(b.bytes.data(), b.bytes.size(), b.index);
+        break;
+      case Binding::Kind::kThreadgroupMemory:
+        encoder.set_threadgroup_memory_length(b.length, b.index);
+        break;
+    }
+  }
+  if (d.per_thread)
+    encoder.dispatch_threads(d.grid, d.group);
+  else
+    encoder.dispatch_threadgroups(d.grid, d.group);
+  if (++open_dispatches_ >= max_dispatches_) CommitLocked();
+}
+
+void CommandStream::Flush() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  CommitLocked();
+}
+
+void CommandStream::CommitLocked() {
+  if (!open_.command_buffer) return;
+  open_.command_buffer->compute_encoder().end_encoding();
+  open_.command_buffer->commit();
+  if (profiler_.enabled()) profiler_.RecordCommit();
+  in_flight_.push_back(std::move(open_));
+  open_ = Submitted{};
+  open_dispatches_ = 0;
+  RetireCompletedLocked();
+}
+
+void CommandStream::RetireCompletedLocked() {
+  while (!in_flight_.empty() &&
+         in_flight_.front().command_buffer->status() == GpuCommandBuffer::Status::kCompleted) {
+    RecordGpuTime(*in_flight_.front().command_buffer);
+    in_flight_.pop_front();
+  }
+}
+
+void CommandStream::RecordGpuTime(const GpuCommandBuffer& command_buffer) {
+  if (profiler_.enabled())
+    profiler_.RecordGpuTime(command_buffer.gpu_end_time() - command_buffer.gpu_start_time());
+}
+
+void CommandStream::Synchronize() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  CommitLocked();
+  if (in_flight_.empty()) return;
+  const bool profiling = profiler_.enabled();
+  const Profiler::Clock::time_point start = profiling ? Profiler::Clock::now() : Profiler::Clock::time_point{};
+  bool failed = false;
+  std::string error;
+  for (Submitted& s : in_flight_) {
+    s.command_buffer->wait_until_completed();
+    if (s.command_buffer->status() == GpuCommandBuffer::Status::kError) {
+      if (!failed) error = s.command_buffer->error();
+      failed = true;
+    } else {
+      RecordGpuTime(*s.command_buffer);
+    }
+  }
+  in_flight_.clear();
+  if (profiling) profiler_.RecordWait(Profiler::SecondsSince(start));
+  if (failed)
+    throw std::runtime_error("[metal] command buffer failed: " + (error.empty() ? "(no message)" : error));
+}
+
+int CommandStream::max_dispatches() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return max_dispatches_;
+}
+
+void CommandStream::set_max_dispatches(int max_dispatches) {
+  if (max_dispatches < 1)
+    throw std::invalid_argument("[metal] max dispatches per command buffer must be >= 1, got " +
+                                std::to_string(max_dispatches));
+  std::lock_guard<std::mutex> lock(mutex_);
+  max_dispatches_ = max_dispatches;
+}
+
+int CommandStream::open_dispatches() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return open_dispatches_;
+}
+
+}  // namespace metalrt::gpu

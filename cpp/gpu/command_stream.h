@@ -1,0 +1,84 @@
+// The command stream: encoder batching for one Metal queue (DESIGN §3 "Encoder
+// batching").
+//
+// Dispatches are encoded into the open command buffer's compute encoder (one
+// serial encoder, so dispatches run in the order they were encoded). Nothing is
+// committed until a flush point: Flush(), Synchronize() (which the backend calls
+// before every host access to device memory), or the dispatch cap — a command
+// buffer holding max_dispatches() dispatches is committed at once so the GPU can
+// start while the host keeps encoding (METALRT_MAX_DISPATCHES, default 48, the
+// 40–50 range MLX uses). Buffers bound by a dispatch are kept alive until its
+// command buffer completes, so freeing a tensor with work in flight is safe.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "gpu/gpu_device.h"
+#include "gpu/profiler.h"
+
+namespace metalrt::gpu {
+
+// One argument of a dispatch at a [[buffer(n)]] / [[threadgroup(n)]] index.
+struct Binding {
+  enum class Kind : uint8_t { kBuffer, kBytes, kThreadgroupMemory };
+  Kind kind = Kind::kBuffer;
+  uint32_t index = 0;
+  std::shared_ptr<GpuBuffer> buffer;   // kBuffer
+  size_t offset = 0;                   // kBuffer: bytes from the buffer's start
+  std::vector<uint8_t> bytes;          // kBytes
+  size_t length = 0;                   // kThreadgroupMemory
+};
+
+// A fully resolved dispatch, ready to encode (built by KernelLaunch).
+struct Dispatch {
+  GpuPipeline* pipeline = nullptr;
+  std::vector<Binding> bindings;
+  bool per_thread = false;   // dispatch_threads (partial edge groups) vs dispatch_threadgroups
+  Size3 grid;                // threads when per_thread, else threadgroups
+  Size3 group;               // threads per threadgroup
+};
+
+class CommandStream {
+ public:
+  static constexpr int kDefaultMaxDispatches = 48;
+  // Reads METALRT_MAX_DISPATCHES (a positive integer; anything else throws
+  // std::invalid_argument).
+  CommandStream(GpuDevice& device, Profiler& profiler);
+  ~CommandStream();   // waits for work in flight; errors are dropped
+
+  // Encodes into the open command buffer (opening one if needed); commits when the
+  // command buffer reaches the cap.
+  void Encode(const Dispatch& dispatch);
+  // Commits the open command buffer, if any, without waiting.
+  void Flush();
+  // Flushes, then waits for every committed command buffer in order. Throws
+  // std::runtime_error with the device's message when one completed with an error.
+  void Synchronize();
+
+  int max_dispatches() const;
+  void set_max_dispatches(int max_dispatches);   // >= 1, else std::invalid_argument
+  int open_dispatches() const;                   // dispatches not yet committed
+
+ private:
+  struct Submitted {
+    std::unique_ptr<GpuCommandBuffer> command_buffer;
+    std::vector<std::shared_ptr<GpuBuffer>> retained;
+  };
+  void CommitLocked();
+  // Releases command buffers at the front that completed without error.
+  void RetireCompletedLocked();
+  void RecordGpuTime(const GpuCommandBuffer& command_buffer);
+
+  GpuDevice& device_;
+  Profiler& profiler_;
+  mutable std::mutex mutex_;
+  int max_dispatches_;
+  Submitted open_;
+  int open_dispatches_ = 0;
+  std::deque<Submitted> in_flight_;
+};
+
+}  // namespace metalrt::gpu

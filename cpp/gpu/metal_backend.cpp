@@ -1,0 +1,63 @@
+#include "gpu/metal_backend.h"
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+
+#include "gpu/device_selection.h"
+
+namespace metalrt::gpu {
+
+MetalBackend::MetalBackend(std::unique_ptr<GpuDevice> device)
+    : device_(std::move(device)), stream_(*device_, profiler_) {}
+
+void* MetalBackend::Alloc(size_t bytes) {
+  // Metal refuses zero-length buffers; one byte still gives Alloc(0) a distinct block.
+  std::shared_ptr<GpuBuffer> buffer = device_->new_buffer(bytes == 0 ? 1 : bytes);
+  void* ptr = buffer ? buffer->contents() : nullptr;
+  if (ptr == nullptr)
+    throw std::runtime_error("[metal alloc] the device could not allocate " + std::to_string(bytes) +
+                             " bytes");
+  if (reinterpret_cast<uintptr_t>(ptr) % kAlignment != 0)
+    throw std::logic_error("[metal alloc] the device returned a buffer that is not " +
+                           std::to_string(kAlignment) + "-byte aligned");
+  allocations_.Add(std::move(buffer));
+  return ptr;
+}
+
+void MetalBackend::Free(void* ptr) {
+  // Work in flight that uses the buffer keeps its own reference (CommandStream).
+  if (ptr != nullptr) allocations_.Remove(ptr);
+}
+
+void MetalBackend::Copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  if (bytes == 0) return;
+  if (kind != CopyKind::kHostToDevice) allocations_.Resolve(src, bytes, "[metal copy] source");
+  if (kind != CopyKind::kDeviceToHost) allocations_.Resolve(dst, bytes, "[metal copy] destination");
+  // Unified memory: the host reads and writes device memory directly, once no
+  // pending GPU work can read or write it.
+  stream_.Synchronize();
+  std::memmove(dst, src, bytes);
+}
+
+void MetalBackend::Memset(void* dst, int value, size_t bytes) {
+  if (bytes == 0) return;
+  allocations_.Resolve(dst, bytes, "[metal memset] destination");
+  stream_.Synchronize();
+  std::memset(dst, value, bytes);
+}
+
+namespace {
+std::unique_ptr<Backend> MakeMetalBackend() {
+  return std::make_unique<MetalBackend>(SelectGpuDevice());
+}
+}  // namespace
+
+void RegisterMetalBackend() { RegisterBackend(DeviceType::kMETAL, &MakeMetalBackend); }
+
+MetalBackend& ActiveMetalBackend() {
+  // Only RegisterMetalBackend registers kMETAL, so the backend is a MetalBackend.
+  return static_cast<MetalBackend&>(GetBackend(DeviceType::kMETAL));
+}
+
+}  // namespace metalrt::gpu

@@ -1,0 +1,64 @@
+// The kMETAL backend: one device-neutral implementation over GpuDevice, the same on
+// the Apple GPU and on the simulated device (DESIGN §3).
+//
+// Memory is unified: Alloc returns the CPU-visible contents of a shared-storage
+// buffer, registered in the allocation registry so kernels can bind any pointer into
+// it. Work is batched by the command stream; every host access to device memory
+// (Copy, Memset) first synchronises, so the host never races pending GPU work.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu/allocation_registry.h"
+#include "gpu/command_stream.h"
+#include "gpu/gpu_device.h"
+#include "gpu/profiler.h"
+#include "metalrt/device.h"
+
+namespace metalrt::gpu {
+
+class MetalBackend final : public Backend {
+ public:
+  static constexpr size_t kAlignment = 64;
+  explicit MetalBackend(std::unique_ptr<GpuDevice> device);
+
+  DeviceType type() const override { return DeviceType::kMETAL; }
+  std::string name() const override { return device_->name(); }
+  void* Alloc(size_t bytes) override;
+  // Throws std::invalid_argument for a pointer that is not a live allocation's base.
+  void Free(void* ptr) override;
+  // The device side of the copy must lie inside one live allocation
+  // (std::invalid_argument otherwise).
+  void Copy(void* dst, const void* src, size_t bytes, CopyKind kind) override;
+  void Memset(void* dst, int value, size_t bytes) override;
+  void Synchronize() override { stream_.Synchronize(); }
+  bool UnifiedMemory() const override { return device_->has_unified_memory(); }
+  std::string Capability() const override { return device_->gpu_family(); }
+  std::vector<DType> SupportedDTypes() const override {
+    return {DType::kBF16, DType::kF16, DType::kF32};
+  }
+
+  // Commits the open command buffer without waiting.
+  void Flush() { stream_.Flush(); }
+  GpuDevice& device() { return *device_; }
+  AllocationRegistry& allocations() { return allocations_; }
+  CommandStream& stream() { return stream_; }
+  Profiler& profiler() { return profiler_; }
+
+ private:
+  // Declaration order is destruction order reversed: the stream drains in-flight
+  // work before the buffers it retains and the device go away.
+  std::unique_ptr<GpuDevice> device_;
+  Profiler profiler_;
+  AllocationRegistry allocations_;
+  CommandStream stream_;
+};
+
+// Registers the kMETAL backend factory (idempotent); called by
+// RegisterGpuDeviceFactory (device_selection.h).
+void RegisterMetalBackend();
+// The process's kMETAL backend, GetBackend(DeviceType::kMETAL).
+MetalBackend& ActiveMetalBackend();
+
+}  // namespace metalrt::gpu

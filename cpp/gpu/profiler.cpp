@@ -1,0 +1,66 @@
+#include "gpu/profiler.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace metalrt::gpu {
+
+Profiler::Profiler() {
+  const char* env = std::getenv("METALRT_PROFILE");
+  enabled_ = env != nullptr && std::strcmp(env, "1") == 0;
+  total_.name = "total";
+}
+
+void Profiler::Reset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  kernels_.clear();
+  total_ = ProfileRow{};
+  total_.name = "total";
+}
+
+void Profiler::RecordDispatch(const std::string& kernel, double encode_seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ProfileRow& row = kernels_[kernel];
+  row.name = kernel;
+  ++row.dispatches;
+  row.encode_seconds += encode_seconds;
+  ++total_.dispatches;
+  total_.encode_seconds += encode_seconds;
+}
+
+void Profiler::RecordCommit() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++total_.commits;
+}
+
+void Profiler::RecordWait(double wait_seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++total_.waits;
+  total_.wait_seconds += wait_seconds;
+}
+
+void Profiler::RecordGpuTime(double gpu_seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  total_.gpu_seconds += gpu_seconds;
+}
+
+std::vector<ProfileRow> Profiler::Rows() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<ProfileRow> rows;
+  for (const auto& entry : kernels_) rows.push_back(entry.second);
+  const bool any = total_.dispatches || total_.commits || total_.waits;
+  if (any) rows.push_back(total_);
+  return rows;
+}
+
+uint64_t Profiler::commits() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return total_.commits;
+}
+
+uint64_t Profiler::waits() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return total_.waits;
+}
+
+}  // namespace metalrt::gpu

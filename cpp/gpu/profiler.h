@@ -1,0 +1,63 @@
+// Profile counters of the Metal backend (DESIGN §3 "Profile counters").
+//
+// Off (the default unless METALRT_PROFILE=1): records nothing and reads no clock;
+// callers test enabled() before timing anything. On: one row per kernel name
+// (dispatches, host seconds spent encoding them) and a total row (command-buffer
+// commits, host waits, seconds the host spent waiting, seconds the GPU was busy
+// according to the command buffers' GPU start/end times). The kernel name in a row
+// is the proof of which kernel ran.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace metalrt::gpu {
+
+struct ProfileRow {
+  std::string name;            // kernel name, or "total"
+  uint64_t dispatches = 0;     // total row: all dispatches
+  double encode_seconds = 0;   // host time encoding (total row: the sum)
+  uint64_t commits = 0;        // total row only
+  uint64_t waits = 0;          // total row only: host waits for the GPU
+  double wait_seconds = 0;     // total row only
+  double gpu_seconds = 0;      // total row only: sum of GPU end - start per command buffer
+};
+
+class Profiler {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Enabled when the environment variable METALRT_PROFILE is "1".
+  Profiler();
+
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  void Enable(bool on) { enabled_.store(on, std::memory_order_relaxed); }
+  // Forgets every row and counter (keeps the enabled state).
+  void Reset();
+
+  // Recorders; the caller checks enabled() first (so "off" costs one branch).
+  void RecordDispatch(const std::string& kernel, double encode_seconds);
+  void RecordCommit();
+  void RecordWait(double wait_seconds);
+  void RecordGpuTime(double gpu_seconds);
+
+  // Kernel rows sorted by name, then the total row; empty when nothing was recorded.
+  std::vector<ProfileRow> Rows() const;
+  uint64_t commits() const;
+  uint64_t waits() const;
+
+  static double SecondsSince(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
+ private:
+  std::atomic<bool> enabled_;
+  mutable std::mutex mutex_;
+  std::map<std::string, ProfileRow> kernels_;
+  ProfileRow total_;
+};
+
+}  // namespace metalrt::gpu

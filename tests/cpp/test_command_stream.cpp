@@ -1,0 +1,174 @@
+// Encoder batching gates (DESIGN §3): commits only at flush points, in order,
+// command-buffer errors raised with the device's message.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "fake_metal.h"
+
+using namespace metalrt;
+using metalrt::testing::Affine;
+using metalrt::testing::FakeMetal;
+
+namespace {
+
+std::vector<float> Read(gpu::MetalBackend& backend, const Tensor& t) {
+  std::vector<float> host(static_cast<size_t>(t.numel()));
+  backend.Copy(host.data(), t.data(), t.nbytes(), CopyKind::kDeviceToHost);
+  return host;
+}
+
+void Write(gpu::MetalBackend& backend, const Tensor& t, const std::vector<float>& values) {
+  backend.Copy(t.data(), values.data(), values.size() * 4, CopyKind::kHostToDevice);
+}
+
+// Sets an environment variable for one scope.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const char* value) : name(name) {
+    const char* old = std::getenv(name);
+    had = old != nullptr;
+    if (had) previous = old;
+    if (value) setenv(name, value, 1); else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had) setenv(name, previous.c_str(), 1); else unsetenv(name);
+  }
+  const char* name;
+  bool had;
+  std::string previous;
+};
+
+}  // namespace
+
+TEST_CASE("batching: 8 dispatches without a sync commit nothing; Synchronize commits exactly once") {
+  FakeMetal m;
+  Tensor x = m.Floats({33});
+  std::vector<float> init(33);
+  for (int i = 0; i < 33; ++i) init[i] = 0.5f * i - 3.0f;
+  Write(*m.backend, x, init);
+  for (int k = 0; k < 8; ++k) Affine(*m.backend, x, x, 2.0f, 1.0f);
+  CHECK(m.device->counters.command_buffers == 1);
+  CHECK(m.device->counters.commits == 0);
+  CHECK(m.device->counters.executed_dispatches == 0);
+  CHECK(m.backend->stream().open_dispatches() == 8);
+  m.backend->Synchronize();
+  CHECK(m.device->counters.commits == 1);
+  CHECK(m.device->counters.executed_dispatches == 8);
+  // x -> 2x + 1 eight times: 256 x + 255, exact in f32 for these values.
+  for (int i = 0; i < 33; ++i) CHECK(x.data_as<float>()[i] == 256.0f * init[i] + 255.0f);
+  m.backend->Synchronize();   // nothing pending: no empty command buffer
+  CHECK(m.device->counters.commits == 1);
+  CHECK(m.device->counters.command_buffers == 1);
+}
+
+TEST_CASE("batching: a host read with no explicit sync returns the computed values") {
+  FakeMetal m;
+  Tensor x = m.Floats({31});
+  Tensor y = m.Floats({31});
+  std::vector<float> init(31);
+  for (int i = 0; i < 31; ++i) init[i] = static_cast<float>(i) - 15.0f;
+  Write(*m.backend, x, init);
+  Affine(*m.backend, x, y, -3.0f, 0.25f);
+  // The fake GPU runs only when waited on: y is still poisoned in memory.
+  CHECK(std::isnan(y.data_as<float>()[0]));
+  std::vector<float> got = Read(*m.backend, y);
+  for (int i = 0; i < 31; ++i) CHECK(got[i] == -3.0f * init[i] + 0.25f);
+  CHECK(m.device->counters.commits == 1);
+}
+
+TEST_CASE("batching: a 3-op read-modify-write chain composes exactly, across command buffers too") {
+  for (int cap : {48, 2, 1}) {
+    CAPTURE(cap);
+    FakeMetal m;
+    m.backend->stream().set_max_dispatches(cap);
+    Tensor x = m.Floats({32});
+    std::vector<float> init(32);
+    for (int i = 0; i < 32; ++i) init[i] = static_cast<float>(i);
+    Write(*m.backend, x, init);
+    Affine(*m.backend, x, x, 2.0f, 0.0f);    // 2x
+    Affine(*m.backend, x, x, 1.0f, -5.0f);   // 2x - 5
+    Affine(*m.backend, x, x, 3.0f, 1.0f);    // 6x - 14; a different order gives another value
+    std::vector<float> got = Read(*m.backend, x);
+    for (int i = 0; i < 32; ++i) CHECK(got[i] == 6.0f * init[i] - 14.0f);
+    CHECK(m.device->counters.commits == (3 + cap - 1) / cap);
+  }
+}
+
+TEST_CASE("batching: the dispatch cap commits exactly when reached") {
+  FakeMetal m;
+  m.backend->stream().set_max_dispatches(4);
+  Tensor x = m.Floats({8});
+  Write(*m.backend, x, std::vector<float>(8, 1.0f));
+  for (int k = 1; k <= 3; ++k) Affine(*m.backend, x, x, 1.0f, 1.0f);
+  CHECK(m.device->counters.commits == 0);
+  Affine(*m.backend, x, x, 1.0f, 1.0f);   // the 4th
+  CHECK(m.device->counters.commits == 1);
+  CHECK(m.backend->stream().open_dispatches() == 0);
+  Affine(*m.backend, x, x, 1.0f, 1.0f);   // the 5th opens a new command buffer
+  CHECK(m.device->counters.commits == 1);
+  CHECK(m.device->counters.command_buffers == 2);
+  CHECK(Read(*m.backend, x)[7] == 6.0f);
+  CHECK(m.device->counters.commits == 2);
+  CHECK_THROWS_AS(m.backend->stream().set_max_dispatches(0), std::invalid_argument);
+}
+
+TEST_CASE("batching: METALRT_MAX_DISPATCHES sets the cap; default 48; bad values rejected") {
+  {
+    ScopedEnv env("METALRT_MAX_DISPATCHES", nullptr);
+    FakeMetal m;
+    CHECK(m.backend->stream().max_dispatches() == 48);
+  }
+  {
+    ScopedEnv env("METALRT_MAX_DISPATCHES", "5");
+    FakeMetal m;
+    CHECK(m.backend->stream().max_dispatches() == 5);
+  }
+  for (const char* bad : {"0", "-3", "12x", "many"}) {
+    ScopedEnv env("METALRT_MAX_DISPATCHES", bad);
+    CHECK_THROWS_WITH_AS(FakeMetal(), doctest::Contains("METALRT_MAX_DISPATCHES"), std::invalid_argument);
+  }
+}
+
+TEST_CASE("batching: Flush commits without waiting; the next Synchronize only waits") {
+  FakeMetal m;
+  Tensor x = m.Floats({4});
+  Write(*m.backend, x, {1, 2, 3, 4});
+  Affine(*m.backend, x, x, 10.0f, 0.0f);
+  m.backend->Flush();
+  CHECK(m.device->counters.commits == 1);
+  CHECK(x.data_as<float>()[3] == 4.0f);   // committed, not yet run on the fake GPU
+  m.backend->Synchronize();
+  CHECK(m.device->counters.commits == 1);
+  CHECK(x.data_as<float>()[3] == 40.0f);
+}
+
+TEST_CASE("command-buffer errors raise with the device's message; the stream stays usable") {
+  FakeMetal m;
+  Tensor x = m.Floats({4});
+  Write(*m.backend, x, {1, 2, 3, 4});
+  gpu::KernelLaunch(*m.backend, "fail").threadgroups({1, 1, 1}, {1, 1, 1});
+  CHECK_THROWS_WITH_AS(m.backend->Synchronize(),
+                       "[metal] command buffer failed: Caused GPU Timeout Error (fake)", std::runtime_error);
+  // Errors also surface at a host read, which is a flush point.
+  gpu::KernelLaunch(*m.backend, "fail").threadgroups({1, 1, 1}, {1, 1, 1});
+  std::vector<float> host(4);
+  CHECK_THROWS_AS(m.backend->Copy(host.data(), x.data(), 16, CopyKind::kDeviceToHost), std::runtime_error);
+  Affine(*m.backend, x, x, 1.0f, 1.0f);
+  CHECK(Read(*m.backend, x) == std::vector<float>{2, 3, 4, 5});
+}
+
+TEST_CASE("a buffer freed while work is in flight stays alive until that work completes") {
+  FakeMetal m;
+  Tensor keep = m.Floats({16});
+  void* p = m.backend->Alloc(64);
+  Tensor y = Tensor::FromBlob(p, {16}, DType::kF32, DeviceType::kMETAL);
+  Write(*m.backend, keep, std::vector<float>(16, 1.0f));
+  std::weak_ptr<gpu::GpuBuffer> buffer = m.backend->allocations().Resolve(p, 64, "test").buffer;
+  Affine(*m.backend, keep, y, 1.0f, 1.0f);
+  m.backend->Free(p);
+  CHECK_THROWS_AS(m.backend->allocations().Resolve(p, 4, "test"), std::invalid_argument);
+  CHECK_FALSE(buffer.expired());   // the open command buffer holds it
+  m.backend->Synchronize();
+  CHECK(buffer.expired());
+}
