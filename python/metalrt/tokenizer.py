@@ -23,11 +23,16 @@ from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
 _TOKEN_CONTROL = 3
 _TOKEN_USER_DEFINED = 4
 
-# ``tokenizer.ggml.pre`` values whose pre-tokenization we reproduce. GPT-2: the GPT-2
-# regex through byte-level; SmolLM/StarCoder: every digit split off first, then the
-# GPT-2 regex (llama.cpp gives these the regexes ``\p{N}`` then GPT-2's).
-_DIGITS_FIRST_PRE = ("smollm", "starcoder", "refact", "codeshell")
+# ``tokenizer.ggml.pre`` values whose pre-tokenization we reproduce (llama.cpp's
+# ``llama-vocab.cpp`` gives each name its split regexes). GPT-2: the GPT-2 regex through
+# byte-level. SmolLM/StarCoder: every digit split off first, then the GPT-2 regex.
+# Llama 3 and Qwen2: their tokenizer.json split regex, then byte-level without a regex.
 _GPT2_PRE = ("gpt2", "default")
+_DIGITS_FIRST_PRE = ("smollm", "starcoder", "refact", "codeshell")
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_SPLIT = _LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
+_SPLIT_PRE = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT}
 
 
 def _byte_level_pre_tokenizer(pre: str, source: str) -> pre_tokenizers.PreTokenizer:
@@ -36,8 +41,12 @@ def _byte_level_pre_tokenizer(pre: str, source: str) -> pre_tokenizers.PreTokeni
         return byte_level
     if pre in _DIGITS_FIRST_PRE:
         return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    if pre in _SPLIT_PRE:
+        return pre_tokenizers.Sequence([
+            pre_tokenizers.Split(tokenizers.Regex(_SPLIT_PRE[pre]), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     raise ValueError(f"[tokenizer] {source}: tokenizer.ggml.pre is '{pre}'; supported: "
-                     f"{', '.join(_GPT2_PRE + _DIGITS_FIRST_PRE)}")
+                     f"{', '.join(_GPT2_PRE + _DIGITS_FIRST_PRE + tuple(_SPLIT_PRE))}")
 
 
 def _token_content(entry: Any) -> str | None:

@@ -122,6 +122,19 @@ def test_llama_gguf_loads_as_hf_state_dict(tmp_path, tied):
     assert files.tokenizer.eos_token_ids == (2,)
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_qwen_gguf_loads_as_hf_state_dict(tmp_path, arch):
+    # Qwen files keep the Hugging Face row order; Qwen2 adds Q/K/V biases, Qwen3 head norms.
+    model = TinyLlama(arch=arch, heads=4, kv_heads=1, head_dim=32)
+    written = write_llama_gguf(tmp_path / "q.gguf", model)
+    files = load_model_files(tmp_path / "q.gguf")
+    assert set(files.weights) == set(written)
+    for name, value in written.items():
+        np.testing.assert_array_equal(files.weights[name], value, err_msg=name)
+    assert files.config["model_type"] == arch and files.config["head_dim"] == 32
+    assert files.config["attention_bias"] == (arch == "qwen2")
+
+
 def test_directory_with_one_gguf_loads_it(tmp_path):
     write_llama_gguf(tmp_path / "m.gguf", TinyLlama(layers=1))
     assert load_model_files(tmp_path).source == str(tmp_path / "m.gguf")
@@ -182,7 +195,7 @@ def test_unsupported_version(good_file, tmp_path):
 def test_unknown_architecture(tmp_path):
     write_llama_gguf(tmp_path / "a.gguf", TinyLlama(layers=1), arch="mamba9")
     with pytest.raises(ValueError, match=r"a\.gguf: general\.architecture is 'mamba9'; "
-                                         r"supported architectures are llama"):
+                                         r"supported architectures are llama, qwen2, qwen3"):
         load_model_files(tmp_path / "a.gguf")
 
 

@@ -31,6 +31,17 @@ def test_bpe_merges_digits_and_special_tokens(tiny):
     assert tiny.bos_token_id == 1 and tiny.eos_token_ids == (2,)
 
 
+@pytest.mark.parametrize("pre,pieces", [
+    ("gpt2", ["I", "'m", "Ġ12345", "Ġok"]),
+    ("smollm", ["I", "'m", "Ġ", "1", "2", "3", "4", "5", "Ġok"]),
+    ("llama-bpe", ["I", "'m", "Ġ", "123", "45", "Ġok"]),
+    ("qwen2", ["I", "'m", "Ġ", "1", "2", "3", "4", "5", "Ġok"]),
+])
+def test_pre_tokenizers(pre, pieces):
+    tok = Tokenizer.from_gguf_metadata(tiny_metadata(**{"tokenizer.ggml.pre": pre}))
+    assert [p for p, _ in tok.backend.pre_tokenizer.pre_tokenize_str("I'm 12345 ok")] == pieces
+
+
 def test_add_bos_token_prepends_bos(tiny):
     with_bos = Tokenizer.from_gguf_metadata(tiny_metadata(**{"tokenizer.ggml.add_bos_token": True}))
     assert with_bos.encode("x") == [1, tid(tiny, "x")]

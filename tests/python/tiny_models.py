@@ -43,6 +43,10 @@ def tokenizer_metadata(**overrides) -> dict:
 
 @dataclass
 class TinyLlama:
+    """A small Llama-family model: ``arch`` "llama", "qwen2" (Q/K/V biases) or "qwen3"
+    (Q/K head norms)."""
+
+    arch: str = "llama"
     layers: int = 2
     hidden: int = 64
     heads: int = 4
@@ -73,10 +77,15 @@ class TinyLlama:
                 p + "mlp.up_proj.weight": (self.ffn, self.hidden),
                 p + "mlp.down_proj.weight": (self.hidden, self.ffn),
             })
+            if self.arch == "qwen2":
+                shapes.update({p + f"self_attn.{x}_proj.bias": (n * self.head_dim,) for x, n in
+                               (("q", self.heads), ("k", self.kv_heads), ("v", self.kv_heads))})
+            if self.arch == "qwen3":
+                shapes.update({p + f"self_attn.{x}_norm.weight": (self.head_dim,) for x in "qk"})
         return {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
 
     def hf_config(self) -> dict:
-        return {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+        return {"model_type": self.arch,
                 "vocab_size": self.vocab, "hidden_size": self.hidden,
                 "num_hidden_layers": self.layers, "num_attention_heads": self.heads,
                 "num_key_value_heads": self.kv_heads, "head_dim": self.head_dim,
@@ -100,7 +109,8 @@ def llama_cpp_qk_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
 _GGUF_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
                "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
                "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-               "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+               "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+               "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
 
 
 def gguf_name(hf: str) -> str:
@@ -115,16 +125,16 @@ def gguf_name(hf: str) -> str:
     return f"blk.{layer}.{_GGUF_NAMES[module]}.{suffix}"
 
 
-def write_llama_gguf(path, model: TinyLlama, *, arch: str = "llama", drop=(), raw=None,
+def write_llama_gguf(path, model: TinyLlama, *, arch: str | None = None, drop=(), raw=None,
                      extra=None, metadata=None) -> dict[str, np.ndarray]:
-    """Write ``model`` as a Llama GGUF (F32 tensors, Q/K rows in llama.cpp order) with a
-    byte-level BPE tokenizer. ``drop``: GGUF tensor names to leave out; ``raw``: GGUF
+    """Write ``model`` as a GGUF of ``arch`` (default ``model.arch``; F32 tensors, Q/K
+    weight rows in llama.cpp's order for Llama) with a byte-level BPE tokenizer. ``drop``: GGUF tensor names to leave out; ``raw``: GGUF
     name → (uint8 bytes [rows, bytes_per_row], GGMLQuantizationType) replacing a
     tensor; ``extra``: GGUF name → float32 array added; ``metadata``: extra string/int
     keys. Returns the HF-named weights written."""
     weights = model.hf_weights()
     tokens, merges, types = byte_level_vocab()
-    w = gguf.GGUFWriter(os.fspath(path), arch)
+    w = gguf.GGUFWriter(os.fspath(path), arch or model.arch)
     w.add_block_count(model.layers)
     w.add_context_length(256)
     w.add_embedding_length(model.hidden)
@@ -155,9 +165,9 @@ def write_llama_gguf(path, model: TinyLlama, *, arch: str = "llama", drop=(), ra
             data, qtype = raw[name]
             w.add_tensor(name, data, raw_dtype=qtype)
             continue
-        if ".attn_q." in name:
+        if model.arch == "llama" and name.endswith(".attn_q.weight"):
             value = llama_cpp_qk_rows(value, model.heads)
-        elif ".attn_k." in name:
+        elif model.arch == "llama" and name.endswith(".attn_k.weight"):
             value = llama_cpp_qk_rows(value, model.kv_heads)
         w.add_tensor(name, value)
     for name, value in (extra or {}).items():

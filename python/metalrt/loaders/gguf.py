@@ -1,22 +1,39 @@
 """Load a GGUF model file as a Hugging Face config + state dict (float32).
 
-Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``); quantized
-tensors are dequantized to float32 on load (``quants.py``). Llama GGUF
-files store the Q/K projection rows permuted for interleaved (GPT-J) RoPE — llama.cpp's
+Architectures: Llama (SmolLM2, Llama 3.0), Qwen2 (Q/K/V biases), Qwen3 (per-head Q/K
+RMSNorm). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``);
+quantized tensors are dequantized to float32 on load (``quants.py``). Llama GGUF files
+store the Q/K projection rows permuted for interleaved (GPT-J) RoPE — llama.cpp's
 ``convert_hf_to_gguf.py`` moves row ``i`` of each head's second half next to row ``i``
-of its first half — so those rows are put back in the Hugging Face (half-split, NeoX)
-order here, and the models apply half-split RoPE to every format alike.
+of its first half; Qwen files are converted without it — so those rows are put back in
+the Hugging Face (half-split, NeoX) order here, and the models apply half-split RoPE to
+every format alike.
 """
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .gguf_file import GGUFFile
 from .quants import SUPPORTED_TYPES, dequantize
-SUPPORTED_ARCHITECTURES = ("llama",)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    hf_class: str
+    permuted_qk: bool       # Q/K rows stored for interleaved RoPE (llama.cpp's Llama converter)
+    qkv_bias: bool = False  # biases on the Q/K/V projections (Qwen2)
+    qk_norm: bool = False   # RMSNorm over each query and key head (Qwen3)
+
+
+ARCHITECTURES = {
+    "llama": Architecture("LlamaForCausalLM", permuted_qk=True),
+    "qwen2": Architecture("Qwen2ForCausalLM", permuted_qk=False, qkv_bias=True),
+    "qwen3": Architecture("Qwen3ForCausalLM", permuted_qk=False, qk_norm=True),
+}
 
 _GLOBAL_NAMES = {
     "token_embd": "model.embed_tokens",
@@ -29,6 +46,8 @@ _LAYER_NAMES = {
     "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
     "ffn_norm": "post_attention_layernorm",
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
@@ -37,7 +56,7 @@ _LAYER_NAMES = {
 
 
 def hf_name(gguf_name: str) -> str:
-    """The ``transformers`` name of a Llama GGUF tensor name (one of ``expected_shapes``)."""
+    """The ``transformers`` name of a GGUF tensor name (one of ``expected_shapes``)."""
     base, suffix = gguf_name.rsplit(".", 1)
     if base.startswith("blk."):
         _, layer, part = base.split(".")
@@ -93,9 +112,9 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
     ``<arch>.*``, ``tokenizer.ggml.*``). Raises ValueError for an unknown architecture,
     a missing required key, or head counts that do not fit together."""
     arch = _require(gf, "general.architecture")
-    if arch not in SUPPORTED_ARCHITECTURES:
+    if arch not in ARCHITECTURES:
         raise ValueError(f"[gguf] {gf.path}: general.architecture is '{arch}'; supported "
-                         f"architectures are {', '.join(SUPPORTED_ARCHITECTURES)}")
+                         f"architectures are {', '.join(ARCHITECTURES)}")
     meta = gf.metadata
     hidden = _count(gf, f"{arch}.embedding_length")
     heads = _count(gf, f"{arch}.attention.head_count")
@@ -108,7 +127,7 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
     vocab = meta.get(f"{arch}.vocab_size", len(meta.get("tokenizer.ggml.tokens", ())))
     return {
         "model_type": arch,
-        "architectures": ["LlamaForCausalLM"],
+        "architectures": [ARCHITECTURES[arch].hf_class],
         "vocab_size": _count(gf, f"{arch}.vocab_size", vocab or -1),
         "hidden_size": hidden,
         "num_hidden_layers": _count(gf, f"{arch}.block_count"),
@@ -123,24 +142,29 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
         "bos_token_id": meta.get("tokenizer.ggml.bos_token_id"),
         "eos_token_id": meta.get("tokenizer.ggml.eos_token_id"),
         "hidden_act": "silu",
-        "attention_bias": False,
+        "attention_bias": ARCHITECTURES[arch].qkv_bias,
         "mlp_bias": False,
     }
 
 
 def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """GGUF tensor name → numpy shape, for every tensor of a Llama model of ``config``."""
+    """GGUF tensor name → numpy shape, for every tensor of a model of ``config``."""
+    arch = ARCHITECTURES[config["model_type"]]
     h, v, f = config["hidden_size"], config["vocab_size"], config["intermediate_size"]
-    q = config["num_attention_heads"] * config["head_dim"]
-    kv = config["num_key_value_heads"] * config["head_dim"]
+    d = config["head_dim"]
+    q, kv = config["num_attention_heads"] * d, config["num_key_value_heads"] * d
     shapes = {"token_embd.weight": (v, h), "output_norm.weight": (h,)}
     if not config["tie_word_embeddings"]:
         shapes["output.weight"] = (v, h)
-    layer = {"attn_norm": (h,), "attn_q": (q, h), "attn_k": (kv, h), "attn_v": (kv, h),
-             "attn_output": (h, q), "ffn_norm": (h,), "ffn_gate": (f, h), "ffn_up": (f, h),
-             "ffn_down": (h, f)}
+    layer = {"attn_norm.weight": (h,), "attn_q.weight": (q, h), "attn_k.weight": (kv, h),
+             "attn_v.weight": (kv, h), "attn_output.weight": (h, q), "ffn_norm.weight": (h,),
+             "ffn_gate.weight": (f, h), "ffn_up.weight": (f, h), "ffn_down.weight": (h, f)}
+    if arch.qkv_bias:
+        layer.update({"attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,)})
+    if arch.qk_norm:
+        layer.update({"attn_q_norm.weight": (d,), "attn_k_norm.weight": (d,)})
     for i in range(config["num_hidden_layers"]):
-        shapes.update({f"blk.{i}.{part}.weight": shape for part, shape in layer.items()})
+        shapes.update({f"blk.{i}.{name}": shape for name, shape in layer.items()})
     return shapes
 
 
@@ -164,6 +188,7 @@ def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.nda
         if gf.tensors[name].shape != shape:
             raise ValueError(f"[gguf] {gf.path}: tensor '{name}' must have shape "
                              f"{list(shape)}, got {list(gf.tensors[name].shape)}")
+    permuted = ARCHITECTURES[config["model_type"]].permuted_qk
     weights: dict[str, np.ndarray] = {}
     for name in gf.tensors:
         if name not in shapes:
@@ -171,9 +196,9 @@ def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.nda
                              f"{config['model_type']} model with "
                              f"{config['num_hidden_layers']} layers")
         w = dequantize_tensor(gf, name)
-        if ".attn_q." in name:
+        if permuted and name.endswith(".attn_q.weight"):
             w = unpermute_qk(w, config["num_attention_heads"])
-        elif ".attn_k." in name:
+        elif permuted and name.endswith(".attn_k.weight"):
             w = unpermute_qk(w, config["num_key_value_heads"])
         weights[hf_name(name)] = w
     return config, weights, gf
