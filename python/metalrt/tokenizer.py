@@ -85,7 +85,8 @@ class Tokenizer:
     @classmethod
     def from_gguf_metadata(cls, metadata: Mapping[str, Any], source: str = "GGUF") -> "Tokenizer":
         """Byte-level BPE from ``tokenizer.ggml.{model,pre,tokens,merges,token_type,
-        bos_token_id,eos_token_id,add_bos_token}`` and ``tokenizer.chat_template``.
+        bos_token_id,eos_token_id,eot_token_id,eom_token_id,add_bos_token}`` and
+        ``tokenizer.chat_template``.
         Raises ValueError (naming ``source`` and the key) for other tokenizer models,
         unknown pre-tokenizers or missing keys."""
         def need(key: str) -> Any:
@@ -116,8 +117,10 @@ class Tokenizer:
             backend.post_processor = processors.TemplateProcessing(
                 single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A $B",
                 special_tokens=[(tokens[bos], bos)])
-        return cls(backend, bos_token_id=bos,
-                   eos_token_ids=_ids(metadata.get("tokenizer.ggml.eos_token_id")),
+        # Generation also ends at end-of-turn / end-of-message tokens, as in llama.cpp.
+        eos = [i for key in ("eos", "eot", "eom")
+               for i in _ids(metadata.get(f"tokenizer.ggml.{key}_token_id"))]
+        return cls(backend, bos_token_id=bos, eos_token_ids=eos,
                    chat_template=metadata.get("tokenizer.chat_template"))
 
     @classmethod

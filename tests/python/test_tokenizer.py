@@ -42,6 +42,11 @@ def test_pre_tokenizers(pre, pieces):
     assert [p for p, _ in tok.backend.pre_tokenizer.pre_tokenize_str("I'm 12345 ok")] == pieces
 
 
+def test_end_of_turn_tokens_end_generation():
+    tok = Tokenizer.from_gguf_metadata(tiny_metadata(**{"tokenizer.ggml.eot_token_id": 0}))
+    assert tok.eos_token_ids == (2, 0)
+
+
 def test_add_bos_token_prepends_bos(tiny):
     with_bos = Tokenizer.from_gguf_metadata(tiny_metadata(**{"tokenizer.ggml.add_bos_token": True}))
     assert with_bos.encode("x") == [1, tid(tiny, "x")]
