@@ -98,6 +98,21 @@ Tensor Tensor::Slice(int d, int64_t start, int64_t stop) const {
   return t;
 }
 
+Tensor Tensor::Select(int d, int64_t index) const {
+  const int n = ndim();
+  if (d < -n || d >= n)
+    throw std::invalid_argument("select dimension " + std::to_string(d) + " out of range for rank " +
+                                std::to_string(n));
+  if (d < 0) d += n;
+  if (index < 0 || index >= shape_[d])
+    throw std::invalid_argument("index " + std::to_string(index) + " out of range for dimension " +
+                                std::to_string(d) + " of size " + std::to_string(shape_[d]));
+  Tensor t = Slice(d, index, index + 1);
+  t.shape_.erase(t.shape_.begin() + d);
+  t.strides_.erase(t.strides_.begin() + d);
+  return t;
+}
+
 Tensor Tensor::Reshape(const Shape& shape) const {
   if (!is_contiguous())
     throw std::invalid_argument("reshape needs a contiguous tensor, got " + Describe());

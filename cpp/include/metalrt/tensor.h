@@ -59,6 +59,8 @@ class Tensor {
 
   // View of rows [start, stop) along `dim`; points into the same allocation.
   Tensor Slice(int dim, int64_t start, int64_t stop) const;
+  // View of element `index` along `dim` with that dimension removed.
+  Tensor Select(int dim, int64_t index) const;
   // View with a new shape (one entry may be -1); requires a contiguous tensor.
   Tensor Reshape(const Shape& shape) const;
   // "float32[2, 3] on metal"
@@ -74,6 +76,15 @@ class Tensor {
 };
 
 Shape ContiguousStrides(const Shape& shape);
+
+// Host transfers that honour strides, so views of any layout can cross devices.
+// Reads every element of `t` in row-major order into `dst` (t.nbytes() bytes); on a
+// device this is a host read, i.e. a flush point (Backend::Copy kDeviceToHost).
+void CopyToHost(const Tensor& t, void* dst);
+// Writes t.nbytes() bytes of row-major host data into the contiguous tensor `t`.
+void CopyFromHost(const void* src, const Tensor& t);
+// A new contiguous tensor on `device` holding the elements of `t`.
+Tensor CopyToDevice(const Tensor& t, DeviceType device);
 std::string ShapeToString(const Shape& shape);   // "[2, 3]"
 
 }  // namespace metalrt

@@ -1,0 +1,195 @@
+// metalrt.Tensor and the numpy bridge. Every transfer goes through the backend's
+// Copy (tensor_copy.cpp), so on Metal a numpy export is a host read = a flush point.
+#include "bind.h"
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <vector>
+
+#include "metalrt/errors.h"
+#include "metalrt/tensor.h"
+
+namespace metalrt::python {
+namespace {
+
+using HostArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+
+// The numpy dtype holding a tensor's values; bfloat16 widens exactly to float32
+// because numpy has no bfloat16.
+nb::dlpack::dtype NumpyDType(DType dtype) {
+  using Code = nb::dlpack::dtype_code;
+  auto make = [](Code code, int bits) {
+    return nb::dlpack::dtype{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1};
+  };
+  switch (dtype) {
+    case DType::kF32: case DType::kBF16: return make(Code::Float, 32);
+    case DType::kF16: return make(Code::Float, 16);
+    case DType::kI8: return make(Code::Int, 8);
+    case DType::kU8: return make(Code::UInt, 8);
+    case DType::kI32: return make(Code::Int, 32);
+    case DType::kI64: return make(Code::Int, 64);
+    case DType::kU32: return make(Code::UInt, 32);
+  }
+  throw TypeError("unknown dtype");
+}
+
+nb::object ToNumpy(const Tensor& t) {
+  const nb::dlpack::dtype dtype = NumpyDType(t.dtype());
+  const size_t count = static_cast<size_t>(t.numel());
+  auto* buffer = new char[count * (dtype.bits / 8) + 1];   // +1: a valid pointer for 0 elements
+  nb::capsule owner(buffer, [](void* p) noexcept { delete[] static_cast<char*>(p); });
+  if (t.dtype() == DType::kBF16) {
+    std::vector<uint16_t> bits(count);
+    CopyToHost(t, bits.data());
+    auto* values = reinterpret_cast<float*>(buffer);
+    for (size_t i = 0; i < count; ++i) values[i] = BF16ToF32(bits[i]);
+  } else {
+    CopyToHost(t, buffer);
+  }
+  std::vector<size_t> shape(t.shape().begin(), t.shape().end());
+  return nb::ndarray<nb::numpy>(buffer, shape.size(), shape.data(), owner, nullptr, dtype).cast();
+}
+
+// A new tensor from a C-contiguous host array whose element type stores `dtype`
+// (for bfloat16: float32 values, rounded to nearest even here).
+Tensor FromNumpy(const HostArray& array, const std::string& dtype_name,
+                 const std::string& device_name) {
+  const DType dtype = DTypeFromName(dtype_name);
+  const DeviceType device = DeviceTypeFromName(device_name);
+  const nb::dlpack::dtype expected = NumpyDType(dtype);
+  if (!(array.dtype() == expected))
+    throw TypeError("asarray: a " + dtype_name + " tensor needs a host array of " +
+                    (dtype == DType::kBF16 ? "float32" : dtype_name) + " elements");
+  Shape shape(array.shape_ptr(), array.shape_ptr() + array.ndim());
+  Tensor t = Tensor::Empty(shape, dtype, device);
+  if (dtype == DType::kBF16) {
+    const auto* values = static_cast<const float*>(array.data());
+    std::vector<uint16_t> bits(array.size());
+    for (size_t i = 0; i < bits.size(); ++i) bits[i] = F32ToBF16(values[i]);
+    CopyFromHost(bits.data(), t);
+  } else {
+    CopyFromHost(array.data(), t);
+  }
+  return t;
+}
+
+Tensor Filled(const Shape& shape, const std::string& dtype, const std::string& device,
+              bool zero) {
+  Tensor t = Tensor::Empty(shape, DTypeFromName(dtype), DeviceTypeFromName(device));
+  if (zero && t.nbytes()) GetBackend(t.device()).Memset(t.data(), 0, t.nbytes());
+  return t;
+}
+
+// Applies one index (int or step-1 slice) to dimension `d`; returns the next dimension.
+int ApplyIndex(Tensor& t, int d, nb::handle key) {
+  if (d >= t.ndim())
+    throw nb::index_error(("too many indices for a tensor of rank " + std::to_string(t.ndim())).c_str());
+  const int64_t size = t.shape()[d];
+  if (PySlice_Check(key.ptr())) {
+    Py_ssize_t start, stop, step;
+    if (PySlice_Unpack(key.ptr(), &start, &stop, &step) < 0) throw nb::python_error();
+    if (step != 1) throw std::invalid_argument("Tensor indexing supports slices with step 1 only");
+    PySlice_AdjustIndices(size, &start, &stop, step);
+    t = t.Slice(d, start, stop < start ? start : stop);
+    return d + 1;
+  }
+  if (PyBool_Check(key.ptr()) || !PyIndex_Check(key.ptr()))
+    throw TypeError(std::string("Tensor indices must be integers or slices, got ") +
+                    nb::type_name(key.type()).c_str());
+  nb::object index = nb::steal(PyNumber_Index(key.ptr()));
+  if (!index.is_valid()) throw nb::python_error();
+  const int64_t i = nb::cast<int64_t>(index);
+  if (i < -size || i >= size)
+    throw nb::index_error(("index " + std::to_string(i) + " is out of range for dimension " +
+                           std::to_string(d) + " of size " + std::to_string(size)).c_str());
+  t = t.Select(d, i < 0 ? i + size : i);
+  return d;
+}
+
+Tensor GetItem(const Tensor& t, nb::handle key) {
+  Tensor view = t;
+  if (nb::isinstance<nb::tuple>(key)) {
+    int d = 0;
+    for (nb::handle k : nb::borrow<nb::tuple>(key)) d = ApplyIndex(view, d, k);
+  } else {
+    ApplyIndex(view, 0, key);
+  }
+  return view;
+}
+
+Shape ShapeArgs(const nb::args& args) {
+  if (args.size() == 1 && (nb::isinstance<nb::tuple>(args[0]) || nb::isinstance<nb::list>(args[0])))
+    return nb::cast<Shape>(args[0]);
+  return nb::cast<Shape>(args);
+}
+
+nb::tuple ShapeTuple(const Shape& shape) {
+  nb::list dims;
+  for (int64_t d : shape) dims.append(d);
+  return nb::tuple(dims);
+}
+
+}  // namespace
+
+void BindTensor(nb::module_& m) {
+  nb::class_<Tensor>(m, "Tensor",
+                     "A typed, shaped view of memory on a device (\"cpu\" or \"metal\").\n"
+                     "Create one with metalrt.asarray, metalrt.empty or metalrt.zeros. Indexing\n"
+                     "with ints and step-1 slices gives views into the same allocation.")
+      .def_prop_ro("shape", [](const Tensor& t) { return ShapeTuple(t.shape()); },
+                   "Dimensions, a tuple of int.")
+      .def_prop_ro("dtype", [](const Tensor& t) { return std::string(DTypeName(t.dtype())); },
+                   "Element type name: float32, float16, bfloat16, int8, uint8, int32, int64, uint32.")
+      .def_prop_ro("device", [](const Tensor& t) { return std::string(DeviceTypeName(t.device())); },
+                   "\"cpu\" or \"metal\".")
+      .def_prop_ro("ndim", &Tensor::ndim, "Number of dimensions.")
+      .def_prop_ro("nbytes", &Tensor::nbytes, "Bytes of the elements this tensor covers.")
+      .def("__len__",
+           [](const Tensor& t) {
+             if (t.ndim() == 0) throw TypeError("len() of a 0-d tensor");
+             return t.shape()[0];
+           })
+      .def("is_contiguous", &Tensor::is_contiguous, "True when the elements are dense and row-major.")
+      .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data()); },
+           "Address of the first element (views of one allocation share its range).")
+      .def("numpy", &ToNumpy,
+           "A numpy copy of the values (bfloat16 becomes float32 exactly). On Metal this is\n"
+           "a host read, which flushes pending work.")
+      .def("__array__",
+           [](const Tensor& t, nb::handle dtype, nb::handle) {
+             nb::object array = ToNumpy(t);
+             return dtype.is_none() ? array : array.attr("astype")(dtype);
+           },
+           nb::arg("dtype") = nb::none(), nb::arg("copy") = nb::none())
+      .def("__getitem__", &GetItem,
+           "t[i], t[a:b] (step 1) or a tuple of those, one per leading dimension: a view into\n"
+           "the same allocation; an int index removes its dimension. IndexError when out of range.")
+      .def("reshape", [](const Tensor& t, const nb::args& args) { return t.Reshape(ShapeArgs(args)); },
+           "reshape(*shape) or reshape(shape): a view with a new shape (one dim may be -1).\n"
+           "ValueError when the element count differs or the tensor is not contiguous.")
+      .def("to", [](const Tensor& t, const std::string& device) {
+             return CopyToDevice(t, DeviceTypeFromName(device));
+           },
+           nb::arg("device"), "A contiguous copy on `device` (\"cpu\" or \"metal\").")
+      .def("__repr__", [](const Tensor& t) {
+        return "metalrt.Tensor(" + (t.defined() ? t.Describe() : std::string("undefined")) + ")";
+      });
+
+  m.def("_from_numpy", &FromNumpy, nb::arg("array"), nb::arg("dtype"), nb::arg("device"),
+        "Internal: use metalrt.asarray.");
+  m.def("_empty",
+        [](const Shape& shape, const std::string& dtype, const std::string& device) {
+          return Filled(shape, dtype, device, false);
+        },
+        nb::arg("shape"), nb::arg("dtype"), nb::arg("device"), "Internal: use metalrt.empty.");
+  m.def("_zeros",
+        [](const Shape& shape, const std::string& dtype, const std::string& device) {
+          return Filled(shape, dtype, device, true);
+        },
+        nb::arg("shape"), nb::arg("dtype"), nb::arg("device"), "Internal: use metalrt.zeros.");
+}
+
+}  // namespace metalrt::python

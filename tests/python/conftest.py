@@ -1,0 +1,63 @@
+"""Shared helpers of the pytest gates (the Metal gates reuse them).
+
+Import them with `from conftest import ...` (pytest puts this folder on sys.path).
+"""
+import numpy as np
+import pytest
+
+import metalrt
+
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+# Every device this build has; gates parametrised over it run on Metal as soon as a
+# Metal backend exists (the simulated one on Linux).
+DEVICES = tuple(d for d in ("cpu", "metal") if metalrt.is_available(d))
+
+# Poison for integer outputs: a value no op here produces.
+INT_POISON = {"int8": -128, "uint8": 255, "int32": -(2**31), "int64": -(2**63),
+              "uint32": 2**32 - 1}
+
+
+def poisoned(shape, dtype="float32", device="cpu"):
+    """An `out=` tensor filled with NaN (floats) or INT_POISON (ints), so an op that
+    never writes its output cannot pass."""
+    if dtype in FLOAT_DTYPES:
+        values = np.full(shape, np.nan, dtype=np.float32)
+    else:
+        values = np.full(shape, INT_POISON[dtype], dtype=dtype)
+    return metalrt.asarray(values, device=device, dtype=dtype)
+
+
+def nmse(actual, reference) -> float:
+    """Normalised mean squared error sum((a - r)^2) / sum(r^2), in float64."""
+    a = np.asarray(actual, dtype=np.float64)
+    r = np.asarray(reference, dtype=np.float64)
+    assert a.shape == r.shape, f"shape {a.shape} != reference {r.shape}"
+    assert np.all(np.isfinite(a)), "output has NaN/Inf (poison left unwritten?)"
+    return float(np.sum((a - r) ** 2) / max(np.sum(r ** 2), np.finfo(np.float64).tiny))
+
+
+def bfloat16_bits(values) -> np.ndarray:
+    """bfloat16 bit patterns of float32 `values`, round-to-nearest-even (finite inputs),
+    written independently of the library: add half an ulp minus one plus the kept lsb."""
+    u = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def on_grid(values, dtype) -> np.ndarray:
+    """`values` rounded to `dtype`'s grid, as float64: the exact inputs an op sees."""
+    x = np.asarray(values, dtype=np.float32)
+    if dtype == "float16":
+        x = x.astype(np.float16)
+    elif dtype == "bfloat16":
+        x = (bfloat16_bits(x).astype(np.uint32) << 16).view(np.float32)
+    return x.astype(np.float64)
+
+
+def rand(shape, seed, scale=1.0, dtype="float32"):
+    """Normal random values on `dtype`'s grid (float64), reproducible per seed."""
+    return on_grid(np.random.default_rng(seed).normal(0.0, scale, size=shape), dtype)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param

@@ -1,0 +1,136 @@
+"""metalrt.Tensor: metadata, numpy export, views, reshape, device copies."""
+import gc
+
+import numpy as np
+import pytest
+
+import metalrt
+
+
+def test_metadata(device):
+    t = metalrt.asarray(np.zeros((3, 31, 2), np.float16), device=device)
+    assert t.shape == (3, 31, 2) and isinstance(t.shape, tuple)
+    assert t.dtype == "float16" and t.device == device
+    assert t.ndim == 3 and len(t) == 3 and t.nbytes == 3 * 31 * 2 * 2
+    assert repr(t) == f"metalrt.Tensor(float16[3, 31, 2] on {device})"
+
+
+def test_zero_dim_tensor(device):
+    t = metalrt.asarray(np.float32(2.5), device=device)
+    assert t.shape == () and t.ndim == 0
+    assert t.numpy() == np.float32(2.5)
+    with pytest.raises(TypeError, match="0-d"):
+        len(t)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "uint8", "int32", "int64", "uint32"])
+def test_numpy_round_trip_is_exact(dtype, device):
+    info = np.finfo(dtype) if dtype.startswith("float") else np.iinfo(dtype)
+    values = np.array([info.min, info.max, 0, 1, 33], dtype=dtype)
+    out = metalrt.asarray(values, device=device).numpy()
+    assert out.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(out, values)
+
+
+def test_numpy_is_a_copy(device):
+    t = metalrt.asarray(np.arange(4, dtype=np.int32), device=device)
+    first = t.numpy()
+    first[0] = 100
+    assert t.numpy()[0] == 0
+    np.testing.assert_array_equal(np.asarray(t), [0, 1, 2, 3])
+    assert np.asarray(t, dtype=np.float64).dtype == np.float64
+
+
+def test_index_and_slice_views_share_the_allocation(device):
+    base = np.arange(4 * 33, dtype=np.float32).reshape(4, 33)
+    t = metalrt.asarray(base, device=device)
+    item_size = 4
+    rows = t[1:3]
+    assert rows.shape == (2, 33)
+    assert rows.data_ptr() == t.data_ptr() + 33 * item_size
+    np.testing.assert_array_equal(rows.numpy(), base[1:3])
+    row = t[-1]                                  # an int index drops the dimension
+    assert row.shape == (33,) and row.data_ptr() == t.data_ptr() + 3 * 33 * item_size
+    col = t[:, 32]
+    assert col.shape == (4,) and not col.is_contiguous()
+    np.testing.assert_array_equal(col.numpy(), base[:, 32])
+    block = t[1:4, 31:40]                         # stop clamps like Python slices
+    np.testing.assert_array_equal(block.numpy(), base[1:4, 31:40])
+    assert t[2, 5].numpy() == base[2, 5]
+    assert t[3:1].shape == (0, 33)
+    assert t[np.int64(1)].shape == (33,)
+
+
+def test_bad_indices(device):
+    t = metalrt.asarray(np.zeros((4, 3), np.float32), device=device)
+    with pytest.raises(IndexError):
+        t[4]
+    with pytest.raises(IndexError):
+        t[-5]
+    with pytest.raises(IndexError):
+        t[0, 0, 0]
+    with pytest.raises(ValueError, match="step 1"):
+        t[::2]
+    with pytest.raises(TypeError):
+        t["a"]
+    with pytest.raises(TypeError):
+        t[None]
+    with pytest.raises(TypeError):
+        t[1.0]
+
+
+def test_iteration_stops_at_the_end(device):
+    base = np.arange(6, dtype=np.int32).reshape(3, 2)
+    rows = [r.numpy() for r in metalrt.asarray(base, device=device)]
+    np.testing.assert_array_equal(np.stack(rows), base)
+
+
+def test_reshape_is_a_view(device):
+    base = np.arange(24, dtype=np.int32)
+    t = metalrt.asarray(base, device=device)
+    for r in (t.reshape(2, 3, 4), t.reshape((4, -1)), t.reshape([24])):
+        assert r.data_ptr() == t.data_ptr()
+        np.testing.assert_array_equal(r.numpy(), base.reshape(r.shape))
+    with pytest.raises(ValueError):
+        t.reshape(5, 5)
+    with pytest.raises(ValueError, match="contiguous"):
+        t.reshape(4, 6)[:, 1:3].reshape(8)
+
+
+def test_view_keeps_its_allocation_alive(device):
+    base = np.random.default_rng(0).normal(size=(64, 33)).astype(np.float32)
+    t = metalrt.asarray(base, device=device)
+    view = t[10:12, 1:]
+    del t
+    gc.collect()
+    metalrt.asarray(np.zeros((64, 33), np.float32), device=device)   # reuse freed memory
+    np.testing.assert_array_equal(view.numpy(), base[10:12, 1:])
+
+
+def test_to_copies(device):
+    base = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = metalrt.asarray(base, device=device)
+    for target in ("cpu", device):
+        c = t[:, 1:3].to(target)
+        assert c.device == target and c.is_contiguous() and c.shape == (3, 2)
+        assert c.data_ptr() != t.data_ptr()
+        np.testing.assert_array_equal(c.numpy(), base[:, 1:3])
+    with pytest.raises(ValueError, match="unknown device"):
+        t.to("gpu")
+    with pytest.raises(TypeError):
+        t.to(None)
+
+
+def test_empty_and_zeros(device):
+    z = metalrt.zeros((2, 33), dtype="bfloat16", device=device)
+    assert z.shape == (2, 33) and z.dtype == "bfloat16" and z.device == device
+    np.testing.assert_array_equal(z.numpy(), np.zeros((2, 33), np.float32))
+    e = metalrt.empty(5, dtype=np.int32, device=device)
+    assert e.shape == (5,) and e.dtype == "int32"
+    assert metalrt.zeros((0, 3), device=device).numpy().shape == (0, 3)
+    with pytest.raises(ValueError, match="negative"):
+        metalrt.empty((2, -1))
+    with pytest.raises(TypeError, match="float64"):
+        metalrt.zeros(3, dtype="float64")
+    with pytest.raises(TypeError):
+        metalrt.empty("3")
