@@ -11,4 +11,11 @@ void BindTensor(nb::module_& m);     // Tensor, numpy import/export, empty/zeros
 void BindDevice(nb::module_& m);     // synchronize, device_info, is_available
 void BindProviders(nb::module_& m);  // the op registry's providers and stats
 
+// Op families, bound into the submodule _metalrt.ops; metalrt/ops/<family>.py wraps
+// each with argument conversion and the user-facing docstring.
+void BindLayoutOps(nb::module_& ops);     // embedding, qkv_split, reshape_and_cache
+void BindAttentionOps(nb::module_& ops);  // paged_attention
+void BindSelectionOps(nb::module_& ops);  // greedy_argmax
+void BindRopeOps(nb::module_& ops);       // rope_neox, rope_interleaved, rope caches
+
 }  // namespace metalrt::python

@@ -8,4 +8,9 @@ NB_MODULE(_metalrt, m) {
   BindTensor(m);
   BindDevice(m);
   BindProviders(m);
+  nb::module_ ops = m.def_submodule("ops", "Op entry points (wrapped by metalrt.ops).");
+  BindLayoutOps(ops);
+  BindAttentionOps(ops);
+  BindSelectionOps(ops);
+  BindRopeOps(ops);
 }

@@ -36,6 +36,25 @@ def nmse(actual, reference) -> float:
     return float(np.sum((a - r) ** 2) / max(np.sum(r ** 2), np.finfo(np.float64).tiny))
 
 
+# Bars of float outputs against a float64 reference computed from the same (on-grid)
+# inputs: NMSE, and the worst element relative to the reference's largest magnitude.
+# float32 computes and stores in f32; float16/bfloat16 add the output's rounding
+# (half an ulp: 2**-11, 2**-9) and any rounded intermediate.
+NMSE_BAR = {"float32": 1e-10, "float16": 1e-5, "bfloat16": 1e-4}
+WORST_BAR = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+def assert_matches(actual, reference, dtype):
+    """`actual` (Tensor or array) is within NMSE_BAR and WORST_BAR of `reference`."""
+    a = np.asarray(actual, dtype=np.float64)
+    r = np.asarray(reference, dtype=np.float64)
+    error = nmse(a, r)
+    assert error <= NMSE_BAR[dtype], f"NMSE {error:.3g} > {NMSE_BAR[dtype]:g} ({dtype})"
+    worst = float(np.max(np.abs(a - r), initial=0.0))
+    bound = WORST_BAR[dtype] * float(np.max(np.abs(r), initial=0.0))
+    assert worst <= bound, f"worst error {worst:.3g} > {bound:.3g} ({dtype})"
+
+
 def bfloat16_bits(values) -> np.ndarray:
     """bfloat16 bit patterns of float32 `values`, round-to-nearest-even (finite inputs),
     written independently of the library: add half an ulp minus one plus the kept lsb."""

@@ -1,4 +1,5 @@
 """metalrt.providers: the registry's view from Python."""
+import numpy as np
 import pytest
 
 import metalrt
@@ -19,3 +20,28 @@ def test_bad_arguments():
         metalrt.providers.stats("add", "tpu")
     with pytest.raises(TypeError):
         metalrt.providers.list(None, "cpu")
+
+
+def test_stats_count_the_calls_of_the_provider_that_ran():
+    metalrt.providers.reset_stats()
+    assert "embedding" in metalrt.providers.ops()
+    assert metalrt.providers.registered("embedding", "cpu") is True
+    [name] = metalrt.providers.list("embedding", "cpu")
+    weight = np.eye(4, dtype=np.float32)
+    for _ in range(3):
+        metalrt.ops.embedding(weight, np.array([1], np.int32))
+    assert metalrt.providers.stats("embedding", "cpu") == {
+        "last_selected": name, "calls": 3, "declines": 0, "reference_hits": 0}
+    metalrt.providers.reset_stats()
+    assert metalrt.providers.stats("embedding", "cpu")["calls"] == 0
+
+
+def test_a_disabled_provider_is_skipped():
+    [name] = metalrt.providers.list("greedy_argmax", "cpu")
+    metalrt.providers.set_enabled(name, False)
+    try:
+        with pytest.raises(RuntimeError, match=r"^\[greedy_argmax\] no provider"):
+            metalrt.ops.greedy_argmax(np.zeros((1, 3), np.float32))
+    finally:
+        metalrt.providers.set_enabled(name, True)
+    assert metalrt.ops.greedy_argmax(np.array([[0.0, 2.0]], np.float32)).numpy()[0] == 1

@@ -1,0 +1,31 @@
+"""Attention over a paged KV cache."""
+from __future__ import annotations
+
+from .._metalrt import Tensor
+from .._metalrt import ops as _native
+from ._args import out_tensor, real, tensors
+
+
+def paged_attention(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
+                    scale, out=None) -> Tensor:
+    """Variable-length causal attention over a paged KV cache with grouped-query heads
+    (PagedAttention: Kwon et al. 2023, vLLM; GQA: Ainslie et al. 2023).
+
+    query: [T, heads, head_dim] float (f32/f16/bf16), the query tokens of B requests
+    packed back to back, request b owning rows query_start_loc[b]:query_start_loc[b+1];
+    key_cache, value_cache: [num_blocks, block_size, kv_heads, head_dim], query's dtype;
+    block_tables: int32 [B, max_blocks_per_seq] (block ids of each request's context);
+    seq_lens: int32 [B], context length including the new queries; query_start_loc:
+    int32 [B + 1]; scale: the softmax scale, usually head_dim ** -0.5.
+    Query i of request b sits at position seq_lens[b] - q_len_b + i and attends to
+    positions 0..that position; head h reads kv head h // (heads // kv_heads).
+    Softmax(scale * q.k) in float32. Returns [T, heads, head_dim] in query's dtype.
+
+    Raises ValueError for shape mismatches, heads not a multiple of kv_heads, a non-finite
+    scale, inconsistent lengths or block ids out of range, or tensors on different
+    devices; TypeError for wrong dtypes or non-array arguments.
+    """
+    op = "paged_attention"
+    args = tensors(op, query=query, key_cache=key_cache, value_cache=value_cache,
+                   block_tables=block_tables, seq_lens=seq_lens, query_start_loc=query_start_loc)
+    return _native.paged_attention(*args, real(op, "scale", scale), out=out_tensor(op, out))

@@ -1,0 +1,75 @@
+"""Rotary position embedding (RoPE: Su et al. 2021, "RoFormer: Enhanced Transformer
+with Rotary Position Embedding").
+
+Feature pairs are rotated by angle = position * base ** (-2i / rotary_dim), i < rotary_dim/2.
+Two pairings exist: NeoX / half-split (GPT-NeoX, Llama in Hugging Face layout, Qwen)
+pairs feature i with i + rotary_dim/2; GPT-J / interleaved (Llama GGUF/Meta layout)
+pairs 2i with 2i + 1. Features at and beyond rotary_dim pass through unchanged.
+"""
+from __future__ import annotations
+
+from .._metalrt import Tensor
+from .._metalrt import ops as _native
+from ._args import flag, integer, out_tensor, real, tensors
+
+
+def _rope(op: str, x, positions, rotary_dim, base, out) -> Tensor:
+    x, positions = tensors(op, x=x, positions=positions)
+    return getattr(_native, op)(x, positions, integer(op, "rotary_dim", rotary_dim),
+                                real(op, "base", base), out=out_tensor(op, out))
+
+
+_ROTATE_DOC = """
+    x: [T, heads, head_dim] float (f32/f16/bf16); positions: int32 [T] (token positions);
+    rotary_dim: even, 0 < rotary_dim <= head_dim; base: the RoPE theta (> 0, e.g. 10000
+    or 1e6); out: optional, x's shape and dtype, may be x itself (in place). Angles in
+    radians, computed accurately (no fast-math cos/sin). Returns x's shape and dtype.
+
+    Raises ValueError for shapes, an odd or too large rotary_dim, a non-positive base or
+    tensors on different devices; TypeError for non-float x, non-int32 positions or
+    non-array arguments.
+    """
+
+
+def rope_neox(x, positions, rotary_dim, base, out=None) -> Tensor:
+    return _rope("rope_neox", x, positions, rotary_dim, base, out)
+
+
+def rope_interleaved(x, positions, rotary_dim, base, out=None) -> Tensor:
+    return _rope("rope_interleaved", x, positions, rotary_dim, base, out)
+
+
+rope_neox.__doc__ = "RoPE with NeoX (half-split) pairs (i, i + rotary_dim/2).\n" + _ROTATE_DOC
+rope_interleaved.__doc__ = "RoPE with GPT-J (interleaved) pairs (2i, 2i + 1).\n" + _ROTATE_DOC
+
+
+def rope_cos_sin_cache(positions, rotary_dim, base, out=None) -> Tensor:
+    """The cos|sin table of the given positions: float32 [T, rotary_dim], row t holding
+    cos(angle_i) for i < rotary_dim/2 then sin(angle_i), angle_i = positions[t] *
+    base ** (-2i / rotary_dim) radians (accurate cos/sin, also at positions ~131072).
+
+    positions: int32 [T]; rotary_dim: positive and even; base > 0; out: optional
+    float32 [T, rotary_dim]. Raises ValueError / TypeError as rope_neox.
+    """
+    op = "rope_cos_sin_cache"
+    (positions,) = tensors(op, positions=positions)
+    return _native.rope_cos_sin_cache(positions, integer(op, "rotary_dim", rotary_dim),
+                                      real(op, "base", base), out=out_tensor(op, out))
+
+
+def rope_from_cache(x, cos_sin_cache, positions, neox=True, out=None) -> Tensor:
+    """Applies RoPE from a precomputed cos|sin table (see rope_cos_sin_cache): token t
+    uses row positions[t] of cos_sin_cache.
+
+    x: [T, heads, head_dim] float; cos_sin_cache: float32 [P, rotary_dim] (rotary_dim
+    even, <= head_dim); positions: int32 [T], row indices into the cache in [0, P);
+    neox: True for half-split pairs, False for interleaved; out: optional, may be x.
+    Bit-exact across devices (no transcendental functions are evaluated).
+
+    Raises ValueError for shapes, rows outside the cache or tensors on different
+    devices; TypeError for wrong dtypes or non-array arguments.
+    """
+    op = "rope_from_cache"
+    x, cos_sin_cache, positions = tensors(op, x=x, cos_sin_cache=cos_sin_cache, positions=positions)
+    return _native.rope_from_cache(x, cos_sin_cache, positions, flag(op, "neox", neox),
+                                   out=out_tensor(op, out))

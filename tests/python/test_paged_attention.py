@@ -1,0 +1,119 @@
+"""ops.paged_attention against a float64 reference of causal GQA attention."""
+import numpy as np
+import pytest
+
+import metalrt
+from conftest import FLOAT_DTYPES, assert_matches, poisoned, rand
+from metalrt import ops
+
+
+def reference(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale):
+    """Causal attention per request over the context gathered through its block table."""
+    heads, kv_heads = query.shape[1], key_cache.shape[2]
+    block_size = key_cache.shape[1]
+    out = np.zeros(query.shape)
+    for b, context in enumerate(seq_lens):
+        start, stop = query_start_loc[b], query_start_loc[b + 1]
+        positions = np.arange(context)
+        blocks = block_tables[b][positions // block_size]
+        keys = key_cache[blocks, positions % block_size]        # [context, kv_heads, head_dim]
+        values = value_cache[blocks, positions % block_size]
+        for i, t in enumerate(range(start, stop)):
+            visible = context - (stop - start) + i + 1
+            for h in range(heads):
+                g = h // (heads // kv_heads)
+                scores = scale * keys[:visible, g] @ query[t, h]
+                weights = np.exp(scores - scores.max())
+                out[t, h] = weights @ values[:visible, g] / weights.sum()
+    return out
+
+
+def run_case(device, dtype, heads, kv_heads, head_dim, block_size, q_lens, seq_lens, seed=0):
+    rng = np.random.default_rng(seed)
+    max_blocks = max(-(-s // block_size) for s in seq_lens) + 1
+    num_blocks = len(seq_lens) * max_blocks + 2
+    # Distinct, shuffled blocks per request: the block table's order matters.
+    block_tables = rng.permutation(num_blocks)[:len(seq_lens) * max_blocks]
+    block_tables = block_tables.reshape(len(seq_lens), max_blocks).astype(np.int32)
+    query_start_loc = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    query = rand((sum(q_lens), heads, head_dim), seed=seed + 1, dtype=dtype)
+    key_cache = rand((num_blocks, block_size, kv_heads, head_dim), seed=seed + 2, dtype=dtype)
+    value_cache = rand((num_blocks, block_size, kv_heads, head_dim), seed=seed + 3, dtype=dtype)
+    scale = head_dim ** -0.5
+    seq_lens = np.array(seq_lens, np.int32)
+    out = poisoned(query.shape, dtype, device)
+    as_dev = lambda a, dt=dtype: metalrt.asarray(a, device=device, dtype=dt)  # noqa: E731
+    result = ops.paged_attention(as_dev(query), as_dev(key_cache), as_dev(value_cache),
+                                 block_tables, seq_lens, query_start_loc, scale, out=out)
+    assert result.data_ptr() == out.data_ptr() and result.dtype == dtype
+    expected = reference(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
+                         scale)
+    return result, expected
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("heads, kv_heads, head_dim, block_size, q_lens, seq_lens", [
+    (1, 1, 1, 1, [1], [1]),
+    (9, 3, 64, 16, [1], [33]),                  # SmolLM2 decode: GQA 3, one past a block
+    (9, 3, 64, 16, [5, 1, 31], [5, 32, 40]),    # prefill, decode, chunked prefill with context
+    (4, 2, 128, 16, [17, 2], [17, 18]),         # head_dim 128, GQA 2
+    (3, 3, 33, 5, [3], [7]),                    # odd head_dim and block size, MHA
+])
+def test_matches_float64_reference(dtype, heads, kv_heads, head_dim, block_size, q_lens,
+                                   seq_lens, device):
+    result, expected = run_case(device, dtype, heads, kv_heads, head_dim, block_size, q_lens,
+                                seq_lens)
+    assert_matches(result, expected, dtype)
+
+
+def test_rows_of_a_view(device):
+    query = rand((2, 2, 8), seed=1)
+    cache = rand((2, 4, 1, 8), seed=2)
+    base = rand((4, 2, 8), seed=3)
+    target = metalrt.asarray(base, device=device)
+    args = (np.array([[1, 0]], np.int32), np.array([5], np.int32), np.array([0, 2], np.int32))
+    ops.paged_attention(metalrt.asarray(query, device=device), cache, cache, *args, 0.5,
+                        out=target[1:3])
+    expected = base.copy()
+    expected[1:3] = reference(query, cache, cache, *args, 0.5)
+    assert_matches(target.numpy()[1:3], expected[1:3], "float32")
+    np.testing.assert_array_equal(target.numpy()[[0, 3]], base[[0, 3]].astype(np.float32))
+
+
+def test_bad_inputs(device):
+    q = metalrt.zeros((3, 4, 8), device=device)
+    cache = metalrt.zeros((4, 4, 2, 8), device=device)
+    tables = np.array([[0, 1]], np.int32)
+    lens = np.array([3], np.int32)
+    loc = np.array([0, 3], np.int32)
+    call = lambda **kw: ops.paged_attention(**{**dict(  # noqa: E731
+        query=q, key_cache=cache, value_cache=cache, block_tables=tables, seq_lens=lens,
+        query_start_loc=loc, scale=0.5), **kw})
+    call()
+    with pytest.raises(ValueError, match=r"^\[paged_attention\] heads \(4\) must be a multiple"):
+        call(key_cache=metalrt.zeros((4, 4, 3, 8), device=device),
+             value_cache=metalrt.zeros((4, 4, 3, 8), device=device))
+    with pytest.raises(ValueError, match=r"^\[paged_attention\] query must have rank 3"):
+        call(query=q.reshape(3, 32))
+    with pytest.raises(ValueError, match=r"^\[paged_attention\] key_cache head_dim"):
+        call(query=metalrt.zeros((3, 4, 16), device=device))
+    with pytest.raises(ValueError, match=r"^\[paged_attention\] query_start_loc must have shape \[2\]"):
+        call(query_start_loc=np.array([0, 1, 3], np.int32))
+    with pytest.raises(ValueError, match=r"^\[paged_attention\] request 0: seq_len 2 is shorter"):
+        call(seq_lens=np.array([2], np.int32))
+    with pytest.raises(ValueError, match=r"^\[paged_attention\] request 0: seq_len 9 exceeds"):
+        call(seq_lens=np.array([9], np.int32))
+    with pytest.raises(ValueError, match=r"^\[paged_attention\] request 0: block 7 at block_tables"):
+        call(block_tables=np.array([[7, 0]], np.int32))
+    with pytest.raises(ValueError, match=r"^\[paged_attention\] scale must be finite"):
+        call(scale=float("nan"))
+    with pytest.raises(TypeError, match=r"^\[paged_attention\] seq_lens must be int32"):
+        call(seq_lens=np.array([3]))
+    with pytest.raises(TypeError, match=r"^\[paged_attention\] key_cache must have the dtype"):
+        half = metalrt.zeros((4, 4, 2, 8), dtype="bfloat16", device=device)
+        call(key_cache=half, value_cache=half)
+    with pytest.raises(TypeError, match=r"^\[paged_attention\] scale must be a real number"):
+        call(scale="0.5")
+    for bad in ("q", None):
+        with pytest.raises(TypeError, match=r"^\[paged_attention\] query must be a metalrt.Tensor"):
+            call(query=bad)

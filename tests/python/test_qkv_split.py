@@ -1,0 +1,43 @@
+"""ops.qkv_split: bit-exact split of a fused QKV projection."""
+import numpy as np
+import pytest
+
+import metalrt
+from conftest import FLOAT_DTYPES, rand
+from metalrt import ops
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("tokens, widths", [(1, (1, 1, 1)), (33, (576, 192, 192)),
+                                            (31, (64, 32, 33)), (32, (3, 5, 7))])
+def test_splits_exactly(dtype, tokens, widths, device):
+    fused = rand((tokens, sum(widths)), seed=tokens, dtype=dtype)
+    qkv = metalrt.asarray(fused, device=device, dtype=dtype)
+    q, k, v = ops.qkv_split(qkv, *widths)
+    q_w, k_w, _ = widths
+    for part, expected in zip((q, k, v), np.split(fused, [q_w, q_w + k_w], axis=1)):
+        assert part.dtype == dtype and part.device == device and part.is_contiguous()
+        np.testing.assert_array_equal(part.numpy(), expected.astype(np.float32))
+
+
+def test_rows_of_a_view(device):
+    fused = rand((4, 9), seed=1)
+    qkv = metalrt.asarray(fused, device=device)
+    q, k, v = ops.qkv_split(qkv[1:3], np.int64(2), 3, 4)
+    np.testing.assert_array_equal(v.numpy(), fused[1:3, 5:].astype(np.float32))
+
+
+def test_bad_inputs(device):
+    qkv = metalrt.zeros((2, 9), device=device)
+    with pytest.raises(ValueError, match=r"^\[qkv_split\] q \+ k \+ v widths"):
+        ops.qkv_split(qkv, 3, 3, 4)
+    with pytest.raises(ValueError, match=r"^\[qkv_split\] widths must be positive"):
+        ops.qkv_split(qkv, 9, 0, 0)
+    with pytest.raises(ValueError, match=r"^\[qkv_split\] qkv must have rank 2"):
+        ops.qkv_split(qkv.reshape(18), 3, 3, 3)
+    with pytest.raises(TypeError, match=r"^\[qkv_split\] k_width must be an int, got float"):
+        ops.qkv_split(qkv, 3, 3.0, 3)
+    with pytest.raises(TypeError, match=r"^\[qkv_split\] qkv must be a metalrt.Tensor"):
+        ops.qkv_split("qkv", 3, 3, 3)
+    with pytest.raises(TypeError, match=r"^\[qkv_split\] qkv must be a metalrt.Tensor"):
+        ops.qkv_split(None, 3, 3, 3)

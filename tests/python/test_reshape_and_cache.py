@@ -1,0 +1,73 @@
+"""ops.reshape_and_cache: bit-exact paged KV-cache writes, padded slots skipped."""
+import numpy as np
+import pytest
+
+import metalrt
+from conftest import FLOAT_DTYPES, rand
+from metalrt import ops
+
+
+def reference(cache, rows, slots):
+    """cache [num_blocks, block_size, kv_heads, head_dim] with rows[t] at slot t."""
+    expected = cache.copy()
+    flat = expected.reshape(-1, *cache.shape[2:])
+    for row, slot in zip(rows, slots):
+        if slot >= 0:
+            flat[slot] = row
+    return expected
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("num_blocks, block_size, kv_heads, head_dim, slots", [
+    (1, 1, 1, 1, [0]),
+    (4, 16, 3, 64, [17, -1, 0, 63, 16]),      # padded slot, block boundaries
+    (3, 16, 1, 33, list(range(31, 0, -1))),   # 31 tokens in reverse order
+    (2, 5, 2, 32, [9, -1, -1, 4]),            # block_size not a power of two
+])
+def test_writes_exactly_and_only_the_slots(dtype, num_blocks, block_size, kv_heads, head_dim,
+                                           slots, device):
+    tokens = len(slots)
+    shape = (num_blocks, block_size, kv_heads, head_dim)
+    k_rows, v_rows = (rand((tokens, kv_heads, head_dim), seed=s, dtype=dtype) for s in (1, 2))
+    k_init, v_init = (rand(shape, seed=s, dtype=dtype) for s in (3, 4))
+    key_cache = metalrt.asarray(k_init, device=device, dtype=dtype)
+    value_cache = metalrt.asarray(v_init, device=device, dtype=dtype)
+    result = ops.reshape_and_cache(metalrt.asarray(k_rows, device=device, dtype=dtype),
+                                   metalrt.asarray(v_rows, device=device, dtype=dtype),
+                                   key_cache, value_cache, np.array(slots, np.int64))
+    assert result is None
+    # The whole caches, untouched rows included.
+    np.testing.assert_array_equal(key_cache.numpy(), reference(k_init, k_rows, slots))
+    np.testing.assert_array_equal(value_cache.numpy(), reference(v_init, v_rows, slots))
+
+
+def test_bad_slots_leave_the_cache_untouched(device):
+    init = rand((2, 4, 1, 8), seed=5)
+    cache = metalrt.asarray(init, device=device)
+    rows = metalrt.asarray(rand((2, 1, 8), seed=6), device=device)
+    with pytest.raises(ValueError, match=r"^\[reshape_and_cache\] slot 8 of token 1 is beyond"):
+        ops.reshape_and_cache(rows, rows, cache, cache, np.array([0, 8], np.int64))
+    np.testing.assert_array_equal(cache.numpy(), init.astype(np.float32))
+
+
+def test_bad_inputs(device):
+    cache = metalrt.zeros((2, 4, 2, 8), device=device)
+    rows = metalrt.zeros((3, 2, 8), device=device)
+    slots = np.array([0, 1, 2], np.int64)
+    with pytest.raises(TypeError, match=r"^\[reshape_and_cache\] slot_mapping must be int64"):
+        ops.reshape_and_cache(rows, rows, cache, cache, slots.astype(np.int32))
+    with pytest.raises(ValueError, match=r"^\[reshape_and_cache\] slot_mapping must have shape \[3\]"):
+        ops.reshape_and_cache(rows, rows, cache, cache, slots[:2])
+    with pytest.raises(ValueError, match=r"^\[reshape_and_cache\] key must have rank 3"):
+        ops.reshape_and_cache(rows.reshape(3, 16), rows, cache, cache, slots)
+    with pytest.raises(ValueError, match=r"^\[reshape_and_cache\] key_cache must be \[num_blocks"):
+        ops.reshape_and_cache(rows, rows, metalrt.zeros((2, 4, 1, 16), device=device),
+                              metalrt.zeros((2, 4, 1, 16), device=device), slots)
+    with pytest.raises(ValueError, match=r"^\[reshape_and_cache\] value must have shape"):
+        ops.reshape_and_cache(rows, metalrt.zeros((3, 2, 7), device=device), cache, cache, slots)
+    half_cache = metalrt.zeros((2, 4, 2, 8), dtype="float16", device=device)
+    with pytest.raises(TypeError, match=r"^\[reshape_and_cache\] key_cache must have the dtype of key"):
+        ops.reshape_and_cache(rows, rows, half_cache, half_cache, slots)
+    for bad in ("cache", None):
+        with pytest.raises(TypeError, match=r"^\[reshape_and_cache\] value_cache must be a metalrt"):
+            ops.reshape_and_cache(rows, rows, cache, bad, slots)
