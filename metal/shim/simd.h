@@ -37,14 +37,14 @@ struct simd_lanes {
   bool is_active(uint32_t l) const { return (active >> l) & 1u; }
 };
 
+// The active lanes are those that took part in the exchange (sim_hooks.h).
 template <class V>
 simd_lanes<V> simd_gather(const V& mine) {
   static_assert(sizeof(V) <= 64, "SIMD-group exchange carries at most 64 bytes a lane");
   const metalrt::sim::Hooks& hooks = metalrt::sim::hooks();
   simd_lanes<V> all;
   all.lane = hooks.lane();
-  all.active = hooks.active_mask();
-  hooks.simd_exchange(&mine, sizeof(V), all.value);
+  all.active = hooks.simd_exchange(&mine, sizeof(V), all.value);
   for (uint32_t l = 0; l < kSimdWidth; ++l) {
     if (all.is_active(l)) continue;
     // bool has only two valid values: an inactive lane reads as false.
@@ -87,26 +87,24 @@ value_t<X> group_prefix(const X& x, F f, bool inclusive, int identity) {
   const uint32_t index = all.lane - group_base<G>(all.lane);
   return fold_lanes<G>(all, index + (inclusive ? 1u : 0u), f, V(identity));
 }
-// The value of lane `source` of the caller's group, or the caller's own value when
-// `source` is outside the group (source >= G, as unsigned).
-template <uint32_t G, class X>
-value_t<X> group_read(const X& x, uint32_t source) {
+// The value of lane `source(all)` of the caller's group (an index within the
+// group), or the caller's own value when that index is outside the group (>= G).
+template <uint32_t G, class X, class Source>
+value_t<X> group_read(const X& x, Source source) {
   using V = value_t<X>;
   const simd_lanes<V> all = simd_gather(V(x));
-  if (source >= G) return V(x);
-  return all.value[group_base<G>(all.lane) + source];
+  const uint32_t index = source(all.lane & (G - 1u), all);
+  if (index >= G) return V(x);
+  return all.value[group_base<G>(all.lane) + index];
 }
-template <uint32_t G>
-uint32_t index_in_group() {
-  return metalrt::sim::hooks().lane() & (G - 1u);
+// Index within the caller's group of its lowest active lane.
+template <uint32_t G, class V>
+uint32_t first_active_in_group(const simd_lanes<V>& all) {
+  const uint32_t group_mask = G == 32 ? ~0u : (1u << G) - 1u;
+  return static_cast<uint32_t>(__builtin_ctz((all.active >> group_base<G>(all.lane)) & group_mask));
 }
-template <uint32_t G>
-uint32_t first_active_in_group() {
-  const uint32_t lane = metalrt::sim::hooks().lane();
-  const uint32_t base = group_base<G>(lane);
-  const uint32_t mask = (metalrt::sim::hooks().active_mask() >> base) & ((G == 32 ? 0u : 1u << G) - 1u);
-  return static_cast<uint32_t>(__builtin_ctz(mask));
-}
+// Every lane's arrival (and so the final active mask) without data.
+inline simd_lanes<uint8_t> simd_sync() { return simd_gather(uint8_t(0)); }
 
 struct plus_op {
   template <class V> V operator()(const V& a, const V& b) const { return V(a + b); }
@@ -132,21 +130,20 @@ struct xor_op {
 
 }  // namespace detail
 
-// A SIMD-group vote (MSL §6.9.2): bit l is lane l's predicate.
+// A SIMD-group vote (MSL §6.9.2): bit l is lane l's predicate. It also keeps the
+// lanes that voted, for all().
 class simd_vote {
  public:
   using vote_t = uint64_t;
-  explicit constexpr simd_vote(vote_t v = 0) : v_(v) {}
+  explicit constexpr simd_vote(vote_t v = 0, vote_t voters = 0xffffffffu) : v_(v), voters_(voters) {}
   explicit constexpr operator vote_t() const { return v_; }
-  // True when every active lane voted true.
-  bool all() const {
-    const vote_t active = metalrt::sim::hooks().active_mask();
-    return (v_ & active) == active;
-  }
-  bool any() const { return v_ != 0; }
+  // True when every lane that voted voted true.
+  constexpr bool all() const { return (v_ & voters_) == voters_; }
+  constexpr bool any() const { return v_ != 0; }
 
  private:
   vote_t v_;
+  vote_t voters_;
 };
 
 // Reductions and scans, for the SIMD-group (simd_*) and the quad (quad_*).
@@ -176,33 +173,36 @@ class simd_vote {
 // with a group-uniform lane; broadcast_first reads the lowest active lane.
 #define METAL_GROUP_SHUFFLES(group, G)                                                          \
   template <class X> detail::value_t<X> group##_shuffle(const X& x, uint l) {                  \
-    return detail::group_read<G>(x, l % G);                                                     \
+    return detail::group_read<G>(x, [l](uint32_t, const auto&) { return l % G; });             \
   }                                                                                             \
   template <class X> detail::value_t<X> group##_broadcast(const X& x, uint l) {                \
-    return detail::group_read<G>(x, l % G);                                                     \
+    return detail::group_read<G>(x, [l](uint32_t, const auto&) { return l % G; });             \
   }                                                                                             \
   template <class X> detail::value_t<X> group##_shuffle_up(const X& x, uint delta) {           \
-    const uint i = detail::index_in_group<G>();                                                 \
-    return detail::group_read<G>(x, delta > i ? G : i - delta);                                 \
+    return detail::group_read<G>(                                                               \
+        x, [delta](uint32_t i, const auto&) { return delta > i ? G : i - delta; });             \
   }                                                                                             \
   template <class X> detail::value_t<X> group##_shuffle_down(const X& x, uint delta) {         \
-    const uint i = detail::index_in_group<G>();                                                 \
-    return detail::group_read<G>(x, delta >= G - i ? G : i + delta);                            \
+    return detail::group_read<G>(                                                               \
+        x, [delta](uint32_t i, const auto&) { return delta >= G - i ? G : i + delta; });        \
   }                                                                                             \
   template <class X> detail::value_t<X> group##_shuffle_rotate_up(const X& x, uint delta) {    \
-    return detail::group_read<G>(x, (detail::index_in_group<G>() + G - delta % G) % G);        \
+    return detail::group_read<G>(                                                               \
+        x, [delta](uint32_t i, const auto&) { return (i + G - delta % G) % G; });               \
   }                                                                                             \
   template <class X> detail::value_t<X> group##_shuffle_rotate_down(const X& x, uint delta) {  \
-    return detail::group_read<G>(x, (detail::index_in_group<G>() + delta) % G);                \
+    return detail::group_read<G>(x, [delta](uint32_t i, const auto&) { return (i + delta) % G; }); \
   }                                                                                             \
   template <class X> detail::value_t<X> group##_shuffle_xor(const X& x, uint mask) {           \
-    return detail::group_read<G>(x, detail::index_in_group<G>() ^ (mask % G));                  \
+    return detail::group_read<G>(x, [mask](uint32_t i, const auto&) { return i ^ (mask % G); }); \
   }                                                                                             \
   template <class X> detail::value_t<X> group##_broadcast_first(const X& x) {                  \
-    return detail::group_read<G>(x, detail::first_active_in_group<G>());                        \
+    return detail::group_read<G>(                                                               \
+        x, [](uint32_t, const auto& all) { return detail::first_active_in_group<G>(all); });   \
   }                                                                                             \
   inline bool group##_is_first() {                                                              \
-    return detail::index_in_group<G>() == detail::first_active_in_group<G>();                   \
+    const auto all = detail::simd_sync();                                                       \
+    return (all.lane & (G - 1u)) == detail::first_active_in_group<G>(all);                      \
   }                                                                                             \
   inline bool group##_all(bool b) { return group##_and(uint(b)) != 0; }                        \
   inline bool group##_any(bool b) { return group##_or(uint(b)) != 0; }
@@ -216,11 +216,15 @@ METAL_GROUP_SHUFFLES(quad, detail::kQuadWidth)
 
 // simd_ballot(p): bit l set when active lane l passed true.
 inline simd_vote simd_ballot(bool predicate) {
-  const uint32_t mine = predicate ? 1u << metalrt::sim::hooks().lane() : 0u;
-  return simd_vote(simd_or(mine));
+  const detail::simd_lanes<uint8_t> all = detail::simd_gather(uint8_t(predicate));
+  simd_vote::vote_t votes = 0;
+  for (uint32_t l = 0; l < detail::kSimdWidth; ++l)
+    if (all.is_active(l) && all.value[l]) votes |= simd_vote::vote_t(1) << l;
+  return simd_vote(votes, all.active);
 }
 inline simd_vote simd_active_threads_mask() {
-  return simd_vote(metalrt::sim::hooks().active_mask());
+  const uint32_t active = detail::simd_sync().active;
+  return simd_vote(active, active);
 }
 // Compute kernels have no helper threads (those exist in fragment functions).
 inline bool simd_is_helper_thread() { return false; }

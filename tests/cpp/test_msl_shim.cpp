@@ -11,55 +11,15 @@
 #include <vector>
 
 #include "as_type.h"
+#include "float16_reference.h"
 #include "atomic.h"
 #include "integer.h"
 #include "math_functions.h"
 #include "numeric_limits.h"
 
 using namespace metal;
+using namespace float16_reference;
 
-namespace {
-
-// ---- float64 references for the 16-bit formats, written from their definitions ----
-
-// Value of binary16 bits k (0 <= k < 0x7c00): subnormal m*2^-24, normal (1024+m)*2^(e-25).
-double Binary16Value(uint32_t k) {
-  const uint32_t e = k >> 10, m = k & 0x3ff;
-  return e == 0 ? std::ldexp(double(m), -24) : std::ldexp(double(1024 + m), int(e) - 25);
-}
-// Value of bfloat16 bits k (0 <= k <= 0x7f80; 0x7f80 stands for 2^128, the value
-// overflowing results round to): sign-free 8-bit exponent, 7-bit mantissa.
-double Bfloat16Value(uint32_t k) {
-  const uint32_t e = k >> 7, m = k & 0x7f;
-  return e == 0 ? std::ldexp(double(m), -133) : std::ldexp(double(128 + m), int(e) - 134);
-}
-// Nearest representable to x among bits 0..top (ascending values), ties to even bits.
-template <class ValueOf>
-uint16_t NearestBits(double x, uint32_t top, ValueOf value_of) {
-  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
-  const double a = std::fabs(x);
-  uint32_t lo = 0, hi = top;   // largest k with value_of(k) <= a
-  if (a >= value_of(top)) return sign | top;
-  while (hi - lo > 1) {
-    const uint32_t mid = (lo + hi) / 2;
-    (value_of(mid) <= a ? lo : hi) = mid;
-  }
-  const double below = a - value_of(lo), above = value_of(lo + 1) - a;
-  const uint32_t k = below < above ? lo : above < below ? lo + 1 : (lo % 2 == 0 ? lo : lo + 1);
-  return static_cast<uint16_t>(sign | k);
-}
-// binary16: everything >= 65520 (the tie between 65504 and 2^16) rounds to Inf.
-uint16_t RefHalfBits(double x) {
-  return NearestBits(x, 0x7c00, [](uint32_t k) { return k == 0x7c00 ? 65536.0 : Binary16Value(k); });
-}
-uint16_t RefBfloatBits(double x) { return NearestBits(x, 0x7f80, Bfloat16Value); }
-
-double HalfValue(uint16_t bits) {
-  const double v = (bits & 0x7fff) >= 0x7c00 ? INFINITY : Binary16Value(bits & 0x7fff);
-  return (bits & 0x8000) ? -v : v;
-}
-
-}  // namespace
 
 TEST_CASE("half: every bit pattern converts to float exactly") {
   for (uint32_t b = 0; b < 0x10000; ++b) {

@@ -4,8 +4,10 @@
 // matrix multiply with transpose and origin.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <random>
+#include <thread>
 
 #include "msl_shim_mock.h"
 #include "simdgroup_matrix.h"
@@ -115,6 +117,7 @@ TEST_CASE("simd votes, first lane, broadcast_first; vectors and half through shu
   const uint32_t mask = 0xfff0fff0u;   // lanes 0..3 returned
   bool all_pos[32], any_big[32], first[32];
   uint64_t ballot[32], active[32];
+  bool vote_all[32], vote_any[32], all_of_active[32];
   float bfirst[32];
   half4 hs[32];
   uint2 us[32];
@@ -122,7 +125,11 @@ TEST_CASE("simd votes, first lane, broadcast_first; vectors and half through shu
     all_pos[l] = simd_all(l >= 4);
     any_big[l] = simd_any(l == 31);
     first[l] = simd_is_first();
-    ballot[l] = uint64_t(simd_ballot(l % 2 == 0));
+    const simd_vote vote = simd_ballot(l % 2 == 0);
+    ballot[l] = uint64_t(vote);
+    vote_all[l] = vote.all();
+    vote_any[l] = vote.any();
+    all_of_active[l] = simd_ballot(true).all();
     active[l] = uint64_t(simd_active_threads_mask());
     bfirst[l] = simd_broadcast_first(LaneValue(l));
     hs[l] = simd_shuffle_down(half4(half(float(l)), half(0.5f), half(-1), half(l * 0.25f)), 2u);
@@ -135,6 +142,9 @@ TEST_CASE("simd votes, first lane, broadcast_first; vectors and half through shu
     CHECK(any_big[l]);
     CHECK(first[l] == (l == 4));
     CHECK(ballot[l] == (0x55555555u & mask));
+    CHECK(!vote_all[l]);
+    CHECK(vote_any[l]);
+    CHECK(all_of_active[l]);   // all() counts only the lanes that voted
     CHECK(active[l] == mask);
     CHECK(bfirst[l] == LaneValue(4));
     const uint32_t src = l + 2 < 32 ? l + 2 : l;
@@ -145,6 +155,38 @@ TEST_CASE("simd votes, first lane, broadcast_first; vectors and half through shu
       CHECK(std::isnan(float(hs[l].x)));
     }
     if (Active(mask, l ^ 1u)) CHECK(all(us[l] == uint2(100 + (l ^ 1u), l ^ 1u)));
+  }
+}
+
+TEST_CASE("simd functions leave out lanes that return before reaching them") {
+  // Lanes 3, 8, 13, ... return without taking part; they return late, so a
+  // function that looked at the active mask before every lane had arrived or
+  // returned would still count them.
+  auto returns = [](uint32_t l) { return l % 5 == 3; };
+  float sums[32], firsts[32];
+  bool is_first[32];
+  uint64_t masks[32];
+  MockSimdGroup::Run(kFull & ~1u, [&](uint32_t l) {   // lane 0 does not exist either
+    if (returns(l)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return;
+    }
+    sums[l] = simd_sum(LaneValue(l));
+    is_first[l] = simd_is_first();
+    firsts[l] = simd_broadcast_first(LaneValue(l));
+    masks[l] = uint64_t(simd_active_threads_mask());
+  });
+  float want = 0;
+  uint32_t mask = 0;
+  for (uint32_t l = 1; l < 32; ++l)
+    if (!returns(l)) want += LaneValue(l), mask |= 1u << l;
+  for (uint32_t l = 1; l < 32; ++l) {
+    if (returns(l)) continue;
+    CAPTURE(l);
+    CHECK(sums[l] == want);
+    CHECK(is_first[l] == (l == 1));
+    CHECK(firsts[l] == LaneValue(1));
+    CHECK(masks[l] == mask);
   }
 }
 
