@@ -1,0 +1,227 @@
+"""Text generation with the shape of mlx-lm's API: ``load``, ``generate``,
+``stream_generate``, ``batch_generate``.
+
+Prompts are strings (encoded with the tokenizer, which adds BOS when the model wants
+one; no chat template is applied) or lists of token ids. Sampling arguments are
+those of ``metalrt.runner.SamplingParams`` (see ``metalrt.runner.sampling`` for the
+order in which they apply). Stop conditions: an eos id of the tokenizer, a stop
+string (the text is cut before it), or ``max_tokens``.
+"""
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+
+import metalrt
+
+from .loaders import load_model_files
+from .models import CausalLM, build_model
+from .runner import Engine, SamplingParams, blocks_for
+from .runner.stopping import StopStrings
+
+Prompt = Union[str, Sequence[int]]
+
+
+@dataclass(frozen=True)
+class GenerationResponse:
+    """One step of ``stream_generate``.
+
+    text: the new text of this step (may be empty while a UTF-8 character or a
+    possible stop string is incomplete); token: the sampled id; logprobs: float32 [V]
+    log-softmax of the logits after the repetition penalty, or None unless asked;
+    prompt_tokens / prompt_tps: prompt length and prefill speed (tokens/s);
+    generation_tokens / generation_tps: tokens generated so far and their speed
+    (tokens/s, first token excluded from the time); peak_memory: the process's peak
+    resident memory in GB (1e9 bytes); finish_reason: "stop" (eos or stop string),
+    "length" (max_tokens) or None while generation goes on.
+    """
+
+    text: str
+    token: int
+    logprobs: Optional[np.ndarray]
+    prompt_tokens: int
+    prompt_tps: float
+    generation_tokens: int
+    generation_tps: float
+    peak_memory: float
+    finish_reason: Optional[str]
+
+
+def resolve_device(device: str) -> str:
+    """"cpu" and "metal" are taken as given; "auto" is "metal" when a Metal backend is
+    available *and* it is a real Apple GPU (its name starts with "Apple"), else "cpu":
+    the simulated Metal device is for testing kernels, not for speed. Raises
+    ValueError for any other name."""
+    if device not in ("auto", "cpu", "metal"):
+        raise ValueError(f"[load] device must be 'auto', 'cpu' or 'metal', got '{device}'")
+    if device != "auto":
+        return device
+    if metalrt.is_available("metal") and metalrt.device_info("metal")["name"].startswith("Apple"):
+        return "metal"
+    return "cpu"
+
+
+def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32"):
+    """(model, tokenizer) from a ``.gguf`` file or a Hugging Face model directory
+    (``config.json``, ``*.safetensors``, ``tokenizer.json``); ``path=None`` loads the
+    default model (SmolLM2-135M-Instruct, fetched on first use). Weights are uploaded
+    once to ``device`` ("auto" | "cpu" | "metal", see ``resolve_device``) in ``dtype``.
+
+    Raises FileNotFoundError for a missing path; ValueError for unreadable files,
+    unknown architectures and bad devices.
+    """
+    device = resolve_device(device)
+    files = load_model_files(path)
+    model = build_model(files.config, files.weights, device, dtype)
+    return model, files.tokenizer
+
+
+def peak_memory_gb() -> float:
+    """Peak resident set size of this process in GB (ru_maxrss: KiB on Linux, bytes
+    on macOS). macOS may account Metal buffers outside the resident set."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss * (1 if sys.platform == "darwin" else 1024) / 1e9
+
+
+def prompt_ids(tokenizer, prompt: Prompt) -> List[int]:
+    """Token ids of a string prompt (tokenizer.encode) or a list of ids as given."""
+    if isinstance(prompt, str):
+        ids = tokenizer.encode(prompt)
+    else:
+        ids = [int(t) for t in prompt]
+    if not ids:
+        raise ValueError("[generate] the prompt is empty")
+    return ids
+
+
+class _TextStream:
+    """Text of one request as tokens arrive: streaming detokenization (never a partial
+    UTF-8 character), eos text left out, stop strings cut off."""
+
+    def __init__(self, tokenizer, stop: Optional[Sequence[str]]):
+        self.detokenizer = tokenizer.detokenizer()
+        self.eos = set(tokenizer.eos_token_ids)
+        self.stops = StopStrings([stop] if isinstance(stop, str) else (stop or ()))
+
+    def add(self, token: int, finished: bool):
+        """(new text, whether a stop string ended the request)."""
+        piece = "" if token in self.eos else self.detokenizer.add_token(token)
+        if finished:
+            piece += self.detokenizer.finalize()
+        text, stopped = self.stops.feed(piece)
+        if finished and not stopped:
+            text += self.stops.flush()
+        return text, stopped
+
+
+def _engine(model: CausalLM, prompts: Sequence[Sequence[int]], max_tokens: int,
+            max_batched_tokens: int) -> Engine:
+    blocks = sum(blocks_for(len(p) + max_tokens) for p in prompts)
+    return Engine(model, model.kv_cache(blocks), max_batched_tokens)
+
+
+def stream_generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int = 100, *,
+                    temp: float = 0.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
+                    repetition_penalty: float = 1.0, repetition_context_size: int = 20,
+                    seed: Optional[int] = None, stop: Union[str, Sequence[str], None] = None,
+                    logprobs: bool = False, max_batched_tokens: int = 512
+                    ) -> Iterator[GenerationResponse]:
+    """Generates up to ``max_tokens`` tokens after ``prompt``, yielding one
+    GenerationResponse per token; the last has ``finish_reason`` set. The prompt is
+    prefilled in chunks of at most ``max_batched_tokens`` tokens.
+
+    Raises ValueError for an empty prompt, max_tokens < 1 or out-of-range sampling
+    arguments; OutOfBlocksError cannot occur (the cache is sized for the request).
+    """
+    ids = prompt_ids(tokenizer, prompt)
+    params = SamplingParams(temp, top_p, top_k, min_p, repetition_penalty,
+                            repetition_context_size, seed, logprobs)
+    engine = _engine(model, [ids], max_tokens, max_batched_tokens)
+    try:
+        request = engine.add_request(ids, params, max_tokens, tokenizer.eos_token_ids)
+        text = _TextStream(tokenizer, stop)
+        start = time.perf_counter()
+        prompt_tps, first_token_time = 0.0, 0.0
+        while not request.finished:
+            for out in engine.step():
+                n = len(request.output)
+                now = time.perf_counter()
+                if n == 1:
+                    first_token_time = now
+                    prompt_tps = len(ids) / (now - start)
+                piece, stopped = text.add(out.token, out.finish_reason is not None)
+                if stopped:
+                    engine.abort(request, "stop")
+                yield GenerationResponse(
+                    text=piece, token=out.token, logprobs=out.logprobs,
+                    prompt_tokens=len(ids), prompt_tps=prompt_tps, generation_tokens=n,
+                    generation_tps=(n - 1) / (now - first_token_time) if n > 1 else 0.0,
+                    peak_memory=peak_memory_gb(), finish_reason=request.finish_reason)
+    finally:
+        engine.close()
+
+
+def generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int = 100,
+             verbose: bool = False, **kwargs) -> str:
+    """The text generated after ``prompt`` (``stream_generate``'s pieces joined).
+    ``kwargs``: temp, top_p, top_k, min_p, repetition_penalty, seed, stop, ... as for
+    ``stream_generate``. verbose: stream the text to stdout, then print prompt and
+    generation tokens-per-sec and peak memory as mlx-lm does."""
+    pieces = []
+    last = None
+    if verbose:
+        print("=" * 10)
+    for last in stream_generate(model, tokenizer, prompt, max_tokens, **kwargs):
+        pieces.append(last.text)
+        if verbose:
+            print(last.text, end="", flush=True)
+    if verbose and last is not None:
+        print()
+        print("=" * 10)
+        print(f"Prompt: {last.prompt_tokens} tokens, {last.prompt_tps:.3f} tokens-per-sec")
+        print(f"Generation: {last.generation_tokens} tokens, "
+              f"{last.generation_tps:.3f} tokens-per-sec")
+        print(f"Peak memory: {last.peak_memory:.3f} GB")
+    return "".join(pieces)
+
+
+def batch_generate(model: CausalLM, tokenizer, prompts: Sequence[Prompt], max_tokens: int = 100, *,
+                   temp: float = 0.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
+                   repetition_penalty: float = 1.0, repetition_context_size: int = 20,
+                   seed: Optional[int] = None, stop: Union[str, Sequence[str], None] = None,
+                   max_batched_tokens: int = 512, verbose: bool = False) -> List[str]:
+    """Generates for all ``prompts`` together (prefill and decode of different prompts
+    share forward steps) and returns one text per prompt, in order. With a seed,
+    prompt i samples with seed + i, so it draws what it would draw alone with that
+    seed; greedy results equal those of each prompt alone."""
+    all_ids = [prompt_ids(tokenizer, p) for p in prompts]
+    engine = _engine(model, all_ids, max_tokens, max_batched_tokens)
+    try:
+        requests, streams, texts = [], [], [[] for _ in all_ids]
+        for i, ids in enumerate(all_ids):
+            params = SamplingParams(temp, top_p, top_k, min_p, repetition_penalty,
+                                    repetition_context_size, None if seed is None else seed + i)
+            requests.append(engine.add_request(ids, params, max_tokens, tokenizer.eos_token_ids))
+            streams.append(_TextStream(tokenizer, stop))
+        start, generated = time.perf_counter(), 0
+        while engine.has_work:
+            for out in engine.step():
+                i = out.request.request_id   # the engine numbers requests 0, 1, ... in order
+                piece, stopped = streams[i].add(out.token, out.finish_reason is not None)
+                texts[i].append(piece)
+                generated += 1
+                if stopped:
+                    engine.abort(out.request, "stop")
+        if verbose:
+            elapsed = time.perf_counter() - start
+            print(f"Prompts: {len(all_ids)}, {sum(map(len, all_ids))} tokens; generation: "
+                  f"{generated} tokens, {generated / elapsed:.3f} tokens-per-sec overall")
+            print(f"Peak memory: {peak_memory_gb():.3f} GB")
+        return ["".join(t) for t in texts]
+    finally:
+        engine.close()

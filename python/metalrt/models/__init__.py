@@ -1,0 +1,36 @@
+"""Model architectures, each a forward pass built from ``metalrt.ops``.
+
+``build_model(config, weights, device)`` picks the class by ``config["model_type"]``
+(Hugging Face's name for the architecture).
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from .base import CausalLM
+from .llama import LlamaModel
+from .opt import OPTModel
+from .qwen2 import Qwen2Model
+from .qwen3 import Qwen3Model
+
+ARCHITECTURES = {cls.arch: cls for cls in (LlamaModel, Qwen2Model, Qwen3Model, OPTModel)}
+
+
+def build_model(config: Mapping, weights: Mapping[str, np.ndarray], device: str = "cpu",
+                dtype: str = "float32") -> CausalLM:
+    """Builds the model named by ``config["model_type"]`` from a Hugging Face state
+    dict (float32 numpy arrays), uploading every weight once to ``device``.
+
+    Raises ValueError for an unknown architecture (naming it and the supported ones),
+    a missing config key, or a missing or mis-shaped tensor.
+    """
+    model_type = config.get("model_type")
+    if model_type not in ARCHITECTURES:
+        raise ValueError(f"[models] unknown architecture '{model_type}' "
+                         f"(supported: {', '.join(sorted(ARCHITECTURES))})")
+    return ARCHITECTURES[model_type](config, weights, device, dtype)
+
+
+__all__ = ["ARCHITECTURES", "CausalLM", "build_model"]

@@ -1,0 +1,271 @@
+"""Blocks shared by the decoder-only architectures: weight upload, linear layers
+(merged Q/K/V and gate/up projections), norms, rotary embedding, paged self-attention,
+the SwiGLU MLP, the pre-norm decoder layer and the causal-LM wrapper.
+
+Every forward computation is a ``metalrt.ops`` call on the model's device; numpy is
+used only to prepare weights and position tables at load time.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+import metalrt
+from metalrt import ops
+
+from ..runner.batch import ScheduledChunk, StepInputs, build_step
+from ..runner.kv_cache import PagedKVCache, blocks_for
+
+
+def require(config: Mapping, key: str, arch: str):
+    """config[key], or ValueError naming the architecture and the missing key."""
+    if config.get(key) is None:
+        raise ValueError(f"[{arch}] config lacks '{key}'")
+    return config[key]
+
+
+class Weights:
+    """A Hugging Face state dict (name -> float32 numpy array) uploaded tensor by tensor
+    to ``device`` in ``dtype``; missing tensors and wrong shapes raise ValueError
+    naming the tensor and what was expected."""
+
+    def __init__(self, tensors: Mapping[str, np.ndarray], device: str, dtype: str, arch: str):
+        self.tensors, self.device, self.dtype, self.arch = tensors, device, dtype, arch
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def host(self, name: str, shape: Sequence[int]) -> np.ndarray:
+        if name not in self.tensors:
+            raise ValueError(f"[{self.arch}] missing tensor '{name}'")
+        array = np.asarray(self.tensors[name])
+        if tuple(array.shape) != tuple(shape):
+            raise ValueError(f"[{self.arch}] tensor '{name}' has shape {list(array.shape)}, "
+                             f"expected {list(shape)}")
+        return array
+
+    def upload(self, array: np.ndarray) -> "metalrt.Tensor":
+        return metalrt.asarray(np.ascontiguousarray(array, dtype=np.float32),
+                               device=self.device, dtype=self.dtype)
+
+    def load(self, name: str, shape: Sequence[int]) -> "metalrt.Tensor":
+        return self.upload(self.host(name, shape))
+
+    def merged(self, names: Sequence[str], shapes: Sequence[Sequence[int]]) -> "metalrt.Tensor":
+        """The named tensors concatenated along their first axis, as one tensor (one
+        GEMM instead of several for Q/K/V and gate/up)."""
+        return self.upload(np.concatenate([self.host(n, s) for n, s in zip(names, shapes)]))
+
+
+class Linear:
+    """y = x W^T (+ b) with W in nn.Linear layout [out, in]; several projections of
+    the same input may be merged into one W (their outputs side by side)."""
+
+    def __init__(self, weight: "metalrt.Tensor", bias: Optional["metalrt.Tensor"]):
+        self.weight, self.bias = weight, bias
+
+    @classmethod
+    def load(cls, w: Weights, prefixes: Sequence[str], out_features: Sequence[int],
+             in_features: int, bias: bool) -> "Linear":
+        weight = w.merged([p + ".weight" for p in prefixes],
+                          [(n, in_features) for n in out_features])
+        b = w.merged([p + ".bias" for p in prefixes], [(n,) for n in out_features]) if bias else None
+        return cls(weight, b)
+
+    def __call__(self, x):
+        y = ops.matmul_bt(x, self.weight)
+        return ops.add(y, self.bias) if self.bias is not None else y
+
+
+class RMSNorm:
+    """Zhang & Sennrich 2019: x / sqrt(mean(x^2) + eps) * weight."""
+
+    def __init__(self, w: Weights, name: str, size: int, eps: float):
+        self.weight, self.eps = w.load(name, (size,)), float(eps)
+
+    def __call__(self, x):
+        return ops.rms_norm(x, self.weight, self.eps)
+
+
+class LayerNorm:
+    """Ba et al. 2016: (x - mean) / sqrt(var + eps) * weight + bias."""
+
+    def __init__(self, w: Weights, prefix: str, size: int, eps: float):
+        self.weight = w.load(prefix + ".weight", (size,))
+        self.bias = w.load(prefix + ".bias", (size,))
+        self.eps = float(eps)
+
+    def __call__(self, x):
+        return ops.layer_norm(x, self.weight, self.bias, self.eps)
+
+
+def rope_parameters(config: Mapping, arch: str) -> Tuple[float, Mapping]:
+    """(rope theta, scaling parameters) from either transformers' v5 ``rope_parameters``
+    or the older ``rope_theta`` / ``rope_scaling`` keys; scaling is {} for plain RoPE."""
+    params = dict(config.get("rope_scaling") or {})
+    params.update(config.get("rope_parameters") or {})
+    theta = float(params.pop("rope_theta", config.get("rope_theta") or 10000.0))
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type == "default":
+        return theta, {}
+    if rope_type != "llama3":
+        raise ValueError(f"[{arch}] unsupported RoPE scaling '{rope_type}' "
+                         "(supported: default, llama3)")
+    return theta, params
+
+
+def llama3_inv_freq(theta: float, rotary_dim: int, scaling: Mapping) -> np.ndarray:
+    """Llama 3.1 frequency scaling (Meta's reference): wavelengths longer than
+    original_context / low_freq_factor are divided by ``factor``, shorter than
+    original_context / high_freq_factor kept, and the band between interpolated."""
+    inv_freq = theta ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+    factor = float(scaling["factor"])
+    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+    context = float(scaling["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv_freq
+    smooth = np.clip((context / wavelen - low) / (high - low), 0.0, 1.0)
+    return (1 - smooth) * inv_freq / factor + smooth * inv_freq
+
+
+class Rope:
+    """NeoX (half-split) rotary embedding of q and k (Su et al. 2021), as the Hugging
+    Face Llama family applies it. Plain RoPE runs ``ops.rope_neox``; Llama 3 scaled
+    frequencies go through a cos|sin table built on the host for positions up to
+    the largest one seen (doubled as needed) and ``ops.rope_from_cache``."""
+
+    def __init__(self, config: Mapping, rotary_dim: int, device: str, arch: str):
+        self.base, scaling = rope_parameters(config, arch)
+        self.rotary_dim, self.device = rotary_dim, device
+        self.inv_freq = llama3_inv_freq(self.base, rotary_dim, scaling) if scaling else None
+        self.table, self.table_rows = None, 0
+
+    def cos_sin_table(self, max_position: int) -> "metalrt.Tensor":
+        if max_position >= self.table_rows:
+            rows = max(1024, 1 << max_position.bit_length())
+            angles = np.arange(rows, dtype=np.float64)[:, None] * self.inv_freq[None, :]
+            table = np.concatenate([np.cos(angles), np.sin(angles)], axis=1)
+            self.table = metalrt.asarray(table.astype(np.float32), device=self.device)
+            self.table_rows = rows
+        return self.table
+
+    def __call__(self, q, k, step: StepInputs):
+        if self.inv_freq is None:
+            return (ops.rope_neox(q, step.positions, self.rotary_dim, self.base),
+                    ops.rope_neox(k, step.positions, self.rotary_dim, self.base))
+        table = self.cos_sin_table(step.max_position)
+        return (ops.rope_from_cache(q, table, step.positions),
+                ops.rope_from_cache(k, table, step.positions))
+
+
+class Attention:
+    """Multi-head self-attention with grouped-query heads over the paged KV cache:
+    one merged QKV projection, ``ops.qkv_split``, position encoding (a callable
+    ``(q, k, step) -> (q, k)`` or None), cache write, variable-length paged
+    attention, output projection."""
+
+    def __init__(self, qkv: Linear, out: Linear, heads: int, kv_heads: int, head_dim: int,
+                 positional: Optional[Callable]):
+        if heads % kv_heads:
+            raise ValueError(f"[attention] {heads} heads are not a multiple of {kv_heads} kv heads")
+        self.qkv, self.out, self.positional = qkv, out, positional
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.scale = head_dim ** -0.5
+
+    def __call__(self, x, step: StepInputs, key_cache, value_cache):
+        tokens = x.shape[0]
+        q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        q, k, v = ops.qkv_split(self.qkv(x), q_width, kv_width, kv_width)
+        q = q.reshape(tokens, self.heads, self.head_dim)
+        k = k.reshape(tokens, self.kv_heads, self.head_dim)
+        v = v.reshape(tokens, self.kv_heads, self.head_dim)
+        if self.positional is not None:
+            q, k = self.positional(q, k, step)
+        ops.reshape_and_cache(k, v, key_cache, value_cache, step.slot_mapping)
+        attn = ops.paged_attention(q, key_cache, value_cache, step.block_tables, step.seq_lens,
+                                   step.query_start_loc, self.scale)
+        return self.out(attn.reshape(tokens, q_width))
+
+
+class GatedMLP:
+    """SwiGLU feed-forward (Shazeer 2020): down(silu(gate(x)) * up(x)), with gate and
+    up merged into one projection."""
+
+    def __init__(self, gate_up: Linear, down: Linear):
+        self.gate_up, self.down = gate_up, down
+
+    def __call__(self, x):
+        return self.down(ops.silu_and_mul(self.gate_up(x)))
+
+
+class PreNormLayer:
+    """h += attn(norm1(h)); h += mlp(norm2(h)) (the GPT-2 / Llama residual order)."""
+
+    def __init__(self, attn_norm, attention: Attention, mlp_norm, mlp):
+        self.attn_norm, self.attention, self.mlp_norm, self.mlp = attn_norm, attention, mlp_norm, mlp
+
+    def __call__(self, h, step: StepInputs, key_cache, value_cache):
+        h = ops.add(h, self.attention(self.attn_norm(h), step, key_cache, value_cache))
+        return ops.add(h, self.mlp(self.mlp_norm(h)))
+
+
+class CausalLM:
+    """A decoder-only language model on one device.
+
+    Subclasses set ``arch`` and build ``embed_tokens``, ``layers``, ``final_norm`` and
+    ``lm_head`` in ``__init__(config, weights, device, dtype)``; ``embed`` may be
+    overridden (OPT adds learned positions).
+    """
+
+    arch = "model"
+    layers: List[PreNormLayer]
+
+    def __init__(self, config: Mapping, device: str, dtype: str, num_kv_heads: int,
+                 head_dim: int, vocab_size: int):
+        self.config, self.device, self.dtype = dict(config), device, dtype
+        self.num_kv_heads, self.head_dim, self.vocab_size = num_kv_heads, head_dim, vocab_size
+        self._cache: Optional[PagedKVCache] = None
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def embed(self, step: StepInputs):
+        return ops.embedding(self.embed_tokens, step.token_ids)
+
+    def forward(self, step: StepInputs, cache: PagedKVCache):
+        """Runs one step, writing its K/V into ``cache``. Returns float32 logits
+        [step.num_logit_rows, vocab] on the device, or None when no row wants logits."""
+        h = self.embed(step)
+        for layer, keys, values in zip(self.layers, cache.keys, cache.values):
+            h = layer(h, step, keys, values)
+        if step.num_logit_rows == 0:
+            return None
+        if step.logit_rows is not None:
+            h = ops.embedding(h, step.logit_rows)  # gather: only sampled rows reach the head
+        logits = ops.matmul_bt(self.final_norm(h), self.lm_head)
+        return logits if self.dtype == "float32" else ops.cast(logits, "float32")
+
+    def new_cache(self, num_blocks: int) -> PagedKVCache:
+        return PagedKVCache(self.num_layers, num_blocks, self.num_kv_heads, self.head_dim,
+                            self.device, self.dtype)
+
+    def kv_cache(self, num_blocks: int) -> PagedKVCache:
+        """A cache of at least ``num_blocks`` blocks that no engine holds: the last one
+        made is reused (stale rows are never read: attention stops at seq_len)."""
+        if self._cache is None or self._cache.in_use or self._cache.num_blocks < num_blocks:
+            self._cache = self.new_cache(num_blocks)
+        return self._cache
+
+    def logits(self, token_ids: Sequence[int]) -> np.ndarray:
+        """float32 [n_tokens, vocab]: the logits after every token of ``token_ids``,
+        from one prefill into a fresh cache (for parity checks and scoring).
+        Raises ValueError for an empty list or ids outside the vocabulary."""
+        ids = [int(t) for t in token_ids]
+        if not ids:
+            raise ValueError("[logits] token_ids must not be empty")
+        cache = self.new_cache(blocks_for(len(ids)))
+        step = build_step([ScheduledChunk(ids, 0, list(range(cache.num_blocks)), "all")],
+                          self.device)
+        return self.forward(step, cache).numpy()

@@ -1,0 +1,74 @@
+"""OPT (Zhang et al. 2022): learned absolute positions (row p + 2 of the table holds
+position p, a quirk of fairseq's padding offset), pre-LayerNorm decoder layers,
+ReLU MLP, biases everywhere, output head tied to the token embedding. Weight names
+are Hugging Face's ``OPTForCausalLM`` state dict."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from metalrt import ops
+
+from .base import Attention, CausalLM, LayerNorm, Linear, PreNormLayer, Weights, require
+
+POSITION_OFFSET = 2
+
+
+class ReluMLP:
+    """fc2(relu(fc1(x)))."""
+
+    def __init__(self, fc1: Linear, fc2: Linear):
+        self.fc1, self.fc2 = fc1, fc2
+
+    def __call__(self, x):
+        return self.fc2(ops.relu(self.fc1(x)))
+
+
+class OPTModel(CausalLM):
+    arch = "opt"
+
+    def __init__(self, config: Mapping, weights: Mapping[str, np.ndarray], device: str,
+                 dtype: str = "float32"):
+        arch = self.arch
+        hidden = require(config, "hidden_size", arch)
+        heads = require(config, "num_attention_heads", arch)
+        vocab = require(config, "vocab_size", arch)
+        ffn = require(config, "ffn_dim", arch)
+        max_pos = require(config, "max_position_embeddings", arch)
+        head_dim = hidden // heads
+        # opt-350m's variant (post-norm, projected embeddings) is not implemented.
+        if not config.get("do_layer_norm_before", True) or \
+                config.get("word_embed_proj_dim", hidden) != hidden:
+            raise ValueError("[opt] only pre-LayerNorm OPT with word_embed_proj_dim == "
+                             "hidden_size is supported")
+        if config.get("activation_function", "relu") != "relu":
+            raise ValueError(f"[opt] unsupported activation '{config['activation_function']}' "
+                             "(supported: relu)")
+        super().__init__(config, device, dtype, heads, head_dim, vocab)
+
+        w = Weights(weights, device, dtype, arch)
+        d = "model.decoder."
+        self.embed_tokens = w.load(d + "embed_tokens.weight", (vocab, hidden))
+        # Dropping the first two rows once makes position p index row p directly.
+        positions = w.host(d + "embed_positions.weight", (max_pos + POSITION_OFFSET, hidden))
+        self.embed_positions = w.upload(positions[POSITION_OFFSET:])
+        self.layers = []
+        for i in range(require(config, "num_hidden_layers", arch)):
+            p = f"{d}layers.{i}."
+            a = p + "self_attn."
+            qkv = Linear.load(w, [a + "q_proj", a + "k_proj", a + "v_proj"], [hidden] * 3, hidden, True)
+            attention = Attention(qkv, Linear.load(w, [a + "out_proj"], [hidden], hidden, True),
+                                  heads, heads, head_dim, None)
+            mlp = ReluMLP(Linear.load(w, [p + "fc1"], [ffn], hidden, True),
+                          Linear.load(w, [p + "fc2"], [hidden], ffn, True))
+            self.layers.append(PreNormLayer(LayerNorm(w, p + "self_attn_layer_norm", hidden, 1e-5),
+                                            attention,
+                                            LayerNorm(w, p + "final_layer_norm", hidden, 1e-5),
+                                            mlp))
+        self.final_norm = LayerNorm(w, d + "final_layer_norm", hidden, 1e-5)
+        self.lm_head = self.embed_tokens
+
+    def embed(self, step):
+        return ops.add(ops.embedding(self.embed_tokens, step.token_ids),
+                       ops.embedding(self.embed_positions, step.positions))

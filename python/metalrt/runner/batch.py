@@ -1,0 +1,100 @@
+"""The flattened batch of one forward step, in vLLM's layout.
+
+All requests of a step are concatenated along one token axis T: request b owns the
+rows ``query_start_loc[b] .. query_start_loc[b + 1]``. A prefill contributes its
+prompt (or a chunk of it), a decode contributes one token, so prefill and decode of
+different requests run in the same forward pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+import metalrt
+
+BLOCK_SIZE = 16  # tokens per KV-cache block (vLLM's default)
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """Device tensors of one forward step.
+
+    token_ids int32 [T]; positions int32 [T] (0-based position of each token in its
+    sequence); slot_mapping int64 [T] (cache slot = block * 16 + offset);
+    block_tables int32 [B, max_blocks]; seq_lens int32 [B] (context length including
+    this step's tokens); query_start_loc int32 [B + 1]; logit_rows int32 [R] (rows of
+    T whose logits are wanted; None = all T rows); num_logit_rows: R (0 = no logits
+    this step, e.g. a step of prompt chunks only); max_position: the largest entry of
+    positions, kept on the host so position tables can grow ahead of use.
+    """
+
+    token_ids: "metalrt.Tensor"
+    positions: "metalrt.Tensor"
+    slot_mapping: "metalrt.Tensor"
+    block_tables: "metalrt.Tensor"
+    seq_lens: "metalrt.Tensor"
+    query_start_loc: "metalrt.Tensor"
+    logit_rows: Optional["metalrt.Tensor"]
+    num_logit_rows: int
+    max_position: int
+
+
+@dataclass(frozen=True)
+class ScheduledChunk:
+    """New tokens of one sequence, starting at position ``start`` (the number of its
+    tokens already in the cache), with the sequence's block table. ``logits`` says
+    which of its rows need logits: "last" (the next token is sampled), "all" (a
+    whole-prompt scoring pass) or "none" (a prompt chunk that is not the last)."""
+
+    token_ids: Sequence[int]
+    start: int
+    block_table: Sequence[int]
+    logits: str = "last"
+
+
+def build_step(chunks: Sequence[ScheduledChunk], device: str) -> StepInputs:
+    """Flattens scheduled chunks into the device tensors of one forward step.
+
+    Raises ValueError when a chunk is empty or its block table is too short for it.
+    """
+    if not chunks:
+        raise ValueError("[runner] a step needs at least one scheduled sequence")
+    ids, positions, slots, seq_lens, starts, rows = [], [], [], [], [0], []
+    max_blocks = max(len(c.block_table) for c in chunks)
+    tables = np.zeros((len(chunks), max(max_blocks, 1)), dtype=np.int32)
+    for b, chunk in enumerate(chunks):
+        n = len(chunk.token_ids)
+        end = chunk.start + n
+        if n == 0 or end > len(chunk.block_table) * BLOCK_SIZE:
+            raise ValueError(f"[runner] chunk of {n} tokens at {chunk.start} does not fit "
+                             f"{len(chunk.block_table)} blocks")
+        pos = np.arange(chunk.start, end)
+        table = np.asarray(chunk.block_table, dtype=np.int64)
+        ids.append(np.asarray(chunk.token_ids, dtype=np.int32))
+        positions.append(pos)
+        slots.append(table[pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE)
+        tables[b, :len(table)] = table
+        seq_lens.append(end)
+        starts.append(starts[-1] + n)
+        if chunk.logits == "last":
+            rows.append(starts[-1] - 1)
+        elif chunk.logits == "all":
+            rows.extend(range(starts[-2], starts[-1]))
+    all_positions = np.concatenate(positions)
+
+    def up(array, dtype):
+        return metalrt.asarray(np.ascontiguousarray(array, dtype=dtype), device=device)
+
+    return StepInputs(
+        token_ids=up(np.concatenate(ids), np.int32),
+        positions=up(all_positions, np.int32),
+        slot_mapping=up(np.concatenate(slots), np.int64),
+        block_tables=up(tables, np.int32),
+        seq_lens=up(seq_lens, np.int32),
+        query_start_loc=up(starts, np.int32),
+        logit_rows=None if len(rows) == starts[-1] else (up(rows, np.int32) if rows else None),
+        num_logit_rows=len(rows),
+        max_position=int(all_positions.max()),
+    )

@@ -1,0 +1,96 @@
+"""The generation loop: schedule, one forward pass for all scheduled requests,
+sample, apply stop conditions."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import count
+from typing import Iterable, List, Optional
+
+import numpy as np
+
+from metalrt import ops
+
+from .batch import build_step
+from .kv_cache import BlockAllocator, PagedKVCache
+from .request import Request
+from .sampling import SamplingParams
+from .scheduler import Scheduler
+
+
+@dataclass(frozen=True)
+class TokenOutput:
+    """A token sampled for ``request`` in one step; ``finish_reason`` is "stop",
+    "length" or None (the request goes on)."""
+
+    request: Request
+    token: int
+    logprobs: Optional[np.ndarray]
+    finish_reason: Optional[str]
+
+
+class Engine:
+    """Runs requests on ``model`` over ``cache`` (which it holds until ``close``).
+
+    Greedy requests without logprobs or repetition penalty take their token from
+    ``ops.greedy_argmax`` on the device, so a step reads back only int32 ids; the
+    logits come to the host only for rows that sample, penalise or report logprobs.
+    """
+
+    def __init__(self, model, cache: PagedKVCache, max_batched_tokens: int = 512):
+        if cache.in_use:
+            raise ValueError("[engine] the KV cache is already held by another engine")
+        self.model, self.cache = model, cache
+        cache.in_use = True
+        self.scheduler = Scheduler(BlockAllocator(cache.num_blocks), max_batched_tokens)
+        self._ids = count()
+
+    def add_request(self, prompt: Iterable[int], params: SamplingParams, max_tokens: int,
+                    eos_ids: Iterable[int] = ()) -> Request:
+        request = Request(next(self._ids), [int(t) for t in prompt], params, max_tokens,
+                          frozenset(int(t) for t in eos_ids))
+        self.scheduler.add(request)
+        return request
+
+    def abort(self, request: Request, finish_reason: str = "stop") -> None:
+        """Ends a request early (e.g. a stop string matched) and frees its blocks."""
+        if not request.finished:
+            request.finish_reason = finish_reason
+        self.scheduler.finish(request)
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    def step(self) -> List[TokenOutput]:
+        """One forward pass over everything scheduled; returns the sampled tokens (none
+        when the step only advanced prompt chunks)."""
+        scheduled = self.scheduler.schedule()
+        logits = self.model.forward(build_step([c for _, c in scheduled], self.model.device),
+                                    self.cache)
+        for request, chunk in scheduled:
+            request.num_computed += len(chunk.token_ids)
+        sampling = [r for r, c in scheduled if c.logits == "last"]
+        if not sampling:
+            return []
+        on_host = any(r.params.needs_logits for r in sampling)
+        host_logits = logits.numpy() if on_host else None
+        device_ids = None
+        if not all(r.params.needs_logits for r in sampling):
+            device_ids = ops.greedy_argmax(logits).numpy()
+        outputs = []
+        for row, request in enumerate(sampling):
+            if request.params.needs_logits:
+                token, logprobs = request.sampler.sample(host_logits[row], request.tokens)
+            else:
+                token, logprobs = int(device_ids[row]), None
+            request.append(token)
+            if request.finished:
+                self.scheduler.finish(request)
+            outputs.append(TokenOutput(request, token, logprobs, request.finish_reason))
+        return outputs
+
+    def close(self) -> None:
+        """Aborts what is left and releases the cache."""
+        for request in list(self.scheduler.running) + list(self.scheduler.waiting):
+            self.abort(request)
+        self.cache.in_use = False

@@ -1,0 +1,76 @@
+"""Paged KV cache (vLLM's PagedAttention layout, Kwon et al. 2023).
+
+Every layer has a key and a value cache of shape ``[num_blocks, 16, kv_heads,
+head_dim]``. A sequence owns a list of blocks (its block table); token ``p`` of the
+sequence lives in block ``table[p // 16]``, row ``p % 16``. Blocks come from one free
+list shared by all layers.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import metalrt
+
+from .batch import BLOCK_SIZE
+
+
+class OutOfBlocksError(RuntimeError):
+    """Raised when the KV cache has fewer free blocks than a request needs."""
+
+
+class BlockAllocator:
+    """A free list of block ids ``0 .. num_blocks - 1``."""
+
+    def __init__(self, num_blocks: int):
+        if num_blocks < 1:
+            raise ValueError(f"[kv_cache] num_blocks must be >= 1, got {num_blocks}")
+        self.num_blocks = num_blocks
+        # Popped from the end: the lowest ids are handed out first.
+        self._free: List[int] = list(range(num_blocks - 1, -1, -1))
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def allocate(self, count: int) -> List[int]:
+        """Takes ``count`` blocks; raises OutOfBlocksError when fewer are free."""
+        if count > len(self._free):
+            raise OutOfBlocksError(f"[kv_cache] out of blocks: {count} needed, "
+                                   f"{len(self._free)} of {self.num_blocks} free")
+        taken = self._free[len(self._free) - count:][::-1]
+        del self._free[len(self._free) - count:]
+        return taken
+
+    def free(self, blocks: List[int]) -> None:
+        """Returns blocks to the free list; raises ValueError for an id that is out of
+        range or already free (a double free would hand one block to two sequences)."""
+        free = set(self._free)
+        for block in blocks:
+            if not 0 <= block < self.num_blocks or block in free:
+                raise ValueError(f"[kv_cache] block {block} is not an allocated block")
+            free.add(block)
+        self._free.extend(reversed(blocks))
+
+
+def blocks_for(num_tokens: int) -> int:
+    """Number of 16-token blocks that hold ``num_tokens`` tokens."""
+    return -(-num_tokens // BLOCK_SIZE)
+
+
+class PagedKVCache:
+    """Key/value cache tensors of every layer on ``device``.
+
+    Memory: ``2 * num_layers * num_blocks * 16 * kv_heads * head_dim`` elements of
+    ``dtype``. The blocks are handed out by the BlockAllocator of the engine using
+    the cache; ``in_use`` marks a cache an engine holds, so that a second generation
+    running at the same time gets its own.
+    """
+
+    def __init__(self, num_layers: int, num_blocks: int, kv_heads: int, head_dim: int,
+                 device: str, dtype: str = "float32"):
+        self.num_blocks = num_blocks
+        self.in_use = False
+        shape = (num_blocks, BLOCK_SIZE, kv_heads, head_dim)
+        # Zero-filled so that no uninitialised bytes (possibly NaN) ever sit in a cache.
+        self.keys = [metalrt.zeros(shape, dtype, device) for _ in range(num_layers)]
+        self.values = [metalrt.zeros(shape, dtype, device) for _ in range(num_layers)]

@@ -1,0 +1,52 @@
+"""One generation request: its tokens, cache blocks, sampler and stop conditions."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import FrozenSet, List, Optional
+
+from .sampling import Sampler, SamplingParams
+
+
+@dataclass(eq=False)
+class Request:
+    """``num_computed`` counts the tokens whose K/V are in the cache; the tokens after
+    it are fed in the next step (the prompt, or the last sampled token)."""
+
+    request_id: int
+    prompt: List[int]
+    params: SamplingParams
+    max_tokens: int
+    eos_ids: FrozenSet[int]
+    output: List[int] = field(default_factory=list)
+    blocks: List[int] = field(default_factory=list)
+    num_computed: int = 0
+    finish_reason: Optional[str] = None
+
+    def __post_init__(self):
+        if not self.prompt:
+            raise ValueError("[runner] the prompt must contain at least one token")
+        if self.max_tokens < 1:
+            raise ValueError(f"[runner] max_tokens must be >= 1, got {self.max_tokens}")
+        self.sampler = Sampler(self.params)
+
+    @property
+    def tokens(self) -> List[int]:
+        return self.prompt + self.output
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def max_cached_tokens(self) -> int:
+        """Cache rows the request can ever use: the last sampled token is not fed back."""
+        return len(self.prompt) + self.max_tokens - 1
+
+    def append(self, token: int) -> None:
+        """Records a sampled token and applies the token-level stop conditions: an eos
+        id finishes with "stop", reaching max_tokens with "length"."""
+        self.output.append(token)
+        if token in self.eos_ids:
+            self.finish_reason = "stop"
+        elif len(self.output) >= self.max_tokens:
+            self.finish_reason = "length"

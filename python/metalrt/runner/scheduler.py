@@ -1,0 +1,83 @@
+"""Chooses the work of each forward step (continuous batching, as vLLM does).
+
+Every step first gives each running request in decode its one token, then spends
+the remaining token budget on prompts: a running prefill continues, then waiting
+requests are admitted while the budget and free cache blocks allow. A prompt longer
+than the budget is prefilled in chunks over several steps. A request is admitted
+only when blocks for its whole life (prompt + max_tokens - 1 tokens) are free, so a
+running request never runs out of cache and nothing is ever preempted.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Deque, List, Tuple
+
+from .batch import ScheduledChunk
+from .kv_cache import BlockAllocator, OutOfBlocksError, blocks_for
+from .request import Request
+
+
+class Scheduler:
+    def __init__(self, allocator: BlockAllocator, max_batched_tokens: int = 512):
+        if max_batched_tokens < 1:
+            raise ValueError(f"[scheduler] max_batched_tokens must be >= 1, got {max_batched_tokens}")
+        self.allocator = allocator
+        self.max_batched_tokens = max_batched_tokens
+        self.waiting: Deque[Request] = deque()
+        self.running: List[Request] = []
+
+    def add(self, request: Request) -> None:
+        """Queues a request; raises OutOfBlocksError if it could never fit the cache."""
+        needed = blocks_for(request.max_cached_tokens)
+        if needed > self.allocator.num_blocks:
+            raise OutOfBlocksError(f"[scheduler] request {request.request_id} needs {needed} "
+                                   f"blocks, the cache has {self.allocator.num_blocks}")
+        self.waiting.append(request)
+
+    def finish(self, request: Request) -> None:
+        """Removes a finished (or aborted) request and frees its blocks."""
+        if request in self.running:
+            self.running.remove(request)
+            self.allocator.free(request.blocks)
+            request.blocks = []
+        elif request in self.waiting:
+            self.waiting.remove(request)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> List[Tuple[Request, ScheduledChunk]]:
+        budget = self.max_batched_tokens
+        decodes = [r for r in self.running if len(r.tokens) - r.num_computed == 1]
+        prefills = [r for r in self.running if len(r.tokens) - r.num_computed > 1]
+        scheduled = []
+        for request in decodes:
+            scheduled.append((request, self._chunk(request, 1)))
+        budget -= len(decodes)
+        for request in prefills:
+            if budget <= 0:
+                break
+            n = min(budget, len(request.tokens) - request.num_computed)
+            scheduled.append((request, self._chunk(request, n)))
+            budget -= n
+        while self.waiting and budget > 0:
+            request = self.waiting[0]
+            needed = blocks_for(request.max_cached_tokens)
+            if needed > self.allocator.num_free:
+                break  # first come, first served: later requests wait too
+            self.waiting.popleft()
+            request.blocks = self.allocator.allocate(needed)
+            self.running.append(request)
+            n = min(budget, len(request.prompt))
+            scheduled.append((request, self._chunk(request, n)))
+            budget -= n
+        return scheduled
+
+    @staticmethod
+    def _chunk(request: Request, n: int) -> ScheduledChunk:
+        start = request.num_computed
+        tokens = request.tokens
+        last = start + n == len(tokens)
+        return ScheduledChunk(tokens[start:start + n], start, request.blocks,
+                              "last" if last else "none")

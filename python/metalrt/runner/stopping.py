@@ -1,0 +1,34 @@
+"""Stop strings over streamed text."""
+from __future__ import annotations
+
+from typing import Iterable, Tuple
+
+
+class StopStrings:
+    """Cuts streamed text at the first occurrence of any stop string.
+
+    ``feed`` returns the text that is safe to show: text that could still turn out
+    to be the beginning of a stop string is held back until the next piece decides
+    it. The stop string itself is never returned.
+    """
+
+    def __init__(self, stops: Iterable[str] = ()):
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+
+    def feed(self, text: str) -> Tuple[str, bool]:
+        """(text to emit, whether a stop string was found)."""
+        self.pending += text
+        hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            out, self.pending = self.pending[:min(hits)], ""
+            return out, True
+        hold = max((k for s in self.stops for k in range(1, len(s))
+                    if self.pending.endswith(s[:k])), default=0)
+        out, self.pending = self.pending[:len(self.pending) - hold], self.pending[len(self.pending) - hold:]
+        return out, False
+
+    def flush(self) -> str:
+        """The held-back text, when the generation ends for another reason."""
+        out, self.pending = self.pending, ""
+        return out
