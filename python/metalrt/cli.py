@@ -68,18 +68,10 @@ def _generate(args: argparse.Namespace) -> int:
         text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
                                              add_generation_prompt=True)
         prompt = tokenizer.encode(text, add_special_tokens=False)
-    last = None
-    for last in metalrt.stream_generate(model, tokenizer, prompt, max_tokens=args.max_tokens,
-                                        temp=args.temp, top_p=args.top_p, top_k=args.top_k,
-                                        min_p=args.min_p, seed=args.seed):
-        print(last.text, end="", flush=True)
-    print()
-    print("=" * 10)
-    if last is not None:
-        print(f"Prompt: {last.prompt_tokens} tokens, {last.prompt_tps:.3f} tokens-per-sec")
-        print(f"Generation: {last.generation_tokens} tokens, "
-              f"{last.generation_tps:.3f} tokens-per-sec")
-        print(f"Peak memory: {last.peak_memory:.3f} GB")
+    # verbose: stream the text from stream_generate, then the statistics lines.
+    metalrt.generate(model, tokenizer, prompt, max_tokens=args.max_tokens, verbose=True,
+                     temp=args.temp, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+                     seed=args.seed)
     return 0
 
 

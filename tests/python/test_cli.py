@@ -1,10 +1,8 @@
-"""CLI gates: the help texts of the installed ``metalrt`` script, and ``generate``'s
-streaming, statistics lines, chat wrapping and error exit, driven through a recording
-stand-in for ``metalrt.load`` / ``metalrt.stream_generate``."""
-import re
+"""CLI gates: the help texts of the installed ``metalrt`` script; ``generate``'s settings,
+chat wrapping and error exit through a recording stand-in for ``metalrt.load`` /
+``metalrt.generate``."""
 import shutil
 import subprocess
-from types import SimpleNamespace
 
 import pytest
 
@@ -40,7 +38,7 @@ def test_missing_prompt_is_a_usage_error():
 
 
 class FakeRuntime:
-    """Records what the CLI asks for and streams one response per character."""
+    """Records what the CLI asks ``metalrt.load`` and ``metalrt.generate`` for."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
@@ -50,38 +48,29 @@ class FakeRuntime:
         self.calls["load"] = (path, device)
         return "model", self.tokenizer
 
-    def stream_generate(self, model, tokenizer, prompt, **kwargs):
+    def generate(self, model, tokenizer, prompt, **kwargs):
         self.calls["generate"] = (prompt, kwargs)
-        for i, ch in enumerate("héllo"):
-            yield SimpleNamespace(text=ch, token=i, logprobs=None, prompt_tokens=4,
-                                  prompt_tps=123.4567, generation_tokens=i + 1,
-                                  generation_tps=45.6789, peak_memory=0.1234,
-                                  finish_reason="length" if i == 4 else None)
+        return ""
 
 
 @pytest.fixture
 def fake(monkeypatch):
     runtime = FakeRuntime(Tokenizer.from_gguf_metadata(tokenizer_metadata()))
     monkeypatch.setattr(metalrt, "load", runtime.load, raising=False)
-    monkeypatch.setattr(metalrt, "stream_generate", runtime.stream_generate, raising=False)
+    monkeypatch.setattr(metalrt, "generate", runtime.generate, raising=False)
     return runtime
 
 
-def test_generate_streams_then_prints_statistics(fake, capsys):
+def test_generate_passes_every_setting(fake):
     assert main(["generate", "--prompt", "Once", "--max-tokens", "5", "--temp", "0.7",
                  "--top-p", "0.9", "--top-k", "40", "--min-p", "0.05", "--seed", "3",
                  "--device", "cpu", "--model", "m.gguf"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("héllo\n")
-    assert re.search(r"^Prompt: 4 tokens, 123\.457 tokens-per-sec$", out, re.M)
-    assert re.search(r"^Generation: 5 tokens, 45\.679 tokens-per-sec$", out, re.M)
-    assert re.search(r"^Peak memory: 0\.123 GB$", out, re.M)
     assert fake.calls["load"] == ("m.gguf", "cpu")
-    assert fake.calls["generate"] == ("Once", dict(max_tokens=5, temp=0.7, top_p=0.9, top_k=40,
-                                                   min_p=0.05, seed=3))
+    assert fake.calls["generate"] == ("Once", dict(max_tokens=5, verbose=True, temp=0.7,
+                                                   top_p=0.9, top_k=40, min_p=0.05, seed=3))
 
 
-def test_generate_chat_sends_template_token_ids(fake, capsys):
+def test_generate_chat_sends_template_token_ids(fake):
     assert main(["generate", "--chat", "--prompt", "hi"]) == 0
     prompt, kwargs = fake.calls["generate"]
     expected = fake.tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
