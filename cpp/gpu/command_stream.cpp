@@ -87,10 +87,12 @@ void CommandStream::RecordGpuTime(const GpuCommandBuffer& command_buffer) {
 
 void CommandStream::Synchronize() {
   std::lock_guard<std::mutex> lock(mutex_);
-  CommitLocked();
-  if (in_flight_.empty()) return;
+  // The wait is timed from before the commit: the GPU may start the moment it is
+  // committed, and its busy time must fit inside the time the host spent here.
   const bool profiling = profiler_.enabled();
   const Profiler::Clock::time_point start = profiling ? Profiler::Clock::now() : Profiler::Clock::time_point{};
+  CommitLocked();
+  if (in_flight_.empty()) return;
   bool failed = false;
   std::string error;
   for (Submitted& s : in_flight_) {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "fake_metal.h"
+#include "metal_fixture.h"
 
 using namespace metalrt;
 using gpu::KernelLaunch;
@@ -13,6 +13,7 @@ using gpu::KernelName;
 using metalrt::testing::Affine;
 using metalrt::testing::FakeDispatch;
 using metalrt::testing::FakeMetal;
+using metalrt::testing::MetalFixture;
 
 TEST_CASE("kernel names: <op>_<variant>_<dtype>") {
   CHECK(KernelName("rms_norm", "row", DType::kF32) == "rms_norm_row_f32");
@@ -26,17 +27,18 @@ TEST_CASE("kernel names: <op>_<variant>_<dtype>") {
 }
 
 TEST_CASE("an op on rows [1, 3) of a 4-row allocation changes only those rows") {
-  FakeMetal m;
+  MetalFixture m;
   Tensor all = m.Floats({4, 33});
-  for (int i = 0; i < 4 * 33; ++i) all.data_as<float>()[i] = static_cast<float>(i);
+  std::vector<float> init(4 * 33);
+  for (int i = 0; i < 4 * 33; ++i) init[i] = static_cast<float>(i);
+  m.Write(all, init);
   Tensor rows = all.Slice(0, 1, 3);
-  Affine(*m.backend, rows, rows, -1.0f, 0.5f);
-  m.backend->Synchronize();
+  Affine(*m, rows, rows, -1.0f, 0.5f);
+  std::vector<float> got = m.Read(all);
   for (int r = 0; r < 4; ++r)
     for (int c = 0; c < 33; ++c) {
-      const float before = static_cast<float>(r * 33 + c);
-      const float want = (r == 1 || r == 2) ? -before + 0.5f : before;
-      CHECK(all.data_as<float>()[r * 33 + c] == want);
+      const float before = init[r * 33 + c];
+      CHECK(got[r * 33 + c] == ((r == 1 || r == 2) ? -before + 0.5f : before));
     }
 }
 
@@ -49,14 +51,14 @@ TEST_CASE("bindings: buffer offsets, bytes, threadgroup memory, constants and th
     int32_t rows;
     float eps;
   };
-  KernelLaunch(*m.backend, "probe", {gpu::Constant(0, true), gpu::Constant(1, int32_t{-7}),
+  KernelLaunch(*m, "probe", {gpu::Constant(0, true), gpu::Constant(1, int32_t{-7}),
                                      gpu::Constant(2, uint32_t{9}), gpu::Constant(3, 0.5f)})
       .input(0, a.Slice(0, 3, 8))
       .output(1, a)
       .bytes(2, Args{5, 1e-5f})
       .threadgroup_memory(0, 1024)
       .threadgroups({3, 2, 1}, {64, 2, 1});
-  m.backend->Synchronize();
+  m->Synchronize();
   CHECK(seen.kernel == "probe");
   CHECK(seen.buffers.at(0) == static_cast<char*>(a.data()) + 3 * 4 * 4);
   CHECK(seen.buffers.at(1) == static_cast<char*>(a.data()));
@@ -85,9 +87,9 @@ TEST_CASE("bindings: a kernel from another library") {
   metalrt::testing::FakeLibrary other;
   bool ran = false;
   other.add("only_here", [&](const FakeDispatch&) { ran = true; });
-  CHECK_THROWS_AS(KernelLaunch(*m.backend, "only_here").threads({1, 1, 1}, {1, 1, 1}), std::invalid_argument);
-  KernelLaunch(*m.backend, "only_here").library(other).threads({1, 1, 1}, {1, 1, 1});
-  m.backend->Synchronize();
+  CHECK_THROWS_AS(KernelLaunch(*m, "only_here").threads({1, 1, 1}, {1, 1, 1}), std::invalid_argument);
+  KernelLaunch(*m, "only_here").library(other).threads({1, 1, 1}, {1, 1, 1});
+  m->Synchronize();
   CHECK(ran);
 }
 
@@ -96,42 +98,42 @@ TEST_CASE("bindings: tensors outside the Metal backend's memory are rejected, ne
   Tensor y = m.Floats({4});
   std::vector<float> host(4, 1.0f);
   Tensor host_on_metal = Tensor::FromBlob(host.data(), {4}, DType::kF32, DeviceType::kMETAL);
-  CHECK_THROWS_WITH_AS(Affine(*m.backend, host_on_metal, y, 1, 0),
+  CHECK_THROWS_WITH_AS(Affine(*m, host_on_metal, y, 1, 0),
                        doctest::Contains("[affine_f32] input at buffer 0: 16 bytes at"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(Affine(*m.backend, host_on_metal, y, 1, 0),
+  CHECK_THROWS_WITH_AS(Affine(*m, host_on_metal, y, 1, 0),
                        doctest::Contains("not allocated by the Metal backend"), std::invalid_argument);
   Tensor cpu = Tensor::FromBlob(host.data(), {4}, DType::kF32, DeviceType::kCPU);
-  CHECK_THROWS_WITH_AS(Affine(*m.backend, y, cpu, 1, 0),
+  CHECK_THROWS_WITH_AS(Affine(*m, y, cpu, 1, 0),
                        "[affine_f32] output at buffer 1 must be on the metal device, got float32[4] on cpu",
                        std::invalid_argument);
-  CHECK_THROWS_WITH_AS(Affine(*m.backend, Tensor(), y, 1, 0),
+  CHECK_THROWS_WITH_AS(Affine(*m, Tensor(), y, 1, 0),
                        "[affine_f32] input at buffer 0 is an undefined tensor", std::invalid_argument);
   // A freed block.
-  void* p = m.backend->Alloc(16);
-  m.backend->Free(p);
+  void* p = m->Alloc(16);
+  m->Free(p);
   Tensor freed = Tensor::FromBlob(p, {4}, DType::kF32, DeviceType::kMETAL);
-  CHECK_THROWS_AS(Affine(*m.backend, freed, y, 1, 0), std::invalid_argument);
+  CHECK_THROWS_AS(Affine(*m, freed, y, 1, 0), std::invalid_argument);
   // A view reaching past its allocation.
   Tensor too_long = Tensor::FromBlob(y.data(), {5}, DType::kF32, DeviceType::kMETAL);
-  CHECK_THROWS_AS(Affine(*m.backend, too_long, y, 1, 0), std::invalid_argument);
+  CHECK_THROWS_AS(Affine(*m, too_long, y, 1, 0), std::invalid_argument);
   CHECK(m.device->counters.command_buffers == 0);   // nothing was encoded
 }
 
 TEST_CASE("launch checks: duplicate indices, oversized groups and threadgroup memory, bad bytes") {
   FakeMetal m;
   Tensor x = m.Floats({4});
-  CHECK_THROWS_WITH_AS(KernelLaunch(*m.backend, "affine_f32").input(0, x).output(0, x).threads({4, 1, 1}, {4, 1, 1}),
+  CHECK_THROWS_WITH_AS(KernelLaunch(*m, "affine_f32").input(0, x).output(0, x).threads({4, 1, 1}, {4, 1, 1}),
                        "[affine_f32] buffer index 0 is bound twice", std::invalid_argument);
-  CHECK_THROWS_WITH_AS(KernelLaunch(*m.backend, "affine_f32").threads({4, 1, 1}, {32, 32, 2}),
+  CHECK_THROWS_WITH_AS(KernelLaunch(*m, "affine_f32").threads({4, 1, 1}, {32, 32, 2}),
                        "[affine_f32] 2048 threads per threadgroup exceed the pipeline's maximum of 1024",
                        std::invalid_argument);
-  CHECK_THROWS_AS(KernelLaunch(*m.backend, "affine_f32").threads({4, 1, 1}, {0, 1, 1}), std::invalid_argument);
+  CHECK_THROWS_AS(KernelLaunch(*m, "affine_f32").threads({4, 1, 1}, {0, 1, 1}), std::invalid_argument);
   CHECK_THROWS_WITH_AS(
-      KernelLaunch(*m.backend, "affine_f32").threadgroup_memory(0, 32768).threadgroup_memory(1, 4).threads({4, 1, 1}, {4, 1, 1}),
+      KernelLaunch(*m, "affine_f32").threadgroup_memory(0, 32768).threadgroup_memory(1, 4).threads({4, 1, 1}, {4, 1, 1}),
       "[affine_f32] 32772 bytes of threadgroup memory exceed the device's 32768", std::invalid_argument);
   std::vector<uint8_t> big(4097);
-  CHECK_THROWS_AS(KernelLaunch(*m.backend, "affine_f32").bytes(2, big.data(), big.size()), std::invalid_argument);
-  CHECK_THROWS_AS(KernelLaunch(*m.backend, "no_such_kernel").threads({1, 1, 1}, {1, 1, 1}), std::invalid_argument);
+  CHECK_THROWS_AS(KernelLaunch(*m, "affine_f32").bytes(2, big.data(), big.size()), std::invalid_argument);
+  CHECK_THROWS_AS(KernelLaunch(*m, "no_such_kernel").threads({1, 1, 1}, {1, 1, 1}), std::invalid_argument);
   CHECK(m.device->counters.command_buffers == 0);
 }
 
@@ -139,11 +141,11 @@ TEST_CASE("launch: a grid with a zero extent encodes nothing") {
   FakeMetal m;
   Tensor x = m.Floats({4});
   Tensor empty = x.Slice(0, 4, 4);   // an empty view one past the end still binds
-  KernelLaunch(*m.backend, "affine_f32")
+  KernelLaunch(*m, "affine_f32")
       .input(0, empty)
       .output(1, empty)
       .bytes(2, metalrt::testing::AffineArgs{0, 1, 0})
       .threads({0, 1, 1}, {32, 1, 1});
-  CHECK(m.backend->stream().open_dispatches() == 0);
+  CHECK(m->stream().open_dispatches() == 0);
   CHECK(m.device->counters.command_buffers == 0);
 }

@@ -6,7 +6,7 @@
 #include <set>
 #include <vector>
 
-#include "fake_metal.h"
+#include "metal_fixture.h"
 #include "gpu/device_selection.h"
 #include "metalrt/op_registry.h"
 
