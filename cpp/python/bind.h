@@ -10,6 +10,7 @@ void BindErrors(nb::module_& m);     // C++ exceptions -> Python exceptions
 void BindTensor(nb::module_& m);     // Tensor, numpy import/export, empty/zeros
 void BindDevice(nb::module_& m);     // synchronize, device_info, is_available
 void BindProviders(nb::module_& m);  // the op registry's providers and stats
+void BindProfiler(nb::module_& m);   // the Metal profiler, flush
 
 // Op families, bound into the submodule _metalrt.ops; metalrt/ops/<family>.py wraps
 // each with argument conversion and the user-facing docstring.

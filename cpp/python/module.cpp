@@ -8,6 +8,7 @@ NB_MODULE(_metalrt, m) {
   BindTensor(m);
   BindDevice(m);
   BindProviders(m);
+  BindProfiler(m);
   nb::module_ ops = m.def_submodule("ops", "Op entry points (wrapped by metalrt.ops).");
   BindLayoutOps(ops);
   BindAttentionOps(ops);

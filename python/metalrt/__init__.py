@@ -4,13 +4,13 @@ Tensors live on a device ("cpu", or "metal": an Apple GPU, or the simulated Meta
 device where there is none); `metalrt.ops` runs ops on the device of their inputs.
 `load`, `generate`, `stream_generate` and `batch_generate` run language models.
 """
-from ._metalrt import Tensor, device_info, is_available, synchronize
+from ._metalrt import Tensor, device_info, flush, is_available, synchronize
 from .tensor import DTYPES, asarray, empty, zeros
-from . import ops, providers
+from . import ops, profiler, providers
 from .generation import GenerationResponse, batch_generate, generate, load, stream_generate
 
 __all__ = [
     "DTYPES", "GenerationResponse", "Tensor", "asarray", "batch_generate", "device_info",
-    "empty", "generate", "is_available", "load", "ops", "providers", "stream_generate",
-    "synchronize", "zeros",
+    "empty", "flush", "generate", "is_available", "load", "ops", "profiler", "providers",
+    "stream_generate", "synchronize", "zeros",
 ]

@@ -1,0 +1,55 @@
+// metalrt._metalrt.profiler (the Metal backend's profile counters) and flush().
+// Python-facing docs live in python/metalrt/profiler.py.
+#include <nanobind/stl/string.h>
+
+#include "bind.h"
+#include "gpu/metal_backend.h"
+
+namespace metalrt::python {
+namespace {
+
+metalrt::gpu::Profiler& TheProfiler() { return metalrt::gpu::ActiveMetalBackend().profiler(); }
+
+nb::dict RowToDict(const metalrt::gpu::ProfileRow& row) {
+  nb::dict d;
+  d["name"] = row.name;
+  d["dispatches"] = row.dispatches;
+  d["encode_seconds"] = row.encode_seconds;
+  d["commits"] = row.commits;
+  d["waits"] = row.waits;
+  d["wait_seconds"] = row.wait_seconds;
+  d["gpu_seconds"] = row.gpu_seconds;
+  return d;
+}
+
+}  // namespace
+
+void BindProfiler(nb::module_& m) {
+  using namespace nb::literals;
+  nb::module_ p = m.def_submodule("profiler", "Profile counters of the Metal backend");
+  p.def("enable", [](bool on) { TheProfiler().Enable(on); }, "on"_a = true);
+  p.def("enabled", [] { return TheProfiler().enabled(); });
+  p.def("reset", [] { TheProfiler().Reset(); });
+  p.def("rows", [] {
+    nb::list rows;
+    for (const auto& row : TheProfiler().Rows()) rows.append(RowToDict(row));
+    return rows;
+  });
+  p.def("commits", [] { return TheProfiler().commits(); });
+  p.def("waits", [] { return TheProfiler().waits(); });
+
+  m.def(
+      "flush",
+      [](const std::string& device) {
+        // The CPU backend runs synchronously: nothing to commit.
+        if (metalrt::DeviceTypeFromName(device) == metalrt::DeviceType::kMETAL)
+          metalrt::gpu::ActiveMetalBackend().Flush();
+      },
+      "device"_a = "metal",
+      "flush(device='metal')\n\nCommits the device's pending GPU work without waiting for it "
+      "(a flush point of the Metal command stream; host reads and synchronize() also flush). "
+      "A no-op for 'cpu'. Raises ValueError for an unknown device name and RuntimeError when "
+      "no Metal device is available.");
+}
+
+}  // namespace metalrt::python

@@ -1,0 +1,56 @@
+"""Profile counters of the Metal backend.
+
+Off by default (or on from the start with the environment variable
+``METALRT_PROFILE=1``); off, nothing is recorded and no clock is read. On, the
+backend keeps one row per kernel name — how many times it was dispatched and the
+host seconds spent encoding those dispatches — and a total row with the
+command-buffer commits, the host waits for the GPU, the seconds spent waiting and
+the seconds the GPU was busy (summed from each command buffer's GPU start and end
+times; GPU time fits inside the waits when work is committed at a synchronize).
+The kernel name proves which kernel ran, e.g. the decode GEMV versus the tiled
+GEMM. Commits are what encoder batching minimises: DESIGN.md §3 and §8.
+
+All functions raise RuntimeError when no Metal device is available.
+"""
+from __future__ import annotations
+
+from . import _metalrt
+
+_native = _metalrt.profiler
+
+
+def enable(on: bool = True) -> None:
+    """Switch profiling on (``True``) or off; recorded rows are kept."""
+    _native.enable(bool(on))
+
+
+def enabled() -> bool:
+    """Whether profiling is on."""
+    return _native.enabled()
+
+
+def reset() -> None:
+    """Forget every row and counter; the on/off state is kept."""
+    _native.reset()
+
+
+def rows() -> list[dict]:
+    """The recorded rows: one per kernel name (sorted by name), then ``"total"``.
+
+    Every row is a dict with keys ``name`` (str), ``dispatches`` (int),
+    ``encode_seconds`` (float, host seconds), and — meaningful in the total row,
+    zero in kernel rows — ``commits`` (command buffers committed), ``waits`` (host
+    waits for the GPU), ``wait_seconds`` and ``gpu_seconds`` (float seconds).
+    Empty when nothing was recorded.
+    """
+    return _native.rows()
+
+
+def commits() -> int:
+    """Command buffers committed since profiling was enabled or reset."""
+    return _native.commits()
+
+
+def waits() -> int:
+    """Host waits for the GPU (one per synchronize that had work in flight)."""
+    return _native.waits()
