@@ -1,0 +1,47 @@
+#include "sim/command_queue.h"
+
+#include <chrono>
+
+#include "sim/command_buffer.h"
+
+namespace metalrt::sim {
+
+double SimClockSeconds() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+CommandQueue::CommandQueue(unsigned threads)
+    : threads_(threads), pool_(threads), thread_([this] { Loop(); }) {}
+
+CommandQueue::~CommandQueue() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  ready_.notify_all();
+  thread_.join();
+}
+
+void CommandQueue::Submit(SimCommandBuffer* buffer) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.push_back(buffer);
+  }
+  ready_.notify_one();
+}
+
+void CommandQueue::Loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    ready_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+    if (pending_.empty()) return;   // stopping, and everything committed has run
+    SimCommandBuffer* buffer = pending_.front();
+    pending_.pop_front();
+    lock.unlock();
+    buffer->Execute(pool_);
+    lock.lock();
+  }
+}
+
+}  // namespace metalrt::sim

@@ -1,0 +1,80 @@
+#include "sim/fiber_order.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+
+namespace metalrt::sim {
+
+FiberOrder ParseFiberOrder(const std::string& spec) {
+  FiberOrder order;
+  if (spec == "forward") return order;
+  if (spec == "reverse") {
+    order.kind = FiberOrder::Kind::kReverse;
+    return order;
+  }
+  if (spec.rfind("shuffle", 0) == 0) {
+    order.kind = FiberOrder::Kind::kShuffle;
+    if (spec.size() == 7) return order;
+    if (spec[7] == ':' && spec.size() > 8) {
+      char* end = nullptr;
+      order.seed = std::strtoull(spec.c_str() + 8, &end, 10);
+      if (*end == '\0') return order;
+    }
+  }
+  throw std::invalid_argument("[sim] fiber order must be forward, reverse or shuffle[:seed], got '" +
+                              spec + "'");
+}
+
+std::string FiberOrderName(const FiberOrder& order) {
+  switch (order.kind) {
+    case FiberOrder::Kind::kForward: return "forward";
+    case FiberOrder::Kind::kReverse: return "reverse";
+    case FiberOrder::Kind::kShuffle: return "shuffle:" + std::to_string(order.seed);
+  }
+  return "forward";
+}
+
+namespace {
+std::mutex g_order_mutex;
+FiberOrder& OrderSlot() {
+  static FiberOrder order = [] {
+    const char* env = std::getenv("METALRT_SIM_ORDER");
+    return env && *env ? ParseFiberOrder(env) : FiberOrder{};
+  }();
+  return order;
+}
+
+// splitmix64: a small, well-mixed generator, so shuffles are reproducible.
+uint64_t Mix(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+void SetFiberOrder(const FiberOrder& order) {
+  std::lock_guard<std::mutex> lock(g_order_mutex);
+  OrderSlot() = order;
+}
+
+FiberOrder CurrentFiberOrder() {
+  std::lock_guard<std::mutex> lock(g_order_mutex);
+  return OrderSlot();
+}
+
+void FillRunOrder(const FiberOrder& order, uint64_t group, uint32_t count,
+                  std::vector<uint32_t>& out) {
+  out.resize(count);
+  for (uint32_t i = 0; i < count; ++i)
+    out[i] = order.kind == FiberOrder::Kind::kReverse ? count - 1 - i : i;
+  if (order.kind != FiberOrder::Kind::kShuffle) return;
+  uint64_t state = order.seed * 0x100000001b3ull ^ group;
+  for (uint32_t i = count; i > 1; --i) {   // Fisher-Yates
+    const auto j = static_cast<uint32_t>(Mix(state) % i);
+    std::swap(out[i - 1], out[j]);
+  }
+}
+
+}  // namespace metalrt::sim

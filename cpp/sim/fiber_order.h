@@ -1,0 +1,32 @@
+// The order in which a threadgroup's fibers run between synchronisation points.
+// Any order is legal on a GPU; running the same kernel in several orders makes a
+// missing barrier show up as a difference (DESIGN §4). Chosen by
+// METALRT_SIM_ORDER=forward|reverse|shuffle[:seed] or by SetFiberOrder.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace metalrt::sim {
+
+struct FiberOrder {
+  enum class Kind : uint8_t { kForward, kReverse, kShuffle };
+  Kind kind = Kind::kForward;
+  uint64_t seed = 0;
+};
+
+// Parses "forward", "reverse", "shuffle" or "shuffle:<seed>"; throws
+// std::invalid_argument otherwise.
+FiberOrder ParseFiberOrder(const std::string& spec);
+std::string FiberOrderName(const FiberOrder& order);
+
+// The process-wide order used by every dispatch that starts after the call.
+void SetFiberOrder(const FiberOrder& order);
+FiberOrder CurrentFiberOrder();   // initialised from METALRT_SIM_ORDER
+
+// The run order of `count` threads of threadgroup number `group` (a shuffle
+// depends only on the seed and the group, not on which worker runs it).
+void FillRunOrder(const FiberOrder& order, uint64_t group, uint32_t count,
+                  std::vector<uint32_t>& out);
+
+}  // namespace metalrt::sim

@@ -1,0 +1,149 @@
+#include "sim/kernel_compiler.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+namespace metalrt::sim {
+
+namespace {
+std::mutex g_mutex;
+
+KernelToolchain& Toolchain() {
+  static KernelToolchain t = [] {
+    KernelToolchain d;
+    const char* py = std::getenv("METALRT_SIM_PYTHON");
+    d.python = py && *py ? py : "python3";
+#ifdef METALRT_SOURCE_DIR
+    d.generator = METALRT_SOURCE_DIR "/python/metalrt/_sim/msl_to_cpp.py";
+    d.shim_dir = METALRT_SOURCE_DIR "/metal/shim";
+#endif
+    return d;
+  }();
+  return t;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// FNV-1a, 64 bits: the cache key (a content hash, not a security boundary).
+uint64_t Hash(const std::string& data, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs a shell command; returns its exit status and combined output.
+int Run(const std::string& command, std::string& output) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) throw std::runtime_error("[compile_library] cannot run: " + command);
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
+  return pclose(pipe);
+}
+
+void MakeDirs(const std::string& path) {
+  for (size_t i = 1; i <= path.size(); ++i)
+    if (i == path.size() || path[i] == '/') mkdir(path.substr(0, i).c_str(), 0755);
+}
+
+std::string CacheDir() {
+  if (const char* dir = std::getenv("METALRT_CACHE_DIR"); dir && *dir)
+    return std::string(dir) + "/kernels";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/metalrt/kernels";
+}
+
+std::string ShimContents(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') names.push_back(e->d_name);
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  std::string all;
+  for (const auto& n : names) all += n + '\0' + ReadFile(dir + "/" + n);
+  return all;
+}
+
+bool Exists(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
+}  // namespace
+
+void SetKernelToolchain(const KernelToolchain& toolchain) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  Toolchain() = toolchain;
+}
+
+KernelToolchain GetKernelToolchain() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return Toolchain();
+}
+
+std::string BuildKernelModule(const std::string& source) {
+  const KernelToolchain tc = GetKernelToolchain();
+  if (tc.generator.empty() || !Exists(tc.generator) || !Exists(tc.shim_dir + "/sim_module.h"))
+    throw std::runtime_error("[compile_library] the MSL generator or shim headers are missing ('" +
+                             tc.generator + "', '" + tc.shim_dir + "')");
+  const char* cxx_env = std::getenv("CXX");
+  const std::string cxx = cxx_env && *cxx_env ? cxx_env : "c++";
+  const std::string flags = "-std=c++17 -O2 -fPIC -shared -fvisibility=hidden -Wno-attributes";
+  uint64_t h = Hash(source);
+  h = Hash(ReadFile(tc.generator), h);
+  h = Hash(ShimContents(tc.shim_dir), h);
+  h = Hash(cxx + flags, h);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  const std::string dir = CacheDir() + "/" + hex;
+  const std::string module = dir + "/module.so";
+  if (Exists(module)) return module;
+
+  MakeDirs(dir);
+  const std::string tag = std::to_string(getpid());
+  const std::string metal = dir + "/shader.metal";
+  const std::string cpp = dir + "/shader." + tag + ".cpp";
+  {
+    std::ofstream out(metal, std::ios::binary);
+    out << source;
+  }
+  std::string output;
+  if (Run(Quote(tc.python) + " " + Quote(tc.generator) + " " + Quote(metal) + " " + Quote(cpp) +
+              " --mode shared",
+          output) != 0)
+    throw std::runtime_error("[compile_library] " + output);
+  const std::string tmp = dir + "/module." + tag + ".so";
+  output.clear();
+  if (Run(Quote(cxx) + " " + flags + " -I" + Quote(tc.shim_dir) + " " + Quote(cpp) + " -o " +
+              Quote(tmp),
+          output) != 0) {
+    std::remove(cpp.c_str());
+    throw std::runtime_error("[compile_library] compiling the kernel failed:\n" + output);
+  }
+  std::remove(cpp.c_str());
+  std::rename(tmp.c_str(), module.c_str());   // atomic: concurrent builders agree
+  return module;
+}
+
+}  // namespace metalrt::sim

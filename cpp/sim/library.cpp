@@ -1,0 +1,136 @@
+#include "sim/library.h"
+
+#include <dlfcn.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "sim/threadgroup.h"
+
+namespace metalrt::sim {
+
+namespace {
+std::mutex& BuiltinMutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<const ModuleInfo*>& BuiltinList() {
+  static std::vector<const ModuleInfo*> list;
+  return list;
+}
+
+size_t ConstantTypeSize(gpu::FunctionConstant::Type type) {
+  switch (type) {
+    case gpu::FunctionConstant::Type::kBool: return 1;
+    case gpu::FunctionConstant::Type::kInt16:
+    case gpu::FunctionConstant::Type::kUInt16:
+    case gpu::FunctionConstant::Type::kHalf: return 2;
+    default: return 4;
+  }
+}
+
+std::string ConstantsKey(const std::string& name, const gpu::FunctionConstants& constants) {
+  std::string key = name;
+  for (const auto& c : constants) {
+    key += '|' + std::to_string(c.index) + ':' + std::to_string(static_cast<int>(c.type)) + ':';
+    key.append(reinterpret_cast<const char*>(c.bytes.data()), c.bytes.size());
+  }
+  return key;
+}
+}  // namespace
+
+void RegisterBuiltinModule(const ModuleInfo* module) {
+  std::lock_guard<std::mutex> lock(BuiltinMutex());
+  BuiltinList().push_back(module);
+}
+
+std::vector<const ModuleInfo*> BuiltinModules() {
+  std::lock_guard<std::mutex> lock(BuiltinMutex());
+  return BuiltinList();
+}
+
+const ModuleInfo* LoadSharedModule(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) throw std::runtime_error(std::string("[compile_library] cannot load ") + dlerror());
+  // Never dlclose'd: pipelines and in-flight command buffers point into it.
+  using Entry = const ModuleInfo* (*)();
+  auto entry = reinterpret_cast<Entry>(dlsym(handle, "metalrt_sim_module"));
+  if (!entry) throw std::runtime_error("[compile_library] " + path + " has no metalrt_sim_module");
+  const ModuleInfo* info = entry();
+  if (info->abi_version != kModuleAbiVersion)
+    throw std::runtime_error("[compile_library] " + path + " was built for module ABI " +
+                             std::to_string(info->abi_version));
+  return info;
+}
+
+SimPipeline::SimPipeline(const KernelInfo& kernel, std::vector<ConstantValue> constants)
+    : kernel_(kernel), name_(kernel.name), constants_(std::move(constants)) {}
+
+uint32_t SimPipeline::max_total_threads_per_threadgroup() const { return kMaxThreadsPerThreadgroup; }
+uint32_t SimPipeline::thread_execution_width() const { return kSimdWidth; }
+
+SimLibrary::SimLibrary(std::vector<const ModuleInfo*> modules) {
+  for (const ModuleInfo* m : modules) {
+    *m->hooks = &RuntimeHooks();
+    for (uint32_t i = 0; i < m->num_kernels; ++i) {
+      const KernelInfo& k = m->kernels[i];
+      auto [it, inserted] = kernels_.emplace(k.name, Kernel{&k, m});
+      if (!inserted)
+        throw std::runtime_error(std::string("[sim] kernel '") + k.name + "' is defined at " +
+                                 it->second.info->location + " and at " + k.location);
+    }
+  }
+}
+
+std::vector<std::string> SimLibrary::function_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, _] : kernels_) names.push_back(name);
+  return names;
+}
+
+gpu::GpuPipeline& SimLibrary::pipeline(const std::string& name,
+                                       const gpu::FunctionConstants& constants) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string key = ConstantsKey(name, constants);
+  auto cached = pipelines_.find(key);
+  if (cached != pipelines_.end()) return *cached->second;
+  auto it = kernels_.find(name);
+  if (it == kernels_.end())
+    throw std::invalid_argument("[pipeline] no kernel named '" + name + "' in the library");
+  const ModuleInfo& module = *it->second.module;
+  // Every constant the module declares gets a value or is marked undefined.
+  std::vector<ConstantValue> values;
+  for (uint32_t i = 0; i < module.num_constants; ++i)
+    values.push_back(ConstantValue{&module.constants[i], {}, false});
+  for (const auto& c : constants) {
+    ConstantValue* target = nullptr;
+    for (auto& v : values)
+      if (v.slot->index == c.index) target = &v;
+    if (!target)
+      throw std::invalid_argument("[pipeline] kernel '" + name + "' has no function constant " +
+                                  std::to_string(c.index));
+    if (ConstantTypeSize(c.type) != target->slot->size)
+      throw std::invalid_argument("[pipeline] function constant " + std::to_string(c.index) + " ('" +
+                                  target->slot->name + "') is " +
+                                  std::to_string(target->slot->size) + " bytes, got a value of " +
+                                  std::to_string(ConstantTypeSize(c.type)));
+    target->bytes = c.bytes;
+    target->defined = true;
+  }
+  auto& slot = pipelines_[key];
+  slot = std::make_unique<SimPipeline>(*it->second.info, std::move(values));
+  return *slot;
+}
+
+std::unique_lock<std::mutex> ApplyFunctionConstants(const std::vector<ConstantValue>& constants) {
+  static std::mutex mutex;
+  if (constants.empty()) return {};
+  std::unique_lock<std::mutex> lock(mutex);
+  for (const ConstantValue& c : constants) {
+    std::memcpy(c.slot->value, c.bytes.data(), c.slot->size);
+    *c.slot->defined = c.defined;
+  }
+  return lock;
+}
+
+}  // namespace metalrt::sim

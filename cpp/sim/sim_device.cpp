@@ -1,0 +1,75 @@
+#include "sim/sim_device.h"
+
+#include <unistd.h>
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "sim/command_buffer.h"
+#include "sim/command_queue.h"
+#include "sim/kernel_compiler.h"
+#include "sim/library.h"
+#include "sim/sim_buffer.h"
+#include "sim/threadgroup.h"
+
+namespace metalrt::sim {
+
+namespace {
+
+class SimDevice : public gpu::GpuDevice {
+ public:
+  SimDevice() : queue_(DefaultWorkerCount()) {}
+
+  std::string name() const override {
+    return "metalrt simulated Metal device (" + std::to_string(queue_.threads()) + " CPU threads)";
+  }
+  bool is_simulated() const override { return true; }
+  bool has_unified_memory() const override { return true; }
+  std::string gpu_family() const override { return "apple9"; }
+  size_t max_threadgroup_memory_length() const override { return kMaxThreadgroupMemory; }
+
+  std::shared_ptr<gpu::GpuBuffer> new_buffer(size_t length) override {
+    return std::make_shared<SimBuffer>(length);
+  }
+
+  std::shared_ptr<gpu::GpuBuffer> new_buffer_no_copy(void* pointer, size_t length,
+                                                     std::function<void()> deallocator) override {
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    if (!pointer || reinterpret_cast<uintptr_t>(pointer) % page != 0)
+      throw std::invalid_argument("[new_buffer_no_copy] memory must be page-aligned (" +
+                                  std::to_string(page) + " bytes)");
+    return std::make_shared<SimBuffer>(pointer, length, std::move(deallocator));
+  }
+
+  gpu::GpuLibrary& default_library() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!default_library_) default_library_ = std::make_unique<SimLibrary>(BuiltinModules());
+    return *default_library_;
+  }
+
+  std::shared_ptr<gpu::GpuLibrary> compile_library(const std::string& source) override {
+    const std::string path = BuildKernelModule(source);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& library = compiled_[path];
+    if (!library) library = std::make_shared<SimLibrary>(std::vector<const ModuleInfo*>{LoadSharedModule(path)});
+    return library;
+  }
+
+  std::unique_ptr<gpu::GpuCommandBuffer> new_command_buffer() override {
+    return std::make_unique<SimCommandBuffer>(queue_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unique_ptr<SimLibrary> default_library_;
+  // Kept for the device's lifetime: pipelines of a library outlive its users' handles.
+  std::map<std::string, std::shared_ptr<SimLibrary>> compiled_;
+  CommandQueue queue_;   // destroyed first: it finishes the work that uses the above
+};
+
+}  // namespace
+
+std::unique_ptr<gpu::GpuDevice> CreateSimDevice() { return std::make_unique<SimDevice>(); }
+
+}  // namespace metalrt::sim

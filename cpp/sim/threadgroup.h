@@ -1,0 +1,90 @@
+// Runs one threadgroup: each GPU thread a fiber, scheduled in the configured
+// order; SIMD-group collectives resolved per SIMD-group, barriers per
+// threadgroup (a returned thread no longer blocks either). Threadgroup memory is
+// NaN-poisoned (0xFF bytes) when the threadgroup starts. Implements the hook table
+// of metal/shim/sim_hooks.h for the fibers it runs.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shim/sim_hooks.h"
+#include "sim/dispatch.h"
+#include "sim/fiber.h"
+#include "sim/fiber_order.h"
+
+namespace metalrt::sim {
+
+constexpr uint32_t kSimdWidth = 32;
+constexpr uint32_t kMaxThreadsPerThreadgroup = 1024;
+constexpr size_t kMaxThreadgroupMemory = 32 * 1024;
+
+// The hook table every loaded module gets.
+const Hooks& RuntimeHooks();
+
+class ThreadgroupRunner {
+ public:
+  ThreadgroupRunner();
+  ~ThreadgroupRunner();
+  ThreadgroupRunner(const ThreadgroupRunner&) = delete;
+  ThreadgroupRunner& operator=(const ThreadgroupRunner&) = delete;
+
+  // Runs threadgroup `group` (x, y, z) of `dispatch` to completion; returns an
+  // error message ("" on success). Must be called on the thread that owns the
+  // runner.
+  std::string Run(const Dispatch& dispatch, const FiberOrder& order, const uint32_t group[3]);
+
+  // For the hooks: the runner of the calling worker thread.
+  static ThreadgroupRunner& Current();
+
+  uint32_t Lane() const;
+  uint32_t ActiveMask() const;
+  void SimdExchange(const void* mine, size_t bytes, void* all, const char* what);
+  void ThreadgroupBarrier(const char* file, int line);
+  void* ThreadgroupAlloc(uint32_t slot, size_t bytes, size_t alignment);
+
+ private:
+  enum class State : uint8_t { kRunnable, kAtBarrier, kAtSimd, kReturned };
+  struct GpuThread;
+  struct SimdGroup;
+  struct Slot {
+    uint64_t generation = 0;
+    size_t offset = 0;
+    size_t bytes = 0;
+  };
+
+  static void FiberMain(void* thread);
+  void SetUp(const Dispatch& dispatch, const uint32_t group[3]);
+  void Yield();
+  [[noreturn]] void Fail(std::string message);
+  void Returned(GpuThread& t);
+  void ReleaseBarrierIfComplete();
+  void CompleteSimdIfReady(SimdGroup& g);
+  std::string DescribeDeadlock() const;
+
+  const Dispatch* dispatch_ = nullptr;
+  std::unique_ptr<GpuThread[]> threads_;   // kMaxThreadsPerThreadgroup, fibers stay put
+  uint32_t count_ = 0;
+  std::vector<FiberStack> stacks_;
+  std::unique_ptr<SimdGroup[]> simd_groups_;
+  uint32_t simd_count_ = 0;
+  std::vector<uint32_t> order_;
+  Fiber scheduler_;
+  GpuThread* current_ = nullptr;
+  uint32_t live_ = 0;
+  uint32_t at_barrier_ = 0;
+  const char* barrier_file_ = nullptr;
+  int barrier_line_ = 0;
+  std::unique_ptr<unsigned char[]> memory_;   // the threadgroup memory arena
+  unsigned char* arena_ = nullptr;            // 64-byte aligned start
+  size_t arena_used_ = 0;
+  std::vector<Slot> slots_;
+  uint64_t generation_ = 0;
+  char start_sync_ = 0;   // ThreadSanitizer: host -> threads ordering
+  std::array<void*, kMaxThreadgroupBindings> threadgroup_buffers_{};
+  bool failed_ = false;
+  std::string error_;
+};
+
+}  // namespace metalrt::sim

@@ -1,0 +1,101 @@
+#include "sim/workers.h"
+
+#include <cstdlib>
+#include <limits>
+
+namespace metalrt::sim {
+
+struct WorkerPool::Job {
+  const Dispatch* dispatch;
+  FiberOrder order;
+  uint64_t total;
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> stop{false};
+  std::mutex error_mutex;
+  uint64_t error_group = std::numeric_limits<uint64_t>::max();
+  std::string error;
+};
+
+unsigned DefaultWorkerCount() {
+  const char* env = std::getenv("METALRT_SIM_THREADS");
+  const long n = env ? std::atol(env) : 0;
+  if (n > 0) return static_cast<unsigned>(n);
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw ? hw : 2;
+}
+
+WorkerPool::WorkerPool(unsigned threads) : caller_runner_(std::make_unique<ThreadgroupRunner>()) {
+  // The calling thread works too, so `threads` - 1 helpers.
+  for (unsigned i = 1; i < threads; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void WorkerPool::Drain(Job& job, ThreadgroupRunner& runner) {
+  const Dispatch& d = *job.dispatch;
+  for (;;) {
+    if (job.stop.load(std::memory_order_relaxed)) return;
+    const uint64_t g = job.next.fetch_add(1, std::memory_order_relaxed);
+    if (g >= job.total) return;
+    const uint32_t group[3] = {static_cast<uint32_t>(g % d.threadgroups.x),
+                               static_cast<uint32_t>(g / d.threadgroups.x % d.threadgroups.y),
+                               static_cast<uint32_t>(g / (uint64_t{d.threadgroups.x} * d.threadgroups.y))};
+    std::string error = runner.Run(d, job.order, group);
+    if (!error.empty()) {
+      std::lock_guard<std::mutex> lock(job.error_mutex);
+      if (g < job.error_group) {
+        job.error_group = g;
+        job.error = std::move(error);
+      }
+      job.stop = true;
+    }
+  }
+}
+
+void WorkerPool::WorkerLoop() {
+  ThreadgroupRunner runner;
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stopping_ || (job_ && job_serial_ != seen); });
+    if (stopping_) return;
+    seen = job_serial_;
+    Job* job = job_;
+    ++busy_;
+    lock.unlock();
+    Drain(*job, runner);
+    lock.lock();
+    if (--busy_ == 0) done_.notify_all();
+  }
+}
+
+std::string WorkerPool::Run(const Dispatch& dispatch) {
+  Job job;
+  job.dispatch = &dispatch;
+  job.order = CurrentFiberOrder();
+  job.total = uint64_t{dispatch.threadgroups.x} * dispatch.threadgroups.y * dispatch.threadgroups.z;
+  // One threadgroup (the common tiny dispatch) runs here without waking anyone.
+  const bool spread = job.total > 1 && !threads_.empty();
+  if (spread) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &job;
+    ++job_serial_;
+    wake_.notify_all();
+  }
+  Drain(job, *caller_runner_);
+  if (spread) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    job_ = nullptr;   // late wakers see no job
+    done_.wait(lock, [&] { return busy_ == 0; });
+  }
+  return job.error;
+}
+
+}  // namespace metalrt::sim

@@ -1,0 +1,2 @@
+"""The simulated Metal device's Python side: the MSL -> C++ generator
+(``msl_to_cpp``) that the build and ``compile_shader`` run."""

@@ -1,0 +1,595 @@
+"""Metal Shading Language source -> one C++ translation unit for the simulated device.
+
+The output includes the MSL shim (``metal/shim``), then a line-preserving copy of
+the ``.metal`` file (``#line`` directives keep compiler errors at ``file.metal:line``;
+project headers included with quotes are copied in place the same way), rewritten
+only where MSL is not C++:
+
+* ``[[attribute]]`` spellings of MSL are blanked (columns preserved);
+* ``threadgroup T x[N];`` in a function body becomes per-threadgroup storage
+  obtained from the runtime (``metalrt::sim::threadgroup_variable``);
+* ``constant T name [[function_constant(i)]];`` becomes a per-pipeline value the
+  runtime writes before a dispatch, and ``is_function_constant_defined(name)`` reads
+  whether the pipeline defined it.
+
+It then registers every kernel -- each non-template ``kernel void f(...)`` and each
+explicit instantiation ``template [[host_name("n")]] [[kernel]] ... f<...>...;`` --
+with an entry that binds every parameter by its attribute (MSL specification §5.2,
+"Attributes for kernel function input arguments").
+
+Standard library only: it runs at build time (CMake) and at run time
+(``compile_shader``). Usage:
+``python msl_to_cpp.py INPUT.metal OUTPUT.cpp [--mode builtin|shared] [--depfile F]``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+
+# Attributes of kernel parameters: name -> (ThreadContext field, components).
+_POSITIONS = {
+    "thread_position_in_grid": ("thread_position_in_grid", 3),
+    "threadgroup_position_in_grid": ("threadgroup_position_in_grid", 3),
+    "thread_position_in_threadgroup": ("thread_position_in_threadgroup", 3),
+    "threads_per_threadgroup": ("threads_per_threadgroup", 3),
+    "threadgroups_per_grid": ("threadgroups_per_grid", 3),
+    "threads_per_grid": ("threads_per_grid", 3),
+    "thread_index_in_threadgroup": ("thread_index_in_threadgroup", 0),
+    "thread_index_in_simdgroup": ("thread_index_in_simdgroup", 0),
+    "simdgroup_index_in_threadgroup": ("simdgroup_index_in_threadgroup", 0),
+    "simdgroups_per_threadgroup": ("simdgroups_per_threadgroup", 0),
+    "thread_execution_width": ("threads_per_simdgroup", 0),
+    "threads_per_simdgroup": ("threads_per_simdgroup", 0),
+}
+# C++ attributes left in place; every other [[...]] is MSL and is blanked.
+_CXX_ATTRIBUTES = {"maybe_unused", "nodiscard", "likely", "unlikely", "fallthrough",
+                   "noreturn", "deprecated", "carries_dependency", "no_unique_address"}
+_FC_TYPES = {"bool": 1, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "half": 2,
+             "int": 4, "uint": 4, "float": 4, "int16_t": 2, "uint16_t": 2,
+             "int32_t": 4, "uint32_t": 4}
+
+
+class MslError(Exception):
+    """A construct the generator cannot translate, reported at ``file:line``."""
+
+
+@dataclass
+class Param:
+    name: str
+    kind: str          # "buffer", "threadgroup" or a _POSITIONS key
+    index: int = 0     # buffer/threadgroup index
+    components: int = 0
+    guard: str | None = None   # function-constant name guarding a buffer
+
+
+@dataclass
+class KernelDef:
+    name: str
+    params: list[Param]
+    is_template: bool
+    host_name: str | None
+    location: str
+
+
+@dataclass
+class Instantiation:
+    kernel: str
+    template_args: str
+    host_name: str
+    location: str
+
+
+@dataclass
+class FunctionConstant:
+    index: int
+    name: str
+    type: str
+    slot: int
+
+
+@dataclass
+class State:
+    kernels: dict[str, KernelDef] = field(default_factory=dict)
+    instantiations: list[Instantiation] = field(default_factory=list)
+    constants: dict[str, FunctionConstant] = field(default_factory=dict)
+    system_includes: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    once: set[str] = field(default_factory=set)
+    rewritten: dict[str, str] = field(default_factory=dict)
+    threadgroup_slots: int = 0
+
+
+# ---- source masking: comments, literals and preprocessor lines out of the way ----
+
+def _mask(text: str, keep_directives: bool = False) -> str:
+    """Same length as ``text``; comments, string/char literal bodies (and, unless
+    ``keep_directives``, preprocessor lines) replaced by spaces, newlines kept."""
+    out = list(text)
+    i, n = 0, len(text)
+    line_start = True
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line_start = True
+            i += 1
+            continue
+        if line_start and c == "#" and not keep_directives:
+            j = i
+            while j < n and not (text[j] == "\n" and text[j - 1] != "\\"):
+                j += 1
+            for k in range(i, j):
+                if out[k] != "\n":
+                    out[k] = " "
+            i = j
+            continue
+        if not c.isspace():
+            line_start = False
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out[i:j] = " " * (j - i)
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            for k in range(i, j):
+                if out[k] != "\n":
+                    out[k] = " "
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            for k in range(i + 1, min(j, n)):
+                out[k] = " "
+            i = j + 1
+        else:
+            i += 1
+    return "".join(out)
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _match_close(masked: str, start: int, open_c: str, close_c: str) -> int:
+    """Index of the bracket closing the one at ``start``."""
+    depth = 0
+    for i in range(start, len(masked)):
+        if masked[i] == open_c:
+            depth += 1
+        elif masked[i] == close_c:
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` outside (), [], {} and <>."""
+    parts, depth, cur = [], 0, []
+    for c in text:
+        if c in "([{<":
+            depth += 1
+        elif c in ")]}>":
+            depth -= 1
+        if c == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    parts.append("".join(cur))
+    return parts
+
+
+def _attribute_items(body: str) -> list[tuple[str, str]]:
+    """``buffer(0), function_constant(x)`` -> [("buffer", "0"), ("function_constant", "x")]."""
+    items = []
+    for part in _split_top(body):
+        m = re.fullmatch(r"\s*([A-Za-z_][\w:]*)\s*(?:\((.*)\))?\s*", part, re.S)
+        if m:
+            items.append((m.group(1), (m.group(2) or "").strip()))
+    return items
+
+
+class _File:
+    """One source file being rewritten: its text, the masked text and edits."""
+
+    def __init__(self, path: str, text: str):
+        self.path = path
+        self.text = text
+        self.masked = _mask(text)
+        self.edits: list[tuple[int, int, str]] = []
+
+    def where(self, pos: int) -> str:
+        return f"{self.path}:{_line_of(self.text, pos)}"
+
+    def error(self, pos: int, message: str) -> MslError:
+        return MslError(f"{self.where(pos)}: error: {message}")
+
+    def replace(self, start: int, end: int, new: str) -> None:
+        """Replace [start, end) keeping the number of newlines (lines stay put)."""
+        lost = self.text.count("\n", start, end) - new.count("\n")
+        self.edits.append((start, end, new + "\n" * max(lost, 0)))
+
+    def blank(self, start: int, end: int) -> None:
+        self.replace(start, end, re.sub(r"[^\n]", " ", self.text[start:end]))
+
+    def result(self) -> str:
+        out, last = [], 0
+        for start, end, new in sorted(self.edits):
+            if start < last:
+                raise self.error(start, "overlapping rewrite (generator bug)")
+            out.append(self.text[last:start])
+            out.append(new)
+            last = end
+        out.append(self.text[last:])
+        return "".join(out)
+
+
+# ---- the rewrites ----
+
+def _attributes(f: _File):
+    """(start, end, items) of every [[...]] in the file."""
+    for m in re.finditer(r"\[\[(.*?)\]\]", f.masked, re.S):
+        body = f.text[m.start(1):m.end(1)]
+        yield m.start(), m.end(), _attribute_items(body)
+
+
+def _statement_start(masked: str, pos: int) -> int:
+    """Start of the statement containing ``pos`` (after the previous ; { or })."""
+    i = pos - 1
+    depth = 0
+    while i >= 0:
+        c = masked[i]
+        if c in ")]":
+            depth += 1
+        elif c in "([":
+            if depth == 0:
+                return i + 1
+            depth -= 1
+        elif c in ";{}" and depth == 0:
+            return i + 1
+        i -= 1
+    return 0
+
+
+def _parse_params(f: _File, open_paren: int, close_paren: int, kernel: str) -> list[Param]:
+    params: list[Param] = []
+    text = f.text[open_paren + 1:close_paren]
+    masked = f.masked[open_paren + 1:close_paren]
+    offset = open_paren + 1
+    pos = 0
+    for part in _split_top(masked):
+        start = offset + pos
+        original = text[pos:pos + len(part)]
+        pos += len(part) + 1
+        if not part.strip() or part.strip() == "void":
+            continue
+        attrs = re.findall(r"\[\[(.*?)\]\]", original, re.S)
+        decl = re.sub(r"\[\[.*?\]\]", " ", part, flags=re.S).strip()
+        name_m = re.search(r"(\w+)\s*$", decl)
+        if not name_m:
+            raise f.error(start, f"kernel '{kernel}': cannot read parameter '{decl}'")
+        name = name_m.group(1)
+        type_text = decl[:name_m.start()].strip()
+        items = [item for a in attrs for item in _attribute_items(a)]
+        param = None
+        guard = None
+        for key, arg in items:
+            if key in ("buffer", "threadgroup"):
+                if not re.fullmatch(r"\d+", arg):
+                    raise f.error(start, f"kernel '{kernel}': [[{key}({arg})]] needs an integer index")
+                param = Param(name, key, int(arg))
+            elif key in _POSITIONS:
+                vector = re.search(r"([234])\s*>?\s*$", type_text)
+                components = int(vector.group(1)) if vector else 1
+                param = Param(name, key, components=components)
+            elif key == "function_constant":
+                guard = arg
+            else:
+                raise f.error(start, f"kernel '{kernel}': unsupported attribute [[{key}]] "
+                                     f"on parameter '{name}'")
+        if param is None:
+            raise f.error(start, f"kernel '{kernel}': parameter '{name}' has no "
+                                 "[[buffer(n)]], [[threadgroup(n)]] or position attribute")
+        if param.kind == "buffer" and param.index >= 31 or \
+           param.kind == "threadgroup" and param.index >= 31:
+            raise f.error(start, f"kernel '{kernel}': [[{param.kind}({param.index})]] is "
+                                 "past Metal's 31 bindings")
+        if guard is not None and param.kind != "buffer":
+            raise f.error(start, f"kernel '{kernel}': function_constant on a non-buffer "
+                                 f"parameter '{name}' is not supported")
+        param.guard = guard
+        params.append(param)
+    return params
+
+
+def _find_kernels(f: _File, state: State) -> None:
+    """Kernel definitions (``kernel void f(`` or ``[[kernel]] void f(``)."""
+    pattern = re.compile(r"(\bkernel\b|\[\[\s*kernel\s*\]\])\s*void\s+(\w+)\s*\(")
+    for m in pattern.finditer(f.masked):
+        start = _statement_start(f.masked, m.start())
+        prefix = f.masked[start:m.start()]
+        name = m.group(2)
+        open_paren = m.end() - 1
+        close_paren = _match_close(f.masked, open_paren, "(", ")")
+        if close_paren < 0:
+            raise f.error(m.start(), f"kernel '{name}': unbalanced parentheses")
+        after = f.masked[close_paren + 1:].lstrip()
+        if not after.startswith("{"):
+            continue   # a declaration
+        if name in state.kernels:
+            raise f.error(m.start(), f"kernel '{name}' defined twice")
+        host = re.search(r'host_name\s*\(\s*"([^"]*)"', f.text[start:m.start()])
+        state.kernels[name] = KernelDef(
+            name, _parse_params(f, open_paren, close_paren, name),
+            is_template=bool(re.search(r"\btemplate\s*<", prefix)),
+            host_name=host.group(1) if host else None, location=f.where(m.start()))
+        if m.group(1) == "kernel":
+            f.blank(m.start(1), m.end(1))
+
+
+def _find_instantiations(f: _File, state: State) -> None:
+    """``template [[host_name("n")]] [[kernel]] void f<A>(...);`` and the
+    ``decltype(f<A>) f<A>;`` form."""
+    for m in re.finditer(r"\btemplate\s*(?=\[\[)", f.masked):
+        end = f.masked.find(";", m.end())
+        if end < 0:
+            raise f.error(m.start(), "explicit instantiation without ';'")
+        statement = f.text[m.start():end]
+        host = re.search(r'host_name\s*\(\s*"([^"]*)"\s*\)', statement)
+        if not host:
+            raise f.error(m.start(), "explicit kernel instantiation needs [[host_name(\"...\")]]")
+        masked = f.masked[m.start():end]
+        body = re.sub(r"\[\[.*?\]\]", lambda a: " " * len(a.group()), masked, flags=re.S)
+        base = body.find("decltype") + len("decltype") if "decltype" in body else 0
+        target = re.search(r"(\w+)\s*<", body[base:])
+        if not target:
+            raise f.error(m.start(), "cannot find the instantiated kernel in this statement")
+        lt = base + target.end() - 1
+        gt = _match_close(body, lt, "<", ">")
+        if gt < 0:
+            raise f.error(m.start(), "unbalanced template arguments")
+        state.instantiations.append(Instantiation(
+            target.group(1), f.text[m.start() + lt + 1:m.start() + gt].strip(),
+            host.group(1), f.where(m.start())))
+        kernel_word = re.search(r"\bkernel\b", body)
+        if kernel_word:
+            f.blank(m.start() + kernel_word.start(), m.start() + kernel_word.end())
+
+
+def _rewrite_threadgroup_declarations(f: _File, state: State) -> None:
+    """``threadgroup float x[2][32];`` in a body -> runtime-provided storage."""
+    for m in re.finditer(r"(?<![\w.])threadgroup\s+(?=[A-Za-z_])", f.masked):
+        before = f.masked[:m.start()].rstrip()
+        if not before or before[-1] not in ";{}":
+            continue   # a parameter, cast or pointer type, not a declaration
+        if f.masked.count("{", 0, m.start()) <= f.masked.count("}", 0, m.start()):
+            continue   # namespace scope
+        end = f.masked.find(";", m.end())
+        decl = f.masked[m.end():end]
+        if re.search(r"[*&=(]", decl):
+            continue   # `threadgroup T* p = ...;` is a pointer variable, not storage
+        declarators = _split_top(decl)
+        first = re.fullmatch(r"\s*(.*?)\b(\w+)\s*((?:\[[^\]]*\]\s*)*)", declarators[0], re.S)
+        if not first or not first.group(1).strip():
+            raise f.error(m.start(), f"cannot read threadgroup declaration '{decl.strip()}'")
+        type_text = " ".join(first.group(1).split())
+        pieces = []
+        for i, d in enumerate(declarators):
+            dm = first if i == 0 else re.fullmatch(r"\s*(\w+)\s*((?:\[[^\]]*\]\s*)*)", d, re.S)
+            if not dm:
+                raise f.error(m.start(), f"cannot read threadgroup declarator '{d.strip()}'")
+            name, dims = (dm.group(2), dm.group(3)) if i == 0 else (dm.group(1), dm.group(2))
+            dims = "".join(dims.split())
+            pieces.append(f"auto& {name} = ::metalrt::sim::threadgroup_variable<"
+                          f"{type_text}{dims}>({state.threadgroup_slots}u);")
+            state.threadgroup_slots += 1
+        f.replace(m.start(), end + 1, " ".join(pieces))
+
+
+def _rewrite_function_constants(f: _File, state: State) -> None:
+    for start, end, items in list(_attributes(f)):
+        fc = [arg for key, arg in items if key == "function_constant"]
+        if not fc:
+            continue
+        stmt = _statement_start(f.masked, start)
+        head = f.masked[stmt:start]
+        stmt += len(head) - len(head.lstrip())
+        decl = re.fullmatch(r"\s*constant\s+([\w: ]+?)\s+(\w+)\s*", head)
+        if not decl:
+            continue   # a guarded kernel parameter, read by _parse_params
+        semi = f.masked.find(";", end)
+        if f.masked[end:semi].strip():
+            raise f.error(start, "a function constant declaration takes no initializer")
+        if not re.fullmatch(r"\d+", fc[0]):
+            raise f.error(start, f"[[function_constant({fc[0]})]] needs an integer index")
+        type_text = " ".join(decl.group(1).split())
+        if type_text not in _FC_TYPES:
+            raise f.error(start, f"function constant type '{type_text}' is not supported "
+                                 f"(supported: {', '.join(sorted(_FC_TYPES))})")
+        name = decl.group(2)
+        slot = len(state.constants)
+        state.constants[name] = FunctionConstant(int(fc[0]), name, type_text, slot)
+        f.replace(stmt, semi + 1,
+                  f" {type_text} metalrt_fc_value_{slot}{{}}; bool metalrt_fc_defined_{slot} = false; "
+                  f"const {type_text}& {name} = metalrt_fc_value_{slot};")
+    for m in re.finditer(r"\bis_function_constant_defined\s*\(\s*(\w+)\s*\)", f.masked):
+        fc = state.constants.get(m.group(1))
+        if fc is None:
+            raise f.error(m.start(), f"'{m.group(1)}' is not a function constant")
+        f.replace(m.start(), m.end(), f"(metalrt_fc_defined_{fc.slot})")
+
+
+def _blank_msl_attributes(f: _File) -> None:
+    taken = {(s, e) for s, e, _ in f.edits}
+    for start, end, items in _attributes(f):
+        if any(s <= start < e for s, e in taken):
+            continue
+        if items and all(key in _CXX_ATTRIBUTES for key, _ in items):
+            continue
+        f.blank(start, end)
+
+
+def _process(path: str, state: State, stack: tuple[str, ...] = ()) -> str:
+    """Rewritten text of ``path`` with its quoted project includes copied in place."""
+    real = os.path.realpath(path)
+    if real in stack:
+        raise MslError(f"{path}:1: error: recursive #include")
+    if real in state.rewritten:
+        # Included again: the preprocessor's guards decide; kernels count once.
+        return "" if real in state.once else state.rewritten[real]
+    state.files.append(real)
+    with open(path, encoding="utf-8") as fh:
+        f = _File(path, fh.read())
+    if re.search(r"^\s*#\s*pragma\s+once", f.text, re.M):
+        state.once.add(real)
+    _rewrite_threadgroup_declarations(f, state)
+    _rewrite_function_constants(f, state)
+    _find_kernels(f, state)
+    _find_instantiations(f, state)
+    directives = _mask(f.text, keep_directives=True)
+    for m in re.finditer(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^">]+)[">][^\n]*', directives, re.M):
+        name = f.text[m.start(2):m.end(2)]
+        line = _line_of(f.text, m.start())
+        if m.group(1) == "<":
+            # System/shim headers go ahead of the copied source (outside its
+            # namespace); here the repeated include is a no-op.
+            if name not in state.system_includes:
+                state.system_includes.append(name)
+            continue
+        header = os.path.join(os.path.dirname(path), name)
+        if not os.path.exists(header):
+            raise f.error(m.start(), f"cannot find included file '{name}'")
+        body = _process(header, state, stack + (real,))
+        f.replace(m.start(), m.end(),
+                  f'#line 1 "{_c_string(header)}"\n{body}\n#line {line + 1} "{_c_string(path)}"')
+    _blank_msl_attributes(f)
+    state.rewritten[real] = f.result()
+    return state.rewritten[real]
+
+
+def _c_string(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+# ---- emission ----
+
+def _entry(index: int, callee: str, kernel: KernelDef) -> str:
+    args = []
+    for i, p in enumerate(kernel.params):
+        t = f"A::at<{i}>"
+        if p.kind == "buffer":
+            args.append(f"::metalrt::sim::bind_address<{t}>(c.buffers[{p.index}])")
+        elif p.kind == "threadgroup":
+            args.append(f"::metalrt::sim::bind_address<{t}>(c.threadgroup_buffers[{p.index}])")
+        else:
+            member, size = _POSITIONS[p.kind]
+            if size == 0:
+                args.append(f"static_cast<{t}>(c.{member})")
+            else:
+                args.append(f"::metalrt::sim::bind_position<{t}, {p.components}>(c.{member})")
+    joined = ",\n      ".join(args)
+    return (f"void metalrt_kernel_{index}(const ::metalrt::sim::ThreadContext& c) {{\n"
+            f"  using A = ::metalrt::sim::FnArgs<decltype(&{callee})>;\n"
+            f"  {callee}(\n      {joined});\n"
+            f"}}\n")
+
+
+def generate(source_path: str, mode: str = "builtin") -> tuple[str, list[str]]:
+    """Returns (C++ translation unit, files read)."""
+    state = State()
+    body = _process(source_path, state)
+    registered: list[tuple[str, str, KernelDef, str]] = []   # host name, callee, def, where
+    for k in state.kernels.values():
+        if not k.is_template:
+            registered.append((k.host_name or k.name, k.name, k, k.location))
+    for inst in state.instantiations:
+        k = state.kernels.get(inst.kernel)
+        if k is None:
+            raise MslError(f"{inst.location}: error: '{inst.kernel}' is not a kernel template "
+                           "defined in this file or its included headers")
+        registered.append((inst.host_name, f"{inst.kernel}<{inst.template_args}>", k, inst.location))
+    names = [r[0] for r in registered]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise MslError(f"{source_path}:1: error: kernel name(s) registered twice: {sorted(dup)}")
+
+    # sim_module.h (standard headers) goes first: the shim's address-space macros
+    # (`device`, `thread`, ...) would break standard headers included after them.
+    out = [f"// Generated by metalrt/_sim/msl_to_cpp.py from {source_path}. Do not edit.",
+           '#include "sim_module.h"', "#include <metal_stdlib>"]
+    out += [f"#include <{name}>" for name in state.system_includes if name != "metal_stdlib"]
+    out += ["namespace {",
+            f'#line 1 "{_c_string(source_path)}"', body, "", "}  // namespace",
+            "namespace {"]
+    for i, (_, callee, k, _) in enumerate(registered):
+        out.append(_entry(i, callee, k))
+    fc_index = {fc.name: fc.index for fc in state.constants.values()}
+    kernel_rows = []
+    for i, (host, _, k, where) in enumerate(registered):
+        uses = []
+        for p in k.params:
+            if p.kind != "buffer":
+                continue
+            if p.guard is not None and p.guard not in fc_index:
+                raise MslError(f"{where}: error: kernel '{k.name}': '{p.guard}' is not a "
+                               "function constant")
+            uses.append(f"{{{p.index}u, {fc_index[p.guard] if p.guard else -1}}}")
+        out.append(f"const ::metalrt::sim::BufferUse metalrt_buffers_{i}[] = "
+                   f"{{{', '.join(uses) or '{0u, -2}'}}};")
+        tg_bits = sum(1 << p.index for p in k.params if p.kind == "threadgroup")
+        kernel_rows.append(f'  {{"{host}", &metalrt_kernel_{i}, metalrt_buffers_{i}, '
+                           f"{len(uses)}u, {tg_bits}u, \"{_c_string(where)}\"}},")
+    out.append("const ::metalrt::sim::KernelInfo metalrt_kernels[] = {")
+    out += kernel_rows or ['  {"", nullptr, nullptr, 0u, 0u, ""},']
+    out.append("};")
+    out.append("const ::metalrt::sim::FunctionConstantInfo metalrt_constants[] = {")
+    for fc in state.constants.values():
+        out.append(f'  {{{fc.index}u, "{fc.name}", {_FC_TYPES[fc.type]}u, '
+                   f"&metalrt_fc_value_{fc.slot}, &metalrt_fc_defined_{fc.slot}}},")
+    if not state.constants:
+        out.append('  {0u, "", 0u, nullptr, nullptr},')
+    out.append("};")
+    out.append("const ::metalrt::sim::ModuleInfo metalrt_module = {\n"
+               f'  ::metalrt::sim::kModuleAbiVersion, "{_c_string(source_path)}",\n'
+               f"  metalrt_kernels, {len(registered)}u, metalrt_constants, "
+               f"{len(state.constants)}u, &::metalrt::sim::g_hooks}};")
+    out.append("}  // namespace")
+    macro = "METALRT_SIM_BUILTIN_MODULE" if mode == "builtin" else "METALRT_SIM_SHARED_MODULE"
+    out.append(f"{macro}(metalrt_module)")
+    return "\n".join(out) + "\n", state.files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("source")
+    parser.add_argument("output")
+    parser.add_argument("--mode", choices=("builtin", "shared"), default="builtin")
+    parser.add_argument("--depfile")
+    args = parser.parse_args(argv)
+    try:
+        text, files = generate(args.source, args.mode)
+    except MslError as e:
+        print(e, file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"{args.source}:1: error: {e}", file=sys.stderr)
+        return 1
+    tmp = args.output + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, args.output)
+    if args.depfile:
+        with open(args.depfile, "w", encoding="utf-8") as fh:
+            deps = " ".join(p.replace(" ", "\\ ") for p in files)
+            fh.write(f"{args.output}: {deps}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

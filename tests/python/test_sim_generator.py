@@ -1,0 +1,158 @@
+"""The MSL -> C++ generator of the simulated device (metalrt/_sim/msl_to_cpp.py):
+which kernels it registers, how it binds every parameter attribute, the rewrites
+it makes (lines preserved), and its errors at file.metal:line."""
+import re
+
+import pytest
+
+from metalrt._sim import msl_to_cpp
+
+
+def generate(tmp_path, source, name="k.metal", mode="builtin", **files):
+    for rel, text in files.items():
+        (tmp_path / rel).write_text(text)
+    path = tmp_path / name
+    path.write_text(source)
+    text, _ = msl_to_cpp.generate(str(path), mode)
+    return text
+
+
+def kernel_rows(text):
+    """(host name, buffer uses, threadgroup bits) of the generated kernel table."""
+    uses = dict(re.findall(r"metalrt_buffers_(\d+)\[\] = \{(.*)\};", text))
+    rows = re.findall(r'\{"([^"]+)", &metalrt_kernel_(\d+), metalrt_buffers_\d+, (\d+)u, (\d+)u,', text)
+    return {name: (uses[i] if int(n) else "", int(bits)) for name, i, n, bits in rows}
+
+
+def copied_source(text):
+    """The copied .metal text between the #line directive and the namespace end."""
+    return text.split('#line 1 "', 1)[1].split("\n", 1)[1].split("\n}  // namespace\n", 1)[0]
+
+
+SOURCE = """#include <metal_stdlib>
+using namespace metal;
+
+constant bool has_bias [[function_constant(3)]];
+
+// kernel void commented_out(device float* x [[buffer(0)]]) {}
+kernel void add(device const float* a [[buffer(0)]],
+                constant uint& n [[buffer(4)]],
+                device float* bias [[buffer(2), function_constant(has_bias)]],
+                uint gid [[thread_position_in_grid]]) {
+  if (gid < n) bias[gid] += a[gid] + (is_function_constant_defined(has_bias) ? 1 : 0);
+}
+
+template <typename T>
+[[kernel]] void scale(device T* x [[buffer(1)]],
+                      threadgroup T* scratch [[threadgroup(2)]],
+                      ushort2 lid [[thread_position_in_threadgroup]]) {
+  threadgroup T tile[4][8], other[2];
+  threadgroup T* alias = scratch;
+  x[lid.x] = tile[0][lid.y] + other[0] + alias[0];
+}
+
+template [[host_name("scale_f32")]] [[kernel]] void scale<float>(
+    device float* x [[buffer(1)]], threadgroup float* scratch [[threadgroup(2)]],
+    ushort2 lid [[thread_position_in_threadgroup]]);
+template [[host_name("scale_i32")]] [[kernel]] decltype(scale<int>) scale<int>;
+"""
+
+
+def test_registers_plain_kernels_and_host_named_instantiations(tmp_path):
+    rows = kernel_rows(generate(tmp_path, SOURCE))
+    assert set(rows) == {"add", "scale_f32", "scale_i32"}   # not the template, not the comment
+    assert rows["add"] == ("{0u, -1}, {4u, -1}, {2u, 3}", 0)   # guarded by constant 3
+    assert rows["scale_f32"] == ("{1u, -1}", 1 << 2)
+    assert rows["scale_i32"] == rows["scale_f32"]
+
+
+def test_binds_every_position_attribute(tmp_path):
+    attrs = [("uint3", "thread_position_in_grid", "bind_position<A::at<{i}>, 3>(c.thread_position_in_grid)"),
+             ("uint2", "threadgroup_position_in_grid", "bind_position<A::at<{i}>, 2>(c.threadgroup_position_in_grid)"),
+             ("ushort3", "thread_position_in_threadgroup", "bind_position<A::at<{i}>, 3>(c.thread_position_in_threadgroup)"),
+             ("uint", "thread_index_in_threadgroup", "static_cast<A::at<{i}>>(c.thread_index_in_threadgroup)"),
+             ("ushort", "thread_index_in_simdgroup", "static_cast<A::at<{i}>>(c.thread_index_in_simdgroup)"),
+             ("uint", "simdgroup_index_in_threadgroup", "static_cast<A::at<{i}>>(c.simdgroup_index_in_threadgroup)"),
+             ("uint3", "threads_per_threadgroup", "bind_position<A::at<{i}>, 3>(c.threads_per_threadgroup)"),
+             ("uint", "simdgroups_per_threadgroup", "static_cast<A::at<{i}>>(c.simdgroups_per_threadgroup)"),
+             ("uint2", "threadgroups_per_grid", "bind_position<A::at<{i}>, 2>(c.threadgroups_per_grid)"),
+             ("uint", "threads_per_grid", "bind_position<A::at<{i}>, 1>(c.threads_per_grid)"),
+             ("uint", "thread_execution_width", "static_cast<A::at<{i}>>(c.threads_per_simdgroup)"),
+             ("ushort", "threads_per_simdgroup", "static_cast<A::at<{i}>>(c.threads_per_simdgroup)")]
+    params = ",\n".join(f"  {t} p{i} [[{a}]]" for i, (t, a, _) in enumerate(attrs))
+    text = generate(tmp_path, f"kernel void k(\n{params}) {{}}\n")
+    for i, (_, _, expected) in enumerate(attrs):
+        assert "::metalrt::sim::" + expected.format(i=i) in text or expected.format(i=i) in text
+
+
+def test_rewrites_keep_every_line_in_place(tmp_path):
+    text = generate(tmp_path, SOURCE)
+    copied = copied_source(text).rstrip("\n").split("\n")
+    original = SOURCE.rstrip("\n").split("\n")
+    assert len(copied) == len(original)
+    for before, after in zip(original, copied):
+        if "[[" in before and not before.startswith("//") and not before.startswith("constant"):
+            # MSL attributes and the `kernel` keyword blanked, every column kept
+            blank = re.sub(r"\[\[.*?\]\]", lambda m: " " * len(m.group()), before)
+            assert after == re.sub(r"\bkernel\b", "      ", blank)
+    line = {l.strip(): n for n, l in enumerate(copied)}
+    tile = next(n for n, l in enumerate(copied) if "tile" in l and "threadgroup_variable" in l)
+    assert tile == next(n for n, l in enumerate(original) if "threadgroup T tile" in l)
+    assert "threadgroup_variable<T[4][8]>(0u)" in copied[tile]
+    assert "threadgroup_variable<T[2]>(1u)" in copied[tile]
+    assert "threadgroup T* alias = scratch;" in line   # a pointer, not storage
+    assert all("[[" not in l for l in copied if not l.startswith("//"))
+
+
+def test_function_constants_become_pipeline_values(tmp_path):
+    text = generate(tmp_path, SOURCE)
+    assert "const bool& has_bias = metalrt_fc_value_0;" in text
+    assert "(metalrt_fc_defined_0)" in text
+    assert '{3u, "has_bias", 1u, &metalrt_fc_value_0, &metalrt_fc_defined_0}' in text
+
+
+def test_quoted_headers_are_copied_in_place_with_their_kernels(tmp_path):
+    header = ("#pragma once\ntemplate <typename T>\nkernel void fill(device T* o [[buffer(0)]],\n"
+              "    uint i [[thread_position_in_grid]]) {\n  threadgroup T t[32];\n  o[i] = t[i % 32];\n}\n")
+    text = generate(tmp_path, '#include "fill.h"\n#include "fill.h"\n'
+                    'template [[host_name("fill_f32")]] kernel decltype(fill<float>) fill<float>;\n',
+                    **{"fill.h": header})
+    assert set(kernel_rows(text)) == {"fill_f32"}
+    assert f'#line 1 "{tmp_path / "fill.h"}"' in text
+    assert f'#line 3 "{tmp_path / "k.metal"}"' in text
+    assert text.count("threadgroup_variable<T[32]>") == 1
+
+
+def test_shared_mode_exports_the_module_entry(tmp_path):
+    assert "METALRT_SIM_SHARED_MODULE(metalrt_module)" in generate(tmp_path, SOURCE, mode="shared")
+    assert "METALRT_SIM_BUILTIN_MODULE(metalrt_module)" in generate(tmp_path, SOURCE)
+
+
+@pytest.mark.parametrize("source, line, message", [
+    ("kernel void f(device float* x) {}", 1, "parameter 'x' has no [[buffer(n)]]"),
+    ("\nkernel void f(device float* x [[buffer(0)]],\n  uint q [[quad_lane_id]]) {}", 2,
+     "unsupported attribute [[quad_lane_id]] on parameter 'q'"),
+    ("kernel void f(device float* x [[buffer(31)]]) {}", 1, "past Metal's 31 bindings"),
+    ("template <typename T> kernel void f(device T* x [[buffer(0)]]) {}\n\n"
+     "template [[kernel]] void f<float>(device float* x [[buffer(0)]]);", 3, "needs [[host_name"),
+    ('template [[host_name("g")]] kernel decltype(g<float>) g<float>;', 1,
+     "'g' is not a kernel template"),
+    ("constant float s [[function_constant(0)]];\nconstant double d [[function_constant(1)]];", 2,
+     "function constant type 'double' is not supported"),
+    ('#include "missing.h"', 1, "cannot find included file 'missing.h'"),
+    ("kernel void f(device float* x [[buffer(0)]]) {}\nkernel void f(device float* y [[buffer(0)]]) {}",
+     2, "kernel 'f' defined twice"),
+])
+def test_errors_name_the_file_and_line(tmp_path, source, line, message):
+    with pytest.raises(msl_to_cpp.MslError) as e:
+        generate(tmp_path, source)
+    assert str(e.value).startswith(f"{tmp_path / 'k.metal'}:{line}: error:")
+    assert message in str(e.value)
+
+
+def test_command_line_reports_errors_on_stderr(tmp_path, capsys):
+    bad = tmp_path / "bad.metal"
+    bad.write_text("\n\nkernel void f(device float* x) {}\n")
+    assert msl_to_cpp.main([str(bad), str(tmp_path / "out.cpp")]) == 1
+    assert f"{bad}:3: error:" in capsys.readouterr().err
+    assert not (tmp_path / "out.cpp").exists()
