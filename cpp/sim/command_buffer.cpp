@@ -121,6 +121,7 @@ void SimComputeEncoder::Encode(gpu::Size3 groups, gpu::Size3 group_size, gpu::Si
   if (uint64_t{groups.x} * groups.y * groups.z == 0) return;   // an empty grid does nothing
   Dispatch d = bindings_;
   d.kernel = &k;
+  d.module = &pipeline_->module();
   d.constants = &pipeline_->constants();
   d.threadgroups = groups;
   d.group_size = group_size;
@@ -183,6 +184,9 @@ void SimCommandBuffer::Execute(WorkerPool& pool) {
   const double start = SimClockSeconds();
   std::string error;
   for (const Dispatch& d : dispatches_) {
+    // (Re)installed per dispatch: a module's hook table is a plain global that
+    // nothing else should own, but test mocks of the runtime do borrow it.
+    *d.module->hooks = &RuntimeHooks();
     auto constants_lock = ApplyFunctionConstants(*d.constants);
     error = pool.Run(d);
     if (!error.empty()) {

@@ -20,6 +20,7 @@ struct ConstantValue {
 
 struct Dispatch {
   const KernelInfo* kernel = nullptr;
+  const ModuleInfo* module = nullptr;
   const std::vector<ConstantValue>* constants = nullptr;   // owned by the pipeline
   std::array<void*, kMaxBufferBindings> buffers{};
   std::array<size_t, kMaxThreadgroupBindings> threadgroup_lengths{};

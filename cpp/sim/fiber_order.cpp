@@ -38,10 +38,7 @@ std::string FiberOrderName(const FiberOrder& order) {
 namespace {
 std::mutex g_order_mutex;
 FiberOrder& OrderSlot() {
-  static FiberOrder order = [] {
-    const char* env = std::getenv("METALRT_SIM_ORDER");
-    return env && *env ? ParseFiberOrder(env) : FiberOrder{};
-  }();
+  static FiberOrder order = FiberOrderFromEnvironment();
   return order;
 }
 
@@ -53,6 +50,11 @@ uint64_t Mix(uint64_t& state) {
   return z ^ (z >> 31);
 }
 }  // namespace
+
+FiberOrder FiberOrderFromEnvironment() {
+  const char* env = std::getenv("METALRT_SIM_ORDER");
+  return env && *env ? ParseFiberOrder(env) : FiberOrder{};
+}
 
 void SetFiberOrder(const FiberOrder& order) {
   std::lock_guard<std::mutex> lock(g_order_mutex);

@@ -20,6 +20,9 @@ struct FiberOrder {
 FiberOrder ParseFiberOrder(const std::string& spec);
 std::string FiberOrderName(const FiberOrder& order);
 
+// METALRT_SIM_ORDER parsed (forward when unset or empty).
+FiberOrder FiberOrderFromEnvironment();
+
 // The process-wide order used by every dispatch that starts after the call.
 void SetFiberOrder(const FiberOrder& order);
 FiberOrder CurrentFiberOrder();   // initialised from METALRT_SIM_ORDER

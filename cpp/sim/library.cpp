@@ -63,15 +63,15 @@ const ModuleInfo* LoadSharedModule(const std::string& path) {
   return info;
 }
 
-SimPipeline::SimPipeline(const KernelInfo& kernel, std::vector<ConstantValue> constants)
-    : kernel_(kernel), name_(kernel.name), constants_(std::move(constants)) {}
+SimPipeline::SimPipeline(const KernelInfo& kernel, const ModuleInfo& module,
+                         std::vector<ConstantValue> constants)
+    : kernel_(kernel), module_(module), name_(kernel.name), constants_(std::move(constants)) {}
 
 uint32_t SimPipeline::max_total_threads_per_threadgroup() const { return kMaxThreadsPerThreadgroup; }
 uint32_t SimPipeline::thread_execution_width() const { return kSimdWidth; }
 
 SimLibrary::SimLibrary(std::vector<const ModuleInfo*> modules) {
   for (const ModuleInfo* m : modules) {
-    *m->hooks = &RuntimeHooks();
     for (uint32_t i = 0; i < m->num_kernels; ++i) {
       const KernelInfo& k = m->kernels[i];
       auto [it, inserted] = kernels_.emplace(k.name, Kernel{&k, m});
@@ -118,7 +118,7 @@ gpu::GpuPipeline& SimLibrary::pipeline(const std::string& name,
     target->defined = true;
   }
   auto& slot = pipelines_[key];
-  slot = std::make_unique<SimPipeline>(*it->second.info, std::move(values));
+  slot = std::make_unique<SimPipeline>(*it->second.info, module, std::move(values));
   return *slot;
 }
 

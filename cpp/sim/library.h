@@ -17,7 +17,8 @@ namespace metalrt::sim {
 
 class SimPipeline : public gpu::GpuPipeline {
  public:
-  SimPipeline(const KernelInfo& kernel, std::vector<ConstantValue> constants);
+  SimPipeline(const KernelInfo& kernel, const ModuleInfo& module,
+              std::vector<ConstantValue> constants);
   const std::string& name() const override { return name_; }
   uint32_t max_total_threads_per_threadgroup() const override;
   uint32_t thread_execution_width() const override;
@@ -26,10 +27,12 @@ class SimPipeline : public gpu::GpuPipeline {
   size_t static_threadgroup_memory_length() const override { return 0; }
 
   const KernelInfo& kernel() const { return kernel_; }
+  const ModuleInfo& module() const { return module_; }
   const std::vector<ConstantValue>& constants() const { return constants_; }
 
  private:
   const KernelInfo& kernel_;
+  const ModuleInfo& module_;
   std::string name_;
   std::vector<ConstantValue> constants_;
 };

@@ -56,12 +56,14 @@ struct ThreadgroupRunner::GpuThread {
   ThreadContext context{};
   State state = State::kRunnable;
   void* exchange_out = nullptr;   // where a pending SIMD exchange delivers
+  uint32_t converged_mask = 0;    // what ActiveMask returns after converging
 };
 
 struct ThreadgroupRunner::SimdGroup {
   uint32_t first = 0;        // thread index of lane 0
   uint32_t live = 0;         // lanes that exist and have not returned
   uint32_t arrived = 0;      // lanes waiting in the current collective
+  uint32_t converging = 0;   // lanes waiting in ActiveMask
   size_t bytes = 0;
   const char* what = nullptr;
   alignas(16) unsigned char values[kSimdWidth * kMaxExchangeBytes];
@@ -112,6 +114,7 @@ void ThreadgroupRunner::SetUp(const Dispatch& d, const uint32_t group[3]) {
     g.first = s * kSimdWidth;
     g.live = lanes == 32 ? 0xFFFFFFFFu : (1u << lanes) - 1;
     g.arrived = 0;
+    g.converging = 0;
   }
   for (uint32_t i = 0; i < n; ++i) {
     GpuThread& t = threads_[i];
@@ -203,9 +206,10 @@ void ThreadgroupRunner::Fail(std::string message) {
 void ThreadgroupRunner::Returned(GpuThread& t) {
   t.state = State::kReturned;
   --live_;
-  SimdGroup& g = simd_groups_[t.context.simdgroup_index_in_threadgroup];
+  SimdGroup& g = GroupOf(t);
   g.live &= ~(1u << t.context.thread_index_in_simdgroup);
   CompleteSimdIfReady(g);
+  ConvergeIfReady(g);
   ReleaseBarrierIfComplete();
   Fiber::Switch(t.fiber, scheduler_);
   std::abort();   // a returned fiber is never resumed
@@ -213,13 +217,36 @@ void ThreadgroupRunner::Returned(GpuThread& t) {
 
 uint32_t ThreadgroupRunner::Lane() const { return current_->context.thread_index_in_simdgroup; }
 
-uint32_t ThreadgroupRunner::ActiveMask() const {
-  return simd_groups_[current_->context.simdgroup_index_in_threadgroup].live;
+ThreadgroupRunner::SimdGroup& ThreadgroupRunner::GroupOf(const GpuThread& t) {
+  return simd_groups_[t.context.simdgroup_index_in_threadgroup];
+}
+
+uint32_t ThreadgroupRunner::ActiveMask() {
+  GpuThread& me = *current_;
+  SimdGroup& g = GroupOf(me);
+  me.state = State::kConverging;
+  g.converging |= 1u << me.context.thread_index_in_simdgroup;
+  ConvergeIfReady(g);
+  Yield();
+  return me.converged_mask;
+}
+
+void ThreadgroupRunner::ConvergeIfReady(SimdGroup& g) {
+  if (g.converging == 0) return;
+  for (uint32_t lane = 0; lane < kSimdWidth; ++lane)
+    if ((g.live >> lane & 1u) && threads_[g.first + lane].state == State::kRunnable) return;
+  for (uint32_t lane = 0; lane < kSimdWidth; ++lane) {
+    if (!(g.converging >> lane & 1u)) continue;
+    GpuThread& t = threads_[g.first + lane];
+    t.converged_mask = g.live;
+    t.state = State::kRunnable;
+  }
+  g.converging = 0;
 }
 
 void ThreadgroupRunner::SimdExchange(const void* mine, size_t bytes, void* all, const char* what) {
   GpuThread& me = *current_;
-  SimdGroup& g = simd_groups_[me.context.simdgroup_index_in_threadgroup];
+  SimdGroup& g = GroupOf(me);
   if (bytes > kMaxExchangeBytes)
     Fail("SIMD-group exchange of " + std::to_string(bytes) + " bytes (at most 64)");
   if (g.arrived == 0) {
@@ -236,6 +263,7 @@ void ThreadgroupRunner::SimdExchange(const void* mine, size_t bytes, void* all, 
   g.arrived |= 1u << lane;
   METALRT_SIM_TSAN_RELEASE(this);
   CompleteSimdIfReady(g);
+  ConvergeIfReady(g);
   Yield();
 }
 
@@ -264,6 +292,7 @@ void ThreadgroupRunner::ThreadgroupBarrier(const char* file, int line) {
   ++at_barrier_;
   METALRT_SIM_TSAN_RELEASE(this);
   ReleaseBarrierIfComplete();
+  ConvergeIfReady(GroupOf(*current_));
   Yield();
 }
 

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <stdexcept>
 #include <vector>
@@ -74,6 +75,16 @@ TEST_CASE("sim fiber orders") {
   std::vector<uint32_t> sorted = s1;
   std::sort(sorted.begin(), sorted.end());
   for (uint32_t i = 0; i < 64; ++i) CHECK(sorted[i] == i);   // a permutation
+
+  const char* env = std::getenv("METALRT_SIM_ORDER");
+  const std::string saved_env = env ? env : "";
+  setenv("METALRT_SIM_ORDER", "shuffle:11", 1);
+  CHECK(sim::FiberOrderName(sim::FiberOrderFromEnvironment()) == "shuffle:11");
+  setenv("METALRT_SIM_ORDER", "sideways", 1);
+  CHECK_THROWS_WITH_AS(sim::FiberOrderFromEnvironment(),
+                       "[sim] fiber order must be forward, reverse or shuffle[:seed], got 'sideways'",
+                       std::invalid_argument);
+  setenv("METALRT_SIM_ORDER", saved_env.c_str(), 1);
 
   const sim::FiberOrder saved = sim::CurrentFiberOrder();
   sim::SetFiberOrder(sim::ParseFiberOrder("shuffle:3"));

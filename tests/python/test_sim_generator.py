@@ -46,7 +46,7 @@ template <typename T>
 [[kernel]] void scale(device T* x [[buffer(1)]],
                       threadgroup T* scratch [[threadgroup(2)]],
                       ushort2 lid [[thread_position_in_threadgroup]]) {
-  threadgroup T tile[4][8], other[2];
+  threadgroup T tile[4][2 * 4], other[2];
   threadgroup T* alias = scratch;
   x[lid.x] = tile[0][lid.y] + other[0] + alias[0];
 }
@@ -98,7 +98,7 @@ def test_rewrites_keep_every_line_in_place(tmp_path):
     line = {l.strip(): n for n, l in enumerate(copied)}
     tile = next(n for n, l in enumerate(copied) if "tile" in l and "threadgroup_variable" in l)
     assert tile == next(n for n, l in enumerate(original) if "threadgroup T tile" in l)
-    assert "threadgroup_variable<T[4][8]>(0u)" in copied[tile]
+    assert "threadgroup_variable<T[4][2*4]>(0u)" in copied[tile]
     assert "threadgroup_variable<T[2]>(1u)" in copied[tile]
     assert "threadgroup T* alias = scratch;" in line   # a pointer, not storage
     assert all("[[" not in l for l in copied if not l.startswith("//"))
@@ -140,6 +140,8 @@ def test_shared_mode_exports_the_module_entry(tmp_path):
     ("constant float s [[function_constant(0)]];\nconstant double d [[function_constant(1)]];", 2,
      "function constant type 'double' is not supported"),
     ('#include "missing.h"', 1, "cannot find included file 'missing.h'"),
+    ("kernel void f(device float* x [[buffer(0)]]) {\n  threadgroup float t[2] = {0, 1};\n}", 2,
+     "a threadgroup variable cannot have an initializer"),
     ("kernel void f(device float* x [[buffer(0)]]) {}\nkernel void f(device float* y [[buffer(0)]]) {}",
      2, "kernel 'f' defined twice"),
 ])

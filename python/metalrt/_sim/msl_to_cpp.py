@@ -372,8 +372,11 @@ def _rewrite_threadgroup_declarations(f: _File, state: State) -> None:
             continue   # namespace scope
         end = f.masked.find(";", m.end())
         decl = f.masked[m.end():end]
-        if re.search(r"[*&=(]", decl):
+        outside_dims = re.sub(r"\[[^\]]*\]", "", decl)
+        if re.search(r"[*&]", outside_dims):
             continue   # `threadgroup T* p = ...;` is a pointer variable, not storage
+        if re.search(r"[=({]", outside_dims):
+            raise f.error(m.start(), "a threadgroup variable cannot have an initializer")
         declarators = _split_top(decl)
         first = re.fullmatch(r"\s*(.*?)\b(\w+)\s*((?:\[[^\]]*\]\s*)*)", declarators[0], re.S)
         if not first or not first.group(1).strip():

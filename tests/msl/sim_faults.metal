@@ -1,0 +1,33 @@
+// Kernels that break the rules, for the negative gates of the simulated device.
+#include <metal_stdlib>
+using namespace metal;
+
+// Odd and even threads wait at different barriers.
+kernel void divergent_barrier(device float* out [[buffer(0)]],
+                              uint tid [[thread_index_in_threadgroup]]) {
+  if (tid % 2 == 0) {
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  } else {
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  out[tid] = 1.0f;
+}
+
+// 33 KiB of threadgroup memory: past the 32 KiB a threadgroup has.
+kernel void too_much_threadgroup_memory(device float* out [[buffer(0)]],
+                                        uint tid [[thread_index_in_threadgroup]]) {
+  threadgroup float big[33 * 256];
+  big[tid] = 1.0f;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[tid] = big[0];
+}
+
+// Spins until the host sets *flag, then writes: lets a test observe a command
+// buffer that is still running.
+kernel void wait_for_host(device atomic_int* flag [[buffer(0)]],
+                          device float* out [[buffer(1)]],
+                          uint i [[thread_position_in_grid]]) {
+  while (atomic_load_explicit(flag, memory_order_relaxed) == 0) {
+  }
+  out[i] = float(i) + 0.5f;
+}

@@ -1,0 +1,16 @@
+// Templated kernels registered by [[host_name]], in both instantiation forms.
+#include <metal_stdlib>
+using namespace metal;
+
+template <typename T, int kFactor>
+kernel void times(device const T* x [[buffer(0)]],
+                  device T* y [[buffer(1)]],
+                  uint i [[thread_position_in_grid]]) {
+  y[i] = x[i] * T(kFactor);
+}
+
+template [[host_name("times3_f32")]] [[kernel]] void times<float, 3>(
+    device const float* x [[buffer(0)]], device float* y [[buffer(1)]],
+    uint i [[thread_position_in_grid]]);
+template [[host_name("times5_i32")]] [[kernel]] decltype(times<int, 5>) times<int, 5>;
+template [[host_name("times2_f16")]] [[kernel]] decltype(times<half, 2>) times<half, 2>;
