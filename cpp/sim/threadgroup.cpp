@@ -56,6 +56,7 @@ struct ThreadgroupRunner::GpuThread {
   ThreadContext context{};
   State state = State::kRunnable;
   void* exchange_out = nullptr;   // where a pending SIMD exchange delivers
+  uint32_t exchange_mask = 0;     // the lanes that took part in its last exchange
   uint32_t converged_mask = 0;    // what ActiveMask returns after converging
 };
 
@@ -244,7 +245,8 @@ void ThreadgroupRunner::ConvergeIfReady(SimdGroup& g) {
   g.converging = 0;
 }
 
-void ThreadgroupRunner::SimdExchange(const void* mine, size_t bytes, void* all, const char* what) {
+uint32_t ThreadgroupRunner::SimdExchange(const void* mine, size_t bytes, void* all,
+                                         const char* what) {
   GpuThread& me = *current_;
   SimdGroup& g = GroupOf(me);
   if (bytes > kMaxExchangeBytes)
@@ -265,6 +267,7 @@ void ThreadgroupRunner::SimdExchange(const void* mine, size_t bytes, void* all, 
   CompleteSimdIfReady(g);
   ConvergeIfReady(g);
   Yield();
+  return me.exchange_mask;
 }
 
 void ThreadgroupRunner::CompleteSimdIfReady(SimdGroup& g) {
@@ -273,6 +276,7 @@ void ThreadgroupRunner::CompleteSimdIfReady(SimdGroup& g) {
     if (!(g.arrived >> lane & 1u)) continue;
     GpuThread& t = threads_[g.first + lane];
     if (g.bytes && t.exchange_out) std::memcpy(t.exchange_out, g.values, kSimdWidth * g.bytes);
+    t.exchange_mask = g.arrived;
     t.state = State::kRunnable;
   }
   g.arrived = 0;
@@ -339,9 +343,9 @@ uint32_t HookActiveMask() {
   METALRT_SIM_TSAN_IGNORE;
   return ThreadgroupRunner::Current().ActiveMask();
 }
-void HookSimdExchange(const void* mine, size_t bytes, void* all) {
+uint32_t HookSimdExchange(const void* mine, size_t bytes, void* all) {
   METALRT_SIM_TSAN_IGNORE;
-  ThreadgroupRunner::Current().SimdExchange(mine, bytes, all, "simd_exchange");
+  return ThreadgroupRunner::Current().SimdExchange(mine, bytes, all, "simd_exchange");
 }
 void HookThreadgroupBarrier(const char* file, int line) {
   METALRT_SIM_TSAN_IGNORE;

@@ -43,7 +43,8 @@ class ThreadgroupRunner {
   // caller's SIMD-group has stopped (here, at a barrier or collective) or returned,
   // so lanes about to return early are not counted by the ones that go on.
   uint32_t ActiveMask();
-  void SimdExchange(const void* mine, size_t bytes, void* all, const char* what);
+  // Returns the lanes that took part.
+  uint32_t SimdExchange(const void* mine, size_t bytes, void* all, const char* what);
   void ThreadgroupBarrier(const char* file, int line);
   void* ThreadgroupAlloc(uint32_t slot, size_t bytes, size_t alignment);
 
