@@ -9,6 +9,7 @@ NB_MODULE(_metalrt, m) {
   BindDevice(m);
   BindProviders(m);
   BindProfiler(m);
+  BindShader(m);
   nb::module_ ops = m.def_submodule("ops", "Op entry points (wrapped by metalrt.ops).");
   BindLayoutOps(ops);
   BindAttentionOps(ops);

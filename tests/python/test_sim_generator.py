@@ -104,6 +104,17 @@ def test_rewrites_keep_every_line_in_place(tmp_path):
     assert all("[[" not in l for l in copied if not l.startswith("//"))
 
 
+def test_program_scope_constants_become_cxx_constants(tmp_path):
+    text = generate(tmp_path, "constant uint TILE = 16;\nconstant float w[2] = {1, 2};\n"
+                              "kernel void f(constant uint& n [[buffer(0)]]) {\n"
+                              "  constant float* p = w;\n}\n")
+    copied = copied_source(text).split("\n")
+    assert copied[0] == "const    uint TILE = 16;"
+    assert copied[1] == "const    float w[2] = {1, 2};"
+    assert copied[2].startswith("       void f(constant uint& n")   # a parameter keeps it
+    assert copied[3] == "  const    float* p = w;"
+
+
 def test_function_constants_become_pipeline_values(tmp_path):
     text = generate(tmp_path, SOURCE)
     assert "const bool& has_bias = metalrt_fc_value_0;" in text

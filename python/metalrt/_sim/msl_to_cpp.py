@@ -6,6 +6,8 @@ project headers included with quotes are copied in place the same way), rewritte
 only where MSL is not C++:
 
 * ``[[attribute]]`` spellings of MSL are blanked (columns preserved);
+* a declaration starting with ``constant`` gets C++ ``const`` (program-scope
+  constants are compile-time constants);
 * ``threadgroup T x[N];`` in a function body becomes per-threadgroup storage
   obtained from the runtime (``metalrt::sim::threadgroup_variable``);
 * ``constant T name [[function_constant(i)]];`` becomes a per-pipeline value the
@@ -428,6 +430,21 @@ def _rewrite_function_constants(f: _File, state: State) -> None:
         f.replace(m.start(), m.end(), f"(metalrt_fc_defined_{fc.slot})")
 
 
+def _rewrite_program_constants(f: _File) -> None:
+    """A declaration starting with ``constant`` (program-scope constants, and
+    ``constant T* p = ...`` locals) gets C++ ``const``: MSL program-scope constants
+    are compile-time constants (``constant uint TILE = 16;`` sizes arrays), while
+    the shim's ``constant`` qualifier expands to nothing."""
+    taken = [(s, e) for s, e, _ in f.edits]
+    for m in re.finditer(r"(?<![\w.])constant(?=\s+[A-Za-z_])", f.masked):
+        before = f.masked[:m.start()].rstrip()
+        if before and before[-1] not in ";{}":
+            continue   # a parameter or a cast
+        if any(s <= m.start() < e for s, e in taken):
+            continue   # a function constant, rewritten already
+        f.replace(m.start(), m.end(), "const   ")
+
+
 def _blank_msl_attributes(f: _File) -> None:
     taken = {(s, e) for s, e, _ in f.edits}
     for start, end, items in _attributes(f):
@@ -453,6 +470,7 @@ def _process(path: str, state: State, stack: tuple[str, ...] = ()) -> str:
         state.once.add(real)
     _rewrite_threadgroup_declarations(f, state)
     _rewrite_function_constants(f, state)
+    _rewrite_program_constants(f)
     _find_kernels(f, state)
     _find_instantiations(f, state)
     directives = _mask(f.text, keep_directives=True)
