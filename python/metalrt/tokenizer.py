@@ -99,6 +99,11 @@ class Tokenizer:
             raise ValueError(f"[tokenizer] {source}: tokenizer.ggml.model is '{model}'; only "
                              f"'gpt2' (byte-level BPE) is supported")
         tokens = need("tokenizer.ggml.tokens")
+        for key in ("bos", "eos", "eot", "eom"):
+            token_id = metadata.get(f"tokenizer.ggml.{key}_token_id")
+            if token_id is not None and not 0 <= token_id < len(tokens):
+                raise ValueError(f"[tokenizer] {source}: tokenizer.ggml.{key}_token_id is "
+                                 f"{token_id}, outside the vocabulary of {len(tokens)} tokens")
         merges = [tuple(m.split(" ", 1)) for m in need("tokenizer.ggml.merges")]
         backend = tokenizers.Tokenizer(models.BPE(
             vocab={tok: i for i, tok in enumerate(tokens)}, merges=merges, fuse_unk=False))
