@@ -14,8 +14,9 @@
 
 namespace metalrt::sim {
 
-FiberStack::FiberStack(size_t bytes) {
+FiberStack::FiberStack(size_t bytes, unsigned color) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  color_bytes_ = (color % (page / 64)) * 64;
   size_ = (bytes + page - 1) / page * page;
   mapping_size_ = size_ + page;
   void* m = mmap(nullptr, mapping_size_, PROT_READ | PROT_WRITE,
@@ -32,7 +33,7 @@ FiberStack::~FiberStack() {
 
 FiberStack::FiberStack(FiberStack&& other) noexcept
     : mapping_(other.mapping_), mapping_size_(other.mapping_size_), base_(other.base_),
-      size_(other.size_) {
+      size_(other.size_), color_bytes_(other.color_bytes_) {
   other.mapping_ = nullptr;
 }
 
@@ -64,7 +65,8 @@ Fiber::~Fiber() {
 void Fiber::Start(const FiberStack& stack, void (*entry)(void*), void* arg) {
   getcontext(&context_);
   context_.uc_stack.ss_sp = stack.bottom();
-  context_.uc_stack.ss_size = stack.size();
+  context_.uc_stack.ss_size =
+      static_cast<size_t>(static_cast<char*>(stack.top()) - static_cast<char*>(stack.bottom()));
   context_.uc_link = nullptr;
   const auto e = reinterpret_cast<uintptr_t>(entry);
   const auto a = reinterpret_cast<uintptr_t>(arg);

@@ -13,16 +13,18 @@
 namespace metalrt::sim {
 
 // An mmap'd stack with a guard page below it, so an overflow faults instead of
-// silently corrupting a neighbour.
+// silently corrupting a neighbour. `color` staggers the top by that many cache
+// lines: stacks a power of two apart would otherwise put every fiber's hot frame
+// in the same cache sets.
 class FiberStack {
  public:
-  explicit FiberStack(size_t bytes);
+  explicit FiberStack(size_t bytes, unsigned color = 0);
   ~FiberStack();
   FiberStack(FiberStack&& other) noexcept;
   FiberStack(const FiberStack&) = delete;
   FiberStack& operator=(const FiberStack&) = delete;
   FiberStack& operator=(FiberStack&&) = delete;
-  void* top() const { return base_ + size_; }
+  void* top() const { return base_ + size_ - color_bytes_; }
   void* bottom() const { return base_; }
   size_t size() const { return size_; }
 
@@ -31,6 +33,7 @@ class FiberStack {
   size_t mapping_size_ = 0;
   char* base_ = nullptr;
   size_t size_ = 0;
+  size_t color_bytes_ = 0;
 };
 
 class Fiber {

@@ -106,7 +106,8 @@ void ThreadgroupRunner::SetUp(const Dispatch& d, const uint32_t group[3]) {
     arena_used_ += d.threadgroup_lengths[i];
   }
 
-  while (stacks_.size() < n) stacks_.emplace_back(StackBytes());
+  while (stacks_.size() < n)
+    stacks_.emplace_back(StackBytes(), static_cast<unsigned>(stacks_.size() * 7));
   count_ = n;
   simd_count_ = (n + kSimdWidth - 1) / kSimdWidth;
   for (uint32_t s = 0; s < simd_count_; ++s) {

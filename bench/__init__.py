@@ -1,0 +1,1 @@
+"""metalrt benchmarks (``python -m bench``); each module runs alone as well."""
