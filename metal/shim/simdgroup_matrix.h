@@ -10,7 +10,8 @@
 // src[(origin.y + r) * elements_per_row + origin.x + c]; with transpose_matrix the
 // memory holds the transpose, so it lives at src[(origin.x + c) * elements_per_row
 // + origin.y + r]. `matrix_origin` is (column, row) of the matrix's top-left
-// element in those matrix coordinates.
+// element in those matrix coordinates (the convention Metal FlashAttention's
+// explicit-offset loads follow too).
 #pragma once
 #pragma GCC system_header
 #include "simd.h"
