@@ -226,7 +226,7 @@ TEST_CASE("sim MSL: function constants specialise pipelines") {
 TEST_CASE("sim MSL: templated kernels registered by host_name") {
   SimRun run;
   const auto names = run.device->default_library().function_names();
-  for (const char* n : {"times3_f32", "times5_i32", "times2_f16"})
+  for (const char* n : {"times3_f32", "times5_i32", "times2_f16", "times7_u32"})
     CHECK(std::find(names.begin(), names.end(), n) != names.end());
   CHECK(std::find(names.begin(), names.end(), "times") == names.end());
   const auto x = Ramp(33);
@@ -238,6 +238,11 @@ TEST_CASE("sim MSL: templated kernels registered by host_name") {
   auto yi = run.Buffer(std::vector<int32_t>(33, -1));
   REQUIRE(run.Run({"times5_i32", {run.Buffer(xi), yi}, {33, 1, 1}, {32, 1, 1}}) == "");
   for (int i = 0; i < 33; ++i) CHECK(SimRun::Read<int32_t>(*yi)[i] == 5 * (i - 16));
+  std::vector<uint32_t> xu(33);
+  for (uint32_t i = 0; i < 33; ++i) xu[i] = 1000 * i + 3;
+  auto yu = run.Buffer(std::vector<uint32_t>(33, 0));
+  REQUIRE(run.Run({"times7_u32", {run.Buffer(xu), yu}, {33, 1, 1}, {32, 1, 1}}) == "");
+  for (uint32_t i = 0; i < 33; ++i) CHECK(SimRun::Read<uint32_t>(*yu)[i] == 7 * (1000 * i + 3));
   std::vector<uint16_t> xh(33);
   for (int i = 0; i < 33; ++i) xh[i] = F32ToF16(x[i]);
   auto yh = run.Buffer(std::vector<uint16_t>(33, 0x7E00));

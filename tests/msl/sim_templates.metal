@@ -14,3 +14,9 @@ template [[host_name("times3_f32")]] [[kernel]] void times<float, 3>(
     uint i [[thread_position_in_grid]]);
 template [[host_name("times5_i32")]] [[kernel]] decltype(times<int, 5>) times<int, 5>;
 template [[host_name("times2_f16")]] [[kernel]] decltype(times<half, 2>) times<half, 2>;
+
+// MLX-style: instantiations produced by a macro.
+#define instantiate_times(tname, type, factor) \
+  template [[host_name("times" #factor "_" #tname)]] [[kernel]] \
+  decltype(times<type, factor>) times<type, factor>;
+instantiate_times(u32, uint, 7)

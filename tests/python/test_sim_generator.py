@@ -134,6 +134,22 @@ def test_quoted_headers_are_copied_in_place_with_their_kernels(tmp_path):
     assert text.count("threadgroup_variable<T[32]>") == 1
 
 
+def test_instantiations_made_by_macros_are_registered(tmp_path):
+    header = ("#pragma once\ntemplate <typename T, int N>\n"
+              "kernel void fill(device T* o [[buffer(0)]], uint i [[thread_position_in_grid]]) {\n"
+              "  o[i] = T(N);\n}\n"
+              "#define instantiate_fill(tname, type, n) \\\n"
+              "  template [[host_name(\"fill_\" #tname \"_\" #n)]] [[kernel]] \\\n"
+              "  decltype(fill<type, n>) fill<type, n>;\n")
+    text = generate(tmp_path, '#include "fill.h"\n'
+                    "#define instantiate_all(n) instantiate_fill(f32, float, n) instantiate_fill(i32, int, n)\n"
+                    "instantiate_all(1)\ninstantiate_fill(u8, uchar, 3)\n",
+                    **{"fill.h": header})
+    assert set(kernel_rows(text)) == {"fill_f32_1", "fill_i32_1", "fill_u8_3"}
+    assert "fill<uchar, 3>(" in text
+    assert "[[" not in text.split('#line 1')[2].split("#define")[1]   # attributes blanked in the macro
+
+
 def test_shared_mode_exports_the_module_entry(tmp_path):
     assert "METALRT_SIM_SHARED_MODULE(metalrt_module)" in generate(tmp_path, SOURCE, mode="shared")
     assert "METALRT_SIM_BUILTIN_MODULE(metalrt_module)" in generate(tmp_path, SOURCE)

@@ -101,14 +101,16 @@ class State:
     files: list[str] = field(default_factory=list)
     once: set[str] = field(default_factory=set)
     rewritten: dict[str, str] = field(default_factory=dict)
+    macros: dict[str, tuple[list[str], str]] = field(default_factory=dict)
     threadgroup_slots: int = 0
 
 
 # ---- source masking: comments, literals and preprocessor lines out of the way ----
 
-def _mask(text: str, keep_directives: bool = False) -> str:
-    """Same length as ``text``; comments, string/char literal bodies (and, unless
-    ``keep_directives``, preprocessor lines) replaced by spaces, newlines kept."""
+def _mask(text: str, keep_directives: bool = False, keep_literals: bool = False) -> str:
+    """Same length as ``text``; comments, string/char literal bodies (unless
+    ``keep_literals``) and preprocessor lines (unless ``keep_directives``) replaced
+    by spaces, newlines kept."""
     out = list(text)
     i, n = 0, len(text)
     line_start = True
@@ -145,8 +147,9 @@ def _mask(text: str, keep_directives: bool = False) -> str:
             j = i + 1
             while j < n and text[j] != c:
                 j += 2 if text[j] == "\\" else 1
-            for k in range(i + 1, min(j, n)):
-                out[k] = " "
+            if not keep_literals:
+                for k in range(i + 1, min(j, n)):
+                    out[k] = " "
             i = j + 1
         else:
             i += 1
@@ -335,33 +338,122 @@ def _find_kernels(f: _File, state: State) -> None:
             f.blank(m.start(1), m.end(1))
 
 
+def _parse_instantiation(statement: str) -> tuple[str, str, str] | str:
+    """(kernel, template arguments, host name) of ``template [[host_name("n")]]
+    [[kernel]] void f<A>(...)`` or ``... decltype(f<A>) f<A>`` (comments removed,
+    literals kept); an error message when it is not one."""
+    host = re.search(r'host_name\s*\(\s*((?:"[^"]*"\s*)+)\)', statement)
+    if not host:
+        return "explicit kernel instantiation needs [[host_name(\"...\")]]"
+    body = re.sub(r"\[\[.*?\]\]", lambda a: " " * len(a.group()), statement, flags=re.S)
+    base = body.find("decltype") + len("decltype") if "decltype" in body else 0
+    target = re.search(r"(\w+)\s*<", body[base:])
+    if not target:
+        return "cannot find the instantiated kernel in this statement"
+    lt = base + target.end() - 1
+    gt = _match_close(body, lt, "<", ">")
+    if gt < 0:
+        return "unbalanced template arguments"
+    name = "".join(re.findall(r'"([^"]*)"', host.group(1)))   # adjacent literals join
+    return target.group(1), body[lt + 1:gt].strip(), name
+
+
 def _find_instantiations(f: _File, state: State) -> None:
-    """``template [[host_name("n")]] [[kernel]] void f<A>(...);`` and the
-    ``decltype(f<A>) f<A>;`` form."""
+    """Explicit kernel instantiations written out in the file."""
+    code = _mask(f.text, keep_literals=True)
     for m in re.finditer(r"\btemplate\s*(?=\[\[)", f.masked):
         end = f.masked.find(";", m.end())
         if end < 0:
             raise f.error(m.start(), "explicit instantiation without ';'")
-        statement = f.text[m.start():end]
-        host = re.search(r'host_name\s*\(\s*"([^"]*)"\s*\)', statement)
-        if not host:
-            raise f.error(m.start(), "explicit kernel instantiation needs [[host_name(\"...\")]]")
-        masked = f.masked[m.start():end]
-        body = re.sub(r"\[\[.*?\]\]", lambda a: " " * len(a.group()), masked, flags=re.S)
-        base = body.find("decltype") + len("decltype") if "decltype" in body else 0
-        target = re.search(r"(\w+)\s*<", body[base:])
-        if not target:
-            raise f.error(m.start(), "cannot find the instantiated kernel in this statement")
-        lt = base + target.end() - 1
-        gt = _match_close(body, lt, "<", ">")
-        if gt < 0:
-            raise f.error(m.start(), "unbalanced template arguments")
-        state.instantiations.append(Instantiation(
-            target.group(1), f.text[m.start() + lt + 1:m.start() + gt].strip(),
-            host.group(1), f.where(m.start())))
-        kernel_word = re.search(r"\bkernel\b", body)
+        parsed = _parse_instantiation(code[m.start():end])
+        if isinstance(parsed, str):
+            raise f.error(m.start(), parsed)
+        state.instantiations.append(Instantiation(*parsed[:2], parsed[2], f.where(m.start())))
+        statement = re.sub(r"\[\[.*?\]\]", lambda a: " " * len(a.group()), f.masked[m.start():end],
+                           flags=re.S)
+        kernel_word = re.search(r"\bkernel\b", statement)
         if kernel_word:
             f.blank(m.start() + kernel_word.start(), m.start() + kernel_word.end())
+
+
+def _macros(f: _File, state: State) -> None:
+    """Records the file's function-like macros, blanking MSL attributes in their
+    bodies (clang rejects an attribute list where an instantiation puts it)."""
+    directives = _mask(f.text, keep_directives=True, keep_literals=True)
+    for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)",
+                         directives, re.M):
+        params = [p.strip() for p in m.group(2).split(",") if p.strip()]
+        state.macros[m.group(1)] = (params, m.group(3).replace("\\\n", " "))
+        for a in re.finditer(r"\[\[(.*?)\]\]", directives[m.start(3):m.end(3)], re.S):
+            items = _attribute_items(a.group(1))
+            if not (items and all(key in _CXX_ATTRIBUTES for key, _ in items)):
+                f.blank(m.start(3) + a.start(), m.start(3) + a.end())
+
+
+def _expand(text: str, macros: dict, depth: int = 0) -> str:
+    """``text`` with the recorded function-like macros expanded (parameters,
+    ``#param`` and ``a ## b``), as far as needed to see the instantiations."""
+    if depth > 16 or not macros:
+        return text
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, macros)) + r")\s*\(")
+    out, last = [], 0
+    for m in pattern.finditer(text):
+        if m.start() < last:
+            continue
+        close = _match_close(text, m.end() - 1, "(", ")")
+        if close < 0:
+            break
+        params, body = macros[m.group(1)]
+        values = dict(zip(params, _split_top_parens(text[m.end():close])))
+        paste = "\x00"
+        expanded = re.sub(r"\s*##\s*", paste, body)
+        expanded = re.sub(r"#\s*(\w+)", lambda t: f'"{values[t.group(1)]}"' if t.group(1) in values
+                          else t.group(0), expanded)
+        expanded = re.sub(r"\b\w+\b", lambda t: values.get(t.group(0), t.group(0)), expanded)
+        expanded = expanded.replace(paste, "")
+        out.append(text[last:m.start()])
+        out.append(_expand(expanded, macros, depth + 1))
+        last = close + 1
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _split_top_parens(text: str) -> list[str]:
+    """Macro arguments: split at commas outside parentheses (as the preprocessor does)."""
+    parts, depth, cur = [], 0, []
+    for c in text:
+        depth += c == "("
+        depth -= c == ")"
+        if c == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(c)
+    parts.append("".join(cur).strip())
+    return parts
+
+
+def _find_macro_instantiations(f: _File, state: State) -> None:
+    """Explicit instantiations a macro invocation of this file produces."""
+    if not state.macros:
+        return
+    code = _mask(f.text, keep_literals=True)
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, state.macros)) + r")\s*\(")
+    last = 0
+    for m in pattern.finditer(code):
+        if m.start() < last or f.masked.count("{", 0, m.start()) > f.masked.count("}", 0, m.start()):
+            continue   # inside an earlier invocation, or in a function body
+        close = _match_close(code, m.end() - 1, "(", ")")
+        if close < 0:
+            raise f.error(m.start(), f"unbalanced invocation of macro {m.group(1)}")
+        last = close + 1
+        expanded = _expand(code[m.start():close + 1], state.macros)
+        for t in re.finditer(r"\btemplate\s*(?=\[\[)", expanded):
+            end = expanded.find(";", t.end())
+            parsed = _parse_instantiation(expanded[t.start():end if end >= 0 else len(expanded)])
+            if isinstance(parsed, str):
+                raise f.error(m.start(), f"in the expansion of {m.group(1)}(...): {parsed}")
+            state.instantiations.append(Instantiation(*parsed[:2], parsed[2], f.where(m.start())))
 
 
 def _rewrite_threadgroup_declarations(f: _File, state: State) -> None:
@@ -489,6 +581,8 @@ def _process(path: str, state: State, stack: tuple[str, ...] = ()) -> str:
         body = _process(header, state, stack + (real,))
         f.replace(m.start(), m.end(),
                   f'#line 1 "{_c_string(header)}"\n{body}\n#line {line + 1} "{_c_string(path)}"')
+    _macros(f, state)   # after the includes: a header's macros are invoked here
+    _find_macro_instantiations(f, state)
     _blank_msl_attributes(f)
     state.rewritten[real] = f.result()
     return state.rewritten[real]
