@@ -6,7 +6,6 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "gpu/device_selection.h"
 #include "sim/command_buffer.h"
 #include "sim/command_queue.h"
 #include "sim/kernel_compiler.h"
@@ -72,10 +71,5 @@ class SimDevice : public gpu::GpuDevice {
 }  // namespace
 
 std::unique_ptr<gpu::GpuDevice> CreateSimDevice() { return std::make_unique<SimDevice>(); }
-
-namespace {
-// kMETAL runs on this device where there is no Apple GPU (or METALRT_METAL=sim).
-const gpu::GpuDeviceRegistrar kRegistrar(gpu::GpuDeviceKind::kSim, &CreateSimDevice);
-}  // namespace
 
 }  // namespace metalrt::sim
