@@ -18,7 +18,7 @@ void AllocationRegistry::Add(std::shared_ptr<GpuBuffer> buffer) {
   const char* base = static_cast<const char*>(buffer->contents());
   std::lock_guard<std::mutex> lock(mutex_);
   if (!by_base_.emplace(base, std::move(buffer)).second)
-    throw std::logic_error("the Metal device returned a buffer at an address already in use");
+    throw std::logic_error("[metal alloc] the device returned a buffer at an address already in use");
 }
 
 std::shared_ptr<GpuBuffer> AllocationRegistry::Remove(const void* base) {
