@@ -1,5 +1,7 @@
 #include "ops/op_common.h"
 
+#include <utility>
+
 namespace metalrt::ops::detail {
 
 void CheckDefined(const Tensor& t, const char* op, const char* arg) {
@@ -43,6 +45,12 @@ void CheckContiguous(const Tensor& t, const char* op, const char* arg) {
   Check(t.is_contiguous(), op, std::string(arg) + " must be contiguous");
 }
 
+void CheckLastDimVector(const Tensor& v, const Tensor& x, const char* op, const char* arg) {
+  CheckShape(v, {x.dim(-1)}, op, arg);
+  CheckSameDType(x, v, op, "x", arg);
+  CheckContiguous(v, op, arg);
+}
+
 DeviceType CommonDevice(std::initializer_list<const Tensor*> tensors, const char* op) {
   const Tensor* first = nullptr;
   for (const Tensor* t : tensors) {
@@ -66,6 +74,35 @@ Tensor OutputOrNew(const OptTensor& out, const Shape& shape, DType dtype, Device
             DeviceTypeName(out->device()));
   CheckContiguous(*out, op, "out");
   return *out;
+}
+
+const Tensor& OrUndefined(const OptTensor& t) {
+  static const Tensor undefined;
+  return t ? *t : undefined;
+}
+
+// [first byte, one past the last byte] a tensor's elements can touch.
+static std::pair<const char*, const char*> ByteRange(const Tensor& t) {
+  const char* begin = static_cast<const char*>(t.data());
+  if (t.numel() == 0) return {begin, begin};
+  int64_t last = 0;
+  for (int d = 0; d < t.ndim(); ++d) last += (t.shape()[d] - 1) * t.strides()[d];
+  const int64_t size = static_cast<int64_t>(DTypeSize(t.dtype()));
+  return {begin, begin + (last + 1) * size};
+}
+
+void CheckNoOverlap(const Tensor& out, const Tensor& in, const char* op, const char* arg,
+                    bool may_alias) {
+  if (!in.defined()) return;
+  if (may_alias && out.data() == in.data() && out.shape() == in.shape() &&
+      out.strides() == in.strides())
+    return;
+  const auto o = ByteRange(out);
+  const auto i = ByteRange(in);
+  Check(o.second <= i.first || i.second <= o.first, op,
+        std::string("out overlaps ") + arg + (may_alias ? " (only out = " + std::string(arg) +
+                                                              " exactly is allowed)"
+                                                        : ""));
 }
 
 }  // namespace metalrt::ops::detail

@@ -22,10 +22,19 @@ void CheckSameDType(const Tensor& a, const Tensor& b, const char* op, const char
 void CheckRank(const Tensor& t, int rank, const char* op, const char* arg);
 void CheckShape(const Tensor& t, const Shape& shape, const char* op, const char* arg);
 void CheckContiguous(const Tensor& t, const char* op, const char* arg);
+// `v` is a vector over x's last dim: shape [x.dim(-1)], x's dtype, contiguous (a norm
+// weight or bias).
+void CheckLastDimVector(const Tensor& v, const Tensor& x, const char* op, const char* arg);
 // All defined tensors on one device; returns it. std::invalid_argument otherwise.
 DeviceType CommonDevice(std::initializer_list<const Tensor*> tensors, const char* op);
 // `out` checked against (shape, dtype, device) and contiguity, or a new tensor.
 Tensor OutputOrNew(const OptTensor& out, const Shape& shape, DType dtype, DeviceType device,
                    const char* op);
+// The tensor held by an optional, or an undefined tensor (for CommonDevice's list).
+const Tensor& OrUndefined(const OptTensor& t);
+// Throws unless `out` and the input `in` occupy disjoint bytes. With `may_alias`, `out`
+// may also be exactly `in` (same data, shape, strides), the in-place form ops.h allows.
+void CheckNoOverlap(const Tensor& out, const Tensor& in, const char* op, const char* arg,
+                    bool may_alias = false);
 
 }  // namespace metalrt::ops::detail

@@ -1,0 +1,35 @@
+// CPU oracle of silu_and_mul: SwiGLU (Shazeer 2020, "GLU Variants Improve
+// Transformer"), out = silu(gate) * up with gate = x[..., :n], up = x[..., n:] and
+// silu(g) = g / (1 + exp(-g)), in f32, rounded once to the output dtype.
+#include <algorithm>
+#include <cmath>
+
+#include "cpu/float_rows.h"
+#include "metalrt/op_registry.h"
+
+namespace metalrt::cpu {
+namespace {
+
+bool CpuSiluAndMul(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const Tensor& out = call.outputs[0];
+  const int64_t n = out.dim(-1);
+  if (out.numel() == 0) return true;
+  const int64_t rows = out.numel() / n;
+  ParallelFor(rows, std::max<int64_t>(1, 8192 / n), [&](int64_t begin, int64_t end) {
+    std::vector<float> gate(static_cast<size_t>(n)), up(static_cast<size_t>(n));
+    for (int64_t r = begin; r < end; ++r) {
+      LoadRowF32(x.data(), x.dtype(), r * 2 * n, n, gate.data());
+      LoadRowF32(x.data(), x.dtype(), r * 2 * n + n, n, up.data());
+      for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+      StoreRowF32(out.data(), out.dtype(), r * n, n, gate.data());
+    }
+  });
+  return true;
+}
+
+}  // namespace
+
+METALRT_REGISTER_PROVIDER("silu_and_mul", DeviceType::kCPU, "cpu_silu_and_mul", 0, CpuSiluAndMul);
+
+}  // namespace metalrt::cpu
