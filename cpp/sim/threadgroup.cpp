@@ -183,7 +183,6 @@ void ThreadgroupRunner::FiberMain(void* arg) {
     r.Fail("unknown exception");
   }
   METALRT_SIM_TSAN_RELEASE(&r);   // a returned thread's writes precede the group's end
-  METALRT_SIM_TSAN_IGNORE;
   r.Returned(t);
 }
 
@@ -206,13 +205,16 @@ void ThreadgroupRunner::Fail(std::string message) {
 }
 
 void ThreadgroupRunner::Returned(GpuThread& t) {
-  t.state = State::kReturned;
-  --live_;
-  SimdGroup& g = GroupOf(t);
-  g.live &= ~(1u << t.context.thread_index_in_simdgroup);
-  CompleteSimdIfReady(g);
-  ConvergeIfReady(g);
-  ReleaseBarrierIfComplete();
+  {
+    METALRT_SIM_TSAN_IGNORE;   // ended before the fiber's last switch
+    t.state = State::kReturned;
+    --live_;
+    SimdGroup& g = GroupOf(t);
+    g.live &= ~(1u << t.context.thread_index_in_simdgroup);
+    CompleteSimdIfReady(g);
+    ConvergeIfReady(g);
+    ReleaseBarrierIfComplete();
+  }
   Fiber::Switch(t.fiber, scheduler_);
   std::abort();   // a returned fiber is never resumed
 }
