@@ -45,6 +45,7 @@ simd_lanes<V> simd_gather(const V& mine) {
   simd_lanes<V> all;
   all.lane = hooks.lane();
   all.active = hooks.simd_exchange(&mine, sizeof(V), all.value);
+  if (all.active == ~0u) return all;   // the common case: nothing to poison
   for (uint32_t l = 0; l < kSimdWidth; ++l) {
     if (all.is_active(l)) continue;
     // bool has only two valid values: an inactive lane reads as false.
