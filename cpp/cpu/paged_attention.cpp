@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cpu/float_rows.h"
+#include "cpu/parallel.h"
 #include "metalrt/errors.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
@@ -111,24 +112,28 @@ bool PagedAttention(const OpCall& call) {
 
   const int64_t heads = query.dim(1), head_dim = query.dim(2), kv_heads = key_cache.dim(2);
   const int64_t group = heads / kv_heads;
-  std::vector<float> keys, values, scores, q(static_cast<size_t>(head_dim)), o(q.size());
+  std::vector<float> keys, values;
   for (int64_t b = 0; b < block_tables.dim(0); ++b) {
     const int64_t q_len = query_start_loc[b + 1] - query_start_loc[b], seq_len = seq_lens[b];
     if (q_len == 0) continue;
     const int32_t* blocks = block_tables.data_as<int32_t>() + b * block_tables.dim(1);
     GatherContext(key_cache, blocks, seq_len, keys);
     GatherContext(value_cache, blocks, seq_len, values);
-    for (int64_t i = 0; i < q_len; ++i) {
-      const int64_t token = query_start_loc[b] + i;
-      const int64_t n = seq_len - q_len + i + 1;   // causal: positions 0 .. p
-      for (int64_t h = 0; h < heads; ++h) {
-        const int64_t row = (token * heads + h) * head_dim;
+    // (query, head) pairs are independent, so threads change no result; a chunk does at
+    // least ~64K multiply-adds so short decode steps stay on the calling thread.
+    const int64_t min_chunk = std::max<int64_t>(1, (int64_t{1} << 16) / (seq_len * head_dim));
+    ParallelFor(q_len * heads, min_chunk, [&](int64_t begin, int64_t end) {
+      std::vector<float> scores, q(static_cast<size_t>(head_dim)), o(q.size());
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t i = item / heads, h = item % heads;
+        const int64_t n = seq_len - q_len + i + 1;   // causal: positions 0 .. p
+        const int64_t row = ((query_start_loc[b] + i) * heads + h) * head_dim;
         const int64_t kv = (h / group) * seq_len * head_dim;
         LoadRowF32(query.data(), query.dtype(), row, head_dim, q.data());
         AttendOne(q.data(), keys.data() + kv, values.data() + kv, n, head_dim, scale, scores, o.data());
         StoreRowF32(out.data(), out.dtype(), row, head_dim, o.data());
       }
-    }
+    });
   }
   return true;
 }

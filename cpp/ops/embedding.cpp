@@ -14,6 +14,8 @@ Tensor Embedding(const Tensor& weight, const Tensor& ids, const OptTensor& out) 
   CheckContiguous(ids, kOp, "ids");
   const DeviceType device = CommonDevice({&weight, &ids}, kOp);
   Tensor result = OutputOrNew(out, {ids.dim(0), weight.dim(1)}, weight.dtype(), device, kOp);
+  CheckNoOverlap(result, weight, kOp, "weight");
+  CheckNoOverlap(result, ids, kOp, "ids");
   RunOp(kOp, device, OpCall{{weight, ids}, {result}, {}});
   return result;
 }

@@ -12,6 +12,7 @@ Tensor GreedyArgmax(const Tensor& logits, const OptTensor& out) {
   Check(logits.dim(1) > 0, kOp, "logits must have a non-empty vocabulary, got shape " +
                                     ShapeToString(logits.shape()));
   Tensor result = OutputOrNew(out, {logits.dim(0)}, DType::kI32, logits.device(), kOp);
+  CheckNoOverlap(result, logits, kOp, "logits");
   RunOp(kOp, logits.device(), OpCall{{logits}, {result}, {}});
   return result;
 }

@@ -43,6 +43,13 @@ Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor
   const DeviceType device = CommonDevice(
       {&query, &key_cache, &value_cache, &block_tables, &seq_lens, &query_start_loc}, kOp);
   Tensor result = OutputOrNew(out, query.shape(), query.dtype(), device, kOp);
+  for (const auto& [input, name] : {std::pair<const Tensor&, const char*>{query, "query"},
+                                    {key_cache, "key_cache"},
+                                    {value_cache, "value_cache"},
+                                    {block_tables, "block_tables"},
+                                    {seq_lens, "seq_lens"},
+                                    {query_start_loc, "query_start_loc"}})
+    CheckNoOverlap(result, input, kOp, name);
   RunOp(kOp, device,
         OpCall{{query, key_cache, value_cache, block_tables, seq_lens, query_start_loc},
                {result},

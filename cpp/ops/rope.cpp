@@ -40,6 +40,8 @@ Tensor RunRope(const char* op, const Tensor& x, const Tensor& positions, int64_t
   CheckRotated(x, positions, rotary_dim, op);
   const DeviceType device = CommonDevice({&x, &positions}, op);
   Tensor result = OutputOrNew(out, x.shape(), x.dtype(), device, op);
+  CheckNoOverlap(result, x, op, "x", /*may_alias=*/true);
+  CheckNoOverlap(result, positions, op, "positions");
   RunOp(op, device, OpCall{{x, positions}, {result}, RopeParams{rotary_dim, base}});
   return result;
 }
@@ -64,6 +66,7 @@ Tensor RopeCosSinCache(const Tensor& positions, int64_t rotary_dim, float base,
   CheckPositions(positions, positions.dim(0), kOp);
   Tensor result =
       OutputOrNew(out, {positions.dim(0), rotary_dim}, DType::kF32, positions.device(), kOp);
+  CheckNoOverlap(result, positions, kOp, "positions");
   RunOp(kOp, positions.device(), OpCall{{positions}, {result}, RopeParams{rotary_dim, base}});
   return result;
 }
@@ -81,6 +84,9 @@ Tensor RopeFromCache(const Tensor& x, const Tensor& cos_sin_cache, const Tensor&
   CheckRotated(x, positions, rotary_dim, kOp);
   const DeviceType device = CommonDevice({&x, &cos_sin_cache, &positions}, kOp);
   Tensor result = OutputOrNew(out, x.shape(), x.dtype(), device, kOp);
+  CheckNoOverlap(result, x, kOp, "x", /*may_alias=*/true);
+  CheckNoOverlap(result, cos_sin_cache, kOp, "cos_sin_cache");
+  CheckNoOverlap(result, positions, kOp, "positions");
   RunOp(kOp, device, OpCall{{x, cos_sin_cache, positions}, {result}, RopeFromCacheParams{neox}});
   return result;
 }

@@ -65,6 +65,8 @@ TEST_CASE("embedding: bad inputs") {
                        doctest::Contains("[embedding] ids must have rank 1"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(ops::Embedding(weight.Reshape({40}), MakeInts<int32_t>({1}, DType::kI32, {1})),
                        doctest::Contains("[embedding] weight must have rank 2"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::Embedding(weight, MakeInts<int32_t>({2}, DType::kI32, {1, 2}), weight.Slice(0, 0, 2)),
+                       doctest::Contains("[embedding] out overlaps weight"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(ops::Embedding(weight, MakeInts<int32_t>({2}, DType::kI32, {1, 2}), out),
                        doctest::Contains("[embedding] out must have shape [2, 4], got [3, 4]"),
                        std::invalid_argument);

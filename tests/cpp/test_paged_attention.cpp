@@ -185,6 +185,8 @@ TEST_CASE("paged_attention: bad inputs") {
   CHECK_THROWS_WITH_AS(run(q, kc, tables, i32({3}, {49, 17, 40}), starts),
                        doctest::Contains("[paged_attention] request 0: block -1 at block_tables[0, 3] is outside the cache of 12 blocks"),
                        std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::PagedAttention(q, kc, kc, tables, lens, starts, 0.5f, q),
+                       doctest::Contains("[paged_attention] out overlaps query"), std::invalid_argument);
   Tensor out = Tensor::Empty({23, 6, 4}, DType::kF32, DeviceType::kCPU);
   CHECK_THROWS_WITH_AS(ops::PagedAttention(q, kc, kc, tables, lens, starts, 0.5f, out),
                        doctest::Contains("[paged_attention] out must have shape [23, 6, 8]"),

@@ -154,6 +154,10 @@ TEST_CASE("rope family: bad inputs") {
   CHECK_THROWS_WITH_AS(ops::RopeCosSinCache(pos, 0, 1e4f),
                        doctest::Contains("[rope_cos_sin_cache] rotary_dim must be positive and even"),
                        std::invalid_argument);
+  Tensor big = MakeFloat({3, 3, 8}, DType::kF32, RandomValues(72, 1));
+  CHECK_THROWS_WITH_AS(ops::RopeNeox(big.Slice(0, 0, 2), pos, 8, 1e4f, big.Slice(0, 1, 3)),
+                       doctest::Contains("[rope_neox] out overlaps x (only out = x exactly is allowed)"),
+                       std::invalid_argument);
   Tensor cache = ops::RopeCosSinCache(pos, 8, 1e4f);
   CHECK_THROWS_WITH_AS(ops::RopeFromCache(x, cache, MakeInts<int32_t>({2}, DType::kI32, {0, 2})),
                        doctest::Contains("[rope_from_cache] position 2 of token 1 is outside the cos_sin_cache of 2 rows"),
