@@ -224,7 +224,7 @@ TEST_CASE("vectors: component-wise operators") {
   CHECK(all(2.0f - a == float4(1, 0, -1, -2)));
   CHECK(all(-a == float4(-1, -2, -3, -4)));
   CHECK(all((a < b) == bool4(true, true, false, false)));
-  CHECK(all(!(a < b) == bool4(false, false, true, true)));
+  CHECK(all((!(a < b)) == bool4(false, false, true, true)));
   CHECK(any(a == b) == false);
   const uint4 u(1, 2, 4, 8);
   CHECK(all((u << 1u) == uint4(2, 4, 8, 16)));

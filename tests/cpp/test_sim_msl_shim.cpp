@@ -65,7 +65,8 @@ TEST_CASE("MSL suite: SIMD and quad reductions over partial SIMD-groups and retu
   SimRun& s = suite();
   // {threads, threadgroup size}: partial SIMD-groups inside threadgroups of 48 and
   // 40, an edge threadgroup of 4 threads, and one SIMD-group of 33.
-  for (const auto [n, group] : {std::pair<uint32_t, uint32_t>{100, 48}, {120, 40}, {33, 33}}) {
+  for (const std::pair<uint32_t, uint32_t>& shape : {std::pair<uint32_t, uint32_t>{100, 48}, {120, 40}, {33, 33}}) {
+    const uint32_t n = shape.first, group = shape.second;
     for (const std::string& order : SimOrders()) {
       CAPTURE(n);
       CAPTURE(group);
