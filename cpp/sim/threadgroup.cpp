@@ -49,6 +49,7 @@ size_t StackBytes() {
 
 constexpr size_t kArenaBytes = 2 * kMaxThreadgroupMemory;   // room for alignment slack
 constexpr size_t kMaxExchangeBytes = 64;
+constexpr uint32_t kNoThread = ~0u;
 }  // namespace
 
 struct ThreadgroupRunner::GpuThread {
@@ -153,22 +154,42 @@ std::string ThreadgroupRunner::Run(const Dispatch& d, const FiberOrder& order,
   const uint64_t linear =
       (uint64_t{group[2]} * d.threadgroups.y + group[1]) * d.threadgroups.x + group[0];
   FillRunOrder(order, linear, live_, order_);
+  simd_order_.assign(simd_count_ * kSimdWidth, kNoThread);
+  std::vector<uint32_t> filled(simd_count_, 0);
+  for (uint32_t i : order_) {
+    const uint32_t g = i / kSimdWidth;
+    simd_order_[g * kSimdWidth + filled[g]++] = i;
+  }
+  woken_group_ = -1;
   METALRT_SIM_TSAN_RELEASE(&start_sync_);   // the host's writes happen before the threads
   while (live_ > 0) {
     bool ran = false;
     for (uint32_t i : order_) {
-      GpuThread& t = threads_[i];
-      if (t.state != State::kRunnable) continue;
+      if (threads_[i].state != State::kRunnable) continue;
       ran = true;
-      current_ = &t;
-      Fiber::Switch(scheduler_, t.fiber);
-      current_ = nullptr;
-      if (failed_) return error_;
+      if (!RunThread(threads_[i]) || !RunWokenGroups()) return error_;
     }
     if (!ran && live_ > 0) return DescribeDeadlock();
   }
   METALRT_SIM_TSAN_ACQUIRE(this);
   return "";
+}
+
+bool ThreadgroupRunner::RunThread(GpuThread& t) {
+  current_ = &t;
+  Fiber::Switch(scheduler_, t.fiber);
+  current_ = nullptr;
+  return !failed_;
+}
+
+bool ThreadgroupRunner::RunWokenGroups() {
+  while (woken_group_ >= 0) {
+    const uint32_t* lanes = &simd_order_[static_cast<uint32_t>(woken_group_) * kSimdWidth];
+    woken_group_ = -1;
+    for (uint32_t l = 0; l < kSimdWidth && lanes[l] != kNoThread; ++l)
+      if (threads_[lanes[l]].state == State::kRunnable && !RunThread(threads_[lanes[l]])) return false;
+  }
+  return true;
 }
 
 void ThreadgroupRunner::FiberMain(void* arg) {
@@ -283,6 +304,7 @@ void ThreadgroupRunner::CompleteSimdIfReady(SimdGroup& g) {
     t.state = State::kRunnable;
   }
   g.arrived = 0;
+  woken_group_ = static_cast<int32_t>(g.first / kSimdWidth);
 }
 
 void ThreadgroupRunner::ThreadgroupBarrier(const char* file, int line) {

@@ -76,6 +76,12 @@ class ThreadgroupRunner {
   std::unique_ptr<SimdGroup[]> simd_groups_;
   uint32_t simd_count_ = 0;
   std::vector<uint32_t> order_;
+  // Each SIMD-group's threads in run order: the lanes a completed collective wakes
+  // run next, while their stacks are still in cache.
+  std::vector<uint32_t> simd_order_;   // [simd group][lane] flattened, 32 a group
+  int32_t woken_group_ = -1;
+  bool RunThread(GpuThread& t);
+  bool RunWokenGroups();
   Fiber scheduler_;
   GpuThread* current_ = nullptr;
   uint32_t live_ = 0;
