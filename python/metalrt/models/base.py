@@ -76,7 +76,7 @@ class Linear:
 
     def __call__(self, x):
         y = ops.matmul_bt(x, self.weight)
-        return ops.add(y, self.bias) if self.bias is not None else y
+        return ops.add(y, self.bias, out=y) if self.bias is not None else y
 
 
 class RMSNorm:
@@ -151,12 +151,13 @@ class Rope:
         return self.table
 
     def __call__(self, q, k, step: StepInputs):
+        # In place: q and k are fresh outputs of qkv_split.
         if self.inv_freq is None:
-            return (ops.rope_neox(q, step.positions, self.rotary_dim, self.base),
-                    ops.rope_neox(k, step.positions, self.rotary_dim, self.base))
+            return (ops.rope_neox(q, step.positions, self.rotary_dim, self.base, out=q),
+                    ops.rope_neox(k, step.positions, self.rotary_dim, self.base, out=k))
         table = self.cos_sin_table(step.max_position)
-        return (ops.rope_from_cache(q, table, step.positions),
-                ops.rope_from_cache(k, table, step.positions))
+        return (ops.rope_from_cache(q, table, step.positions, out=q),
+                ops.rope_from_cache(k, table, step.positions, out=k))
 
 
 class Attention:
@@ -200,14 +201,15 @@ class GatedMLP:
 
 
 class PreNormLayer:
-    """h += attn(norm1(h)); h += mlp(norm2(h)) (the GPT-2 / Llama residual order)."""
+    """h += attn(norm1(h)); h += mlp(norm2(h)) (the GPT-2 / Llama residual order). The
+    residual stream h is updated in place: it is the forward pass's own tensor."""
 
     def __init__(self, attn_norm, attention: Attention, mlp_norm, mlp):
         self.attn_norm, self.attention, self.mlp_norm, self.mlp = attn_norm, attention, mlp_norm, mlp
 
     def __call__(self, h, step: StepInputs, key_cache, value_cache):
-        h = ops.add(h, self.attention(self.attn_norm(h), step, key_cache, value_cache))
-        return ops.add(h, self.mlp(self.mlp_norm(h)))
+        h = ops.add(h, self.attention(self.attn_norm(h), step, key_cache, value_cache), out=h)
+        return ops.add(h, self.mlp(self.mlp_norm(h)), out=h)
 
 
 class CausalLM:
