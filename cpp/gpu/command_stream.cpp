@@ -91,8 +91,11 @@ void CommandStream::Synchronize() {
   // committed, and its busy time must fit inside the time the host spent here.
   const bool profiling = profiler_.enabled();
   const Profiler::Clock::time_point start = profiling ? Profiler::Clock::now() : Profiler::Clock::time_point{};
+  // Decided before committing: CommitLocked retires command buffers that already
+  // completed, and a fast device must not make this sync look like it waited for nothing.
+  const bool pending = open_.command_buffer != nullptr || !in_flight_.empty();
+  if (!pending) return;
   CommitLocked();
-  if (in_flight_.empty()) return;
   bool failed = false;
   std::string error;
   for (Submitted& s : in_flight_) {
