@@ -15,9 +15,12 @@ void BindShader(nb::module_& m);     // compile_shader: user MSL kernels
 
 // Op families, bound into the submodule _metalrt.ops; metalrt/ops/<family>.py wraps
 // each with argument conversion and the user-facing docstring.
+void BindElementwiseOps(nb::module_& ops);     // add, mul, relu, gelu, silu_and_mul, cast
+void BindNormalizationOps(nb::module_& ops);   // layer_norm, rms_norm, softmax
+void BindMatmulOps(nb::module_& ops);          // matmul, matmul_bt
 void BindLayoutOps(nb::module_& ops);     // embedding, qkv_split, reshape_and_cache
 void BindAttentionOps(nb::module_& ops);  // paged_attention
 void BindSelectionOps(nb::module_& ops);  // greedy_argmax
-void BindRopeOps(nb::module_& ops);       // rope_neox, rope_interleaved, rope caches
+void BindRopeOps(nb::module_& ops);       // rope_neox, rope_interleaved, rope caches, qk_norm_rope
 
 }  // namespace metalrt::python

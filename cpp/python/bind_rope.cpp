@@ -1,6 +1,7 @@
 #include "bind.h"
 
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/tuple.h>
 
 #include "metalrt/ops.h"
 
@@ -15,6 +16,9 @@ void BindRopeOps(nb::module_& ops) {
           nb::arg("rotary_dim"), nb::arg("base"), nb::arg("out") = nb::none());
   ops.def("rope_from_cache", &ops::RopeFromCache, nb::arg("x"), nb::arg("cos_sin_cache"),
           nb::arg("positions"), nb::arg("neox") = true, nb::arg("out") = nb::none());
+  ops.def("qk_norm_rope", &ops::QkNormRope, nb::arg("q"), nb::arg("k"), nb::arg("q_weight"),
+          nb::arg("k_weight"), nb::arg("positions"), nb::arg("eps"), nb::arg("rotary_dim"),
+          nb::arg("base"));
 }
 
 }  // namespace metalrt::python

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "metalrt/errors.h"
+#include "metalrt/ops.h"
 #include "metalrt/tensor.h"
 
 namespace metalrt::python {
@@ -174,6 +175,18 @@ void BindTensor(nb::module_& m) {
              return CopyToDevice(t, DeviceTypeFromName(device));
            },
            nb::arg("device"), "A contiguous copy on `device` (\"cpu\" or \"metal\").")
+      .def("astype",
+           [](const Tensor& t, nb::handle dtype) {
+             // A name, or anything numpy.dtype() understands (np.float16, "int32", ...).
+             const std::string name =
+                 nb::isinstance<nb::str>(dtype)
+                     ? nb::cast<std::string>(dtype)
+                     : nb::cast<std::string>(nb::module_::import_("numpy").attr("dtype")(dtype).attr("name"));
+             return ops::Cast(t, DTypeFromName(name));
+           },
+           nb::arg("dtype"),
+           "A new tensor of dtype `dtype` on the same device (metalrt.ops.cast). TypeError\n"
+           "for a dtype metalrt does not have.")
       .def("__repr__", [](const Tensor& t) {
         return "metalrt.Tensor(" + (t.defined() ? t.Describe() : std::string("undefined")) + ")";
       });

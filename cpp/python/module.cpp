@@ -11,6 +11,9 @@ NB_MODULE(_metalrt, m) {
   BindProfiler(m);
   BindShader(m);
   nb::module_ ops = m.def_submodule("ops", "Op entry points (wrapped by metalrt.ops).");
+  BindElementwiseOps(ops);
+  BindNormalizationOps(ops);
+  BindMatmulOps(ops);
   BindLayoutOps(ops);
   BindAttentionOps(ops);
   BindSelectionOps(ops);

@@ -44,15 +44,36 @@ NMSE_BAR = {"float32": 1e-10, "float16": 1e-5, "bfloat16": 1e-4}
 WORST_BAR = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
 
-def assert_matches(actual, reference, dtype):
-    """`actual` (Tensor or array) is within NMSE_BAR and WORST_BAR of `reference`."""
+def summation_bar(terms: int) -> float:
+    """Relative error bound of a float32 recursive sum of `terms` terms, n * 2**-24
+    (Higham, "Accuracy and Stability of Numerical Algorithms", 2002, §4.2)."""
+    return terms * 2.0 ** -24
+
+
+def assert_matches(actual, reference, dtype, worst_bar=None):
+    """`actual` (Tensor or array) is within NMSE_BAR and WORST_BAR of `reference`.
+    worst_bar, when larger than the dtype's, replaces it (and its square the NMSE bar),
+    e.g. summation_bar(n) for a float32 reduction over n terms."""
+    worst_bar = max(WORST_BAR[dtype], worst_bar or 0.0)
+    nmse_bar = max(NMSE_BAR[dtype], worst_bar ** 2)
     a = np.asarray(actual, dtype=np.float64)
     r = np.asarray(reference, dtype=np.float64)
     error = nmse(a, r)
-    assert error <= NMSE_BAR[dtype], f"NMSE {error:.3g} > {NMSE_BAR[dtype]:g} ({dtype})"
+    assert error <= nmse_bar, f"NMSE {error:.3g} > {nmse_bar:g} ({dtype})"
     worst = float(np.max(np.abs(a - r), initial=0.0))
-    bound = WORST_BAR[dtype] * float(np.max(np.abs(r), initial=0.0))
+    bound = worst_bar * float(np.max(np.abs(r), initial=0.0))
     assert worst <= bound, f"worst error {worst:.3g} > {bound:.3g} ({dtype})"
+
+
+def assert_rows_view_written(call, base, expected_rows, device, worst_bar=None):
+    """Runs call(out) with out = rows [1, 3) of a 4-row float32 tensor holding `base`
+    on `device`; rows 0 and 3 must keep their bytes (the view's offset was applied)
+    and rows 1, 2 must match expected_rows."""
+    target = metalrt.asarray(base, device=device)
+    call(target[1:3])
+    got = target.numpy()
+    np.testing.assert_array_equal(got[[0, 3]], np.asarray(base, np.float32)[[0, 3]])
+    assert_matches(got[1:3], expected_rows, "float32", worst_bar)
 
 
 def bfloat16_bits(values) -> np.ndarray:

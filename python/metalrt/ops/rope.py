@@ -73,3 +73,23 @@ def rope_from_cache(x, cos_sin_cache, positions, neox=True, out=None) -> Tensor:
     x, cos_sin_cache, positions = tensors(op, x=x, cos_sin_cache=cos_sin_cache, positions=positions)
     return _native.rope_from_cache(x, cos_sin_cache, positions, flag(op, "neox", neox),
                                    out=out_tensor(op, out))
+
+
+def qk_norm_rope(q, k, q_weight, k_weight, positions, eps, rotary_dim, base) -> tuple:
+    """Qwen3's attention prologue: RMSNorm over head_dim of every q and k head (Zhang &
+    Sennrich 2019), then NeoX RoPE (see rope_neox). On the CPU it is exactly the
+    composite of ops.rms_norm and ops.rope_neox (the intermediate is stored in the
+    dtype); other devices may run one fused kernel gated against that composite.
+
+    q: [T, heads, head_dim] float; k: [T, kv_heads, head_dim], q's dtype; q_weight,
+    k_weight: [head_dim], q's dtype; positions: int32 [T]; eps >= 0; rotary_dim even,
+    <= head_dim; base > 0. Returns new tensors (q_out, k_out) with q's and k's shapes.
+
+    Raises ValueError for shapes, eps, rotary_dim, base or tensors on different devices;
+    TypeError for dtypes or non-array arguments.
+    """
+    op = "qk_norm_rope"
+    q, k, q_weight, k_weight, positions = tensors(op, q=q, k=k, q_weight=q_weight,
+                                                  k_weight=k_weight, positions=positions)
+    return _native.qk_norm_rope(q, k, q_weight, k_weight, positions, real(op, "eps", eps),
+                                integer(op, "rotary_dim", rotary_dim), real(op, "base", base))

@@ -1,0 +1,50 @@
+"""Normalisation over the last dimension: LayerNorm, RMSNorm, softmax. Statistics are
+accumulated in float32; outputs have the input's dtype."""
+from __future__ import annotations
+
+from .._metalrt import Tensor
+from .._metalrt import ops as _native
+from ._args import flag, out_tensor, real, tensors
+
+
+def layer_norm(x, weight, bias=None, eps=1e-5, out=None) -> Tensor:
+    """LayerNorm (Ba, Kiros & Hinton 2016): (x - mean) / sqrt(var + eps) * weight + bias
+    over the last dim, with the biased variance (divided by N).
+
+    x: float [..., N]; weight, bias: [N] in x's dtype (bias may be None); eps: >= 0;
+    out: optional, x's shape and dtype, not overlapping the inputs.
+    Raises ValueError for shapes, a negative or non-finite eps, overlap or tensors on
+    different devices; TypeError for dtypes or non-array arguments.
+    """
+    op = "layer_norm"
+    x, weight, bias = tensors(op, optional=("bias",), x=x, weight=weight, bias=bias)
+    return _native.layer_norm(x, weight, bias, real(op, "eps", eps), out=out_tensor(op, out))
+
+
+def rms_norm(x, weight, eps=1e-6, unit_offset=False, out=None) -> Tensor:
+    """RMSNorm (Zhang & Sennrich 2019, "Root Mean Square Layer Normalization"):
+    x / sqrt(mean(x^2) + eps) * w over the last dim, w = weight, or (1 + weight) when
+    unit_offset (Gemma's convention).
+
+    x: float [..., N]; weight: [N] in x's dtype; eps: >= 0; unit_offset: bool; out:
+    optional, x's shape and dtype, not overlapping the inputs.
+    Raises ValueError for shapes (e.g. "[rms_norm] weight must have shape [576], got
+    [512]"), a negative eps, overlap or tensors on different devices; TypeError for
+    dtypes or non-array arguments.
+    """
+    op = "rms_norm"
+    x, weight = tensors(op, x=x, weight=weight)
+    return _native.rms_norm(x, weight, real(op, "eps", eps), flag(op, "unit_offset", unit_offset),
+                            out=out_tensor(op, out))
+
+
+def softmax(x, out=None) -> Tensor:
+    """Softmax over the last dim, max-subtracted for stability: exp(x - max) / sum.
+
+    x: float [..., N]; out: optional, x's shape and dtype, not overlapping x.
+    Raises ValueError for a scalar x, overlap or tensors on different devices;
+    TypeError for non-float dtypes or non-array arguments.
+    """
+    op = "softmax"
+    (x,) = tensors(op, x=x)
+    return _native.softmax(x, out=out_tensor(op, out))

@@ -1,0 +1,48 @@
+"""ops.qk_norm_rope: the composite of rms_norm and rope_neox, and float64."""
+import numpy as np
+import pytest
+
+import metalrt
+from conftest import FLOAT_DTYPES, WORST_BAR, assert_matches, rand
+from metalrt import ops
+from test_rms_norm import reference as rms_norm_reference
+from test_rope import reference as rope_reference
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("tokens, heads, kv_heads, head_dim, rotary_dim", [
+    (1, 1, 1, 2, 2), (5, 9, 3, 64, 64), (33, 16, 8, 128, 128), (3, 4, 2, 33, 16)])
+def test_composite_and_float64(dtype, tokens, heads, kv_heads, head_dim, rotary_dim, device):
+    q = rand((tokens, heads, head_dim), seed=1, scale=3.0, dtype=dtype)
+    k = rand((tokens, kv_heads, head_dim), seed=2, scale=3.0, dtype=dtype)
+    q_weight, k_weight = rand((head_dim,), seed=3, dtype=dtype), rand((head_dim,), seed=4, dtype=dtype)
+    positions = np.linspace(0, 131072, tokens).astype(np.int32)
+    as_dev = lambda a: metalrt.asarray(a, device=device, dtype=dtype)  # noqa: E731
+    q_out, k_out = ops.qk_norm_rope(as_dev(q), as_dev(k), as_dev(q_weight), as_dev(k_weight),
+                                    positions, 1e-6, rotary_dim, 1e6)
+    for x, w, out in ((q, q_weight, q_out), (k, k_weight, k_out)):
+        assert out.shape == x.shape and out.dtype == dtype and out.device == device
+        composite = ops.rope_neox(ops.rms_norm(as_dev(x), as_dev(w), 1e-6), positions,
+                                  rotary_dim, 1e6)
+        np.testing.assert_array_equal(out.numpy(), composite.numpy())
+        expected = rope_reference(rms_norm_reference(x, w, 1e-6, False), positions, rotary_dim,
+                                  1e6, True)
+        # Two dtype roundings (the stored intermediate and the output).
+        assert_matches(out, expected, dtype, worst_bar=2 * WORST_BAR[dtype])
+
+
+def test_bad_inputs(device):
+    q = metalrt.zeros((2, 4, 8), device=device)
+    k = metalrt.zeros((2, 2, 8), device=device)
+    w = metalrt.zeros(8, device=device)
+    pos = np.array([0, 1], np.int32)
+    with pytest.raises(ValueError, match=r"^\[qk_norm_rope\] k_weight must have shape \[8\]"):
+        ops.qk_norm_rope(q, k, w, metalrt.zeros(7, device=device), pos, 1e-6, 8, 1e4)
+    with pytest.raises(ValueError, match=r"^\[qk_norm_rope\] k must have rank 3"):
+        ops.qk_norm_rope(q, k.reshape(2, 16), w, w, pos, 1e-6, 8, 1e4)
+    with pytest.raises(TypeError, match=r"^\[qk_norm_rope\] positions must be int32"):
+        ops.qk_norm_rope(q, k, w, w, np.array([0, 1]), 1e-6, 8, 1e4)
+    with pytest.raises(TypeError, match=r"^\[qk_norm_rope\] eps must be a real number"):
+        ops.qk_norm_rope(q, k, w, w, pos, None, 8, 1e4)
+    with pytest.raises(TypeError, match=r"^\[qk_norm_rope\] q_weight must be a metalrt.Tensor"):
+        ops.qk_norm_rope(q, k, "w", w, pos, 1e-6, 8, 1e4)

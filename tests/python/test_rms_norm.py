@@ -1,0 +1,56 @@
+"""ops.rms_norm (Zhang & Sennrich 2019) against a numpy float64 reference."""
+import numpy as np
+import pytest
+
+import metalrt
+from conftest import FLOAT_DTYPES, assert_matches, assert_rows_view_written, poisoned, rand
+from metalrt import ops
+
+
+def reference(x, weight, eps, unit_offset):
+    w = 1.0 + weight if unit_offset else weight
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+@pytest.mark.parametrize("unit_offset", [False, True])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("shape, eps", [((1, 1), 1e-6), ((3, 31), 1e-5), ((2, 32), 1e-6),
+                                        ((33, 576), 1e-5), ((2, 3, 64), 1e-6), ((7,), 0.0)])
+def test_matches_float64(unit_offset, dtype, shape, eps, device):
+    x = rand(shape, seed=shape[-1], scale=2.0, dtype=dtype)
+    weight = rand(shape[-1:], seed=1, dtype=dtype)
+    out = poisoned(shape, dtype, device)
+    result = ops.rms_norm(metalrt.asarray(x, device=device, dtype=dtype),
+                          metalrt.asarray(weight, device=device, dtype=dtype), eps=eps,
+                          unit_offset=unit_offset, out=out)
+    assert result.data_ptr() == out.data_ptr() and result.dtype == dtype
+    assert_matches(result, reference(x, weight, eps, unit_offset), dtype)
+
+
+def test_default_eps_and_rows_of_a_view(device):
+    x = rand((4, 33), seed=2)
+    weight = rand((33,), seed=3)
+    rows = metalrt.asarray(x, device=device)[1:3]
+    assert_rows_view_written(lambda out: ops.rms_norm(rows, weight, out=out), rand((4, 33), seed=4),
+                             reference(x[1:3], weight, 1e-6, False), device)
+
+
+def test_bad_inputs(device):
+    x = metalrt.zeros((2, 576), device=device)
+    with pytest.raises(ValueError, match=r"^\[rms_norm\] weight must have shape \[576\], got \[512\]"):
+        ops.rms_norm(x, metalrt.zeros(512, device=device))
+    with pytest.raises(TypeError, match=r"^\[rms_norm\] weight must have the dtype of x"):
+        ops.rms_norm(x, metalrt.zeros(576, dtype="bfloat16", device=device))
+    with pytest.raises(TypeError, match=r"^\[rms_norm\] x must be float32"):
+        ops.rms_norm(np.zeros((2, 4), np.int32), np.zeros(4, np.int32))
+    with pytest.raises(ValueError, match=r"^\[rms_norm\] eps must be finite and >= 0"):
+        ops.rms_norm(x, metalrt.zeros(576, device=device), eps=-1.0)
+    with pytest.raises(ValueError, match=r"^\[rms_norm\] x must have rank >= 1"):
+        ops.rms_norm(metalrt.zeros((), device=device), metalrt.zeros(1, device=device))
+    with pytest.raises(TypeError, match=r"^\[rms_norm\] eps must be a real number"):
+        ops.rms_norm(x, metalrt.zeros(576, device=device), eps="small")
+    with pytest.raises(TypeError, match=r"^\[rms_norm\] unit_offset must be a bool"):
+        ops.rms_norm(x, metalrt.zeros(576, device=device), unit_offset=1)
+    for bad in ("w", None):
+        with pytest.raises(TypeError, match=r"^\[rms_norm\] weight must be a metalrt.Tensor"):
+            ops.rms_norm(x, bad)
