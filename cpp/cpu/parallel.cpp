@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 namespace metalrt::cpu {
 namespace {
 
@@ -27,6 +29,9 @@ class Pool {
     for (std::thread& w : workers_) w.join();
   }
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // A forked child (e.g. Python multiprocessing) has none of the workers, and its
+  // mutexes may be in any state: it must run every loop inline.
+  bool forked() const { return getpid() != owner_; }
 
   // Runs task(i) for i in [0, count) with count <= threads().
   void Run(int count, const std::function<void(int)>& task) {
@@ -77,6 +82,7 @@ class Pool {
     }
   }
 
+  const pid_t owner_ = getpid();
   std::vector<std::thread> workers_;
   std::mutex run_mutex_, mutex_;
   std::condition_variable start_, done_;
@@ -100,7 +106,7 @@ void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t,
   Pool& pool = ThePool();
   const int64_t by_size = (n + std::max<int64_t>(1, min_chunk) - 1) / std::max<int64_t>(1, min_chunk);
   const int count = static_cast<int>(std::min<int64_t>(pool.threads(), by_size));
-  if (count <= 1 || Pool::in_loop) return fn(0, n);
+  if (count <= 1 || Pool::in_loop || pool.forked()) return fn(0, n);
   const int64_t chunk = (n + count - 1) / count;
   pool.Run(count, [&](int i) {
     const int64_t begin = i * chunk;

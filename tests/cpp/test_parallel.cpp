@@ -1,0 +1,66 @@
+// Gates of the CPU thread pool's ParallelFor: full coverage of the range, nesting,
+// exceptions, and a forked child that has no workers.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cpu/parallel.h"
+
+using metalrt::cpu::ParallelFor;
+
+namespace {
+
+// Each index of [0, n) visited exactly once, by chunks inside the range.
+bool CoversOnce(int64_t n, int64_t min_chunk) {
+  std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+  bool in_range = true;
+  ParallelFor(n, min_chunk, [&](int64_t begin, int64_t end) {
+    if (begin < 0 || end > n || begin >= end) in_range = false;
+    for (int64_t i = begin; i < end; ++i) ++seen[i];
+  });
+  for (auto& s : seen)
+    if (s != 1) return false;
+  return in_range;
+}
+
+}  // namespace
+
+TEST_CASE("parallel: every index exactly once, any size and chunk floor") {
+  for (int64_t n : {1, 2, 3, 31, 32, 33, 1000})
+    for (int64_t min_chunk : {1, 7, 64, 5000}) {
+      CAPTURE(n);
+      CAPTURE(min_chunk);
+      CHECK(CoversOnce(n, min_chunk));
+    }
+  bool called = false;
+  ParallelFor(0, 1, [&](int64_t, int64_t) { called = true; });
+  CHECK(!called);
+}
+
+TEST_CASE("parallel: a loop inside a chunk runs inline; exceptions reach the caller") {
+  std::atomic<int64_t> total{0};
+  ParallelFor(8, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      ParallelFor(10, 1, [&](int64_t b, int64_t e) { total += e - b; });
+  });
+  CHECK(total == 80);
+  CHECK_THROWS_AS(ParallelFor(100, 1, [](int64_t, int64_t) { throw std::runtime_error("chunk failed"); }),
+                  std::runtime_error);
+  CHECK(CoversOnce(100, 1));   // the pool still works after a failed loop
+}
+
+TEST_CASE("parallel: a forked child (no workers) completes its loops") {
+  CHECK(CoversOnce(1000, 1));   // the pool exists in the parent
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) _exit(CoversOnce(1000, 1) ? 0 : 1);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
