@@ -53,11 +53,16 @@ void CommandStream::Encode(const Dispatch& d) {
     encoder.dispatch_threads(d.grid, d.group);
   else
     encoder.dispatch_threadgroups(d.grid, d.group);
-  if (++open_dispatches_ >= max_dispatches_) CommitLocked();
+  if (++open_dispatches_ >= max_dispatches_) {
+    RetireCompletedLocked();
+    CommitLocked();
+  }
 }
 
 void CommandStream::Flush() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!open_.command_buffer) return;   // nothing to commit: a no-op
+  RetireCompletedLocked();
   CommitLocked();
 }
 
@@ -69,7 +74,6 @@ void CommandStream::CommitLocked() {
   in_flight_.push_back(std::move(open_));
   open_ = Submitted{};
   open_dispatches_ = 0;
-  RetireCompletedLocked();
 }
 
 void CommandStream::RetireCompletedLocked() {

@@ -68,7 +68,10 @@ class CommandStream {
     std::vector<std::shared_ptr<GpuBuffer>> retained;
   };
   void CommitLocked();
-  // Releases command buffers at the front that completed without error.
+  // Releases command buffers at the front that completed without error. Called
+  // before a commit that does not wait (cap, Flush) so the in-flight list stays
+  // short; never after one, so the work a Synchronize commits is always waited on
+  // (and counted as a host wait) however fast the GPU was.
   void RetireCompletedLocked();
   void RecordGpuTime(const GpuCommandBuffer& command_buffer);
 

@@ -48,3 +48,96 @@ def test_profiler_state_rows_and_counters():
         assert metalrt.profiler.enabled() is False
     finally:
         metalrt.profiler.enable(was)
+
+
+# A user kernel (metalrt.compile_shader) gives Python real dispatches to count.
+AFFINE = r"""
+#include <metal_stdlib>
+using namespace metal;
+
+kernel void affine(device const float* x [[buffer(0)]],
+                   device float* y [[buffer(1)]],
+                   constant uint& n [[buffer(2)]],
+                   constant float& scale [[buffer(3)]],
+                   constant float& shift [[buffer(4)]],
+                   uint i [[thread_position_in_grid]]) {
+  if (i < n) y[i] = x[i] * scale + shift;
+}
+"""
+
+
+@pytest.fixture
+def affine():
+    """(dispatch(x, y, scale, shift), fresh counters); profiling on for the test."""
+    assert HAVE_METAL, "every build has a Metal device: the simulated one at least"
+    lib = metalrt.compile_shader(AFFINE)
+
+    def dispatch(x, y, scale, shift):
+        n = x.shape[0]
+        lib.affine(x, y, np.uint32(n), np.float32(scale), np.float32(shift),
+                   threads=(n, 1, 1), group_size=(32, 1, 1))
+
+    was = metalrt.profiler.enabled()
+    metalrt.synchronize("metal")   # nothing of earlier tests left in flight
+    metalrt.profiler.enable(True)
+    metalrt.profiler.reset()
+    yield dispatch
+    metalrt.profiler.enable(was)
+
+
+def test_eight_dispatches_commit_once_at_synchronize(affine):
+    values = np.arange(33, dtype=np.float32) * 0.5 - 3.0
+    x = metalrt.asarray(values, device="metal")
+    for _ in range(8):
+        affine(x, x, 2.0, 1.0)
+    assert metalrt.profiler.commits() == 0
+    metalrt.synchronize("metal")
+    assert metalrt.profiler.commits() == 1
+    assert metalrt.profiler.waits() == 1
+    np.testing.assert_array_equal(x.numpy(), 256.0 * values + 255.0)   # exact in f32
+    rows = metalrt.profiler.rows()
+    assert [r["name"] for r in rows] == ["affine", "total"]
+    assert rows[0]["dispatches"] == 8 and rows[0]["encode_seconds"] > 0
+    total = rows[1]
+    assert (total["dispatches"], total["commits"], total["waits"]) == (8, 1, 1)
+    assert 0 < total["gpu_seconds"] <= total["wait_seconds"]
+
+
+def test_a_host_read_without_a_sync_returns_the_computed_values(affine):
+    values = np.linspace(-4.0, 4.0, 1000, dtype=np.float32)
+    x = metalrt.asarray(values, device="metal")
+    y = metalrt.asarray(np.full(1000, np.nan, np.float32), device="metal")
+    affine(x, y, -3.0, 0.25)
+    np.testing.assert_array_equal(y.numpy(), values * np.float32(-3.0) + np.float32(0.25))
+    assert (metalrt.profiler.commits(), metalrt.profiler.waits()) == (1, 1)
+
+
+def test_flush_commits_without_waiting(affine):
+    x = metalrt.asarray(np.ones(64, np.float32), device="metal")
+    affine(x, x, 3.0, 0.0)
+    metalrt.flush()
+    assert (metalrt.profiler.commits(), metalrt.profiler.waits()) == (1, 0)
+    metalrt.flush()   # nothing open: no empty command buffer
+    assert metalrt.profiler.commits() == 1
+    np.testing.assert_array_equal(x.numpy(), np.full(64, 3.0, np.float32))
+    assert (metalrt.profiler.commits(), metalrt.profiler.waits()) == (1, 1)
+
+
+def test_a_kernel_on_rows_1_to_3_changes_only_those_rows(affine):
+    base = np.arange(4 * 33, dtype=np.float32).reshape(4, 33)
+    t = metalrt.asarray(base, device="metal")
+    rows = t[1:3].reshape(2 * 33)
+    affine(rows, rows, -1.0, 0.5)
+    expected = base.copy()
+    expected[1:3] = -base[1:3] + 0.5
+    np.testing.assert_array_equal(t.numpy(), expected)
+
+
+def test_profiler_off_records_nothing(affine):
+    metalrt.profiler.enable(False)
+    x = metalrt.asarray(np.ones(8, np.float32), device="metal")
+    affine(x, x, 1.0, 1.0)
+    metalrt.synchronize("metal")
+    np.testing.assert_array_equal(x.numpy(), np.full(8, 2.0, np.float32))
+    assert metalrt.profiler.rows() == []
+    assert (metalrt.profiler.commits(), metalrt.profiler.waits()) == (0, 0)
