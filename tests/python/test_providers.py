@@ -45,3 +45,21 @@ def test_a_disabled_provider_is_skipped():
     finally:
         metalrt.providers.set_enabled(name, True)
     assert metalrt.ops.greedy_argmax(np.array([[0.0, 2.0]], np.float32)).numpy()[0] == 1
+
+
+def test_metal_reports_native_or_reference_tier_honestly():
+    # The simulated Metal device is part of every build.
+    assert metalrt.is_available("metal")
+    metalrt.providers.reset_stats()
+    weight = metalrt.asarray(np.eye(4, dtype=np.float32), device="metal")
+    metalrt.ops.embedding(weight, np.array([2], np.int32))
+    stats = metalrt.providers.stats("embedding", "metal")
+    assert stats["calls"] == 1
+    if metalrt.providers.registered("embedding", "metal"):
+        assert stats["last_selected"] in metalrt.providers.list("embedding", "metal")
+        assert stats["reference_hits"] == 0
+    else:
+        assert metalrt.providers.list("embedding", "metal") == []
+        assert stats["last_selected"] == "reference:cpu_embedding"
+        assert stats["reference_hits"] == 1
+    assert metalrt.providers.stats("embedding", "cpu")["calls"] == 0
