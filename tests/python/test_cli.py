@@ -1,6 +1,8 @@
 """CLI gates: the help texts of the installed ``metalrt`` script; ``generate``'s settings,
 chat wrapping and error exit through a recording stand-in for ``metalrt.load`` /
-``metalrt.generate``."""
+``metalrt.generate``; and the real thing: the default model's reference continuation
+and the statistics lines."""
+import re
 import shutil
 import subprocess
 
@@ -8,7 +10,9 @@ import pytest
 
 import metalrt
 from metalrt.cli import main
+from metalrt.default_model import default_model_path
 from metalrt.loaders import load_model_files
+from metalrt.loaders.gguf_file import GGUFFile
 from metalrt.tokenizer import Tokenizer
 from tiny_models import tokenizer_metadata
 
@@ -86,3 +90,18 @@ def test_generate_reports_unloadable_model(monkeypatch, tmp_path, capsys):
     assert main(["generate", "--model", str(bad), "--prompt", "x"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("metalrt: error: [gguf] ") and "not a GGUF file" in err
+
+
+# DESIGN §6: SmolLM2-135M-Instruct's greedy continuation of "Once upon a time".
+REFERENCE_CONTINUATION = [28, 260, 2240, 282, 23324, 27108, 436, 253, 15114, 39228]
+
+
+def test_generate_with_the_default_model_on_the_cpu():
+    result = run_script("generate", "--prompt", "Once upon a time", "--max-tokens", "10",
+                        "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    tokenizer = Tokenizer.from_gguf_metadata(GGUFFile(default_model_path()).metadata)
+    assert tokenizer.decode(REFERENCE_CONTINUATION) in result.stdout
+    assert re.search(r"^Prompt: 4 tokens, \d+\.\d{3} tokens-per-sec$", result.stdout, re.M)
+    assert re.search(r"^Generation: 10 tokens, \d+\.\d{3} tokens-per-sec$", result.stdout, re.M)
+    assert re.search(r"^Peak memory: \d+\.\d{3} GB$", result.stdout, re.M)
