@@ -1,0 +1,62 @@
+"""Small randomly initialised Hugging Face models saved as safetensors (no download),
+the references of the model parity gates. Test-only: needs torch and transformers."""
+import json
+import os
+
+import numpy as np
+import tokenizers
+
+VOCAB = 300
+
+
+def configs():
+    import transformers as tf
+
+    common = dict(vocab_size=VOCAB, num_hidden_layers=2, max_position_embeddings=256,
+                  bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    llama = dict(common, hidden_size=96, intermediate_size=160, num_attention_heads=6,
+                 num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5, initializer_range=0.08)
+    return {
+        # GQA 6:2, tied embeddings.
+        "llama": tf.LlamaConfig(**llama, tie_word_embeddings=True, rope_theta=1e5),
+        # Llama 3.1 frequency scaling with a short original context, so the
+        # interpolated band covers the rotary frequencies used here.
+        "llama3": tf.LlamaConfig(**llama, tie_word_embeddings=True, rope_parameters={
+            "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+        "qwen3": tf.Qwen3Config(**common, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                                num_key_value_heads=2, head_dim=128, tie_word_embeddings=False,
+                                initializer_range=0.08),
+        "qwen2": tf.Qwen2Config(**common, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                                num_key_value_heads=2, tie_word_embeddings=False, initializer_range=0.08),
+        "opt": tf.OPTConfig(**common, hidden_size=64, ffn_dim=96, num_attention_heads=4,
+                            word_embed_proj_dim=64, init_std=0.08),
+    }
+
+
+def build(name, directory):
+    """Saves model ``name`` (random weights, norms and biases made non-trivial) with a
+    word-level tokenizer ("t0" .. "t299") into ``directory``; returns the torch model."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(sum(map(ord, name)))
+    model = tf.AutoModelForCausalLM.from_config(configs()[name]).eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "norm" in pname and pname.endswith("weight"):
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            elif pname.endswith("bias"):
+                p.copy_(0.2 * torch.randn_like(p))
+    model.save_pretrained(directory, safe_serialization=True)
+    vocab = {f"t{i}": i for i in range(VOCAB)}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="t0"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.save(os.path.join(directory, "tokenizer.json"))
+    with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
+        json.dump({}, f)
+    return model
+
+
+def prompt(length, seed):
+    return np.random.default_rng(seed).integers(0, VOCAB, length).tolist()
