@@ -14,6 +14,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
 
+# The Objective-C++ Metal device builds only on a Mac: type-check it with clang and
+# check its selectors against metal-cpp here.
+python3 tests/objc/check_objc.py
+
 python3 -m pip install -q --upgrade pip >/dev/null
 python3 -m pip install -q ".[test]"
 

@@ -1,0 +1,317 @@
+// GpuDevice on Metal.framework (Apple only; compiled with -fobjc-arc). A thin
+// translation of gpu/gpu_device.h onto MTLDevice and friends: no op logic lives here,
+// the device-neutral backend in cpp/gpu does the rest. On Linux CI this file is
+// syntax/type-checked against tests/objc/include and its selectors are checked
+// against metal-cpp's table (tests/objc/check_objc.py).
+#import <Metal/Metal.h>
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "gpu/device_selection.h"
+#include "gpu/gpu_device.h"
+
+namespace metalrt::metal {
+namespace {
+
+std::string ToString(NSString* text) { return text ? std::string([text UTF8String]) : std::string(); }
+
+NSString* ToNSString(const std::string& text) { return [NSString stringWithCString:text.c_str() encoding:NSUTF8StringEncoding]; }
+
+std::string Describe(NSError* error) {
+  return error ? ToString([error localizedDescription]) : std::string("unknown Metal error");
+}
+
+MTLSize ToMTLSize(gpu::Size3 size) { return MTLSizeMake(size.x, size.y, size.z); }
+
+MTLDataType ToMTLDataType(gpu::FunctionConstant::Type type) {
+  using T = gpu::FunctionConstant::Type;
+  switch (type) {
+    case T::kBool: return MTLDataTypeBool;
+    case T::kInt16: return MTLDataTypeShort;
+    case T::kUInt16: return MTLDataTypeUShort;
+    case T::kInt32: return MTLDataTypeInt;
+    case T::kUInt32: return MTLDataTypeUInt;
+    case T::kFloat: return MTLDataTypeFloat;
+    case T::kHalf: return MTLDataTypeHalf;
+  }
+  throw std::invalid_argument("[metal pipeline] unknown function-constant type");
+}
+
+// The pipeline cache key: kernel name plus every constant's index, type and bytes.
+std::string PipelineKey(const std::string& name, const gpu::FunctionConstants& constants) {
+  std::string key = name;
+  for (const gpu::FunctionConstant& c : constants) {
+    key += '|' + std::to_string(c.index) + ':' + std::to_string(static_cast<int>(c.type)) + ':';
+    key.append(reinterpret_cast<const char*>(c.bytes.data()), c.bytes.size());
+  }
+  return key;
+}
+
+class MetalBuffer : public gpu::GpuBuffer {
+ public:
+  explicit MetalBuffer(id<MTLBuffer> buffer) : buffer_(buffer) {}
+  void* contents() const override { return [buffer_ contents]; }
+  size_t length() const override { return [buffer_ length]; }
+  id<MTLBuffer> buffer() const { return buffer_; }
+
+ private:
+  id<MTLBuffer> buffer_;
+};
+
+// Metal refuses zero-length buffers; length 0 is allowed by the contract, so it is a
+// buffer with no storage.
+class EmptyBuffer : public gpu::GpuBuffer {
+ public:
+  void* contents() const override { return nullptr; }
+  size_t length() const override { return 0; }
+};
+
+class MetalPipeline : public gpu::GpuPipeline {
+ public:
+  MetalPipeline(std::string name, id<MTLComputePipelineState> state)
+      : name_(std::move(name)), state_(state) {}
+  const std::string& name() const override { return name_; }
+  uint32_t max_total_threads_per_threadgroup() const override {
+    return static_cast<uint32_t>([state_ maxTotalThreadsPerThreadgroup]);
+  }
+  uint32_t thread_execution_width() const override {
+    return static_cast<uint32_t>([state_ threadExecutionWidth]);
+  }
+  size_t static_threadgroup_memory_length() const override { return [state_ staticThreadgroupMemoryLength]; }
+  id<MTLComputePipelineState> state() const { return state_; }
+
+ private:
+  std::string name_;
+  id<MTLComputePipelineState> state_;
+};
+
+class MetalLibrary : public gpu::GpuLibrary {
+ public:
+  MetalLibrary(id<MTLDevice> device, id<MTLLibrary> library) : device_(device), library_(library) {}
+
+  std::vector<std::string> function_names() const override {
+    NSArray<NSString*>* names = [library_ functionNames];
+    std::vector<std::string> out;
+    for (NSUInteger i = 0; i < [names count]; ++i) out.push_back(ToString([names objectAtIndex:i]));
+    return out;
+  }
+
+  gpu::GpuPipeline& pipeline(const std::string& name, const gpu::FunctionConstants& constants) override {
+    const std::string key = PipelineKey(name, constants);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = pipelines_.find(key);
+    if (found != pipelines_.end()) return *found->second;
+    NSError* error = nil;
+    id<MTLFunction> function = nil;
+    if (constants.empty()) {
+      function = [library_ newFunctionWithName:ToNSString(name)];
+      if (!function) throw std::invalid_argument("[metal pipeline] no kernel named '" + name + "' in the library");
+    } else {
+      MTLFunctionConstantValues* values = [[MTLFunctionConstantValues alloc] init];
+      for (const gpu::FunctionConstant& c : constants)
+        [values setConstantValue:c.bytes.data() type:ToMTLDataType(c.type) atIndex:c.index];
+      function = [library_ newFunctionWithName:ToNSString(name) constantValues:values error:&error];
+      if (!function)
+        throw std::invalid_argument("[metal pipeline] kernel '" + name + "' with these function constants: " +
+                                    Describe(error));
+    }
+    id<MTLComputePipelineState> state = [device_ newComputePipelineStateWithFunction:function error:&error];
+    if (!state) throw std::runtime_error("[metal pipeline] kernel '" + name + "': " + Describe(error));
+    auto& slot = pipelines_[key];
+    slot = std::make_unique<MetalPipeline>(name, state);
+    return *slot;
+  }
+
+ private:
+  id<MTLDevice> device_;
+  id<MTLLibrary> library_;
+  std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<MetalPipeline>> pipelines_;
+};
+
+class MetalComputeEncoder : public gpu::GpuComputeEncoder {
+ public:
+  explicit MetalComputeEncoder(id<MTLComputeCommandEncoder> encoder) : encoder_(encoder) {}
+
+  void set_pipeline(gpu::GpuPipeline& pipeline) override {
+    [encoder_ setComputePipelineState:static_cast<MetalPipeline&>(pipeline).state()];
+  }
+  void set_buffer(const gpu::GpuBuffer& buffer, size_t offset, uint32_t index) override {
+    // An empty buffer has no MTLBuffer; binding nil is what Metal allows for it.
+    const auto* metal = dynamic_cast<const MetalBuffer*>(&buffer);
+    [encoder_ setBuffer:(metal ? metal->buffer() : nil) offset:offset atIndex:index];
+  }
+  void set_bytes(const void* data, size_t length, uint32_t index) override {
+    [encoder_ setBytes:data length:length atIndex:index];
+  }
+  void set_threadgroup_memory_length(size_t length, uint32_t index) override {
+    [encoder_ setThreadgroupMemoryLength:length atIndex:index];
+  }
+  void dispatch_threadgroups(gpu::Size3 threadgroups, gpu::Size3 threads_per_threadgroup) override {
+    [encoder_ dispatchThreadgroups:ToMTLSize(threadgroups) threadsPerThreadgroup:ToMTLSize(threads_per_threadgroup)];
+  }
+  void dispatch_threads(gpu::Size3 threads, gpu::Size3 threads_per_threadgroup) override {
+    [encoder_ dispatchThreads:ToMTLSize(threads) threadsPerThreadgroup:ToMTLSize(threads_per_threadgroup)];
+  }
+  void end_encoding() override {
+    if (ended_) return;
+    [encoder_ endEncoding];
+    ended_ = true;
+  }
+
+ private:
+  id<MTLComputeCommandEncoder> encoder_;
+  bool ended_ = false;
+};
+
+class MetalCommandBuffer : public gpu::GpuCommandBuffer {
+ public:
+  explicit MetalCommandBuffer(id<MTLCommandBuffer> command_buffer) : command_buffer_(command_buffer) {}
+
+  gpu::GpuComputeEncoder& compute_encoder() override {
+    if (!encoder_) encoder_ = std::make_unique<MetalComputeEncoder>([command_buffer_ computeCommandEncoder]);
+    return *encoder_;
+  }
+  void commit() override {
+    // Metal requires the encoder ended before commit.
+    if (encoder_) encoder_->end_encoding();
+    [command_buffer_ commit];
+  }
+  void wait_until_completed() override { [command_buffer_ waitUntilCompleted]; }
+  Status status() const override {
+    switch ([command_buffer_ status]) {
+      case MTLCommandBufferStatusNotEnqueued:
+      case MTLCommandBufferStatusEnqueued: return Status::kNotCommitted;
+      case MTLCommandBufferStatusCommitted:
+      case MTLCommandBufferStatusScheduled: return Status::kCommitted;
+      case MTLCommandBufferStatusCompleted: return Status::kCompleted;
+      case MTLCommandBufferStatusError: return Status::kError;
+    }
+    return Status::kError;
+  }
+  std::string error() const override { return Describe([command_buffer_ error]); }
+  double gpu_start_time() const override { return [command_buffer_ GPUStartTime]; }
+  double gpu_end_time() const override { return [command_buffer_ GPUEndTime]; }
+
+ private:
+  id<MTLCommandBuffer> command_buffer_;
+  std::unique_ptr<MetalComputeEncoder> encoder_;
+};
+
+// metalrt.metallib is installed beside the extension module this code is linked into.
+std::string DefaultLibraryPath() {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<const void*>(&DefaultLibraryPath), &info) || !info.dli_fname)
+    throw std::runtime_error("[metal device] cannot locate the metalrt binary to find metalrt.metallib");
+  std::string path = info.dli_fname;
+  const size_t slash = path.rfind('/');
+  return (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/metalrt.metallib";
+}
+
+class MetalDevice : public gpu::GpuDevice {
+ public:
+  explicit MetalDevice(id<MTLDevice> device) : device_(device), queue_([device newCommandQueue]) {
+    if (!queue_) throw std::runtime_error("[metal device] newCommandQueue failed");
+  }
+
+  std::string name() const override { return ToString([device_ name]); }
+  bool is_simulated() const override { return false; }
+  bool has_unified_memory() const override { return [device_ hasUnifiedMemory]; }
+
+  std::string gpu_family() const override {
+    static const std::pair<MTLGPUFamily, const char*> kFamilies[] = {
+        {MTLGPUFamilyApple9, "apple9"}, {MTLGPUFamilyApple8, "apple8"}, {MTLGPUFamilyApple7, "apple7"},
+        {MTLGPUFamilyApple6, "apple6"}, {MTLGPUFamilyApple5, "apple5"}, {MTLGPUFamilyApple4, "apple4"},
+        {MTLGPUFamilyApple3, "apple3"}, {MTLGPUFamilyApple2, "apple2"}, {MTLGPUFamilyApple1, "apple1"},
+        {MTLGPUFamilyMac2, "mac2"}};
+    for (const auto& [family, label] : kFamilies)
+      if ([device_ supportsFamily:family]) return label;
+    return "unknown";
+  }
+
+  size_t max_threadgroup_memory_length() const override { return [device_ maxThreadgroupMemoryLength]; }
+
+  std::shared_ptr<gpu::GpuBuffer> new_buffer(size_t length) override {
+    if (length == 0) return std::make_shared<EmptyBuffer>();
+    id<MTLBuffer> buffer = [device_ newBufferWithLength:length options:MTLResourceStorageModeShared];
+    if (!buffer) throw std::runtime_error("[metal alloc] newBufferWithLength failed for " + std::to_string(length) + " bytes");
+    // Shared buffers are zeroed by Metal in practice but not by contract; the
+    // interface promises zeros.
+    std::memset([buffer contents], 0, length);
+    return std::make_shared<MetalBuffer>(buffer);
+  }
+
+  std::shared_ptr<gpu::GpuBuffer> new_buffer_no_copy(void* pointer, size_t length,
+                                                     std::function<void()> deallocator) override {
+    if (![device_ hasUnifiedMemory])
+      throw std::invalid_argument("[new_buffer_no_copy] " + name() + " has no unified memory");
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    if (!pointer || reinterpret_cast<uintptr_t>(pointer) % page != 0 || length % page != 0)
+      throw std::invalid_argument("[new_buffer_no_copy] memory and length must be page-aligned (" +
+                                  std::to_string(page) + " bytes)");
+    id<MTLBuffer> buffer = [device_ newBufferWithBytesNoCopy:pointer
+                                                      length:length
+                                                     options:MTLResourceStorageModeShared
+                                                 deallocator:^(void*, NSUInteger) {
+                                                   if (deallocator) deallocator();
+                                                 }];
+    if (!buffer) throw std::runtime_error("[new_buffer_no_copy] newBufferWithBytesNoCopy failed");
+    return std::make_shared<MetalBuffer>(buffer);
+  }
+
+  gpu::GpuLibrary& default_library() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!default_library_) {
+      const std::string path = DefaultLibraryPath();
+      NSError* error = nil;
+      id<MTLLibrary> library = [device_ newLibraryWithURL:[NSURL fileURLWithPath:ToNSString(path)] error:&error];
+      if (!library) throw std::runtime_error("[metal device] cannot load " + path + ": " + Describe(error));
+      default_library_ = std::make_unique<MetalLibrary>(device_, library);
+    }
+    return *default_library_;
+  }
+
+  std::shared_ptr<gpu::GpuLibrary> compile_library(const std::string& source) override {
+    MTLCompileOptions* options = [[MTLCompileOptions alloc] init];
+    // Same rounding as the metallib (-fno-fast-math) and the simulated device.
+    [options setFastMathEnabled:NO];
+    NSError* error = nil;
+    id<MTLLibrary> library = [device_ newLibraryWithSource:ToNSString(source) options:options error:&error];
+    if (!library) throw std::runtime_error("[compile_library] " + Describe(error));
+    return std::make_shared<MetalLibrary>(device_, library);
+  }
+
+  std::unique_ptr<gpu::GpuCommandBuffer> new_command_buffer() override {
+    id<MTLCommandBuffer> command_buffer = [queue_ commandBuffer];
+    if (!command_buffer) throw std::runtime_error("[metal device] commandBuffer failed");
+    return std::make_unique<MetalCommandBuffer>(command_buffer);
+  }
+
+ private:
+  id<MTLDevice> device_;
+  id<MTLCommandQueue> queue_;
+  std::mutex mutex_;
+  std::unique_ptr<MetalLibrary> default_library_;
+};
+
+// nullptr where there is no Apple GPU (e.g. a macOS VM): selection falls back to the sim.
+std::unique_ptr<gpu::GpuDevice> CreateMetalDevice() {
+  @autoreleasepool {
+    id<MTLDevice> device = MTLCreateSystemDefaultDevice();
+    if (!device) return nullptr;
+    return std::make_unique<MetalDevice>(device);
+  }
+}
+
+gpu::GpuDeviceRegistrar registrar(gpu::GpuDeviceKind::kNative, &CreateMetalDevice);
+
+}  // namespace
+}  // namespace metalrt::metal

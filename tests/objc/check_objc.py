@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Linux checks of the Objective-C++ Metal device (cpp/metal/*.mm), which only a Mac
+can build.
+
+1. Syntax/type check: clang compiles each file with -fsyntax-only against
+   tests/objc/include/Metal/Metal.h (declarations of just the Metal and Foundation API
+   the files use).
+2. Selector check: every selector the files send (the ObjCMessageExpr nodes of clang's
+   JSON AST of namespace metalrt::metal, where all the device code lives) must be in
+   Apple's published API as listed in metal-cpp's selector tables
+   (_MTL_PRIVATE_DEF_SEL / _NS_PRIVATE_DEF_SEL). The declarations header alone cannot
+   show this: it is ours, so a misspelt selector could be misdeclared there too.
+   metal-cpp comes from the sdist of the PyPI package pymetal-cpp (fetched with pip,
+   cached under build/metal-cpp).
+
+Exits non-zero, naming the file and the problem, on any failure. tests/run.sh runs it.
+"""
+import argparse
+import json
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DECLS = ROOT / "tests" / "objc" / "include"
+METAL_CPP_SDIST = "pymetal-cpp==0.1.5"   # vendors metal-cpp under thirdparty/metal-cpp
+METAL_CPP_CACHE = ROOT / "build" / "metal-cpp"
+# Proves the selector check catches a selector that is not Apple's.
+WRONG_SELECTOR_FIXTURE = ROOT / "tests" / "objc" / "fixtures" / "wrong_selector.mm"
+SELECTOR_DEF = re.compile(r'_(?:NS|MTL|CA|MTLFX)_PRIVATE_DEF_SEL\(\s*\w+\s*,\s*"([^"]+)"')
+
+
+def clang_command(source):
+    clang = shutil.which("clang++")
+    if clang is None:
+        sys.exit("[check_objc] clang++ not found (tests/run.sh installs clang)")
+    # -fobjc-runtime: ARC needs a modern runtime; Linux clang defaults to the legacy one.
+    return [clang, "-x", "objective-c++", "-std=c++17", "-fobjc-arc", "-fblocks",
+            "-fobjc-runtime=macosx-13.0", "-Wall", "-Wextra", "-Werror",
+            "-I", str(DECLS), "-I", str(ROOT / "cpp"), "-I", str(ROOT / "cpp" / "include"),
+            str(source)]
+
+
+def syntax_check(source):
+    """clang's diagnostics for `source`, or '' when it type-checks."""
+    result = subprocess.run(clang_command(source) + ["-fsyntax-only"], capture_output=True, text=True)
+    return "" if result.returncode == 0 else (result.stderr or result.stdout)
+
+
+def sent_selectors(source):
+    """The selectors of every Objective-C message `source` sends, from clang's AST."""
+    command = clang_command(source) + ["-fsyntax-only", "-Xclang", "-ast-dump=json",
+                                       "-Xclang", "-ast-dump-filter=metalrt::metal"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"[check_objc] {source}: clang AST dump failed:\n{result.stderr}")
+    selectors = set()
+    decoder, text, at = json.JSONDecoder(), result.stdout, 0
+    # One JSON document per matching declaration.
+    while (at := text.find("{", at)) != -1:
+        node, at = decoder.raw_decode(text, at)
+        stack = [node]
+        while stack:
+            node = stack.pop()
+            if node.get("kind") == "ObjCMessageExpr":
+                selectors.add(node["selector"])
+            stack.extend(node.get("inner", []))
+    return selectors
+
+
+def metal_cpp_dir():
+    """metal-cpp's headers, from the cached pymetal-cpp sdist (fetched on first use)."""
+    cached = METAL_CPP_CACHE / "metal-cpp"
+    if (cached / "Metal").is_dir():
+        return cached
+    download = METAL_CPP_CACHE / "sdist"
+    download.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+               "-d", str(download), METAL_CPP_SDIST]
+    # pip prepares the sdist's metadata; without isolation that reuses the installed
+    # scikit-build-core and nanobind (our own build backend) instead of fetching them.
+    result = subprocess.run(command + ["--no-build-isolation"], capture_output=True, text=True)
+    if result.returncode != 0:
+        result = subprocess.run(command, capture_output=True, text=True)
+    sdists = sorted(download.glob("pymetal_cpp-*.tar.gz"))
+    if result.returncode != 0 or not sdists:
+        sys.exit(f"[check_objc] cannot fetch metal-cpp (pip download {METAL_CPP_SDIST}):\n"
+                 f"{result.stderr}")
+    with tarfile.open(sdists[-1]) as archive:
+        members = [m for m in archive.getmembers()
+                   if "/thirdparty/metal-cpp/" in m.name and m.isfile() and m.name.endswith(".hpp")]
+        if not members:
+            sys.exit(f"[check_objc] {sdists[-1].name} holds no thirdparty/metal-cpp headers")
+        for member in members:
+            relative = member.name.split("/thirdparty/metal-cpp/", 1)[1]
+            target = cached / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(archive.extractfile(member).read())
+    return cached
+
+
+def published_selectors(metal_cpp):
+    selectors = set()
+    for header in metal_cpp.rglob("*.hpp"):
+        selectors.update(SELECTOR_DEF.findall(header.read_text(errors="replace")))
+    if len(selectors) < 500:   # metal-cpp defines well over a thousand
+        sys.exit(f"[check_objc] only {len(selectors)} selectors found in {metal_cpp}: not metal-cpp?")
+    return selectors
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sources", nargs="*", type=pathlib.Path,
+                        help="files to check (default: cpp/metal/*.mm)")
+    parser.add_argument("--syntax-only", action="store_true", help="skip the selector check")
+    args = parser.parse_args()
+    sources = args.sources or sorted((ROOT / "cpp" / "metal").glob("*.mm"))
+    if not sources:
+        sys.exit("[check_objc] no cpp/metal/*.mm files to check")
+    failed = False
+    published = None
+    for source in sources:
+        errors = syntax_check(source)
+        if errors:
+            failed = True
+            print(f"[check_objc] {source}: syntax/type check failed:\n{errors}", file=sys.stderr)
+            continue
+        print(f"[check_objc] {source.name}: syntax/type check passed")
+        if args.syntax_only:
+            continue
+        published = published or published_selectors(metal_cpp_dir())
+        sent = sent_selectors(source)
+        unknown = sorted(sent - published)
+        if unknown:
+            failed = True
+            print(f"[check_objc] {source}: selectors not in Apple's Metal/Foundation API "
+                  f"(metal-cpp): {', '.join(unknown)}", file=sys.stderr)
+        elif not sent:
+            failed = True
+            print(f"[check_objc] {source}: no selectors found in namespace metalrt::metal", file=sys.stderr)
+        else:
+            print(f"[check_objc] {source.name}: all {len(sent)} selectors are in metal-cpp")
+    if not args.syntax_only and not args.sources:
+        if syntax_check(WRONG_SELECTOR_FIXTURE):
+            failed = True
+            print(f"[check_objc] {WRONG_SELECTOR_FIXTURE} must type-check", file=sys.stderr)
+        published = published or published_selectors(metal_cpp_dir())
+        unknown = sent_selectors(WRONG_SELECTOR_FIXTURE) - published
+        if unknown != {"waitUntilComplete"}:
+            failed = True
+            print(f"[check_objc] the selector check missed the fixture's wrong selector "
+                  f"(found {sorted(unknown)}, expected ['waitUntilComplete'])", file=sys.stderr)
+        else:
+            print("[check_objc] the selector check rejects the fixture's wrong selector")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
