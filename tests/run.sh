@@ -16,6 +16,8 @@ fi
 
 # The Objective-C++ Metal device builds only on a Mac: type-check it with clang and
 # check its selectors against metal-cpp here.
+# pip prepares the metal-cpp sdist's metadata with these (its build backend, and ours).
+python3 -m pip install -q scikit-build-core nanobind
 python3 tests/objc/check_objc.py
 
 python3 -m pip install -q --upgrade pip >/dev/null
