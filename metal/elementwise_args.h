@@ -1,0 +1,19 @@
+// Arguments and tuning constants of the elementwise kernels (metal/elementwise.metal),
+// shared by the host dispatch (cpp/gpu/elementwise.cpp) and MSL. One thread per
+// output element.
+// An include guard, not #pragma once: the sim generator copies this header in place.
+#ifndef METALRT_METAL_ELEMENTWISE_ARGS_H_
+#define METALRT_METAL_ELEMENTWISE_ARGS_H_
+#ifndef __METAL_VERSION__
+#include <cstdint>
+#endif
+
+constexpr uint32_t kElementwiseThreads = 256;
+
+struct ElementwiseArgs {
+  uint32_t n;       // output elements
+  uint32_t inner;   // add/mul: b's element count (b repeats over a); silu_and_mul: the output's last dim
+};
+static_assert(sizeof(ElementwiseArgs) == 8, "ElementwiseArgs must match between host and MSL");
+
+#endif  // METALRT_METAL_ELEMENTWISE_ARGS_H_

@@ -1,0 +1,103 @@
+// matmul_bt: out[M,N] = a[M,K] . b[N,K]^T (b in nn.Linear layout), and matmul:
+// out = a . b[K,N]; f32 accumulation. Two algorithms, named by the kernel so the
+// profiler shows which ran (<op> = matmul_bt or matmul):
+// * <op>_gemv_<dtype> (decode, M == 1): a SIMD-group per output column; the lanes read
+//   a and b's K-vector of that column, then simd_sum combines them. Coalesced along K
+//   for matmul_bt (the model layout); matmul's K-vector is strided.
+// * <op>_gemm_<dtype> (M > 1): 32x32 output tiles; A and B tiles are staged in
+//   threadgroup memory as float (zero-filled past the edges, so any M/N/K works; B as
+//   [column][k] whatever its layout) and multiplied with 8x8
+//   simdgroup_multiply_accumulate; the f32 result goes through threadgroup memory once
+//   more so the store can convert and guard the edges.
+#include <metal_stdlib>
+#include "matmul_args.h"
+using namespace metal;
+
+// Element (column n, k) of b: b[n, k] for matmul_bt, b[k, n] for matmul.
+template <bool kTransposed, typename T>
+inline T b_at(device const T* b, int32_t n, int32_t k, constant MatmulArgs& args) {
+  return kTransposed ? b[long(n) * args.k + k] : b[long(k) * args.n + n];
+}
+
+template <typename T, bool kTransposed>
+kernel void matmul_gemv(device const T* a [[buffer(0)]],
+                        device const T* b [[buffer(1)]],
+                        device T* out [[buffer(2)]],
+                        constant MatmulArgs& args [[buffer(3)]],
+                        uint group [[threadgroup_position_in_grid]],
+                        uint simdgroup [[simdgroup_index_in_threadgroup]],
+                        uint lane [[thread_index_in_simdgroup]]) {
+  const int32_t n = int32_t(group) * kGemvSimdgroups + int32_t(simdgroup);
+  if (n >= args.n) return;
+  float acc = 0.0f;
+  for (int32_t i = int32_t(lane); i < args.k; i += kMatmulSimdWidth) {
+    acc += float(a[i]) * float(b_at<kTransposed>(b, n, i, args));
+  }
+  acc = simd_sum(acc);
+  if (lane == 0) out[n] = T(acc);
+}
+
+template <typename T, bool kTransposed>
+kernel void matmul_gemm(device const T* a [[buffer(0)]],
+                        device const T* b [[buffer(1)]],
+                        device T* out [[buffer(2)]],
+                        constant MatmulArgs& args [[buffer(3)]],
+                        uint2 group [[threadgroup_position_in_grid]],
+                        uint tid [[thread_index_in_threadgroup]],
+                        uint simdgroup [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float a_tile[kGemmTile * kGemmTileK];   // [row][k]
+  threadgroup float b_tile[kGemmTile * kGemmTileK];   // [column][k]
+  threadgroup float c_tile[kGemmTile * kGemmTile];    // [row][column]
+  const int32_t row0 = int32_t(group.y) * kGemmTile;
+  const int32_t col0 = int32_t(group.x) * kGemmTile;
+  // This SIMD-group's 16x16 quarter of the tile.
+  const int32_t sg_row = int32_t(simdgroup / 2) * 16;
+  const int32_t sg_col = int32_t(simdgroup % 2) * 16;
+
+  simdgroup_matrix<float, 8, 8> acc[2][2];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+
+  for (int32_t k0 = 0; k0 < args.k; k0 += kGemmTileK) {
+    for (int32_t e = int32_t(tid); e < kGemmTile * kGemmTileK; e += kGemmThreads) {
+      const int32_t r = e / kGemmTileK, c = e % kGemmTileK, k = k0 + c;
+      const bool k_in = k < args.k;
+      a_tile[e] = (k_in && row0 + r < args.m) ? float(a[long(row0 + r) * args.k + k]) : 0.0f;
+      b_tile[e] = (k_in && col0 + r < args.n) ? float(b_at<kTransposed>(b, col0 + r, k, args)) : 0.0f;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int32_t kk = 0; kk < kGemmTileK; kk += 8) {
+      simdgroup_matrix<float, 8, 8> ma[2], mb[2];
+      for (int i = 0; i < 2; ++i)
+        simdgroup_load(ma[i], a_tile, kGemmTileK, ulong2(kk, sg_row + 8 * i));
+      // b_tile holds B^T rows; the transposed load yields the K x N operand.
+      for (int j = 0; j < 2; ++j)
+        simdgroup_load(mb[j], b_tile, kGemmTileK, ulong2(sg_col + 8 * j, kk), true);
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) simdgroup_multiply_accumulate(acc[i][j], ma[i], mb[j], acc[i][j]);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j)
+      simdgroup_store(acc[i][j], c_tile, kGemmTile, ulong2(sg_col + 8 * j, sg_row + 8 * i));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (int32_t e = int32_t(tid); e < kGemmTile * kGemmTile; e += kGemmThreads) {
+    const int32_t r = row0 + e / kGemmTile, c = col0 + e % kGemmTile;
+    if (r < args.m && c < args.n) out[long(r) * args.n + c] = T(c_tile[e]);
+  }
+}
+
+#define METALRT_MATMUL(OP, TRANSPOSED, T, SUFFIX)                                           \
+  template [[host_name(#OP "_gemv_" #SUFFIX)]] kernel void matmul_gemv<T, TRANSPOSED>(     \
+      device const T*, device const T*, device T*, constant MatmulArgs&, uint, uint, uint); \
+  template [[host_name(#OP "_gemm_" #SUFFIX)]] kernel void matmul_gemm<T, TRANSPOSED>(     \
+      device const T*, device const T*, device T*, constant MatmulArgs&, uint2, uint, uint);
+
+METALRT_MATMUL(matmul_bt, true, float, f32)
+METALRT_MATMUL(matmul_bt, true, half, f16)
+METALRT_MATMUL(matmul_bt, true, bfloat, bf16)
+METALRT_MATMUL(matmul, false, float, f32)
+METALRT_MATMUL(matmul, false, half, f16)
+METALRT_MATMUL(matmul, false, bfloat, bf16)

@@ -1,0 +1,36 @@
+// Arguments and tuning constants of the row kernels (rms_norm, and the other
+// one-threadgroup-per-row ops), shared by host dispatch (cpp/gpu/<op>.cpp) and MSL.
+// An include guard, not #pragma once: the sim generator copies this header in place.
+#ifndef METALRT_METAL_ROW_ARGS_H_
+#define METALRT_METAL_ROW_ARGS_H_
+#ifndef __METAL_VERSION__
+#include <cstdint>
+#endif
+
+// One threadgroup per row of kRowThreads threads (kRowSimdgroups SIMD-groups of 32).
+constexpr int32_t kRowThreads = 256;
+constexpr int32_t kRowSimdgroups = kRowThreads / 32;
+
+struct RmsNormArgs {
+  int32_t cols;
+  float eps;
+  int32_t unit_offset;   // 1: scale by (1 + weight) (Gemma)
+  int32_t unused;        // keeps the struct a multiple of 8 bytes on both sides
+};
+static_assert(sizeof(RmsNormArgs) == 16, "RmsNormArgs must match between host and MSL");
+
+struct LayerNormArgs {
+  int32_t cols;
+  float eps;
+  int32_t has_bias;   // 0: buffer(2) is a stand-in and no bias is added
+  int32_t unused;
+};
+static_assert(sizeof(LayerNormArgs) == 16, "LayerNormArgs must match between host and MSL");
+
+struct SoftmaxArgs {
+  int32_t cols;
+  int32_t unused;
+};
+static_assert(sizeof(SoftmaxArgs) == 8, "SoftmaxArgs must match between host and MSL");
+
+#endif  // METALRT_METAL_ROW_ARGS_H_
