@@ -1,11 +1,9 @@
 // Elementwise kernels, one thread per output element, each computed in f32 and rounded
-// once to the output dtype like the CPU oracle (cpp/cpu/elementwise.cpp,
-// cpp/cpu/silu_and_mul.cpp):
+// once to the output dtype like the CPU oracle (cpp/cpu/elementwise.cpp):
 // * add/mul: out[i] = a[i] op b[i mod inner] (b is a's shape or a trailing suffix of it);
 // * relu: x < 0 ? 0 : x (NaN propagates);
 // * gelu: tanh approximation (Hendrycks & Gimpel 2016) as x / (1 + exp(-2u)),
-//   u = sqrt(2/pi) (x + 0.044715 x^3);
-// * silu_and_mul: SwiGLU (Shazeer 2020), x[..., 2n] -> silu(x[..., :n]) * x[..., n:].
+//   u = sqrt(2/pi) (x + 0.044715 x^3).
 #include <metal_stdlib>
 #include "elementwise_args.h"
 using namespace metal;
@@ -46,19 +44,6 @@ kernel void unary(device const T* x [[buffer(0)]],
   out[i] = T(Op::apply(float(x[i])));
 }
 
-template <typename T>
-kernel void silu_and_mul(device const T* x [[buffer(0)]],
-                         device T* out [[buffer(1)]],
-                         constant ElementwiseArgs& args [[buffer(2)]],
-                         uint i [[thread_position_in_grid]]) {
-  if (i >= args.n) return;
-  const uint row = i / args.inner, col = i % args.inner;
-  device const T* gate_up = x + ulong(row) * 2 * args.inner;
-  const float gate = float(gate_up[col]);
-  const float up = float(gate_up[args.inner + col]);
-  out[i] = T(gate / (1.0f + exp(-gate)) * up);
-}
-
 #define METALRT_ELEMENTWISE(T, SUFFIX)                                                       \
   template [[host_name("add_" #SUFFIX)]] kernel void binary<T, AddOp>(                      \
       device const T*, device const T*, device T*, constant ElementwiseArgs&, uint);         \
@@ -67,8 +52,6 @@ kernel void silu_and_mul(device const T* x [[buffer(0)]],
   template [[host_name("relu_" #SUFFIX)]] kernel void unary<T, ReluOp>(                     \
       device const T*, device T*, constant ElementwiseArgs&, uint);                          \
   template [[host_name("gelu_" #SUFFIX)]] kernel void unary<T, GeluOp>(                     \
-      device const T*, device T*, constant ElementwiseArgs&, uint);                          \
-  template [[host_name("silu_and_mul_" #SUFFIX)]] kernel void silu_and_mul<T>(              \
       device const T*, device T*, constant ElementwiseArgs&, uint);
 
 METALRT_ELEMENTWISE(float, f32)

@@ -1,4 +1,4 @@
-// Metal dispatch of the elementwise ops add, mul, relu, gelu and silu_and_mul (SwiGLU):
+// Metal dispatch of the elementwise ops add, mul, relu and gelu:
 // one thread per output element (metal/elementwise.metal). The shapes were validated by
 // the entry points (cpp/ops); a tensor too large for the kernels' uint32 index declines.
 #include <cstdint>
@@ -41,17 +41,6 @@ bool Unary(const OpCall& call) {
   return true;
 }
 
-bool SiluAndMul(const OpCall& call) {
-  const Tensor& x = call.inputs[0];
-  const Tensor& out = call.outputs[0];
-  if (!FitsIndex(x.numel())) return false;
-  const auto n = static_cast<uint32_t>(out.numel());
-  KernelLaunch launch(KernelName("silu_and_mul", "", x.dtype()));
-  launch.input(0, x).output(1, out).bytes(2, ElementwiseArgs{n, static_cast<uint32_t>(out.dim(-1))});
-  Launch(launch, n);
-  return true;
-}
-
 constexpr char kAdd[] = "add";
 constexpr char kMul[] = "mul";
 constexpr char kRelu[] = "relu";
@@ -63,6 +52,5 @@ METALRT_REGISTER_PROVIDER("add", DeviceType::kMETAL, "metal_add", 10, Binary<kAd
 METALRT_REGISTER_PROVIDER("mul", DeviceType::kMETAL, "metal_mul", 10, Binary<kMul>);
 METALRT_REGISTER_PROVIDER("relu", DeviceType::kMETAL, "metal_relu", 10, Unary<kRelu>);
 METALRT_REGISTER_PROVIDER("gelu", DeviceType::kMETAL, "metal_gelu", 10, Unary<kGelu>);
-METALRT_REGISTER_PROVIDER("silu_and_mul", DeviceType::kMETAL, "metal_silu_and_mul", 10, SiluAndMul);
 
 }  // namespace metalrt::gpu

@@ -58,14 +58,12 @@ struct ThreadgroupRunner::GpuThread {
   State state = State::kRunnable;
   void* exchange_out = nullptr;   // where a pending SIMD exchange delivers
   uint32_t exchange_mask = 0;     // the lanes that took part in its last exchange
-  uint32_t converged_mask = 0;    // what ActiveMask returns after converging
 };
 
 struct ThreadgroupRunner::SimdGroup {
   uint32_t first = 0;        // thread index of lane 0
   uint32_t live = 0;         // lanes that exist and have not returned
   uint32_t arrived = 0;      // lanes waiting in the current collective
-  uint32_t converging = 0;   // lanes waiting in ActiveMask
   size_t bytes = 0;
   const char* what = nullptr;
   alignas(16) unsigned char values[kSimdWidth * kMaxExchangeBytes];
@@ -117,7 +115,6 @@ void ThreadgroupRunner::SetUp(const Dispatch& d, const uint32_t group[3]) {
     g.first = s * kSimdWidth;
     g.live = lanes == 32 ? 0xFFFFFFFFu : (1u << lanes) - 1;
     g.arrived = 0;
-    g.converging = 0;
   }
   for (uint32_t i = 0; i < n; ++i) {
     GpuThread& t = threads_[i];
@@ -233,7 +230,6 @@ void ThreadgroupRunner::Returned(GpuThread& t) {
     SimdGroup& g = GroupOf(t);
     g.live &= ~(1u << t.context.thread_index_in_simdgroup);
     CompleteSimdIfReady(g);
-    ConvergeIfReady(g);
     ReleaseBarrierIfComplete();
   }
   Fiber::Switch(t.fiber, scheduler_);
@@ -244,29 +240,6 @@ uint32_t ThreadgroupRunner::Lane() const { return current_->context.thread_index
 
 ThreadgroupRunner::SimdGroup& ThreadgroupRunner::GroupOf(const GpuThread& t) {
   return simd_groups_[t.context.simdgroup_index_in_threadgroup];
-}
-
-uint32_t ThreadgroupRunner::ActiveMask() {
-  GpuThread& me = *current_;
-  SimdGroup& g = GroupOf(me);
-  me.state = State::kConverging;
-  g.converging |= 1u << me.context.thread_index_in_simdgroup;
-  ConvergeIfReady(g);
-  Yield();
-  return me.converged_mask;
-}
-
-void ThreadgroupRunner::ConvergeIfReady(SimdGroup& g) {
-  if (g.converging == 0) return;
-  for (uint32_t lane = 0; lane < kSimdWidth; ++lane)
-    if ((g.live >> lane & 1u) && threads_[g.first + lane].state == State::kRunnable) return;
-  for (uint32_t lane = 0; lane < kSimdWidth; ++lane) {
-    if (!(g.converging >> lane & 1u)) continue;
-    GpuThread& t = threads_[g.first + lane];
-    t.converged_mask = g.live;
-    t.state = State::kRunnable;
-  }
-  g.converging = 0;
 }
 
 uint32_t ThreadgroupRunner::SimdExchange(const void* mine, size_t bytes, void* all,
@@ -289,7 +262,6 @@ uint32_t ThreadgroupRunner::SimdExchange(const void* mine, size_t bytes, void* a
   g.arrived |= 1u << lane;
   METALRT_SIM_TSAN_RELEASE(this);
   CompleteSimdIfReady(g);
-  ConvergeIfReady(g);
   Yield();
   return me.exchange_mask;
 }
@@ -321,7 +293,6 @@ void ThreadgroupRunner::ThreadgroupBarrier(const char* file, int line) {
   ++at_barrier_;
   METALRT_SIM_TSAN_RELEASE(this);
   ReleaseBarrierIfComplete();
-  ConvergeIfReady(GroupOf(*current_));
   Yield();
 }
 
@@ -364,10 +335,6 @@ uint32_t HookLane() {
   METALRT_SIM_TSAN_IGNORE;
   return ThreadgroupRunner::Current().Lane();
 }
-uint32_t HookActiveMask() {
-  METALRT_SIM_TSAN_IGNORE;
-  return ThreadgroupRunner::Current().ActiveMask();
-}
 uint32_t HookSimdExchange(const void* mine, size_t bytes, void* all) {
   METALRT_SIM_TSAN_IGNORE;
   return ThreadgroupRunner::Current().SimdExchange(mine, bytes, all, "simd_exchange");
@@ -384,7 +351,7 @@ void* HookThreadgroupAlloc(uint32_t slot, size_t bytes, size_t alignment) {
   METALRT_SIM_TSAN_IGNORE;
   return ThreadgroupRunner::Current().ThreadgroupAlloc(slot, bytes, alignment);
 }
-const Hooks kHooks = {&HookLane, &HookActiveMask, &HookSimdExchange, &HookThreadgroupBarrier,
+const Hooks kHooks = {&HookLane, &HookSimdExchange, &HookThreadgroupBarrier,
                       &HookSimdgroupBarrier, &HookThreadgroupAlloc};
 }  // namespace
 

@@ -39,17 +39,13 @@ class ThreadgroupRunner {
   static ThreadgroupRunner& Current();
 
   uint32_t Lane() const;
-  // A convergence point, as on SIMT hardware: returns once every live lane of the
-  // caller's SIMD-group has stopped (here, at a barrier or collective) or returned,
-  // so lanes about to return early are not counted by the ones that go on.
-  uint32_t ActiveMask();
   // Returns the lanes that took part.
   uint32_t SimdExchange(const void* mine, size_t bytes, void* all, const char* what);
   void ThreadgroupBarrier(const char* file, int line);
   void* ThreadgroupAlloc(uint32_t slot, size_t bytes, size_t alignment);
 
  private:
-  enum class State : uint8_t { kRunnable, kAtBarrier, kAtSimd, kConverging, kReturned };
+  enum class State : uint8_t { kRunnable, kAtBarrier, kAtSimd, kReturned };
   struct GpuThread;
   struct SimdGroup;
   struct Slot {
@@ -65,7 +61,6 @@ class ThreadgroupRunner {
   void Returned(GpuThread& t);
   void ReleaseBarrierIfComplete();
   void CompleteSimdIfReady(SimdGroup& g);
-  void ConvergeIfReady(SimdGroup& g);
   SimdGroup& GroupOf(const GpuThread& t);
   std::string DescribeDeadlock() const;
 

@@ -12,15 +12,13 @@ namespace metalrt::sim {
 struct Hooks {
   // Lane of the calling thread in its SIMD-group (0..31).
   uint32_t (*lane)();
-  // Bit l set when lane l of the caller's SIMD-group exists and has not returned.
-  uint32_t (*active_mask)();
   // Every active lane of the caller's SIMD-group passes `bytes` (<= 64) bytes in
   // `mine`; when all have arrived, each receives all lanes' values in `all`
   // (32 slots of `bytes`, indexed by lane; slots of inactive lanes unspecified).
   // Returns the lanes that took part: the active mask at the moment the exchange
-  // completed (a separate active_mask() call could not be atomic with it: a lane
-  // may return between the two). Must be reached by every active lane (a
-  // SIMD-group-uniform call).
+  // completed (the only atomic way to learn it: a lane may return at any time
+  // between two calls). Must be reached by every active lane (a SIMD-group-uniform
+  // call).
   uint32_t (*simd_exchange)(const void* mine, size_t bytes, void* all);
   // threadgroup_barrier / simdgroup_barrier: `file`/`line` identify the call site;
   // threads reaching different call sites is an error the runtime reports.

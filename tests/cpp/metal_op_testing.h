@@ -4,7 +4,6 @@
 #pragma once
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -60,31 +59,6 @@ inline void CheckNativeProvider(const std::string& op, const std::string& provid
   CHECK(stats.calls == calls);
   CHECK(stats.declines == 0);
   CHECK(stats.reference_hits == 0);
-}
-
-// One parity case: `run(inputs, out)` runs the op (returning its output) on Metal with
-// the inputs copied there and `out` NaN-poisoned, then on the CPU oracle with the same
-// inputs. CHECKs that exactly one dispatch of `<kernel>_<dtype suffix>` ran, served
-// natively by `provider`, and that the outputs agree: NMSE <= 5e-4 and every element
-// within `bar`.
-template <typename Run>
-void CheckParity(const std::string& op, const std::string& provider, const std::string& kernel,
-                 const std::vector<Tensor>& cpu_inputs, DType out_dtype, Bar bar, Run&& run) {
-  std::vector<Tensor> metal_inputs;
-  for (const Tensor& t : cpu_inputs) metal_inputs.push_back(ToMetal(t));
-  const Tensor ref_tensor = run(cpu_inputs, std::nullopt);
-  const Tensor out = PoisonedMetal(ref_tensor.shape(), out_dtype);
-  ResetProviderStats();
-  const auto profile = ProfiledRows([&] { run(metal_inputs, out); });
-  CHECK(Dispatches(profile, kernel + "_" + gpu::KernelDTypeSuffix(out_dtype)) == 1);
-  CheckNativeProvider(op, provider, 1);
-  const std::vector<double> got = ReadMetal(out);
-  const std::vector<double> ref = ReadFloat(ref_tensor);
-  // NMSE is 0/0 for an all-zero reference (e.g. relu of negatives, layer_norm of width
-  // 1 without bias); the elementwise bar still checks every element there.
-  if (std::any_of(ref.begin(), ref.end(), [](double v) { return v != 0.0; }))
-    CHECK(Nmse(got, ref) <= 5e-4);
-  CheckClose(got, ref, bar, op);
 }
 
 // Bar of a float op whose kernel and oracle both compute in f32 in different orders:

@@ -23,8 +23,7 @@ class MockSimdGroup {
   static void Run(uint32_t active, const std::function<void(uint32_t)>& body) {
     MockSimdGroup group(active);
     current_ = &group;
-    static const metalrt::sim::Hooks hooks = {&Lane, &ActiveMask, &Exchange, &Barrier, &Barrier,
-                                              nullptr};
+    static const metalrt::sim::Hooks hooks = {&Lane, &Exchange, &Barrier, &Barrier, nullptr};
     metalrt::sim::g_hooks = &hooks;
     std::vector<std::thread> lanes;
     for (uint32_t l = 0; l < 32; ++l) {
@@ -44,10 +43,6 @@ class MockSimdGroup {
   explicit MockSimdGroup(uint32_t active) : active_(active) {}
 
   static uint32_t Lane() { return lane_; }
-  static uint32_t ActiveMask() {
-    std::lock_guard<std::mutex> lock(current_->mutex_);
-    return current_->active_;
-  }
   // The calling lane returned: the lanes waiting in an exchange may now be complete.
   void Return() {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -1,15 +1,14 @@
-// Gates of the Metal matmul_bt and matmul kernels (metal/matmul.metal) on the kMETAL
-// device (the simulated device in CI, the GPU on a Mac): versus the CPU oracle at real
-// and boundary shapes in every float dtype, f32 versus float64, which kernel and
-// provider ran, and a row slice of a larger allocation. Outputs are NaN-poisoned before
-// each call.
+// Gates of the Metal matmul_bt and matmul kernels (metal/matmul.metal): op cases for
+// the op-case table (test_op_cases.cpp) at real and boundary shapes in every float
+// dtype; and here f32 versus float64, which kernel and provider ran per m, and a row
+// slice of a larger allocation. Outputs are NaN-poisoned before each call.
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "metal_op_testing.h"
 #include "metalrt/ops.h"
+#include "op_cases.h"
 
 using namespace metalrt;
 using namespace metalrt::testing;
@@ -32,66 +31,50 @@ Tensor Product(bool transposed, const Tensor& a, const Tensor& b, const ops::Opt
   return transposed ? ops::MatmulBT(a, b, out) : ops::Matmul(a, b, out);
 }
 
-// Runs a.b^T (transposed) or a.b on Metal and on the CPU oracle with the same inputs and
-// checks NMSE and the worst element. Returns the Metal output.
-std::vector<double> CheckAgainstOracle(const Shape3& s, DType dtype, uint32_t seed, bool transposed = true) {
-  CAPTURE(transposed);
-  CAPTURE(std::string(DTypeName(dtype)));
-  CAPTURE(s.m);
-  CAPTURE(s.k);
-  CAPTURE(s.n);
+// One oracle-parity case of a.b^T (transposed) or a.b: NMSE <= 5e-4 and every element
+// within WorstBar of the output's largest magnitude. The profiler must show the GEMV for
+// m = 1 and the GEMM for m > 1.
+OpCase ProductCase(const Shape3& s, DType dtype, uint32_t seed, bool transposed = true) {
+  const std::string op = transposed ? "matmul_bt" : "matmul";
   const Tensor a = MakeFloat({s.m, s.k}, dtype, RandomValuesOf(dtype, s.m * s.k, seed));
   const Shape b_shape = transposed ? Shape{s.n, s.k} : Shape{s.k, s.n};
   const Tensor b = MakeFloat(b_shape, dtype, RandomValuesOf(dtype, s.n * s.k, seed + 1));
-  const Tensor out = PoisonedMetal({s.m, s.n}, dtype);
-  Product(transposed, ToMetal(a), ToMetal(b), out);
-  const std::vector<double> got = ReadMetal(out);
-  const std::vector<double> ref = ReadFloat(Product(transposed, a, b));
-  if (s.k > 0) CHECK(Nmse(got, ref) <= 5e-4);
-  double scale = 0, worst = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    scale = std::max(scale, std::fabs(ref[i]));
-    const double e = std::fabs(got[i] - ref[i]);
-    if (!(e <= worst)) worst = e;   // NaN propagates
-  }
-  CHECK(worst <= WorstBar(dtype) * std::max(scale, 1e-30));
-  return got;
+  OpCase c = SingleOutputCase(CaseName(op, dtype, {s.m, s.k, s.n}), op,
+                              gpu::KernelName(op, s.m == 1 ? "gemv" : "gemm", dtype), {a, b}, {{s.m, s.n}, dtype},
+                              {0.0, 0.0}, [transposed](const Inputs& in, const Tensor& out) {
+                                Product(transposed, in[0], in[1], out);
+                              });
+  // K = 0 is an empty sum: the reference is all zeros and the bar demands exact zeros.
+  c.max_rel = WorstBar(dtype);
+  return c;
 }
 
 }  // namespace
 
-TEST_CASE("metal matmul_bt and matmul: boundary shapes in every float dtype match the oracle") {
+METALRT_OP_CASES(matmul_cases) {
+  std::vector<OpCase> cases;
   // m = 1 takes the GEMV, m > 1 the GEMM; 31/32/33 straddle the 32-wide tiles and
   // SIMD-group width; K = 0 is an empty sum (zeros).
-  const Shape3 shapes[] = {{1, 1, 1},   {2, 1, 1},   {1, 31, 33}, {1, 33, 5},  {33, 32, 31},
-                           {31, 33, 32}, {32, 31, 33}, {3, 7, 65}, {4, 0, 3},   {1, 0, 2},
-                           {37, 333, 201}};
+  const Shape3 boundary[] = {{1, 1, 1},   {2, 1, 1},   {1, 31, 33}, {1, 33, 5},  {33, 32, 31},
+                             {31, 33, 32}, {32, 31, 33}, {3, 7, 65}, {4, 0, 3},   {1, 0, 2},
+                             {37, 333, 201}};
   uint32_t seed = 4000;
   for (bool transposed : {true, false})
     for (DType dtype : kFloatDTypes)
-      for (const Shape3& s : shapes) {
-        const std::vector<double> got = CheckAgainstOracle(s, dtype, seed, transposed);
+      for (const Shape3& s : boundary) {
+        cases.push_back(ProductCase(s, dtype, seed, transposed));
         seed += 2;
-        if (s.k == 0)
-          for (double v : got) CHECK(v == 0.0);
       }
-}
-
-TEST_CASE("metal matmul_bt: real shapes match the oracle (NMSE <= 5e-4)") {
-  // Decode GEMV, batched decode (m = 2, 16), prefill and the ragged gate shape; the
-  // model dtype bf16 at the large shapes, f16/f32 at the others.
-  CheckAgainstOracle({1, 2048, 2048}, DType::kBF16, 10);
-  CheckAgainstOracle({1, 2048, 2048}, DType::kF16, 12);
-  CheckAgainstOracle({2, 2048, 2048}, DType::kBF16, 14);
-  CheckAgainstOracle({16, 2048, 2048}, DType::kF16, 16);
-  CheckAgainstOracle({37, 333, 201}, DType::kBF16, 18);
-  CheckAgainstOracle({32, 2048, 6144}, DType::kBF16, 20);
-}
-
-// The largest gate (2 GFLOP): about 50 s of CPU on the simulated device, its own case so
-// a local run can leave it out with -tce.
-TEST_CASE("metal matmul_bt: 512x2048x2048 prefill matches the oracle (NMSE <= 5e-4)") {
-  CheckAgainstOracle({512, 2048, 2048}, DType::kBF16, 22);
+  // Real shapes: decode GEMV, batched decode (m = 2, 16) and prefill (the 512-row one is
+  // 2 GFLOP, about 50 s of CPU on the simulated device); the model dtype bf16 at the
+  // large shapes, f16 at some others. The ragged 37x333x201 is among the boundary shapes.
+  cases.push_back(ProductCase({1, 2048, 2048}, DType::kBF16, 10));
+  cases.push_back(ProductCase({1, 2048, 2048}, DType::kF16, 12));
+  cases.push_back(ProductCase({2, 2048, 2048}, DType::kBF16, 14));
+  cases.push_back(ProductCase({16, 2048, 2048}, DType::kF16, 16));
+  cases.push_back(ProductCase({32, 2048, 6144}, DType::kBF16, 20));
+  cases.push_back(ProductCase({512, 2048, 2048}, DType::kBF16, 22));
+  return cases;
 }
 
 TEST_CASE("metal matmul_bt: f32 GEMV and GEMM versus float64 (NMSE <= 1e-10)") {

@@ -1,32 +1,32 @@
-// Gates of the Metal rms_norm kernel (metal/rms_norm.metal) on the kMETAL device versus
-// the CPU oracle on the same inputs: every float dtype, row widths around the SIMD
-// width and the 256-thread row, unit_offset, a row slice of a larger allocation, and
-// proof that the native provider ran. Outputs are NaN-poisoned before each call.
+// Gates of the Metal rms_norm kernel (metal/rms_norm.metal): op cases for the op-case
+// table (test_op_cases.cpp) in every float dtype, row widths around the SIMD width and
+// the 256-thread row, unit_offset; and a row slice of a larger allocation.
 #include <doctest/doctest.h>
 
 #include <cmath>
 
 #include "metal_op_testing.h"
+#include "op_cases.h"
 
 using namespace metalrt;
 using namespace metalrt::testing;
 
-TEST_CASE("metal rms_norm: every float dtype and row width matches the oracle, natively") {
-  const int64_t widths[] = {1, 31, 32, 33, 576, 4099};
+METALRT_OP_CASES(rms_norm_cases) {
+  std::vector<OpCase> cases;
   uint32_t seed = 300;
   for (DType dtype : kFloatDTypes)
-    for (int64_t n : widths)
+    for (int64_t n : {1, 31, 32, 33, 576, 4099})
       for (bool unit_offset : {false, true}) {
-        CAPTURE(std::string(DTypeName(dtype)));
-        CAPTURE(n);
-        CAPTURE(unit_offset);
         const Tensor x = MakeFloat({3, n}, dtype, RandomValuesOf(dtype, 3 * n, seed++, -3.0, 3.0));
         const Tensor w = MakeFloat({n}, dtype, RandomValuesOf(dtype, n, seed++, -0.5, 1.5));
-        CheckParity("rms_norm", "metal_rms_norm", "rms_norm_row", {x, w}, dtype, OracleBar(dtype, 1e-5),
-                    [&](const std::vector<Tensor>& in, const ops::OptTensor& out) {
-                      return ops::RmsNorm(in[0], in[1], 1e-6f, unit_offset, out);
-                    });
+        cases.push_back(SingleOutputCase(
+            CaseName("rms_norm", dtype, {3, n}, unit_offset ? "unit_offset" : ""), "rms_norm",
+            gpu::KernelName("rms_norm", "row", dtype), {x, w}, {{3, n}, dtype}, OracleBar(dtype, 1e-5),
+            [unit_offset](const Inputs& in, const Tensor& out) {
+              ops::RmsNorm(in[0], in[1], 1e-6f, unit_offset, out);
+            }));
       }
+  return cases;
 }
 
 TEST_CASE("metal rms_norm: rows [1, 3) of a 4-row allocation change only those rows") {
