@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -12,13 +15,26 @@
 namespace metalrt::cpu {
 namespace {
 
-// A persistent pool of hardware_concurrency - 1 workers; the caller runs chunk 0.
+// METALRT_CPU_THREADS (a positive integer) if set, else hardware_concurrency: the
+// benchmarks give metalrt and its peers the same number of threads.
+unsigned ThreadCount() {
+  const char* env = std::getenv("METALRT_CPU_THREADS");
+  if (env == nullptr || *env == '\0') return std::max(1u, std::thread::hardware_concurrency());
+  char* end = nullptr;
+  const long value = std::strtol(env, &end, 10);
+  if (*end != '\0' || value < 1 || value > 1024)
+    throw std::invalid_argument(std::string("METALRT_CPU_THREADS must be a positive integer, got '") +
+                                env + "'");
+  return static_cast<unsigned>(value);
+}
+
+// A persistent pool of ThreadCount() - 1 workers; the caller runs chunk 0.
 // One parallel loop at a time; a loop started from inside a chunk runs inline.
 class Pool {
  public:
   Pool() {
-    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    for (unsigned i = 1; i < hw; ++i) workers_.emplace_back([this, i] { Work(i); });
+    const unsigned threads = ThreadCount();
+    for (unsigned i = 1; i < threads; ++i) workers_.emplace_back([this, i] { Work(i); });
   }
   ~Pool() {
     {

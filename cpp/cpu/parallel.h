@@ -5,9 +5,9 @@
 
 namespace metalrt::cpu {
 
-// Calls fn(begin, end) on contiguous chunks covering [0, n), one chunk per hardware
-// thread (std::thread::hardware_concurrency), none shorter than `min_chunk` unless n
-// is. Kernels compute every output independently of the chunking, so results are
+// Calls fn(begin, end) on contiguous chunks covering [0, n), one chunk per pool
+// thread (METALRT_CPU_THREADS, else std::thread::hardware_concurrency), none
+// shorter than `min_chunk` unless n is. Kernels compute every output independently of the chunking, so results are
 // bit-identical for any thread count. The first exception thrown by fn is rethrown.
 // A loop started from inside a chunk runs inline.
 void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);

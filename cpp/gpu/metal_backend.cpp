@@ -13,7 +13,12 @@ MetalBackend::MetalBackend(std::unique_ptr<GpuDevice> device)
 
 void* MetalBackend::Alloc(size_t bytes) {
   // Metal refuses zero-length buffers; one byte still gives Alloc(0) a distinct block.
-  std::shared_ptr<GpuBuffer> buffer = device_->new_buffer(bytes == 0 ? 1 : bytes);
+  const size_t length = bytes == 0 ? 1 : bytes;
+  std::shared_ptr<GpuBuffer> buffer = buffer_cache_.Take(length);
+  if (!buffer) {
+    buffer = device_->new_buffer(length);
+    if (buffer && profiler_.enabled()) profiler_.RecordAllocation(length);
+  }
   void* ptr = buffer ? buffer->contents() : nullptr;
   if (ptr == nullptr)
     throw std::runtime_error("[metal alloc] the device could not allocate " + std::to_string(bytes) +
@@ -27,7 +32,7 @@ void* MetalBackend::Alloc(size_t bytes) {
 
 void MetalBackend::Free(void* ptr) {
   // Work in flight that uses the buffer keeps its own reference (CommandStream).
-  if (ptr != nullptr) allocations_.Remove(ptr);
+  if (ptr != nullptr) buffer_cache_.Put(allocations_.Remove(ptr));
 }
 
 void MetalBackend::Copy(void* dst, const void* src, size_t bytes, CopyKind kind) {

@@ -3,7 +3,8 @@
 //
 // Memory is unified: Alloc returns the CPU-visible contents of a shared-storage
 // buffer, registered in the allocation registry so kernels can bind any pointer into
-// it. Work is batched by the command stream; every host access to device memory
+// it. Freed buffers go to the buffer cache and serve later allocations of the same
+// length; the profiler counts only the buffers the device newly creates. Work is batched by the command stream; every host access to device memory
 // (Copy, Memset) first synchronises, so the host never races pending GPU work.
 #pragma once
 #include <memory>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "gpu/allocation_registry.h"
+#include "gpu/buffer_cache.h"
 #include "gpu/command_stream.h"
 #include "gpu/gpu_device.h"
 #include "gpu/profiler.h"
@@ -45,12 +47,14 @@ class MetalBackend final : public Backend {
   AllocationRegistry& allocations() { return allocations_; }
   CommandStream& stream() { return stream_; }
   Profiler& profiler() { return profiler_; }
+  BufferCache& buffer_cache() { return buffer_cache_; }
 
  private:
   // Declaration order is destruction order reversed: the stream drains in-flight
   // work before the buffers it retains and the device go away.
   std::unique_ptr<GpuDevice> device_;
   Profiler profiler_;
+  BufferCache buffer_cache_;
   AllocationRegistry allocations_;
   CommandStream stream_;
 };

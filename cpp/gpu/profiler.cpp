@@ -44,11 +44,17 @@ void Profiler::RecordGpuTime(double gpu_seconds) {
   total_.gpu_seconds += gpu_seconds;
 }
 
+void Profiler::RecordAllocation(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++total_.allocations;
+  total_.allocated_bytes += bytes;
+}
+
 std::vector<ProfileRow> Profiler::Rows() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<ProfileRow> rows;
   for (const auto& entry : kernels_) rows.push_back(entry.second);
-  const bool any = total_.dispatches || total_.commits || total_.waits;
+  const bool any = total_.dispatches || total_.commits || total_.waits || total_.allocations;
   if (any) rows.push_back(total_);
   return rows;
 }
@@ -61,6 +67,16 @@ uint64_t Profiler::commits() const {
 uint64_t Profiler::waits() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return total_.waits;
+}
+
+uint64_t Profiler::allocations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return total_.allocations;
+}
+
+uint64_t Profiler::allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return total_.allocated_bytes;
 }
 
 }  // namespace metalrt::gpu

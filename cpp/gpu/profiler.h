@@ -4,7 +4,8 @@
 // callers test enabled() before timing anything. On: one row per kernel name
 // (dispatches, host seconds spent encoding them) and a total row (command-buffer
 // commits, host waits, seconds the host spent waiting, seconds the GPU was busy
-// according to the command buffers' GPU start/end times). The kernel name in a row
+// according to the command buffers' GPU start/end times, and the buffers the device
+// newly created with their bytes — allocations served by the buffer cache are free). The kernel name in a row
 // is the proof of which kernel ran.
 #pragma once
 #include <atomic>
@@ -25,6 +26,8 @@ struct ProfileRow {
   uint64_t waits = 0;          // total row only: host waits for the GPU
   double wait_seconds = 0;     // total row only
   double gpu_seconds = 0;      // total row only: sum of GPU end - start per command buffer
+  uint64_t allocations = 0;    // total row only: buffers the device newly created
+  uint64_t allocated_bytes = 0;   // total row only: their lengths (cache hits not counted)
 };
 
 class Profiler {
@@ -43,11 +46,14 @@ class Profiler {
   void RecordCommit();
   void RecordWait(double wait_seconds);
   void RecordGpuTime(double gpu_seconds);
+  void RecordAllocation(uint64_t bytes);
 
   // Kernel rows sorted by name, then the total row; empty when nothing was recorded.
   std::vector<ProfileRow> Rows() const;
   uint64_t commits() const;
   uint64_t waits() const;
+  uint64_t allocations() const;
+  uint64_t allocated_bytes() const;
 
   static double SecondsSince(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();

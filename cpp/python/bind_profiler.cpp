@@ -19,6 +19,8 @@ nb::dict RowToDict(const metalrt::gpu::ProfileRow& row) {
   d["waits"] = row.waits;
   d["wait_seconds"] = row.wait_seconds;
   d["gpu_seconds"] = row.gpu_seconds;
+  d["allocations"] = row.allocations;
+  d["allocated_bytes"] = row.allocated_bytes;
   return d;
 }
 
@@ -37,6 +39,8 @@ void BindProfiler(nb::module_& m) {
   });
   p.def("commits", [] { return TheProfiler().commits(); });
   p.def("waits", [] { return TheProfiler().waits(); });
+  p.def("allocations", [] { return TheProfiler().allocations(); });
+  p.def("allocated_bytes", [] { return TheProfiler().allocated_bytes(); });
 
   m.def(
       "flush",

@@ -54,19 +54,15 @@ nb::object ToNumpy(const Tensor& t) {
   return nb::ndarray<nb::numpy>(buffer, shape.size(), shape.data(), owner, nullptr, dtype).cast();
 }
 
-// A new tensor from a C-contiguous host array whose element type stores `dtype`
-// (for bfloat16: float32 values, rounded to nearest even here).
-Tensor FromNumpy(const HostArray& array, const std::string& dtype_name,
-                 const std::string& device_name) {
-  const DType dtype = DTypeFromName(dtype_name);
-  const DeviceType device = DeviceTypeFromName(device_name);
-  const nb::dlpack::dtype expected = NumpyDType(dtype);
-  if (!(array.dtype() == expected))
-    throw TypeError("asarray: a " + dtype_name + " tensor needs a host array of " +
-                    (dtype == DType::kBF16 ? "float32" : dtype_name) + " elements");
-  Shape shape(array.shape_ptr(), array.shape_ptr() + array.ndim());
-  Tensor t = Tensor::Empty(shape, dtype, device);
-  if (dtype == DType::kBF16) {
+// Writes a C-contiguous host array whose element type stores t's dtype (for
+// bfloat16: float32 values, rounded to nearest even here) into t; `what` names the
+// caller in errors.
+void WriteHost(const HostArray& array, const Tensor& t, const char* what) {
+  const std::string dtype_name = DTypeName(t.dtype());
+  if (!(array.dtype() == NumpyDType(t.dtype())))
+    throw TypeError(std::string(what) + ": a " + dtype_name + " tensor needs a host array of " +
+                    (t.dtype() == DType::kBF16 ? "float32" : dtype_name) + " elements");
+  if (t.dtype() == DType::kBF16) {
     const auto* values = static_cast<const float*>(array.data());
     std::vector<uint16_t> bits(array.size());
     for (size_t i = 0; i < bits.size(); ++i) bits[i] = F32ToBF16(values[i]);
@@ -74,7 +70,26 @@ Tensor FromNumpy(const HostArray& array, const std::string& dtype_name,
   } else {
     CopyFromHost(array.data(), t);
   }
+}
+
+// A new tensor from a C-contiguous host array (see WriteHost).
+Tensor FromNumpy(const HostArray& array, const std::string& dtype_name,
+                 const std::string& device_name) {
+  Shape shape(array.shape_ptr(), array.shape_ptr() + array.ndim());
+  Tensor t = Tensor::Empty(shape, DTypeFromName(dtype_name), DeviceTypeFromName(device_name));
+  WriteHost(array, t, "asarray");
   return t;
+}
+
+// t[...] = array in place, for a contiguous t of the same shape.
+void CopyFromNumpy(const Tensor& t, const HostArray& array) {
+  Shape shape(array.shape_ptr(), array.shape_ptr() + array.ndim());
+  if (shape != t.shape())
+    throw std::invalid_argument("copy_from: the host array has shape " + ShapeToString(shape) +
+                                ", the tensor " + ShapeToString(t.shape()));
+  if (!t.is_contiguous())
+    throw std::invalid_argument("copy_from: the tensor must be contiguous, got " + t.Describe());
+  WriteHost(array, t, "copy_from");
 }
 
 Tensor Filled(const Shape& shape, const std::string& dtype, const std::string& device,
@@ -165,6 +180,12 @@ void BindTensor(nb::module_& m) {
              return dtype.is_none() ? array : array.attr("astype")(dtype);
            },
            nb::arg("dtype") = nb::none(), nb::arg("copy") = nb::none())
+      .def("copy_from", &CopyFromNumpy, nb::arg("array"),
+           "copy_from(array): writes a C-contiguous numpy array of the same shape into this\n"
+           "contiguous tensor, in place (no allocation); the element type must be the one\n"
+           "numpy() returns for this dtype. On Metal a host write: pending GPU work is first\n"
+           "waited for. ValueError for another shape or a non-contiguous tensor, TypeError\n"
+           "for another element type.")
       .def("__getitem__", &GetItem,
            "t[i], t[a:b] (step 1) or a tuple of those, one per leading dimension: a view into\n"
            "the same allocation; an int index removes its dimension. IndexError when out of range.")

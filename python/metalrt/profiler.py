@@ -6,7 +6,9 @@ backend keeps one row per kernel name — how many times it was dispatched and t
 host seconds spent encoding those dispatches — and a total row with the
 command-buffer commits, the host waits for the GPU, the seconds spent waiting and
 the seconds the GPU was busy (summed from each command buffer's GPU start and end
-times; GPU time fits inside the waits when work is committed at a synchronize).
+times; GPU time fits inside the waits when work is committed at a synchronize), and
+the buffers the device newly created (an allocation served by the buffer cache of
+freed buffers creates none, so a warmed-up decode step allocates 0 bytes).
 The kernel name proves which kernel ran, e.g. the decode GEMV versus the tiled
 GEMM. Commits are what encoder batching minimises: DESIGN.md §3 and §8.
 
@@ -40,7 +42,8 @@ def rows() -> list[dict]:
     Every row is a dict with keys ``name`` (str), ``dispatches`` (int),
     ``encode_seconds`` (float, host seconds), and — meaningful in the total row,
     zero in kernel rows — ``commits`` (command buffers committed), ``waits`` (host
-    waits for the GPU), ``wait_seconds`` and ``gpu_seconds`` (float seconds).
+    waits for the GPU), ``wait_seconds`` and ``gpu_seconds`` (float seconds),
+    ``allocations`` and ``allocated_bytes`` (device buffers newly created).
     Empty when nothing was recorded.
     """
     return _native.rows()
@@ -54,3 +57,14 @@ def commits() -> int:
 def waits() -> int:
     """Host waits for the GPU (one per synchronize that had work in flight)."""
     return _native.waits()
+
+
+def allocations() -> int:
+    """Device buffers newly created since profiling was enabled or reset (allocations
+    served by the buffer cache of freed buffers are not counted)."""
+    return _native.allocations()
+
+
+def allocated_bytes() -> int:
+    """Bytes of the device buffers counted by ``allocations``."""
+    return _native.allocated_bytes()

@@ -91,6 +91,7 @@ struct FakeCounters {
   int command_buffers = 0;   // created
   int commits = 0;
   int executed_dispatches = 0;
+  int buffers = 0;           // created by new_buffer
 };
 
 class FakeEncoder final : public gpu::GpuComputeEncoder {
@@ -179,6 +180,7 @@ class FakeGpuDevice final : public gpu::GpuDevice {
   std::string gpu_family() const override { return "apple9"; }
   size_t max_threadgroup_memory_length() const override { return 32768; }
   std::shared_ptr<gpu::GpuBuffer> new_buffer(size_t length) override {
+    ++counters.buffers;
     return std::make_shared<FakeBuffer>(length);
   }
   std::shared_ptr<gpu::GpuBuffer> new_buffer_no_copy(void*, size_t, std::function<void()>) override {

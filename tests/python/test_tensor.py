@@ -134,3 +134,36 @@ def test_empty_and_zeros(device):
         metalrt.zeros(3, dtype="float64")
     with pytest.raises(TypeError):
         metalrt.empty("3")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32", "int64"])
+def test_copy_from_writes_in_place(dtype, device):
+    t = metalrt.zeros((4, 6), dtype, device)
+    ptr = t.data_ptr()
+    host = (np.arange(24).reshape(4, 6) * 3 - 20).astype(np.float32 if dtype == "bfloat16" else dtype)
+    t.copy_from(host)
+    assert t.data_ptr() == ptr
+    np.testing.assert_array_equal(t.numpy(), host)
+    rows = t[1:3]                                # a contiguous view: only its rows change
+    rows.copy_from(np.full((2, 6), 7, dtype=host.dtype))
+    expected = host.copy()
+    expected[1:3] = 7
+    np.testing.assert_array_equal(t.numpy(), expected)
+
+
+def test_copy_from_rounds_to_bfloat16_like_asarray(device):
+    values = np.array([1 + 2**-8, 1 + 3 * 2**-8, -3.1415927, 1e-40], np.float32)
+    t = metalrt.empty(4, "bfloat16", device)
+    t.copy_from(values)
+    np.testing.assert_array_equal(t.numpy(), metalrt.asarray(values, dtype="bfloat16").numpy())
+
+
+def test_copy_from_bad_arguments(device):
+    t = metalrt.zeros((4, 6), "float32", device)
+    with pytest.raises(ValueError, match=r"copy_from: the host array has shape \[6, 4\]"):
+        t.copy_from(np.zeros((6, 4), np.float32))
+    with pytest.raises(TypeError, match="copy_from: a float32 tensor needs a host array of float32"):
+        t.copy_from(np.zeros((4, 6), np.float64))
+    with pytest.raises(ValueError, match="copy_from: the tensor must be contiguous"):
+        t[:, 1:3].copy_from(np.zeros((4, 2), np.float32))
+    np.testing.assert_array_equal(t.numpy(), np.zeros((4, 6)))

@@ -1,5 +1,5 @@
 """The model runner: paged KV cache, scheduler, sampling, generation loop."""
-from .batch import BLOCK_SIZE, ScheduledChunk, StepInputs, build_step
+from .batch import BLOCK_SIZE, ScheduledChunk, StepBuffers, StepInputs, build_step
 from .engine import Engine, TokenOutput
 from .kv_cache import BlockAllocator, OutOfBlocksError, PagedKVCache, blocks_for
 from .request import Request
@@ -8,4 +8,4 @@ from .scheduler import Scheduler
 
 __all__ = ["BLOCK_SIZE", "BlockAllocator", "Engine", "OutOfBlocksError", "PagedKVCache",
            "Request", "Sampler", "SamplingParams", "ScheduledChunk", "Scheduler",
-           "StepInputs", "TokenOutput", "blocks_for", "build_step"]
+           "StepBuffers", "StepInputs", "TokenOutput", "blocks_for", "build_step"]

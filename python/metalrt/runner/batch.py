@@ -54,8 +54,38 @@ class ScheduledChunk:
     logits: str = "last"
 
 
-def build_step(chunks: Sequence[ScheduledChunk], device: str) -> StepInputs:
-    """Flattens scheduled chunks into the device tensors of one forward step.
+class StepBuffers:
+    """Persistent device tensors that the inputs of every step are written into, so
+    that a warmed-up step allocates nothing (DESIGN §8). Each field is a flat buffer
+    that grows (to the next power of two) only when a step needs more room; a step
+    gets contiguous views of its prefix. Writing is a host write (``copy_from``): on
+    Metal it first waits for pending GPU work, which at the start of a step has
+    already ended with the previous step's read of its sampled tokens."""
+
+    _DTYPES = {"token_ids": np.int32, "positions": np.int32, "slot_mapping": np.int64,
+               "block_tables": np.int32, "seq_lens": np.int32, "query_start_loc": np.int32,
+               "logit_rows": np.int32}
+
+    def __init__(self, device: str):
+        self.device = device
+        self._buffers = {}
+
+    def write(self, name: str, values: np.ndarray) -> "metalrt.Tensor":
+        """A view of the persistent buffer ``name`` holding ``values`` (any shape)."""
+        values = np.ascontiguousarray(values, dtype=self._DTYPES[name])
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.shape[0] < values.size:
+            capacity = 1 << max(4, (values.size - 1).bit_length())
+            buffer = self._buffers[name] = metalrt.empty(capacity, values.dtype, self.device)
+        view = buffer[:values.size].reshape(values.shape)
+        view.copy_from(values)
+        return view
+
+
+def build_step(chunks: Sequence[ScheduledChunk], device: str,
+               buffers: Optional[StepBuffers] = None) -> StepInputs:
+    """Flattens scheduled chunks into the device tensors of one forward step: views of
+    ``buffers`` when given (an engine's steps), else new tensors.
 
     Raises ValueError when a chunk is empty or its block table is too short for it.
     """
@@ -84,17 +114,20 @@ def build_step(chunks: Sequence[ScheduledChunk], device: str) -> StepInputs:
             rows.extend(range(starts[-2], starts[-1]))
     all_positions = np.concatenate(positions)
 
-    def up(array, dtype):
-        return metalrt.asarray(np.ascontiguousarray(array, dtype=dtype), device=device)
+    def up(name, array):
+        if buffers is not None:
+            return buffers.write(name, array)
+        return metalrt.asarray(np.ascontiguousarray(array, dtype=StepBuffers._DTYPES[name]),
+                               device=device)
 
     return StepInputs(
-        token_ids=up(np.concatenate(ids), np.int32),
-        positions=up(all_positions, np.int32),
-        slot_mapping=up(np.concatenate(slots), np.int64),
-        block_tables=up(tables, np.int32),
-        seq_lens=up(seq_lens, np.int32),
-        query_start_loc=up(starts, np.int32),
-        logit_rows=None if len(rows) == starts[-1] else (up(rows, np.int32) if rows else None),
+        token_ids=up("token_ids", np.concatenate(ids)),
+        positions=up("positions", all_positions),
+        slot_mapping=up("slot_mapping", np.concatenate(slots)),
+        block_tables=up("block_tables", tables),
+        seq_lens=up("seq_lens", seq_lens),
+        query_start_loc=up("query_start_loc", starts),
+        logit_rows=None if len(rows) == starts[-1] else (up("logit_rows", rows) if rows else None),
         num_logit_rows=len(rows),
         max_position=int(all_positions.max()),
     )

@@ -10,7 +10,7 @@ import numpy as np
 
 from metalrt import ops
 
-from .batch import build_step
+from .batch import StepBuffers, build_step
 from .kv_cache import BlockAllocator, PagedKVCache
 from .request import Request
 from .sampling import SamplingParams
@@ -42,6 +42,7 @@ class Engine:
         self.model, self.cache = model, cache
         cache.in_use = True
         self.scheduler = Scheduler(BlockAllocator(cache.num_blocks), max_batched_tokens)
+        self.inputs = StepBuffers(model.device)
         self._ids = count()
 
     def add_request(self, prompt: Iterable[int], params: SamplingParams, max_tokens: int,
@@ -65,8 +66,8 @@ class Engine:
         """One forward pass over everything scheduled; returns the sampled tokens (none
         when the step only advanced prompt chunks)."""
         scheduled = self.scheduler.schedule()
-        logits = self.model.forward(build_step([c for _, c in scheduled], self.model.device),
-                                    self.cache)
+        logits = self.model.forward(
+            build_step([c for _, c in scheduled], self.model.device, self.inputs), self.cache)
         for request, chunk in scheduled:
             request.num_computed += len(chunk.token_ids)
         sampling = [r for r, c in scheduled if c.logits == "last"]

@@ -1,0 +1,142 @@
+"""Metal-path counters (DESIGN §8) of the default model, from the profiler: one
+prefill step and then decode steps, each measured alone.
+
+Per step: command-buffer commits, host waits, dispatches (total and per decoder
+layer), device bytes newly allocated (the buffer cache serves repeat sizes), and
+per op: the provider that served it (a native Metal kernel or the CPU reference
+tier, which synchronises first) with the waits, commits and dispatches made during
+its calls. Waits outside every op are the runner's host reads (the sampled token
+ids) and writes (the step's inputs). The counts are deterministic: they depend on
+the model and the code, not on timing.
+
+The goal the issue sets: a decode step makes exactly one host wait (the read of the
+sampled token) and commits beyond one come only from the dispatch cap.
+"""
+from __future__ import annotations
+
+import math
+import os
+from contextlib import contextmanager
+from typing import Dict, List, Sequence
+
+import metalrt
+from metalrt import ops, profiler, providers
+from metalrt.runner import Engine, SamplingParams, blocks_for
+
+DEFAULT_MAX_DISPATCHES = 48   # the command stream's cap unless METALRT_MAX_DISPATCHES is set
+
+
+def _totals() -> Dict[str, int]:
+    total = next((r for r in profiler.rows() if r["name"] == "total"), None) or {}
+    return {k: int(total.get(k, 0)) for k in ("commits", "waits", "dispatches", "allocations",
+                                              "allocated_bytes")}
+
+
+def _delta(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:
+    return {k: after[k] - before[k] for k in after}
+
+
+class _Recorder:
+    """Profiler deltas of every op call and of every decoder layer during one step."""
+
+    def __init__(self):
+        self.ops: Dict[str, Dict[str, int]] = {}
+        self.layers: List[Dict[str, int]] = []
+
+    def op(self, name, fn):
+        def wrapped(*args, **kwargs):
+            before = _totals()
+            result = fn(*args, **kwargs)
+            d = _delta(before, _totals())
+            row = self.ops.setdefault(name, {"calls": 0, "waits": 0, "commits": 0, "dispatches": 0})
+            row["calls"] += 1
+            for k in ("waits", "commits", "dispatches"):
+                row[k] += d[k]
+            return result
+        return wrapped
+
+
+class _Layer:
+    def __init__(self, layer, recorder: _Recorder):
+        self.layer, self.recorder = layer, recorder
+
+    def __call__(self, *args):
+        before = _totals()
+        out = self.layer(*args)
+        self.recorder.layers.append(_delta(before, _totals()))
+        return out
+
+
+@contextmanager
+def _instrumented(model, recorder: _Recorder):
+    names = list(ops.__all__)
+    saved = {n: getattr(ops, n) for n in names}
+    layers = model.layers
+    try:
+        for n in names:
+            setattr(ops, n, recorder.op(n, saved[n]))
+        model.layers = [_Layer(layer, recorder) for layer in layers]
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(ops, n, fn)
+        model.layers = layers
+
+
+def _step(engine: Engine, model) -> Dict:
+    recorder = _Recorder()
+    providers.reset_stats()
+    profiler.reset()
+    with _instrumented(model, recorder):
+        engine.step()
+    totals = _totals()
+    per_op = {}
+    for name, row in sorted(recorder.ops.items()):
+        provider = providers.stats(name, "metal")["last_selected"]
+        per_op[name] = dict(row, provider=provider, native=not provider.startswith("reference:"))
+    in_ops = sum(r["waits"] for r in recorder.ops.values())
+    layer_dispatches = sorted({layer["dispatches"] for layer in recorder.layers})
+    return {
+        **totals,
+        "waits_outside_ops": totals["waits"] - in_ops,
+        "dispatches_per_layer": layer_dispatches[0] if len(layer_dispatches) == 1 else layer_dispatches,
+        "waits_per_layer": recorder.layers[0]["waits"] if recorder.layers else 0,
+        "ops": per_op,
+    }
+
+
+def run(model, prompt_ids: Sequence[int], decode_steps: int = 3) -> Dict:
+    """Measures, for ``model`` on the Metal device, one prefill step of ``prompt_ids``
+    and ``decode_steps`` decode steps (the last is the warmed-up one the table shows)."""
+    cache = model.new_cache(blocks_for(len(prompt_ids) + decode_steps + 1))
+    engine = Engine(model, cache, max_batched_tokens=max(len(prompt_ids), 1))
+    engine.add_request(list(prompt_ids), SamplingParams(), max_tokens=decode_steps + 1)
+    was = profiler.enabled()
+    profiler.enable(True)
+    try:
+        prefill = _step(engine, model)
+        decodes = [_step(engine, model) for _ in range(decode_steps)]
+    finally:
+        profiler.enable(was)
+        engine.close()
+    cap = int(os.environ.get("METALRT_MAX_DISPATCHES") or DEFAULT_MAX_DISPATCHES)
+    decode = decodes[-1]
+    reference_ops = sorted(n for n, r in decode["ops"].items() if not r["native"])
+    waiting_ops = {n: r["waits"] for n, r in decode["ops"].items() if r["waits"]}
+    return {
+        "device": metalrt.device_info("metal")["name"],
+        "prompt_tokens": len(prompt_ids),
+        "num_layers": model.num_layers,
+        "max_dispatches_per_command_buffer": cap,
+        "prefill": prefill,
+        "decode": decode,
+        "decode_warmup": decodes[:-1],
+        "goal": {
+            "one_wait_per_decode_step": decode["waits"] == 1,
+            "decode_commits_from_cap": math.ceil(decode["dispatches"] / cap),
+            "commits_only_from_cap": decode["commits"] <= math.ceil(decode["dispatches"] / cap),
+            "zero_bytes_after_warmup": decode["allocated_bytes"] == 0,
+            "reference_tier_ops": reference_ops,
+            "ops_that_wait": waiting_ops,
+        },
+    }

@@ -1,0 +1,214 @@
+"""End-to-end generation timing of one engine, run as its own process:
+
+    python -m bench.generation SPEC.json      # prints one JSON line: the result
+
+The same script runs metalrt (in metalrt's interpreter) and every peer (in the peers'
+venv, where metalrt is not installed), so it imports an engine's library only inside
+that engine's class. Every engine gets the same prompt token ids (made by the caller
+with metalrt's tokenizer of the default GGUF), the same thread count, and decodes
+greedily without stopping at eos.
+
+Per run: a prefill of each prompt length into a fresh cache (seconds until the first
+token's logits are on the host), and, after the first prompt, ``decode_tokens``
+one-token forward passes, each followed by its greedy argmax. Figures are the median,
+min and max over ``runs`` runs after one warm-up run; peak memory is the process's
+peak resident set (``ru_maxrss``) at the end, weights included.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from typing import Dict, List, Sequence
+
+
+class Engine:
+    """prefill(ids) -> first token (logits of the last prompt row on the host);
+    decode(token) -> next token, one forward pass over the cache of the prefill."""
+
+    version = ""
+
+    def prefill(self, ids: Sequence[int]) -> int:
+        raise NotImplementedError
+
+    def decode(self, token: int) -> int:
+        raise NotImplementedError
+
+
+class MetalrtEngine(Engine):
+    """metalrt's own runner (Engine, paged KV cache, on-device greedy argmax)."""
+
+    def __init__(self, spec: Dict):
+        import metalrt
+        from metalrt.runner import Engine as Runner, SamplingParams, blocks_for
+
+        self.version = metalrt_version()
+        self.device = spec["variant"]
+        self.model, _ = metalrt.load(spec.get("gguf"), device=self.device)
+        self.decode_tokens = spec["decode_tokens"]
+        self.cache = self.model.new_cache(blocks_for(max(spec["prompt_lengths"]) + self.decode_tokens))
+        self._runner, self._params = Runner, SamplingParams()
+        self.engine = None
+
+    def prefill(self, ids):
+        if self.engine is not None:
+            self.engine.close()
+        # One prompt in one step; max_tokens leaves room for every decode step.
+        self.engine = self._runner(self.model, self.cache, max_batched_tokens=len(ids))
+        self.engine.add_request(ids, self._params, max_tokens=self.decode_tokens + 1)
+        return self.engine.step()[0].token
+
+    def decode(self, token):
+        return self.engine.step()[0].token
+
+
+class TransformersEngine(Engine):
+    """Hugging Face transformers + torch on the CPU, the GGUF loaded through
+    ``gguf_file=`` (transformers dequantises it to ``torch_dtype``)."""
+
+    def __init__(self, spec: Dict):
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(spec["threads"])
+        self.torch = torch
+        self.version = f"transformers {transformers.__version__}, torch {torch.__version__}"
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[spec["variant"]]
+        gguf = spec["gguf"]
+        self.model = AutoModelForCausalLM.from_pretrained(
+            os.path.dirname(gguf), gguf_file=os.path.basename(gguf), dtype=dtype).eval()
+        self.past = None
+
+    def _forward(self, ids, past):
+        with self.torch.inference_mode():
+            out = self.model(self.torch.tensor([ids]), past_key_values=past, use_cache=True)
+        self.past = out.past_key_values
+        return int(out.logits[0, -1].argmax())
+
+    def prefill(self, ids):
+        return self._forward(list(ids), None)
+
+    def decode(self, token):
+        return self._forward([token], self.past)
+
+
+class MlxEngine(Engine):
+    """MLX's CPU build with mlx-lm, over the Hugging Face directory that transformers
+    wrote from the GGUF (``hf_dir`` in the spec)."""
+
+    def __init__(self, spec: Dict):
+        import mlx.core as mx
+        from importlib.metadata import version
+        from mlx_lm import load
+        from mlx_lm.models.cache import make_prompt_cache
+
+        self.mx, self.make_cache = mx, make_prompt_cache
+        mx.set_default_device(mx.cpu)
+        self.version = f"mlx {version('mlx')}, mlx-lm {version('mlx-lm')}"
+        self.model, _ = load(spec["hf_dir"])
+        self.cache = None
+
+    def _forward(self, ids):
+        logits = self.model(self.mx.array([ids]), cache=self.cache)
+        token = self.mx.argmax(logits[0, -1])
+        self.mx.eval(token)
+        return int(token.item())
+
+    def prefill(self, ids):
+        self.cache = self.make_cache(self.model)
+        return self._forward(list(ids))
+
+    def decode(self, token):
+        return self._forward([token])
+
+
+class LlamaCppEngine(Engine):
+    """llama.cpp through llama-cpp-python on the same GGUF (its Q4_1 kernels)."""
+
+    def __init__(self, spec: Dict):
+        import llama_cpp
+        import numpy as np
+
+        self.np = np
+        self.version = f"llama-cpp-python {llama_cpp.__version__}"
+        longest = max(spec["prompt_lengths"])
+        self.llm = llama_cpp.Llama(
+            model_path=spec["gguf"], n_ctx=longest + spec["decode_tokens"] + 16,
+            n_batch=longest, n_ubatch=longest, n_threads=spec["threads"],
+            n_threads_batch=spec["threads"], logits_all=False, verbose=False)
+
+    def _argmax(self):
+        return int(self.np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+
+    def prefill(self, ids):
+        self.llm.reset()
+        self.llm.eval(list(ids))
+        return self._argmax()
+
+    def decode(self, token):
+        self.llm.eval([token])
+        return self._argmax()
+
+
+ENGINES = {"metalrt": MetalrtEngine, "transformers": TransformersEngine, "mlx": MlxEngine,
+           "llama.cpp": LlamaCppEngine}
+
+
+def metalrt_version() -> str:
+    from importlib.metadata import version
+    return f"metalrt {version('metalrt')}"
+
+
+def summary(values: List[float]) -> Dict:
+    """median, min, max of per-run figures, and the runs themselves."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "runs": values}
+
+
+def run(spec: Dict) -> Dict:
+    engine = ENGINES[spec["engine"]](spec)
+    prompts = {int(n): ids for n, ids in spec["prompts"].items()}
+    first = min(prompts)
+    prefill = {n: [] for n in prompts}
+    decode = []
+    tokens = []
+    for r in range(spec["runs"] + 1):   # run 0 is the warm-up
+        for n, ids in sorted(prompts.items()):
+            start = time.perf_counter()
+            token = engine.prefill(ids)
+            elapsed = time.perf_counter() - start
+            if r:
+                prefill[n].append(n / elapsed)
+            if n != first:
+                continue
+            generated = [token]
+            start = time.perf_counter()
+            for _ in range(spec["decode_tokens"]):
+                generated.append(engine.decode(generated[-1]))
+            elapsed = time.perf_counter() - start
+            if r:
+                decode.append(spec["decode_tokens"] / elapsed)
+            tokens = generated
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "version": engine.version,
+        "prefill_tps": {str(n): summary(v) for n, v in prefill.items()},
+        "decode_tps": summary(decode),
+        "peak_memory_gb": rss * (1 if sys.platform == "darwin" else 1024) / 1e9,
+        "greedy_tokens": tokens[:16],
+    }
+
+
+def main(argv: List[str]) -> int:
+    with open(argv[0]) as f:
+        spec = json.load(f)
+    print(json.dumps(run(spec)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,128 @@
+"""The peers metalrt is measured against, installed into a venv of their own
+(``python -m bench --install-peers``) and run there in subprocesses.
+
+Each peer is one pip install step. What a step did is kept in ``bench-peers.json``
+inside the venv, so that a later benchmark run reports a peer that could not be
+installed with pip's own reason instead of dropping it. torch comes only as
+``torch==2.13.0`` (the pin of metalrt's test extra; pip finds the CPU wheel the
+machine provides) and a constraints file keeps any later step from pulling another
+torch. llama-cpp-python has no wheel on PyPI for Linux: it builds llama.cpp from
+source, at the lowest CPU priority and with one compile job, because the machine is
+shared.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+TORCH_PIN = "torch==2.13.0"
+STATUS_FILE = "bench-peers.json"
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One installable peer: its pip requirements and the module that proves it
+    imports. ``variants`` are the configurations the generation table gets a row for."""
+
+    name: str
+    requirements: Sequence[str]
+    module: str
+    variants: Sequence[str]
+    build_env: Optional[Dict[str, str]] = None
+
+
+PEERS = (
+    Peer("transformers", (TORCH_PIN, "transformers", "accelerate", "gguf"), "transformers",
+         ("fp32", "bf16")),
+    Peer("mlx", ("mlx[cpu]", "mlx-lm"), "mlx_lm", ("cpu",)),
+    # Without the multimodal library (LLAVA_BUILD): text generation does not load it,
+    # and it is a third of the build.
+    Peer("llama.cpp", ("llama-cpp-python",), "llama_cpp", ("q4_1",),
+         {"CMAKE_BUILD_PARALLEL_LEVEL": "1", "CMAKE_ARGS": "-DLLAVA_BUILD=OFF"}),
+)
+
+
+def default_venv() -> Path:
+    """``$METALRT_BENCH_VENV``, else ``bench-peers`` in metalrt's cache directory."""
+    env = os.environ.get("METALRT_BENCH_VENV")
+    if env:
+        return Path(env)
+    cache = os.environ.get("METALRT_CACHE_DIR") or Path.home() / ".cache" / "metalrt"
+    return Path(cache) / "bench-peers"
+
+
+def python_of(venv_dir: Path) -> Path:
+    return venv_dir / "bin" / "python"
+
+
+def read_status(venv_dir: Path) -> Dict[str, Dict]:
+    try:
+        return json.loads((venv_dir / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _last_words(text: str, lines: int = 4) -> str:
+    said = [line.strip() for line in text.strip().splitlines()
+            if line.strip() and not line.startswith("WARNING: Location")]
+    return " / ".join(said[-lines:])
+
+
+def install(venv_dir: Path, names: Sequence[str]) -> Dict[str, Dict]:
+    """Creates the venv if needed and pip-installs each named peer; returns (and
+    saves) {peer: {"installed": bool, "reason": str}}. Never raises for a peer that
+    fails: its reason is pip's last lines."""
+    if not python_of(venv_dir).exists():
+        venv.EnvBuilder(with_pip=True).create(venv_dir)
+    constraints = venv_dir / "constraints.txt"
+    constraints.write_text(TORCH_PIN + "\n")
+    status = read_status(venv_dir)
+    for peer in PEERS:
+        if peer.name not in names:
+            continue
+        cmd = [str(python_of(venv_dir)), "-m", "pip", "install", "--disable-pip-version-check",
+               "-c", str(constraints), *peer.requirements]
+        env = dict(os.environ, **(peer.build_env or {}))
+        print(f"bench: installing {peer.name}: {' '.join(peer.requirements)}", file=sys.stderr)
+        # nice 19: a source build must not slow down the other work on the machine.
+        proc = subprocess.run(["nice", "-n", "19", *cmd], capture_output=True, text=True, env=env)
+        ok = proc.returncode == 0
+        status[peer.name] = {"installed": ok, "reason": "" if ok else
+                             f"pip install failed (exit {proc.returncode}): "
+                             f"{_last_words(proc.stderr or proc.stdout)}"}
+        print(f"bench: {peer.name}: {'installed' if ok else status[peer.name]['reason']}",
+              file=sys.stderr)
+    (venv_dir / STATUS_FILE).write_text(json.dumps(status, indent=1))
+    return status
+
+
+def availability(venv_dir: Path) -> Dict[str, Dict]:
+    """{peer: {"available": bool, "reason": str}}: a peer is available when its module
+    imports in the venv; otherwise the reason is the install failure recorded by
+    ``install``, or that it was never installed."""
+    status = read_status(venv_dir)
+    result = {}
+    for peer in PEERS:
+        reason = ""
+        if not python_of(venv_dir).exists():
+            reason = (f"not installed (no peers venv at {venv_dir}; "
+                      "run `python -m bench --install-peers`)")
+        else:
+            proc = subprocess.run([str(python_of(venv_dir)), "-c", f"import {peer.module}"],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                recorded = status.get(peer.name, {}).get("reason")
+                reason = (f"not installed: {recorded}" if recorded else
+                          f"not installed ({_last_words(proc.stderr, 1)})")
+        result[peer.name] = {"available": not reason, "reason": reason}
+    return result
+
+
+def peer_names() -> List[str]:
+    return [p.name for p in PEERS]

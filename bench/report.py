@@ -1,0 +1,105 @@
+"""The printed tables of a benchmark result (the JSON written by ``python -m bench``)."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+SIM_NOTE = "simulated: not a performance figure"
+
+
+def _fig(s: Optional[Dict]) -> str:
+    if not s:
+        return "-"
+    return f"{s['median']:.1f} ({s['min']:.1f}-{s['max']:.1f})"
+
+
+def _table(header: List[str], rows: List[List[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), sep] + [line(r) for r in rows])
+
+
+def generation_table(result: Dict) -> str:
+    gen = result["generation"]
+    lengths = gen["prompt_lengths"]
+    header = (["engine", "version"] + [f"prefill {n} tok/s" for n in lengths]
+              + [f"decode {gen['decode_tokens']} tok/s", "peak GB", "metalrt-cpu / this"])
+    base = next((r for r in gen["rows"] if r["engine"] == "metalrt" and r["variant"] == "cpu"
+                 and r.get("decode_tps")), None)
+    rows = []
+    for r in gen["rows"]:
+        name = f"{r['engine']} {r['variant']}"
+        if not r.get("decode_tps"):
+            rows.append([name, r.get("reason", "")] + ["-"] * (len(header) - 2))
+            continue
+        if r.get("sizes"):   # the simulated device runs smaller sizes, said in the label
+            sizes = r["sizes"]
+            prefill = [f"{_fig(r['prefill_tps'].get(str(n)))} [{n}]" for n in sizes["prompt_lengths"]]
+            prefill += ["-"] * (len(lengths) - len(prefill))
+            decode = f"{_fig(r['decode_tps'])} [{sizes['decode_tokens']}]"
+            name += f" ({SIM_NOTE})"
+        else:
+            prefill = [_fig(r["prefill_tps"].get(str(n))) for n in lengths]
+            decode = _fig(r["decode_tps"])
+        ratio = "-"
+        if base and r is not base and not r.get("sizes"):
+            parts = [base["prefill_tps"][str(n)]["median"] / r["prefill_tps"][str(n)]["median"]
+                     for n in lengths]
+            parts.append(base["decode_tps"]["median"] / r["decode_tps"]["median"])
+            ratio = " / ".join(f"{x:.2f}" for x in parts)
+        rows.append([name, r["version"]] + prefill + [decode, f"{r['peak_memory_gb']:.2f}", ratio])
+    return _table(header, rows)
+
+
+def op_table(result: Dict) -> str:
+    header = ["op", "device", "provider", "ms (min-max)", "GFLOP/s", "GB/s"]
+    rows = []
+    for r in result["ops"]:
+        s = r["seconds"]
+        device = r["device"] + (" (sim)" if r.get("simulated") else "")
+        rows.append([r["name"], device, r["provider"],
+                     f"{s['median'] * 1e3:.3f} ({s['min'] * 1e3:.3f}-{s['max'] * 1e3:.3f})",
+                     "-" if r["gflops"] is None else f"{r['gflops']:.2f}", f"{r['gbps']:.2f}"])
+    return _table(header, rows)
+
+
+def counter_table(result: Dict) -> str:
+    c = result.get("counters")
+    if not c or "error" in c:
+        return f"Metal-path counters: {c.get('error') if c else 'no Metal device'}"
+    header = ["step", "commits", "host waits", "dispatches", "dispatches/layer", "waits/layer",
+              "bytes allocated", "waits outside ops"]
+    rows = []
+    for label, s in [("prefill", c["prefill"])] + [(f"decode (warm-up {i + 1})", s) for i, s in
+                                                   enumerate(c["decode_warmup"])] + [("decode", c["decode"])]:
+        rows.append([label, s["commits"], s["waits"], s["dispatches"], s["dispatches_per_layer"],
+                     s["waits_per_layer"], s["allocated_bytes"], s["waits_outside_ops"]])
+    goal = c["goal"]
+    ops_rows = [[n, r["provider"], r["calls"], r["waits"], r["commits"], r["dispatches"]]
+                for n, r in c["decode"]["ops"].items()]
+    lines = [f"Metal-path counters ({c['device']}; prompt {c['prompt_tokens']} tokens, "
+             f"{c['num_layers']} layers, cap {c['max_dispatches_per_command_buffer']} dispatches "
+             "per command buffer):",
+             _table(header, rows), "",
+             "Decode step by op (waits/commits/dispatches made during the op's calls):",
+             _table(["op", "provider", "calls", "waits", "commits", "dispatches"], ops_rows), "",
+             f"one host wait per decode step: {goal['one_wait_per_decode_step']} "
+             f"({c['decode']['waits']} waits); commits only from the cap: "
+             f"{goal['commits_only_from_cap']} ({c['decode']['commits']} commits, cap allows "
+             f"{goal['decode_commits_from_cap']}); 0 bytes after warm-up: "
+             f"{goal['zero_bytes_after_warmup']}",
+             f"ops on the CPU reference tier: {', '.join(goal['reference_tier_ops']) or 'none'}"]
+    return "\n".join(lines)
+
+
+def render(result: Dict) -> str:
+    env = result["environment"]
+    head = (f"metalrt benchmarks, {env['date']} - {env['machine']}, {env['threads']} threads, "
+            f"load average {env['load_average_start']} at start, {env['load_average_end']} at end; "
+            f"{env['seconds']:.0f} s wall, {env['cpu_seconds']:.0f} s CPU"
+            f"{' (--quick: small sizes, not comparable to a full run)' if result['quick'] else ''}")
+    return "\n\n".join([head, "End-to-end generation (median (min-max) of "
+                        f"{result['generation']['runs']} runs after a warm-up; ratios > 1: "
+                        "metalrt on the CPU is faster; prefill / decode):",
+                        generation_table(result), "Op micro-benchmarks:", op_table(result),
+                        counter_table(result)])

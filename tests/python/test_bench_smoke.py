@@ -1,0 +1,59 @@
+"""Smoke test of the benchmark (issue 6): ``python -m bench --quick`` runs in one
+sitting, writes its JSON with every section, reports the peers that are not
+installed as such (with a reason) instead of dropping them, and every figure it
+measures is positive. No speed is asserted."""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import metalrt
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def positive(summary):
+    return all(summary[k] > 0 and math.isfinite(summary[k]) for k in ("median", "min", "max")) \
+        and summary["min"] <= summary["median"] <= summary["max"]
+
+
+def test_quick_benchmark_json(tmp_path):
+    out = tmp_path / "results"
+    env = dict(os.environ, METALRT_BENCH_VENV=str(tmp_path / "no-peers"))
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out-dir", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [path] = list(out.glob("*.json"))
+    result = json.loads(path.read_text())
+    assert result["quick"] is True
+    assert "End-to-end generation" in proc.stdout and "Op micro-benchmarks" in proc.stdout
+
+    gen = result["generation"]
+    assert gen["runs"] >= 3
+    rows = {(r["engine"], r["variant"]): r for r in gen["rows"]}
+    cpu = rows[("metalrt", "cpu")]
+    assert cpu["version"].startswith("metalrt ")
+    for n in gen["prompt_lengths"]:
+        assert positive(cpu["prefill_tps"][str(n)]) and len(cpu["prefill_tps"][str(n)]["runs"]) == gen["runs"]
+    assert positive(cpu["decode_tps"]) and cpu["peak_memory_gb"] > 0
+    for peer, variant in [("transformers", "fp32"), ("transformers", "bf16"), ("mlx", "cpu"),
+                          ("llama.cpp", "q4_1")]:
+        assert rows[(peer, variant)]["reason"].startswith("not installed"), rows[(peer, variant)]
+
+    devices = {r["device"] for r in result["ops"]}
+    assert devices == {d for d in ("cpu", "metal") if metalrt.is_available(d)}
+    for r in result["ops"]:
+        assert positive(r["seconds"]) and r["gbps"] > 0 and r["provider"], r
+        assert r["gflops"] is None or r["gflops"] > 0
+    ops = {r["op"] for r in result["ops"]}
+    assert ops == {"matmul_bt", "rms_norm", "paged_attention"}
+
+    if metalrt.is_available("metal"):
+        c = result["counters"]
+        for step in [c["prefill"], c["decode"]]:
+            assert step["commits"] > 0 and step["waits"] > 0 and step["dispatches"] > 0
+            assert step["dispatches_per_layer"] > 0 and step["allocated_bytes"] >= 0
+        assert c["decode"]["allocated_bytes"] == 0   # after warm-up (the goal, met)
+        assert c["num_layers"] == 30 and c["goal"]["zero_bytes_after_warmup"] is True

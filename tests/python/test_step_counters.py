@@ -1,0 +1,98 @@
+"""Metal-path counters of the runner (DESIGN §8, issue 6) on a small random Llama on
+the Metal device: a warmed-up decode step allocates 0 device bytes (its inputs are
+written into persistent tensors, its activations come from the buffer cache), the
+step inputs are views of the same allocations every step, and the counters that
+``bench/counters.py`` reports equal what the profiler counts around the same step."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import metalrt
+import tiny_hf
+from metalrt import profiler
+from metalrt.runner import Engine, SamplingParams, StepBuffers, blocks_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repository's bench/
+from bench import counters  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not metalrt.is_available("metal"), reason="needs a Metal device")
+
+PROMPT = tiny_hf.prompt(9, 3)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("llama")
+    tiny_hf.build("llama", directory)
+    return metalrt.load(str(directory), device="metal")[0]
+
+
+@pytest.fixture
+def profiling():
+    was = profiler.enabled()
+    profiler.enable(True)
+    profiler.reset()
+    yield
+    profiler.enable(was)
+
+
+def engine_for(model, steps):
+    engine = Engine(model, model.new_cache(blocks_for(len(PROMPT) + steps)), max_batched_tokens=64)
+    engine.add_request(PROMPT, SamplingParams(), max_tokens=steps)
+    return engine
+
+
+def test_decode_step_allocates_nothing_after_warm_up(model, profiling):
+    engine = engine_for(model, 8)
+    try:
+        per_step = []
+        while engine.has_work:
+            before = profiler.allocated_bytes(), profiler.allocations()
+            engine.step()
+            per_step.append((profiler.allocated_bytes() - before[0], profiler.allocations() - before[1]))
+    finally:
+        engine.close()
+    assert len(per_step) == 8
+    # The prefill and the first decode step meet new sizes; from then on, nothing.
+    assert per_step[2:] == [(0, 0)] * 6
+
+
+def test_step_inputs_reuse_their_allocations(model):
+    buffers = StepBuffers("metal")
+    first = buffers.write("positions", np.array([5], np.int32))
+    again = buffers.write("positions", np.array([6], np.int32))
+    assert again.data_ptr() == first.data_ptr()
+    np.testing.assert_array_equal(again.numpy(), [6])
+    table = buffers.write("block_tables", np.arange(6, dtype=np.int32).reshape(2, 3))
+    assert table.shape == (2, 3) and table.is_contiguous()
+    np.testing.assert_array_equal(table.numpy(), np.arange(6).reshape(2, 3))
+    grown = buffers.write("positions", np.arange(40, dtype=np.int32))   # past the capacity
+    np.testing.assert_array_equal(grown.numpy(), np.arange(40))
+    assert buffers.write("slot_mapping", np.array([3, -1])).dtype == "int64"
+
+
+def test_bench_counters_equal_the_profiler(model, profiling):
+    report = counters.run(model, PROMPT, decode_steps=3)
+    # The same steps measured directly around engine.step().
+    engine = engine_for(model, 4)
+    direct = []
+    try:
+        for _ in range(4):
+            profiler.reset()
+            engine.step()
+            total = profiler.rows()[-1]
+            direct.append({k: total[k] for k in ("commits", "waits", "dispatches")})
+            assert total["commits"] == profiler.commits() and total["waits"] == profiler.waits()
+    finally:
+        engine.close()
+    for measured, reported in zip(direct, [report["prefill"]] + report["decode_warmup"] + [report["decode"]]):
+        assert {k: reported[k] for k in measured} == measured
+    decode = report["decode"]
+    assert decode["allocated_bytes"] == 0 and report["goal"]["zero_bytes_after_warmup"] is True
+    assert decode["dispatches_per_layer"] * report["num_layers"] <= decode["dispatches"]
+    assert decode["waits"] >= 1
+    # Every wait is accounted for: in an op's calls, or the read of the sampled ids.
+    assert sum(r["waits"] for r in decode["ops"].values()) + decode["waits_outside_ops"] == decode["waits"]
+    assert decode["ops"]["matmul_bt"]["provider"] == "metal_matmul_bt"
