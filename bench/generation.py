@@ -85,7 +85,9 @@ class TransformersEngine(Engine):
 
     def _forward(self, ids, past):
         with self.torch.inference_mode():
-            out = self.model(self.torch.tensor([ids]), past_key_values=past, use_cache=True)
+            # logits_to_keep=1: the head runs on the last row only, as in metalrt.
+            out = self.model(self.torch.tensor([ids]), past_key_values=past, use_cache=True,
+                             logits_to_keep=1)
         self.past = out.past_key_values
         return int(out.logits[0, -1].argmax())
 
@@ -119,8 +121,13 @@ class MlxEngine(Engine):
         return int(token.item())
 
     def prefill(self, ids):
+        # As mlx-lm's generate does: the prompt but its last token fills the cache
+        # (the lazy graph never computes those rows' logits), then the last token.
         self.cache = self.make_cache(self.model)
-        return self._forward(list(ids))
+        if len(ids) > 1:
+            self.model(self.mx.array([list(ids[:-1])]), cache=self.cache)
+            self.mx.eval([c.state for c in self.cache])
+        return self._forward([ids[-1]])
 
     def decode(self, token):
         return self._forward([token])
