@@ -1,18 +1,54 @@
 // Variable-length causal paged attention with grouped-query heads (vLLM's layout).
-// Shapes and dtypes are checked here; the values of block_tables, seq_lens and
-// query_start_loc are checked by the provider, which is where they are host-visible.
+// Shapes, dtypes and the values of the batch description (block_tables, seq_lens,
+// query_start_loc) are checked here, before any provider runs: those values are written
+// by the host (vLLM builds them on the CPU too) and read in place on every device — on
+// Metal through unified memory, without a synchronize — so no kernel reads outside the
+// cache or the query.
 #include <cmath>
 #include <string>
 
 #include "ops/op_common.h"
 
 namespace metalrt::ops {
+namespace {
+
+constexpr const char* kOp = "paged_attention";
+
+// Every request's queries lie inside the query and its context inside its block-table
+// row, and every block of that context inside the cache.
+void CheckBatch(int64_t tokens, const Tensor& key_cache, const Tensor& block_tables,
+                const int32_t* seq_lens, const int32_t* query_start_loc) {
+  const int64_t batch = block_tables.dim(0), max_blocks = block_tables.dim(1);
+  const int64_t num_blocks = key_cache.dim(0), block_size = key_cache.dim(1);
+  Check(query_start_loc[0] == 0 && query_start_loc[batch] == tokens, kOp,
+        "query_start_loc must run from 0 to the query's " + std::to_string(tokens) +
+            " tokens, got " + std::to_string(query_start_loc[0]) + " .. " +
+            std::to_string(query_start_loc[batch]));
+  for (int64_t b = 0; b < batch; ++b) {
+    const std::string req = "request " + std::to_string(b) + ": ";
+    const int64_t q_len = query_start_loc[b + 1] - query_start_loc[b];
+    Check(q_len >= 0, kOp, req + "query_start_loc must be non-decreasing");
+    Check(seq_lens[b] >= q_len, kOp,
+          req + "seq_len " + std::to_string(seq_lens[b]) + " is shorter than its " +
+              std::to_string(q_len) + " queries");
+    Check(seq_lens[b] <= max_blocks * block_size, kOp,
+          req + "seq_len " + std::to_string(seq_lens[b]) + " exceeds the block table's " +
+              std::to_string(max_blocks) + " blocks x " + std::to_string(block_size) + " slots");
+    const int32_t* blocks = block_tables.data_as<int32_t>() + b * max_blocks;
+    for (int64_t i = 0; i < (seq_lens[b] + block_size - 1) / block_size; ++i)
+      Check(blocks[i] >= 0 && blocks[i] < num_blocks, kOp,
+            req + "block " + std::to_string(blocks[i]) + " at block_tables[" + std::to_string(b) +
+                ", " + std::to_string(i) + "] is outside the cache of " +
+                std::to_string(num_blocks) + " blocks");
+  }
+}
+
+}  // namespace
 
 Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
                       const Tensor& block_tables, const Tensor& seq_lens,
                       const Tensor& query_start_loc, float scale, const OptTensor& out) {
   using namespace detail;
-  constexpr const char* kOp = "paged_attention";
   CheckRank(query, 3, kOp, "query");
   CheckFloat(query, kOp, "query");
   CheckRank(key_cache, 4, kOp, "key_cache");
@@ -50,6 +86,8 @@ Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor
                                     {seq_lens, "seq_lens"},
                                     {query_start_loc, "query_start_loc"}})
     CheckNoOverlap(result, input, kOp, name);
+  CheckBatch(query.dim(0), key_cache, block_tables, seq_lens.data_as<int32_t>(),
+             query_start_loc.data_as<int32_t>());
   RunOp(kOp, device,
         OpCall{{query, key_cache, value_cache, block_tables, seq_lens, query_start_loc},
                {result},

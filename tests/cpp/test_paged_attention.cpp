@@ -3,105 +3,32 @@
 #include "metalrt/errors.h"
 #include "metalrt/ops.h"
 #include "op_testing.h"
+#include "paged_attention_testing.h"
 
 using namespace metalrt;
 using namespace metalrt::testing;
 
 namespace {
 
-// One request of a batch: its query count, context length (queries included) and the
-// cache blocks its block table lists, in table order.
-struct Request { int32_t q_len, seq_len; std::vector<int32_t> blocks; };
-
-struct Batch {
-  Tensor query, key_cache, value_cache, block_tables, seq_lens, query_start_loc;
-  std::vector<double> q, k, v;   // stored values as float64: q [T, H, D]; k, v per request
-};
-
 constexpr int64_t kBlockSize = 16, kNumBlocks = 12, kMaxBlocks = 4;
 
-// Builds the batch: every cache slot is NaN except the positions the requests own, so
-// a read outside a request's context poisons the result.
-Batch MakeBatch(const std::vector<Request>& reqs, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                DType dtype) {
-  Batch bt;
-  int64_t tokens = 0;
-  std::vector<int32_t> table(reqs.size() * kMaxBlocks, -1), lens, starts = {0};
-  for (size_t b = 0; b < reqs.size(); ++b) {
-    tokens += reqs[b].q_len;
-    lens.push_back(reqs[b].seq_len);
-    starts.push_back(static_cast<int32_t>(tokens));
-    std::copy(reqs[b].blocks.begin(), reqs[b].blocks.end(), table.begin() + b * kMaxBlocks);
-  }
-  const int64_t batch = static_cast<int64_t>(reqs.size());
-  bt.query = MakeFloat({tokens, heads, head_dim}, dtype, RandomValues(tokens * heads * head_dim, 41, -2, 2));
-  bt.q = ReadFloat(bt.query);
-  const Shape cache_shape = {kNumBlocks, kBlockSize, kv_heads, head_dim};
-  const size_t cache_n = static_cast<size_t>(kNumBlocks * kBlockSize * kv_heads * head_dim);
-  std::vector<double> kc(cache_n, std::numeric_limits<double>::quiet_NaN()), vc = kc;
-  const std::vector<double> kr = RandomValues(cache_n, 42), vr = RandomValues(cache_n, 43);
-  for (const Request& r : reqs)
-    for (int32_t j = 0; j < r.seq_len; ++j) {
-      const size_t slot = static_cast<size_t>(r.blocks[j / kBlockSize] * kBlockSize + j % kBlockSize);
-      for (size_t e = 0; e < static_cast<size_t>(kv_heads * head_dim); ++e) {
-        const size_t i = slot * kv_heads * head_dim + e;
-        kc[i] = kr[i];
-        vc[i] = vr[i];
-      }
-    }
-  bt.key_cache = MakeFloat(cache_shape, dtype, kc);
-  bt.value_cache = MakeFloat(cache_shape, dtype, vc);
-  bt.k = ReadFloat(bt.key_cache);
-  bt.v = ReadFloat(bt.value_cache);
-  bt.block_tables = MakeInts<int32_t>({batch, kMaxBlocks}, DType::kI32, table);
-  bt.seq_lens = MakeInts<int32_t>({batch}, DType::kI32, lens);
-  bt.query_start_loc = MakeInts<int32_t>({batch + 1}, DType::kI32, starts);
-  return bt;
-}
+using Request = AttentionRequest;
 
-// float64 attention: query i of a request sits at position seq_len - q_len + i and
-// attends to positions 0..that position of its kv head h / (heads / kv_heads).
-std::vector<double> Reference(const Batch& bt, const std::vector<Request>& reqs, int64_t heads,
-                              int64_t kv_heads, int64_t head_dim, double scale) {
-  std::vector<double> out(bt.q.size());
-  int64_t token = 0;
-  for (const Request& r : reqs)
-    for (int32_t i = 0; i < r.q_len; ++i, ++token)
-      for (int64_t h = 0; h < heads; ++h) {
-        const int64_t g = h / (heads / kv_heads), pos = r.seq_len - r.q_len + i;
-        const double* q = bt.q.data() + (token * heads + h) * head_dim;
-        auto kv_row = [&](const std::vector<double>& cache, int64_t j) {
-          const int64_t slot = r.blocks[j / kBlockSize] * kBlockSize + j % kBlockSize;
-          return cache.data() + (slot * kv_heads + g) * head_dim;
-        };
-        std::vector<double> s(static_cast<size_t>(pos + 1));
-        for (int64_t j = 0; j <= pos; ++j) {
-          s[j] = 0;
-          for (int64_t d = 0; d < head_dim; ++d) s[j] += q[d] * kv_row(bt.k, j)[d];
-          s[j] *= scale;
-        }
-        const double m = *std::max_element(s.begin(), s.end());
-        double l = 0;
-        for (double& x : s) l += (x = std::exp(x - m));
-        double* o = out.data() + (token * heads + h) * head_dim;
-        for (int64_t d = 0; d < head_dim; ++d) {
-          o[d] = 0;
-          for (int64_t j = 0; j <= pos; ++j) o[d] += s[j] / l * kv_row(bt.v, j)[d];
-        }
-      }
-  return out;
+AttentionGeometry Geometry(int64_t heads, int64_t kv_heads, int64_t head_dim) {
+  return {heads, kv_heads, head_dim, kBlockSize, kNumBlocks, kMaxBlocks};
 }
 
 void CheckAgainstReference(const std::vector<Request>& reqs, int64_t heads, int64_t kv_heads,
                            int64_t head_dim, DType dtype) {
-  const Batch bt = MakeBatch(reqs, heads, kv_heads, head_dim, dtype);
+  const AttentionGeometry g = Geometry(heads, kv_heads, head_dim);
+  const AttentionBatch bt = MakeAttentionBatch(reqs, g, dtype);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   Tensor out = Tensor::Empty(bt.query.shape(), dtype, DeviceType::kCPU);
   Poison(out);
   ops::PagedAttention(bt.query, bt.key_cache, bt.value_cache, bt.block_tables, bt.seq_lens,
                       bt.query_start_loc, static_cast<float>(scale), out);
   const std::vector<double> got = ReadFloat(out);
-  const std::vector<double> ref = Reference(bt, reqs, heads, kv_heads, head_dim, scale);
+  const std::vector<double> ref = AttentionReference(bt, reqs, g, scale);
   // f32 internals keep ~1e-6 absolute error on outputs of magnitude <= 1; the output
   // dtype adds its rounding.
   const double u = UnitRoundoff(dtype);
@@ -143,7 +70,7 @@ TEST_CASE("paged_attention: MHA (kv_heads = heads), one head, odd head_dim") {
 }
 
 TEST_CASE("paged_attention: bad inputs") {
-  const Batch bt = MakeBatch(kMixedBatch, 6, 3, 8, DType::kF32);
+  const AttentionBatch bt = MakeAttentionBatch(kMixedBatch, Geometry(6, 3, 8), DType::kF32);
   auto run = [&](const Tensor& q, const Tensor& kc, const Tensor& tables, const Tensor& lens,
                  const Tensor& starts) {
     ops::PagedAttention(q, kc, kc, tables, lens, starts, 0.5f);

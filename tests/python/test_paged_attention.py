@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 
 import metalrt
-from conftest import FLOAT_DTYPES, assert_matches, assert_rows_view_written, poisoned, rand
+from conftest import DEVICES, FLOAT_DTYPES, assert_matches, assert_rows_view_written, poisoned, rand
 from metalrt import ops
+from test_metal_kernels import assert_native, profiled
 
 
 def reference(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale):
@@ -113,3 +114,27 @@ def test_bad_inputs(device):
     for bad in ("q", None):
         with pytest.raises(TypeError, match=r"^\[paged_attention\] query must be a metalrt.Tensor"):
             call(query=bad)
+
+
+@pytest.mark.skipif("metal" not in DEVICES, reason="no Metal device")
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("q_lens, seq_lens, kernels", [
+    ([1, 1, 1, 1], [1, 17, 128, 300], ["decode"]),          # pure decode batch
+    ([5, 19], [5, 56], ["prefill"]),                         # OPT-style prefill, prior context
+    ([13, 1, 0, 9], [53, 77, 4, 9], ["decode", "prefill"]),  # mixed, with an empty request
+])
+def test_metal_kernels_match_the_cpu(dtype, q_lens, seq_lens, kernels):
+    """The native Metal kernels (decode for one-query requests, prefill for longer ones)
+    against the CPU oracle on the same inputs, at the Qwen3 geometry (GQA 2:1, head_dim
+    128); the profiler names the kernels that ran."""
+    suffix = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[dtype]
+    cpu, expected = run_case("cpu", dtype, 16, 8, 128, 16, q_lens, seq_lens, seed=7)
+    metal = []
+    metalrt.providers.reset_stats()
+    rows = profiled(lambda: metal.append(
+        run_case("metal", dtype, 16, 8, 128, 16, q_lens, seq_lens, seed=7)[0]))
+    assert {name: n for name, n in rows.items() if name.startswith("paged_attention")} == {
+        f"paged_attention_{kernel}_{suffix}": 1 for kernel in kernels}
+    assert_native("paged_attention", "metal_paged_attention", 1)
+    assert_matches(metal[0], cpu.numpy(), dtype)
+    assert_matches(metal[0], expected, dtype)

@@ -74,7 +74,10 @@ struct PagedAttentionParams { float scale; };
 // queries); query_start_loc int32 [B + 1]. Query i of request b sits at position
 // seq_lens[b] - q_len_b + i and attends to positions 0..that position. heads must
 // be a multiple of kv_heads (head h reads kv head h / (heads / kv_heads)).
-// Softmax in f32. Returns [T, heads, head_dim] in query's dtype.
+// Softmax in f32. Returns [T, heads, head_dim] in query's dtype. The batch description
+// (block_tables, seq_lens, query_start_loc) is read and validated on the host when the
+// op is called — on Metal in place through unified memory, without a synchronize — so it
+// must be written by the host, not by pending GPU work.
 Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
                       const Tensor& block_tables, const Tensor& seq_lens,
                       const Tensor& query_start_loc, float scale,

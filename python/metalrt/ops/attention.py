@@ -20,6 +20,11 @@ def paged_attention(query, key_cache, value_cache, block_tables, seq_lens, query
     Query i of request b sits at position seq_lens[b] - q_len_b + i and attends to
     positions 0..that position; head h reads kv head h // (heads // kv_heads).
     Softmax(scale * q.k) in float32. Returns [T, heads, head_dim] in query's dtype.
+    block_tables, seq_lens and query_start_loc are read on the host when called (on
+    Metal in place, without a synchronize), so they must be written by the host. On
+    Metal, one-query requests run the decode kernel and longer ones the prefill kernel
+    (online softmax, FlashAttention-style tiling: Dao et al. 2022); head_dim > 128 runs
+    on the CPU reference tier.
 
     Raises ValueError for shape mismatches, heads not a multiple of kv_heads, a non-finite
     scale, inconsistent lengths or block ids out of range, or tensors on different
