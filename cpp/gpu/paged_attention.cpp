@@ -33,10 +33,9 @@ bool MetalPagedAttention(const OpCall& call) {
   const int64_t heads = query.dim(1), head_dim = query.dim(2), kv_heads = key_cache.dim(2);
   const int64_t batch = block_tables.dim(0);
   if (head_dim > kAttentionMaxHeadDim) return false;
-  // The kernels count requests, heads and slots in int32; offsets are 64-bit.
+  // The argument struct counts in int32 (element offsets in the kernels are 64-bit).
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  if (heads > kMax || batch >= kMax || key_cache.dim(0) * key_cache.dim(1) > kMax ||
-      block_tables.dim(1) > kMax)
+  if (heads > kMax || batch > kMax || key_cache.dim(1) > kMax || block_tables.dim(1) > kMax)
     return false;
   if (query.numel() == 0) return true;   // nothing to attend (no tokens, heads or features)
 
