@@ -28,15 +28,13 @@ constexpr int32_t kPrefillQueryTile = 8;
 constexpr int32_t kPrefillThreads = kPrefillQueryTile * kAttentionSimdWidth;
 
 struct PagedAttentionArgs {
-  int32_t batch;          // B: requests
   int32_t heads;          // query heads
   int32_t kv_heads;
   int32_t block_size;     // cache slots per block
   int32_t max_blocks;     // block_tables row stride
   int32_t simdgroups;     // decode: query heads per threadgroup (SIMD-groups)
   float scale;            // softmax scale applied to q . k
-  int32_t unused;         // keeps the struct a multiple of 8 bytes on both sides
 };
-static_assert(sizeof(PagedAttentionArgs) == 32, "PagedAttentionArgs must match between host and MSL");
+static_assert(sizeof(PagedAttentionArgs) == 24, "PagedAttentionArgs must match between host and MSL");
 
 #endif  // METALRT_METAL_PAGED_ATTENTION_ARGS_H_

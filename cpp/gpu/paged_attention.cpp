@@ -33,29 +33,29 @@ bool MetalPagedAttention(const OpCall& call) {
   const int64_t heads = query.dim(1), head_dim = query.dim(2), kv_heads = key_cache.dim(2);
   const int64_t batch = block_tables.dim(0);
   if (head_dim > kAttentionMaxHeadDim) return false;
-  // The argument struct counts in int32 (element offsets in the kernels are 64-bit).
+  // The kernels count requests, heads, block slots and table columns in int32 (element
+  // offsets are 64-bit).
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   if (heads > kMax || batch > kMax || key_cache.dim(1) > kMax || block_tables.dim(1) > kMax)
     return false;
   if (query.numel() == 0) return true;   // nothing to attend (no tokens, heads or features)
 
   const int32_t* starts = call.inputs[5].data_as<int32_t>();
-  int64_t decode_requests = 0, prefill_tiles = 0;
+  bool any_decode = false;
+  int64_t prefill_tiles = 0;
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t q_len = starts[b + 1] - starts[b];
-    if (q_len == 1) ++decode_requests;
+    any_decode |= q_len == 1;
     if (q_len > 1) prefill_tiles += (q_len + kPrefillQueryTile - 1) / kPrefillQueryTile;
   }
   const int64_t group = heads / kv_heads;
   const int32_t simdgroups = static_cast<int32_t>(std::min<int64_t>(group, kDecodeMaxSimdgroups));
-  const PagedAttentionArgs args{static_cast<int32_t>(batch),
-                                static_cast<int32_t>(heads),
+  const PagedAttentionArgs args{static_cast<int32_t>(heads),
                                 static_cast<int32_t>(kv_heads),
                                 static_cast<int32_t>(key_cache.dim(1)),
                                 static_cast<int32_t>(block_tables.dim(1)),
                                 simdgroups,
-                                call.param<ops::PagedAttentionParams>().scale,
-                                0};
+                                call.param<ops::PagedAttentionParams>().scale};
   auto launch = [&](const char* variant) {
     KernelLaunch kernel(KernelName("paged_attention", variant, query.dtype()),
                         {Constant(kAttentionHeadDimConstant, static_cast<int32_t>(head_dim))});
@@ -63,7 +63,7 @@ bool MetalPagedAttention(const OpCall& call) {
     kernel.output(6, out).bytes(7, args);
     return kernel;
   };
-  if (decode_requests > 0) {
+  if (any_decode) {
     const int64_t chunks = (group + simdgroups - 1) / simdgroups;
     launch("decode").threadgroups(
         {static_cast<uint32_t>(batch), static_cast<uint32_t>(kv_heads * chunks), 1},
