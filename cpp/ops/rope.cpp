@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "metalrt/device.h"
 #include "ops/op_common.h"
 
 namespace metalrt::ops {
@@ -32,6 +33,19 @@ void CheckRotated(const Tensor& x, const Tensor& positions, int64_t rotary_dim, 
   CheckPositions(positions, x.dim(0), op);
   Check(rotary_dim <= x.dim(2), op,
         "rotary_dim " + std::to_string(rotary_dim) + " exceeds head_dim " + std::to_string(x.dim(2)));
+}
+
+// Every row index of rope_from_cache lies inside the cache, checked before any write so
+// a bad call leaves `out` untouched. Device memory is unified (the reference tier relies
+// on it too): the host reads the positions once the device has finished the work that
+// may write them.
+void CheckCacheRows(const Tensor& positions, int64_t rows, DeviceType device) {
+  GetBackend(device).Synchronize();
+  const int32_t* rows_of = positions.data_as<int32_t>();
+  for (int64_t t = 0; t < positions.dim(0); ++t)
+    Check(rows_of[t] >= 0 && rows_of[t] < rows, "rope_from_cache",
+          "position " + std::to_string(rows_of[t]) + " of token " + std::to_string(t) +
+              " is outside the cos_sin_cache of " + std::to_string(rows) + " rows");
 }
 
 Tensor RunRope(const char* op, const Tensor& x, const Tensor& positions, int64_t rotary_dim,
@@ -87,6 +101,7 @@ Tensor RopeFromCache(const Tensor& x, const Tensor& cos_sin_cache, const Tensor&
   CheckNoOverlap(result, x, kOp, "x", /*may_alias=*/true);
   CheckNoOverlap(result, cos_sin_cache, kOp, "cos_sin_cache");
   CheckNoOverlap(result, positions, kOp, "positions");
+  CheckCacheRows(positions, cos_sin_cache.dim(0), device);
   RunOp(kOp, device, OpCall{{x, cos_sin_cache, positions}, {result}, RopeFromCacheParams{neox}});
   return result;
 }

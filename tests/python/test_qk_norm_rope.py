@@ -46,3 +46,27 @@ def test_bad_inputs(device):
         ops.qk_norm_rope(q, k, w, w, pos, None, 8, 1e4)
     with pytest.raises(TypeError, match=r"^\[qk_norm_rope\] q_weight must be a metalrt.Tensor"):
         ops.qk_norm_rope(q, k, "w", w, pos, 1e-6, 8, 1e4)
+
+
+@pytest.mark.skipif(not metalrt.is_available("metal"), reason="no Metal device")
+@pytest.mark.parametrize("dtype, suffix", [("float32", "f32"), ("float16", "f16"),
+                                           ("bfloat16", "bf16")])
+def test_metal_runs_one_fused_kernel(dtype, suffix):
+    """Qwen3 geometry (16 q heads, 8 kv heads, head_dim 128): one dispatch of the fused
+    kernel serves q and k, natively, within the composite's float64 bars."""
+    from test_metal_kernels import assert_native, profiled
+    q = rand((37, 16, 128), seed=5, scale=3.0, dtype=dtype)
+    k = rand((37, 8, 128), seed=6, scale=3.0, dtype=dtype)
+    q_weight, k_weight = rand((128,), seed=7, dtype=dtype), rand((128,), seed=8, dtype=dtype)
+    positions = np.linspace(0, 131072, 37).astype(np.int32)
+    as_metal = lambda a: metalrt.asarray(a, device="metal", dtype=dtype)  # noqa: E731
+    result = []
+    metalrt.providers.reset_stats()
+    rows = profiled(lambda: result.extend(ops.qk_norm_rope(
+        as_metal(q), as_metal(k), as_metal(q_weight), as_metal(k_weight), positions, 1e-6, 128,
+        1e6)))
+    assert rows == {f"qk_norm_rope_fused_{suffix}": 1, "total": 1}
+    assert_native("qk_norm_rope", "metal_qk_norm_rope", 1)
+    for x, w, out in ((q, q_weight, result[0]), (k, k_weight, result[1])):
+        expected = rope_reference(rms_norm_reference(x, w, 1e-6, False), positions, 128, 1e6, True)
+        assert_matches(out, expected, dtype, worst_bar=2 * WORST_BAR[dtype])

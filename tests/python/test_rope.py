@@ -134,3 +134,44 @@ def test_bad_inputs(device):
         ops.rope_cos_sin_cache(None, 8, 10000.0)
     with pytest.raises(TypeError, match=r"^\[rope_cos_sin_cache\] out must be float32"):
         ops.rope_cos_sin_cache(pos, 8, 1e4, out=metalrt.zeros((2, 8), dtype="float16", device=device))
+
+
+metal_only = pytest.mark.skipif(not metalrt.is_available("metal"), reason="no Metal device")
+
+
+@metal_only
+@pytest.mark.parametrize("neox", [True, False])
+def test_metal_kernels_serve_the_family_natively(neox):
+    """On Metal the native kernels run (profiler rows, provider stats) and stay within
+    float64's bars at position 131072 with Qwen3's base."""
+    from test_metal_kernels import assert_native, profiled
+    variant, op = ("neox", "rope_neox") if neox else ("interleaved", "rope_interleaved")
+    positions = np.array([0, 1, 4095, 32768, 131071, 131072], np.int32)
+    x = rand((6, 8, 128), seed=21)
+    out = poisoned(x.shape, "float32", "metal")
+    metalrt.providers.reset_stats()
+    rows = profiled(lambda: getattr(ops, op)(metalrt.asarray(x, device="metal"),
+                                             metalrt.asarray(positions, device="metal"), 128, 1e6,
+                                             out=out))
+    assert rows.get(f"rope_{variant}_f32") == 1
+    assert_native(op, f"metal_{op}", 1)
+    assert_matches(out, reference(x, positions, 128, 1e6, neox), "float32")
+
+    cache = poisoned((6, 128), "float32", "metal")
+    rows = profiled(lambda: ops.rope_cos_sin_cache(metalrt.asarray(positions, device="metal"),
+                                                   128, 1e6, out=cache))
+    assert rows.get("rope_cos_sin_cache_f32") == 1
+    assert_native("rope_cos_sin_cache", "metal_rope_cos_sin_cache", 1)
+    theta = angles(positions, 128, 1e6)
+    np.testing.assert_allclose(cache.numpy(), np.concatenate([np.cos(theta), np.sin(theta)], 1),
+                               rtol=0, atol=4e-7)
+
+    applied = poisoned(x.shape, "float32", "metal")
+    rows = profiled(lambda: ops.rope_from_cache(metalrt.asarray(x, device="metal"), cache,
+                                                np.arange(6, dtype=np.int32), neox=neox,
+                                                out=applied))
+    assert rows.get(f"rope_from_cache_{variant}_f32") == 1
+    assert_native("rope_from_cache", "metal_rope_from_cache", 1)
+    # The oracle applied to the same cache gives the same bytes.
+    expected = ops.rope_from_cache(x, cache.numpy(), np.arange(6, dtype=np.int32), neox=neox)
+    np.testing.assert_array_equal(applied.numpy(), expected.numpy())
