@@ -79,6 +79,7 @@ bool PagedAttention(const OpCall& call) {
   const float scale = call.param<ops::PagedAttentionParams>().scale;
 
   const int64_t heads = query.dim(1), head_dim = query.dim(2), kv_heads = key_cache.dim(2);
+  if (query.numel() == 0) return true;   // no tokens, heads or features to attend
   const int64_t group = heads / kv_heads;
   std::vector<float> keys, values;
   for (int64_t b = 0; b < block_tables.dim(0); ++b) {

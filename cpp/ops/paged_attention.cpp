@@ -26,7 +26,8 @@ void CheckBatch(int64_t tokens, const Tensor& key_cache, const Tensor& block_tab
             std::to_string(query_start_loc[batch]));
   for (int64_t b = 0; b < batch; ++b) {
     const std::string req = "request " + std::to_string(b) + ": ";
-    const int64_t q_len = query_start_loc[b + 1] - query_start_loc[b];
+    // In 64 bits: a start far below its predecessor would overflow int32.
+    const int64_t q_len = int64_t{query_start_loc[b + 1]} - query_start_loc[b];
     Check(q_len >= 0, kOp, req + "query_start_loc must be non-decreasing");
     Check(seq_lens[b] >= q_len, kOp,
           req + "seq_len " + std::to_string(seq_lens[b]) + " is shorter than its " +
@@ -59,6 +60,9 @@ Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor
   Check(key_cache.dim(3) == head_dim, kOp,
         "key_cache head_dim must equal query's " + std::to_string(head_dim) + ", got shape " +
             ShapeToString(key_cache.shape()));
+  // Every context position is looked up as block position / block_size.
+  Check(key_cache.dim(1) >= 1, kOp,
+        "key_cache must have block_size >= 1, got shape " + ShapeToString(key_cache.shape()));
   Check(kv_heads > 0 && heads % kv_heads == 0, kOp,
         "heads (" + std::to_string(heads) + ") must be a multiple of kv_heads (" +
             std::to_string(kv_heads) + ")");

@@ -116,6 +116,34 @@ def test_bad_inputs(device):
             call(query=bad)
 
 
+def test_degenerate_geometry(device):
+    """A cache with 0-slot blocks is rejected (every block lookup divides by block_size);
+    head_dim 0 leaves nothing to attend and returns an empty result, as heads 0 does."""
+    call = lambda query, cache, lens=(3,), loc=(0, 3): ops.paged_attention(  # noqa: E731
+        query, cache, cache, np.array([[0, 1]], np.int32), np.array(lens, np.int32),
+        np.array(loc, np.int32), 0.5)
+    with pytest.raises(ValueError, match=r"^\[paged_attention\] key_cache must have "
+                                         r"block_size >= 1, got shape \[4, 0, 2, 8\]"):
+        call(metalrt.zeros((0, 4, 8), device=device), metalrt.zeros((4, 0, 2, 8), device=device),
+             lens=(0,), loc=(0, 0))
+    result = call(metalrt.zeros((3, 4, 0), device=device), metalrt.zeros((4, 4, 2, 0), device=device))
+    assert result.shape == (3, 4, 0) and result.numpy().size == 0
+    result = call(metalrt.zeros((3, 0, 8), device=device), metalrt.zeros((4, 4, 2, 8), device=device))
+    assert result.shape == (3, 0, 8)
+
+
+def test_query_start_loc_far_below_the_previous_start(device):
+    """A start that drops by more than int32 can hold is non-decreasing's violation, not
+    a huge query count (the difference is taken in 64 bits)."""
+    q = metalrt.zeros((3, 4, 8), device=device)
+    cache = metalrt.zeros((4, 4, 2, 8), device=device)
+    with pytest.raises(ValueError, match=r"^\[paged_attention\] request 1: query_start_loc "
+                                         r"must be non-decreasing"):
+        ops.paged_attention(q, cache, cache, np.zeros((3, 2), np.int32),
+                            np.array([3, 8, 8], np.int32),
+                            np.array([0, 3, -2**31 + 1, 3], np.int32), 0.5)
+
+
 @pytest.mark.skipif("metal" not in DEVICES, reason="no Metal device")
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("q_lens, seq_lens, kernels", [
