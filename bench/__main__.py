@@ -41,6 +41,7 @@ TEXT = ("The history of the city begins with a small settlement of fishermen on 
 FULL = {"prompt_lengths": [128, 512], "decode_tokens": 128}
 QUICK = {"prompt_lengths": [16, 64], "decode_tokens": 8}
 SIM = {"prompt_lengths": [4], "decode_tokens": 4}         # the simulated Metal device
+SECTIONS = ("generation", "ops", "counters")
 SIM_QUICK = None                                           # --quick: counters only
 
 
@@ -123,7 +124,8 @@ def export_hf(python: str, gguf: str, out: Path, threads: int) -> str:
     return ""
 
 
-def generation(args, gguf: str, tokenizer, sizes: Dict) -> Dict:
+def generation(args, gguf: str, tokenizer, sizes: Dict, save) -> Dict:
+    """The generation section; ``save(rows)`` is called after every row."""
     import metalrt
 
     lengths = sizes["prompt_lengths"]
@@ -137,14 +139,18 @@ def generation(args, gguf: str, tokenizer, sizes: Dict) -> Dict:
                 **extra}
 
     def add(engine, variant, python, s, simulated=False, **extra):
-        print(f"bench: generation: {engine} {variant}", file=sys.stderr)
         row = {"engine": engine, "variant": variant}
-        row.update(run_worker(python, spec(engine, variant, s, **extra), args.threads,
-                              args.timeout))
-        if simulated:
-            row["sizes"] = s
-            row["note"] = "simulated: not a performance figure"
+        if args.engines and f"{engine} {variant}" not in args.engines:
+            row["reason"] = "not measured in this run (--engines)"
+        else:
+            print(f"bench: generation: {engine} {variant}", file=sys.stderr)
+            row.update(run_worker(python, spec(engine, variant, s, **extra), args.threads,
+                                  args.timeout))
+            if simulated:
+                row["sizes"] = s
+                row["note"] = "simulated: not a performance figure"
         rows.append(row)
+        save(rows)
 
     add("metalrt", "cpu", sys.executable, sizes)
     if metalrt.is_available("metal"):
@@ -162,7 +168,8 @@ def generation(args, gguf: str, tokenizer, sizes: Dict) -> Dict:
             continue
         state = available[peer.name]
         extra = {}
-        if state["available"] and peer.name == "mlx":
+        wanted = not args.engines or any(f"{peer.name} {v}" in args.engines for v in peer.variants)
+        if state["available"] and peer.name == "mlx" and wanted:
             hf_dir = Path(args.peers_venv) / "smollm2-hf-from-gguf"
             reason = (export_hf(python, gguf, hf_dir, args.threads)
                       if available["transformers"]["available"] else
@@ -219,6 +226,12 @@ def parse(argv: List[str]):
                         "~/.cache/metalrt/bench-peers)")
     p.add_argument("--peers", default=",".join(peers.peer_names()),
                    help="comma-separated peers to install or run (default: all)")
+    p.add_argument("--sections", default=",".join(SECTIONS),
+                   help="comma-separated sections to run (default: all of "
+                        f"{', '.join(SECTIONS)})")
+    p.add_argument("--engines", default="",
+                   help="comma-separated generation rows to measure, e.g. 'metalrt cpu,"
+                        "transformers fp32' (default: all; the others are rows that say so)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                    help="threads for every engine (default: all CPUs)")
     p.add_argument("--runs", type=int, default=3, help="measured runs after the warm-up (>= 3)")
@@ -227,6 +240,10 @@ def parse(argv: List[str]):
     p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
     args = p.parse_args(argv)
     args.peers = [n.strip() for n in args.peers.split(",") if n.strip()]
+    args.sections = [n.strip() for n in args.sections.split(",") if n.strip()]
+    args.engines = [n.strip() for n in args.engines.split(",") if n.strip()]
+    if set(args.sections) - set(SECTIONS):
+        p.error(f"unknown sections {sorted(set(args.sections) - set(SECTIONS))}; known: {SECTIONS}")
     unknown = set(args.peers) - set(peers.peer_names())
     if unknown:
         p.error(f"unknown peers {sorted(unknown)}; known: {peers.peer_names()}")
@@ -260,22 +277,33 @@ def main(argv: List[str]) -> int:
             "load_average_start": load_average(), "model": os.path.basename(gguf),
         },
     }
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = args.out_dir / f"{stamp}.json"
+
+    def save(partial_rows=None):
+        """Writes what is measured so far: a long run that is stopped keeps its rows."""
+        snapshot = dict(result)
+        if partial_rows is not None:
+            snapshot["generation_partial"] = partial_rows
+        path.write_text(json.dumps(snapshot, indent=1))
+
     seconds = result["environment"]["section_seconds"] = {}
     for name, section in [("generation", lambda: generation(args, gguf, tokenizer,
-                                                            QUICK if args.quick else FULL)),
+                                                            QUICK if args.quick else FULL, save)),
                           ("ops", lambda: op_benchmarks(args)),
                           ("counters", lambda: counters(tokenizer, gguf))]:
+        if name not in args.sections:
+            continue
         start = time.time()
         result[name] = section()
         seconds[name] = round(time.time() - start, 1)
+        save()
     result["environment"]["load_average_end"] = load_average()
     result["environment"]["seconds"] = round(time.time() - started, 1)
     result["environment"]["cpu_seconds"] = round(cpu_seconds(), 1)
 
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = args.out_dir / f"{stamp}.json"
-    path.write_text(json.dumps(result, indent=1))
+    save()
     from .report import render
     print(render(result))
     print(f"\nwritten: {path} ({result['environment']['seconds']:.0f} s)")

@@ -98,8 +98,13 @@ def render(result: Dict) -> str:
             f"load average {env['load_average_start']} at start, {env['load_average_end']} at end; "
             f"{env['seconds']:.0f} s wall, {env['cpu_seconds']:.0f} s CPU"
             f"{' (--quick: small sizes, not comparable to a full run)' if result['quick'] else ''}")
-    return "\n\n".join([head, "End-to-end generation (median (min-max) of "
-                        f"{result['generation']['runs']} runs after a warm-up; ratios > 1: "
-                        "metalrt on the CPU is faster; prefill / decode):",
-                        generation_table(result), "Op micro-benchmarks:", op_table(result),
-                        counter_table(result)])
+    parts = [head]
+    if "generation" in result:
+        parts += [f"End-to-end generation (median (min-max) of {result['generation']['runs']} "
+                  "runs after a warm-up; ratios > 1: metalrt on the CPU is faster; prefill / "
+                  "decode):", generation_table(result)]
+    if "ops" in result:
+        parts += ["Op micro-benchmarks:", op_table(result)]
+    if "counters" in result:
+        parts.append(counter_table(result))
+    return "\n\n".join(parts)
