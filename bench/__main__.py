@@ -286,6 +286,7 @@ def main(argv: List[str]) -> int:
         snapshot = dict(result)
         if partial_rows is not None:
             snapshot["generation_partial"] = partial_rows
+            snapshot["generation_sizes"] = dict(QUICK if args.quick else FULL, runs=args.runs)
         path.write_text(json.dumps(snapshot, indent=1))
 
     seconds = result["environment"]["section_seconds"] = {}

@@ -205,6 +205,7 @@ def run(spec: Dict) -> Dict:
         "version": engine.version,
         "prefill_tps": {str(n): summary(v) for n, v in prefill.items()},
         "decode_tps": summary(decode),
+        "decode_tokens": spec["decode_tokens"],
         "peak_memory_gb": rss * (1 if sys.platform == "darwin" else 1024) / 1e9,
         "greedy_tokens": tokens[:16],
     }

@@ -1,6 +1,11 @@
-"""The printed tables of a benchmark result (the JSON written by ``python -m bench``)."""
+"""The printed tables of a benchmark result (the JSON written by ``python -m bench``).
+
+    python -m bench.report bench/results/<timestamp>.json   # the tables of a saved run
+"""
 from __future__ import annotations
 
+import json
+import sys
 from typing import Dict, List, Optional
 
 SIM_NOTE = "simulated: not a performance figure"
@@ -95,10 +100,23 @@ def counter_table(result: Dict) -> str:
 def render(result: Dict) -> str:
     env = result["environment"]
     head = (f"metalrt benchmarks, {env['date']} - {env['machine']}, {env['threads']} threads, "
-            f"load average {env['load_average_start']} at start, {env['load_average_end']} at end; "
-            f"{env['seconds']:.0f} s wall, {env['cpu_seconds']:.0f} s CPU"
-            f"{' (--quick: small sizes, not comparable to a full run)' if result['quick'] else ''}")
+            f"load average {env['load_average_start']} at start")
+    if "seconds" in env:
+        head += (f", {env['load_average_end']} at end; {env['seconds']:.0f} s wall, "
+                 f"{env['cpu_seconds']:.0f} s CPU")
+    if result["quick"]:
+        head += " (--quick: small sizes, not comparable to a full run)"
     parts = [head]
+    if "generation" not in result and result.get("generation_partial"):
+        # A run stopped during the generation section: the rows measured until then.
+        measured = next(r for r in result["generation_partial"] if r.get("prefill_tps"))
+        sizes = result.get("generation_sizes") or {
+            "prompt_lengths": sorted(int(n) for n in measured["prefill_tps"]),
+            "decode_tokens": measured.get("decode_tokens", 128),
+            "runs": len(measured["decode_tps"]["runs"])}
+        result = dict(result, generation=dict(sizes, rows=result["generation_partial"]))
+        parts.append("(the run was stopped during the generation section: the rows measured "
+                     "until then)")
     if "generation" in result:
         parts += [f"End-to-end generation (median (min-max) of {result['generation']['runs']} "
                   "runs after a warm-up; ratios > 1: metalrt on the CPU is faster; prefill / "
@@ -108,3 +126,8 @@ def render(result: Dict) -> str:
     if "counters" in result:
         parts.append(counter_table(result))
     return "\n\n".join(parts)
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1]) as f:
+        print(render(json.load(f)))
