@@ -1,5 +1,6 @@
 #include "gpu/command_stream.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -40,6 +41,7 @@ void CommandStream::Encode(const Dispatch& d) {
       case Binding::Kind::kBuffer:
         encoder.set_buffer(*b.buffer, b.offset, b.index);
         open_.retained.push_back(b.buffer);
+        if (b.written) open_.written.push_back(b.buffer.get());
         break;
       case Binding::Kind::kBytes:
         encoder.set_bytes(b.bytes.data(), b.bytes.size(), b.index);
@@ -115,6 +117,14 @@ void CommandStream::Synchronize() {
   if (profiling) profiler_.RecordWait(Profiler::SecondsSince(start));
   if (failed)
     throw std::runtime_error("[metal] command buffer failed: " + (error.empty() ? "(no message)" : error));
+}
+
+bool CommandStream::WritesPending(const GpuBuffer& buffer) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto writes = [&](const Submitted& s) {
+    return std::find(s.written.begin(), s.written.end(), &buffer) != s.written.end();
+  };
+  return writes(open_) || std::any_of(in_flight_.begin(), in_flight_.end(), writes);
 }
 
 int CommandStream::max_dispatches() const {

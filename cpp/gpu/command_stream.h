@@ -30,6 +30,7 @@ struct Binding {
   size_t offset = 0;                   // kBuffer: bytes from the buffer's start
   std::vector<uint8_t> bytes;          // kBytes
   size_t length = 0;                   // kThreadgroupMemory
+  bool written = false;                // kBuffer: the kernel may write it (an output)
 };
 
 // A fully resolved dispatch, ready to encode (built by KernelLaunch).
@@ -58,6 +59,10 @@ class CommandStream {
   // std::runtime_error with the device's message when one completed with an error.
   void Synchronize();
 
+  // True when a dispatch encoded or committed, and not yet known complete, writes
+  // `buffer` (binds it as an output).
+  bool WritesPending(const GpuBuffer& buffer) const;
+
   int max_dispatches() const;
   void set_max_dispatches(int max_dispatches);   // >= 1, else std::invalid_argument
   int open_dispatches() const;                   // dispatches not yet committed
@@ -66,6 +71,7 @@ class CommandStream {
   struct Submitted {
     std::unique_ptr<GpuCommandBuffer> command_buffer;
     std::vector<std::shared_ptr<GpuBuffer>> retained;
+    std::vector<const GpuBuffer*> written;   // the retained buffers bound as outputs
   };
   void CommitLocked();
   // Releases command buffers at the front that completed without error. Called

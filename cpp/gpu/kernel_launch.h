@@ -83,7 +83,7 @@ class KernelLaunch {
   void threads(Size3 threads, Size3 threads_per_threadgroup);
 
  private:
-  KernelLaunch& BindTensor(uint32_t index, const Tensor& tensor, const char* role);
+  KernelLaunch& BindTensor(uint32_t index, const Tensor& tensor, bool output);
   void Launch(bool per_thread, Size3 grid, Size3 group);
   [[noreturn]] void Fail(const std::string& message) const;
 

@@ -45,6 +45,11 @@ void MetalBackend::Copy(void* dst, const void* src, size_t bytes, CopyKind kind)
   std::memmove(dst, src, bytes);
 }
 
+void MetalBackend::PrepareHostRead(const void* data, size_t bytes) {
+  const ResolvedPointer r = allocations_.Resolve(data, bytes, "[metal host read]");
+  if (stream_.WritesPending(*r.buffer)) stream_.Synchronize();
+}
+
 void MetalBackend::Memset(void* dst, int value, size_t bytes) {
   if (bytes == 0) return;
   allocations_.Resolve(dst, bytes, "[metal memset] destination");

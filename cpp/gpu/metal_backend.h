@@ -35,6 +35,9 @@ class MetalBackend final : public Backend {
   void Copy(void* dst, const void* src, size_t bytes, CopyKind kind) override;
   void Memset(void* dst, int value, size_t bytes) override;
   void Synchronize() override { stream_.Synchronize(); }
+  // Synchronizes only when pending work writes the allocation holding the range
+  // (std::invalid_argument when no live allocation holds it).
+  void PrepareHostRead(const void* data, size_t bytes) override;
   bool UnifiedMemory() const override { return device_->has_unified_memory(); }
   std::string Capability() const override { return device_->gpu_family(); }
   std::vector<DType> SupportedDTypes() const override {

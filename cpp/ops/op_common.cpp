@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "metalrt/device.h"
+
 namespace metalrt::ops::detail {
 
 void CheckDefined(const Tensor& t, const char* op, const char* arg) {
@@ -103,6 +105,14 @@ void CheckNoOverlap(const Tensor& out, const Tensor& in, const char* op, const c
         std::string("out overlaps ") + arg + (may_alias ? " (only out = " + std::string(arg) +
                                                               " exactly is allowed)"
                                                         : ""));
+}
+
+bool ReadableOnHost(const Tensor& t) {
+  if (t.device() == DeviceType::kCPU) return true;
+  Backend& backend = GetBackend(t.device());
+  if (!backend.UnifiedMemory()) return false;
+  backend.PrepareHostRead(t.data(), t.nbytes());
+  return true;
 }
 
 }  // namespace metalrt::ops::detail

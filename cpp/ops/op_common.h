@@ -30,6 +30,10 @@ DeviceType CommonDevice(std::initializer_list<const Tensor*> tensors, const char
 // `out` checked against (shape, dtype, device) and contiguity, or a new tensor.
 Tensor OutputOrNew(const OptTensor& out, const Shape& shape, DType dtype, DeviceType device,
                    const char* op);
+// True when the host can read t's elements: on the CPU, or on a unified-memory device
+// once the submitted work that writes t has completed (waited for here only when
+// there is such work). Entry points check index tensors' values where this holds.
+bool ReadableOnHost(const Tensor& t);
 // The tensor held by an optional, or an undefined tensor (for CommonDevice's list).
 const Tensor& OrUndefined(const OptTensor& t);
 // Throws unless `out` and the input `in` occupy disjoint bytes. With `may_alias`, `out`

@@ -37,6 +37,11 @@ class Backend {
   virtual void Memset(void* dst, int value, size_t bytes) = 0;
   // Completes all work submitted to the device.
   virtual void Synchronize() = 0;
+  // On a unified-memory device: makes [data, data + bytes) safe for the host to read
+  // by completing the submitted work that writes it (and nothing else when none
+  // does, so reading an op's host-made index tensor costs no wait). Host memory: a
+  // no-op.
+  virtual void PrepareHostRead(const void* /*data*/, size_t /*bytes*/) {}
 
   virtual std::unique_ptr<Queue> CreateQueue();
   virtual void DestroyQueue(std::unique_ptr<Queue> queue);

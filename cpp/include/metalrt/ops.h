@@ -51,7 +51,8 @@ Tensor MatmulBT(const Tensor& a, const Tensor& b, const OptTensor& out = std::nu
 
 // ---- gathers and layout -----------------------------------------------------------
 // weight [V, D] any dtype, ids int32 [T] -> [T, D] with out[t] = weight[ids[t]].
-// Ids outside [0, V) raise std::invalid_argument (checked where host-visible).
+// Ids outside [0, V) raise std::invalid_argument, checked wherever the host can read
+// the ids (CPU, unified memory); one that reaches a kernel anyway gives a zero row.
 Tensor Embedding(const Tensor& weight, const Tensor& ids, const OptTensor& out = std::nullopt);
 // qkv [T, q + k + v] -> (q [T, q], k [T, k], v [T, v]) as new contiguous tensors.
 struct QkvSplitParams { int64_t q_width, k_width, v_width; };
@@ -61,6 +62,8 @@ std::tuple<Tensor, Tensor, Tensor> QkvSplit(const Tensor& qkv, int64_t q_width,
 // key_cache/value_cache [num_blocks, block_size, kv_heads, head_dim] (same dtype
 // as key/value); slot_mapping int64 [T]: token t goes to block slot/block_size,
 // row slot % block_size; slot < 0 is skipped (padding). Writes the caches in place.
+// A slot beyond the cache raises std::invalid_argument, checked wherever the host can
+// read slot_mapping; one that reaches a kernel anyway is skipped.
 void ReshapeAndCache(const Tensor& key, const Tensor& value, const Tensor& key_cache,
                      const Tensor& value_cache, const Tensor& slot_mapping);
 
