@@ -1,4 +1,4 @@
-// Arguments and tuning constants of the row kernels (rms_norm, and the other
+// Arguments and tuning constants of the row kernels (rms_norm, greedy_argmax, and the other
 // one-threadgroup-per-row ops), shared by host dispatch (cpp/gpu/<op>.cpp) and MSL.
 // An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_ROW_ARGS_H_
@@ -32,5 +32,11 @@ struct SoftmaxArgs {
   int32_t unused;
 };
 static_assert(sizeof(SoftmaxArgs) == 8, "SoftmaxArgs must match between host and MSL");
+
+struct GreedyArgmaxArgs {
+  int32_t vocab;
+  int32_t unused;
+};
+static_assert(sizeof(GreedyArgmaxArgs) == 8, "GreedyArgmaxArgs must match between host and MSL");
 
 #endif  // METALRT_METAL_ROW_ARGS_H_

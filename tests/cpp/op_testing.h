@@ -45,6 +45,16 @@ Tensor MakeInts(const Shape& shape, DType dtype, const std::vector<T>& values) {
   return t;
 }
 
+// A CPU tensor of any dtype filled with random bytes from a fixed seed: every bit
+// pattern (NaN payloads, subnormals, extremes) for the gates of bit-exact copies.
+inline Tensor RandomBits(const Shape& shape, DType dtype, uint32_t seed) {
+  Tensor t = Tensor::Empty(shape, dtype, DeviceType::kCPU);
+  std::mt19937 gen(seed);
+  auto* bytes = static_cast<uint8_t*>(t.data());
+  for (size_t i = 0; i < t.nbytes(); ++i) bytes[i] = static_cast<uint8_t>(gen() >> 24);
+  return t;
+}
+
 // The elements of a contiguous float tensor as float64 (exactly the stored values).
 inline std::vector<double> ReadFloat(const Tensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
@@ -101,6 +111,8 @@ inline double UnitRoundoff(DType dtype) {
 }
 
 constexpr DType kFloatDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+constexpr DType kAllDTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kI8,
+                                DType::kU8,  DType::kI32, DType::kI64,  DType::kU32};
 
 inline int64_t Numel(const Shape& shape) {
   int64_t n = 1;

@@ -13,9 +13,6 @@ using namespace metalrt::testing;
 
 namespace {
 
-constexpr DType kAll[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kI8,
-                          DType::kU8,  DType::kI32, DType::kI64,  DType::kU32};
-
 struct IntRange {
   __int128 lo, hi;
   int bits;
@@ -209,7 +206,7 @@ TEST_CASE("cast int -> int: two's-complement wraparound; same dtype is a byte co
   Tensor nan = Tensor::Empty({1}, DType::kF16, DeviceType::kCPU);
   *nan.data_as<uint16_t>() = 0x7d01;   // signalling-NaN pattern
   CHECK(*ops::Cast(nan, DType::kF16).data_as<uint16_t>() == 0x7d01);
-  for (DType d : kAll) {
+  for (DType d : kAllDTypes) {
     CAPTURE(std::string(DTypeName(d)));
     Tensor x = Tensor::Empty({9}, d, DeviceType::kCPU);
     for (size_t i = 0; i < x.nbytes(); ++i) static_cast<uint8_t*>(x.data())[i] = static_cast<uint8_t>(37 * i + 11);

@@ -98,6 +98,50 @@ def rand(shape, seed, scale=1.0, dtype="float32"):
     return on_grid(np.random.default_rng(seed).normal(0.0, scale, size=shape), dtype)
 
 
+# Kernel-name suffix of each dtype (cpp/gpu/kernel_launch.h): "rms_norm_row_" + SUFFIX[dtype].
+SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "int8": "i8", "uint8": "u8",
+          "int32": "i32", "int64": "i64", "uint32": "u32"}
+
+requires_metal = pytest.mark.skipif(not metalrt.is_available("metal"), reason="no Metal device")
+
+
+def profiled(body):
+    """Dispatch counts by kernel name recorded while `body` runs (the total row left out)."""
+    was = metalrt.profiler.enabled()
+    metalrt.profiler.reset()
+    metalrt.profiler.enable(True)
+    try:
+        body()
+        metalrt.synchronize("metal")
+        return {row["name"]: row["dispatches"] for row in metalrt.profiler.rows() if row["name"] != "total"}
+    finally:
+        metalrt.profiler.enable(was)
+        metalrt.profiler.reset()
+
+
+def assert_native(op, provider, calls):
+    """The op's Metal calls since reset_stats() were all served by `provider` natively."""
+    assert metalrt.providers.stats(op, "metal") == {
+        "last_selected": provider, "calls": calls, "declines": 0, "reference_hits": 0}
+
+
+def random_of(shape, dtype, seed):
+    """Random values `dtype` holds: normal(0, 50) for the float dtypes, integers over the
+    whole range otherwise (for the gates of bit-exact copies)."""
+    rng = np.random.default_rng(seed)
+    if dtype in FLOAT_DTYPES:
+        return rng.normal(0.0, 50.0, size=shape)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=dtype)
+
+
+def assert_same_bytes(metal_tensor, cpu_tensor):
+    """The two tensors hold the same bytes (numpy() widens bfloat16 exactly, bit for bit)."""
+    a, b = metal_tensor.numpy(), cpu_tensor.numpy()
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert a.tobytes() == b.tobytes(), f"{np.flatnonzero(a.view(np.uint8) != b.view(np.uint8))[:8]}"
+
+
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 import metalrt
-from conftest import FLOAT_DTYPES, bfloat16_bits, poisoned, rand
+from conftest import (FLOAT_DTYPES, SUFFIX, assert_native, assert_same_bytes, bfloat16_bits, poisoned,
+                      profiled, rand, requires_metal)
 from metalrt import ops
 
 
@@ -83,3 +84,37 @@ def test_bad_inputs(device):
         ops.cast("x", "float16")
     with pytest.raises(TypeError, match=r"^\[cast\] x must be a metalrt.Tensor"):
         ops.cast(None, "float16")
+
+
+def every_kind_of_value(dtype):
+    """Values of `dtype` reaching every rule of cast: specials, each integer type's
+    range edges, truncation, ties and integers that double rounding would change."""
+    if dtype in FLOAT_DTYPES:
+        specials = [0.0, -0.0, 0.9, -0.9, 2.5, -2.99, 127.5, 128.0, -128.5, -129.0, 255.5, 256.0,
+                    65519.0, 65520.0, 2.0**31, -2.0**31, -2.0**31 - 256, 2.0**32, 2.0**63, -2.0**63,
+                    -1e19, 1e30, 1e-40, 3e-8, 1.0009765625, 1.01171875, np.inf, -np.inf, np.nan]
+        moderate = np.random.default_rng(7).normal(0.0, 300.0, size=200)
+        return np.concatenate([specials, moderate]).astype(np.float32)
+    info = np.iinfo(dtype)
+    specials = [0, 1, -1, 127, -128, 255, 2049, 65519, 65520, 65535, 2**24 + 1, 2**30 + 2**22 + 1,
+                2**31 - 1, -2**31, 2**32 - 1, 2**62 + 2**54 + 1, 2**63 - 1, -2**63]
+    rng = np.random.default_rng(8)
+    values = [v for v in specials if info.min <= v <= info.max]
+    values += list(rng.integers(info.min, info.max, size=200, endpoint=True, dtype=dtype))
+    return np.array(values, dtype=dtype)
+
+
+@requires_metal
+@pytest.mark.parametrize("target", list(SUFFIX))
+@pytest.mark.parametrize("source", list(SUFFIX))
+def test_metal_kernel_equals_the_cpu_byte_for_byte(source, target):
+    values = every_kind_of_value(source)
+    with np.errstate(over="ignore"):    # beyond float16's range is +-inf, as intended
+        expected = ops.cast(metalrt.asarray(values, device="cpu", dtype=source), target)
+        x = metalrt.asarray(values, device="metal", dtype=source)
+    out = poisoned(values.shape, target, "metal")
+    metalrt.providers.reset_stats()
+    rows = profiled(lambda: ops.cast(x, target, out=out))
+    assert rows == {f"cast_{SUFFIX[source]}_{SUFFIX[target]}": 1}
+    assert_native("cast", "metal_cast", 1)
+    assert_same_bytes(out, expected)

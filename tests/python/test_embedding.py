@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 import metalrt
-from conftest import FLOAT_DTYPES, poisoned, rand
+from conftest import (FLOAT_DTYPES, SUFFIX, assert_native, assert_same_bytes, poisoned, profiled, rand,
+                      random_of, requires_metal)
 from metalrt import ops
 
 
@@ -68,3 +69,20 @@ def test_bad_inputs(device):
             ops.embedding(bad, ids)
     with pytest.raises(TypeError, match=r"^\[embedding\] out must be a metalrt.Tensor or None"):
         ops.embedding(weight, ids, out=np.zeros((2, 4), np.float32))
+
+
+@requires_metal
+@pytest.mark.parametrize("dtype", list(SUFFIX))
+@pytest.mark.parametrize("vocab, dim, tokens", [(1, 1, 1), (49, 33, 32), (50272, 64, 5)])
+def test_metal_kernel_equals_the_cpu_byte_for_byte(dtype, vocab, dim, tokens):
+    table = random_of((vocab, dim), dtype, seed=vocab)
+    ids = np.random.default_rng(tokens).integers(0, vocab, size=tokens).astype(np.int32)
+    ids[0] = vocab - 1
+    expected = ops.embedding(metalrt.asarray(table, dtype=dtype), ids)
+    weight = metalrt.asarray(table, device="metal", dtype=dtype)
+    out = poisoned((tokens, dim), dtype, "metal")
+    metalrt.providers.reset_stats()
+    rows = profiled(lambda: ops.embedding(weight, metalrt.asarray(ids, device="metal"), out=out))
+    assert rows == {f"embedding_gather_{SUFFIX[dtype]}": 1}
+    assert_native("embedding", "metal_embedding", 1)
+    assert_same_bytes(out, expected)

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 import metalrt
-from conftest import FLOAT_DTYPES, poisoned, rand
+from conftest import (FLOAT_DTYPES, SUFFIX, assert_native, assert_same_bytes, poisoned, profiled, rand,
+                      requires_metal)
 from metalrt import ops
 
 
@@ -62,3 +63,24 @@ def test_bad_inputs(device):
         ops.greedy_argmax("logits")
     with pytest.raises(TypeError, match=r"^\[greedy_argmax\] logits must be a metalrt.Tensor"):
         ops.greedy_argmax(None)
+
+
+@requires_metal
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("rows, vocab", [(1, 50272), (5, 50272), (1, 49152), (5, 49152)])
+def test_metal_kernel_equals_the_cpu_byte_for_byte(dtype, rows, vocab):
+    logits = rand((rows, vocab), seed=rows, scale=4.0, dtype=dtype)
+    logits[0, [1000, 1010]] = 40.0            # a tie inside one SIMD-group (threads 232, 242)
+    logits[-1, [3100, 3000]] = 40.0           # across SIMD-groups, the lower index in the later one
+    logits[:, ::7] = np.nan                   # NaN never wins
+    if rows > 2:
+        logits[1] = 1.5                       # all equal: index 0
+        logits[2] = -np.inf                   # only -inf: index 0
+    expected = ops.greedy_argmax(metalrt.asarray(logits, dtype=dtype))
+    x = metalrt.asarray(logits, device="metal", dtype=dtype)
+    out = poisoned((rows,), "int32", "metal")
+    metalrt.providers.reset_stats()
+    assert profiled(lambda: ops.greedy_argmax(x, out=out)) == {f"greedy_argmax_row_{SUFFIX[dtype]}": 1}
+    assert_native("greedy_argmax", "metal_greedy_argmax", 1)
+    assert_same_bytes(out, expected)
+    np.testing.assert_array_equal(out.numpy(), reference(logits))

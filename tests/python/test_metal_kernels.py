@@ -6,29 +6,10 @@ import numpy as np
 import pytest
 
 import metalrt
-from conftest import assert_matches, poisoned, rand
+from conftest import assert_matches, assert_native, poisoned, profiled, rand, requires_metal
 from metalrt import ops
 
-pytestmark = pytest.mark.skipif(not metalrt.is_available("metal"), reason="no Metal device")
-
-
-def profiled(body):
-    """Dispatch counts by kernel name recorded while `body` runs."""
-    was = metalrt.profiler.enabled()
-    metalrt.profiler.reset()
-    metalrt.profiler.enable(True)
-    try:
-        body()
-        metalrt.synchronize("metal")
-        return {row["name"]: row["dispatches"] for row in metalrt.profiler.rows()}
-    finally:
-        metalrt.profiler.enable(was)
-        metalrt.profiler.reset()
-
-
-def assert_native(op, provider, calls):
-    assert metalrt.providers.stats(op, "metal") == {
-        "last_selected": provider, "calls": calls, "declines": 0, "reference_hits": 0}
+pytestmark = requires_metal
 
 
 @pytest.mark.parametrize("m, kernel", [(1, "matmul_bt_gemv_f32"), (2, "matmul_bt_gemm_f32"),

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 import metalrt
-from conftest import FLOAT_DTYPES, rand
+from conftest import (FLOAT_DTYPES, SUFFIX, assert_native, assert_same_bytes, profiled, rand, random_of,
+                      requires_metal)
 from metalrt import ops
 
 
@@ -41,3 +42,19 @@ def test_bad_inputs(device):
         ops.qkv_split("qkv", 3, 3, 3)
     with pytest.raises(TypeError, match=r"^\[qkv_split\] qkv must be a metalrt.Tensor"):
         ops.qkv_split(None, 3, 3, 3)
+
+
+@requires_metal
+@pytest.mark.parametrize("dtype", list(SUFFIX))
+@pytest.mark.parametrize("tokens, widths", [(1, (1, 1, 1)), (5, (7, 3, 5)), (2, (2048, 512, 512))])
+def test_metal_kernel_equals_the_cpu_byte_for_byte(dtype, tokens, widths):
+    fused = random_of((tokens, sum(widths)), dtype, seed=tokens)
+    expected = ops.qkv_split(metalrt.asarray(fused, dtype=dtype), *widths)
+    qkv = metalrt.asarray(fused, device="metal", dtype=dtype)
+    metalrt.providers.reset_stats()
+    parts = []
+    rows = profiled(lambda: parts.extend(ops.qkv_split(qkv, *widths)))
+    assert rows == {f"qkv_split_{SUFFIX[dtype]}": 1}
+    assert_native("qkv_split", "metal_qkv_split", 1)
+    for part, reference in zip(parts, expected):
+        assert_same_bytes(part, reference)

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 import metalrt
-from conftest import FLOAT_DTYPES, rand
+from conftest import (FLOAT_DTYPES, SUFFIX, assert_native, assert_same_bytes, profiled, rand, random_of,
+                      requires_metal)
 from metalrt import ops
 
 
@@ -71,3 +72,27 @@ def test_bad_inputs(device):
     for bad in ("cache", None):
         with pytest.raises(TypeError, match=r"^\[reshape_and_cache\] value_cache must be a metalrt"):
             ops.reshape_and_cache(rows, rows, cache, bad, slots)
+
+
+@requires_metal
+@pytest.mark.parametrize("dtype", list(SUFFIX))
+@pytest.mark.parametrize("kv_heads, head_dim, slots", [
+    (12, 64, [17, -1, 3, 95]),              # OPT-125m, batched decode with a padded row
+    (8, 128, list(range(30, 63)) + [-1]),   # Qwen3, a prefill across blocks, padded
+])
+def test_metal_kernel_equals_the_cpu_byte_for_byte(dtype, kv_heads, head_dim, slots):
+    shape = (6, 16, kv_heads, head_dim)
+    k_rows, v_rows = (random_of((len(slots), kv_heads, head_dim), dtype, seed) for seed in (1, 2))
+    k_init, v_init = (random_of(shape, dtype, seed) for seed in (3, 4))
+    slot_mapping = np.array(slots, np.int64)
+    caches = {}
+    for device in ("cpu", "metal"):
+        caches[device] = [metalrt.asarray(init, device=device, dtype=dtype) for init in (k_init, v_init)]
+        keys, values = (metalrt.asarray(r, device=device, dtype=dtype) for r in (k_rows, v_rows))
+        metalrt.providers.reset_stats()
+        rows = profiled(lambda: ops.reshape_and_cache(keys, values, *caches[device], slot_mapping))
+        if device == "metal":
+            assert rows == {f"reshape_and_cache_{SUFFIX[dtype]}": 1}
+            assert_native("reshape_and_cache", "metal_reshape_and_cache", 1)
+    for metal_cache, cpu_cache in zip(caches["metal"], caches["cpu"]):
+        assert_same_bytes(metal_cache, cpu_cache)   # the whole caches, untouched bytes included
