@@ -54,7 +54,7 @@ def test_metal_kernel_equals_the_cpu_byte_for_byte(dtype, tokens, widths):
     metalrt.providers.reset_stats()
     parts = []
     rows = profiled(lambda: parts.extend(ops.qkv_split(qkv, *widths)))
-    assert rows == {f"qkv_split_{SUFFIX[dtype]}": 1}
+    assert rows == {f"qkv_split_{SUFFIX[dtype]}": 1, "total": 1}
     assert_native("qkv_split", "metal_qkv_split", 1)
     for part, reference in zip(parts, expected):
         assert_same_bytes(part, reference)
