@@ -29,6 +29,7 @@ def test_profiler_state_rows_and_counters():
         return
     was = metalrt.profiler.enabled()
     try:
+        metalrt.synchronize("metal")    # work an earlier test left queued is not this test's
         metalrt.profiler.enable(True)
         assert metalrt.profiler.enabled() is True
         metalrt.profiler.reset()
