@@ -2,8 +2,8 @@
 // Shapes, dtypes and the values of the batch description (block_tables, seq_lens,
 // query_start_loc) are checked here, before any provider runs: those values are written
 // by the host (vLLM builds them on the CPU too) and read in place on every device — on
-// Metal through unified memory, without a synchronize — so no kernel reads outside the
-// cache or the query.
+// Metal through unified memory, waiting only for submitted work that writes them
+// (ReadableOnHost) — so no kernel reads outside the cache or the query.
 #include <cmath>
 #include <string>
 
@@ -90,6 +90,10 @@ Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor
                                     {seq_lens, "seq_lens"},
                                     {query_start_loc, "query_start_loc"}})
     CheckNoOverlap(result, input, kOp, name);
+  for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{block_tables, "block_tables"},
+                                {seq_lens, "seq_lens"},
+                                {query_start_loc, "query_start_loc"}})
+    Check(ReadableOnHost(t), kOp, std::string(name) + " must be readable by the host (CPU or unified memory)");
   CheckBatch(query.dim(0), key_cache, block_tables, seq_lens.data_as<int32_t>(),
              query_start_loc.data_as<int32_t>());
   RunOp(kOp, device,
