@@ -1,8 +1,10 @@
 """Metal-path counters of the runner (DESIGN §8, issue 6) on a small random Llama on
 the Metal device: a warmed-up decode step allocates 0 device bytes (its inputs are
-written into persistent tensors, its activations come from the buffer cache), the
-step inputs are views of the same allocations every step, and the counters that
-``bench/counters.py`` reports equal what the profiler counts around the same step."""
+written into persistent tensors, its activations come from the buffer cache), makes
+exactly one host wait (the read of the sampled token ids) with commits only from the
+dispatch cap, the step inputs are views of the same allocations every step, and the
+counters that ``bench/counters.py`` reports equal what the profiler counts around the
+same step."""
 import sys
 from pathlib import Path
 
@@ -96,3 +98,21 @@ def test_bench_counters_equal_the_profiler(model, profiling):
     # Every wait is accounted for: in an op's calls, or the read of the sampled ids.
     assert sum(r["waits"] for r in decode["ops"].values()) + decode["waits_outside_ops"] == decode["waits"]
     assert decode["ops"]["matmul_bt"]["provider"] == "metal_matmul_bt"
+
+
+def test_decode_step_makes_one_host_wait(model, profiling):
+    """Every op of a decode step runs natively on Metal, so the step's only host wait
+    is the read of the sampled token ids, and its commits come from the dispatch cap
+    alone (ceil(dispatches / 48)): DESIGN §8, issue 6."""
+    engine = engine_for(model, 5)
+    try:
+        for _ in range(3):          # the prefill and two warm-up decode steps
+            engine.step()
+        profiler.reset()
+        engine.step()
+        total = profiler.rows()[-1]
+    finally:
+        engine.close()
+    assert total["waits"] == 1
+    assert total["commits"] == -(-total["dispatches"] // counters.DEFAULT_MAX_DISPATCHES)
+    assert total["allocated_bytes"] == 0
