@@ -1,10 +1,9 @@
 #include "cpu/parallel.h"
 
+#include "core/env.h"
+
 #include <algorithm>
 #include <condition_variable>
-#include <cstdlib>
-#include <stdexcept>
-#include <string>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -18,14 +17,8 @@ namespace {
 // METALRT_CPU_THREADS (a positive integer) if set, else hardware_concurrency: the
 // benchmarks give metalrt and its peers the same number of threads.
 unsigned ThreadCount() {
-  const char* env = std::getenv("METALRT_CPU_THREADS");
-  if (env == nullptr || *env == '\0') return std::max(1u, std::thread::hardware_concurrency());
-  char* end = nullptr;
-  const long value = std::strtol(env, &end, 10);
-  if (*end != '\0' || value < 1 || value > 1024)
-    throw std::invalid_argument(std::string("METALRT_CPU_THREADS must be a positive integer, got '") +
-                                env + "'");
-  return static_cast<unsigned>(value);
+  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<unsigned>(PositiveIntFromEnv("METALRT_CPU_THREADS", hardware, 1024));
 }
 
 // A persistent pool of ThreadCount() - 1 workers; the caller runs chunk 0.

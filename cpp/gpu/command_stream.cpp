@@ -1,5 +1,7 @@
 #include "gpu/command_stream.h"
 
+#include "core/env.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
@@ -9,14 +11,8 @@ namespace metalrt::gpu {
 namespace {
 
 int MaxDispatchesFromEnv() {
-  const char* env = std::getenv("METALRT_MAX_DISPATCHES");
-  if (env == nullptr || *env == '\0') return CommandStream::kDefaultMaxDispatches;
-  char* end = nullptr;
-  const long value = std::strtol(env, &end, 10);
-  if (*end != '\0' || value < 1 || value > 1000000)
-    throw std::invalid_argument(std::string("METALRT_MAX_DISPATCHES must be a positive integer, got '") +
-                                env + "'");
-  return static_cast<int>(value);
+  return static_cast<int>(
+      PositiveIntFromEnv("METALRT_MAX_DISPATCHES", CommandStream::kDefaultMaxDispatches, 1000000));
 }
 
 }  // namespace

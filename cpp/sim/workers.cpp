@@ -1,6 +1,7 @@
 #include "sim/workers.h"
 
-#include <cstdlib>
+#include "core/env.h"
+
 #include <limits>
 
 namespace metalrt::sim {
@@ -17,11 +18,8 @@ struct WorkerPool::Job {
 };
 
 unsigned DefaultWorkerCount() {
-  const char* env = std::getenv("METALRT_SIM_THREADS");
-  const long n = env ? std::atol(env) : 0;
-  if (n > 0) return static_cast<unsigned>(n);
   const unsigned hw = std::thread::hardware_concurrency();
-  return hw ? hw : 2;
+  return static_cast<unsigned>(PositiveIntFromEnv("METALRT_SIM_THREADS", hw ? hw : 2, 1024));
 }
 
 WorkerPool::WorkerPool(unsigned threads) : caller_runner_(std::make_unique<ThreadgroupRunner>()) {
