@@ -51,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None, metavar="S",
                      help="random seed for sampling (default: fresh entropy)")
     gen.add_argument("--device", choices=("auto", "cpu", "metal"), default="auto",
-                     help="where the model runs: auto picks Metal when available "
-                          "(default: %(default)s)")
+                     help="where the model runs: auto picks Metal on an Apple GPU, else the CPU; "
+                          "'metal' on other machines is the simulated device (slow: for "
+                          "testing kernels, not for speed) (default: %(default)s)")
     gen.add_argument("--chat", action="store_true",
                      help="wrap the prompt as a user message in the model's chat template")
     gen.set_defaults(run=_generate)

@@ -119,9 +119,25 @@ class _TextStream:
         return text, stopped
 
 
-def _engine(model: CausalLM, prompts: Sequence[Sequence[int]], max_tokens: int,
+def _token_budget(model: CausalLM, ids: Sequence[int], max_tokens: int) -> int:
+    """``max_tokens`` capped so the prompt and its continuation fit the model's context
+    length (``max_position_embeddings``; llama.cpp likewise stops at its context), so a
+    huge max_tokens cannot size a KV cache beyond what the model can attend to.
+    ValueError for max_tokens < 1 or a prompt that fills the context by itself."""
+    if max_tokens < 1:
+        raise ValueError(f"[generate] max_tokens must be >= 1, got {max_tokens}")
+    context = model.config.get("max_position_embeddings")
+    if not context:
+        return max_tokens
+    if len(ids) >= context:
+        raise ValueError(f"[generate] the prompt has {len(ids)} tokens; the model's context "
+                         f"length is {context}, so no token can follow it")
+    return min(max_tokens, context - len(ids))
+
+
+def _engine(model: CausalLM, prompts: Sequence[Sequence[int]], budgets: Sequence[int],
             max_batched_tokens: int) -> Engine:
-    blocks = sum(blocks_for(len(p) + max_tokens) for p in prompts)
+    blocks = sum(blocks_for(len(p) + b) for p, b in zip(prompts, budgets))
     return Engine(model, model.kv_cache(blocks), max_batched_tokens)
 
 
@@ -135,15 +151,20 @@ def stream_generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int 
     GenerationResponse per token; the last has ``finish_reason`` set. The prompt is
     prefilled in chunks of at most ``max_batched_tokens`` tokens.
 
-    Raises ValueError for an empty prompt, max_tokens < 1 or out-of-range sampling
-    arguments; OutOfBlocksError cannot occur (the cache is sized for the request).
+    Generation stops at the model's context length (``max_position_embeddings``) even
+    when ``max_tokens`` would go further; ``finish_reason`` is then "length".
+
+    Raises ValueError for an empty prompt, a prompt as long as the context, max_tokens
+    < 1 or out-of-range sampling arguments; OutOfBlocksError cannot occur (the cache is
+    sized for the request).
     """
     ids = prompt_ids(tokenizer, prompt)
     params = SamplingParams(temp, top_p, top_k, min_p, repetition_penalty,
                             repetition_context_size, seed, logprobs)
-    engine = _engine(model, [ids], max_tokens, max_batched_tokens)
+    budget = _token_budget(model, ids, max_tokens)
+    engine = _engine(model, [ids], [budget], max_batched_tokens)
     try:
-        request = engine.add_request(ids, params, max_tokens, tokenizer.eos_token_ids)
+        request = engine.add_request(ids, params, budget, tokenizer.eos_token_ids)
         text = _TextStream(tokenizer, stop)
         start = time.perf_counter()
         prompt_tps, first_token_time = 0.0, 0.0
@@ -200,13 +221,14 @@ def batch_generate(model: CausalLM, tokenizer, prompts: Sequence[Prompt], max_to
     prompt i samples with seed + i, so it draws what it would draw alone with that
     seed; greedy results equal those of each prompt alone."""
     all_ids = [prompt_ids(tokenizer, p) for p in prompts]
-    engine = _engine(model, all_ids, max_tokens, max_batched_tokens)
+    budgets = [_token_budget(model, ids, max_tokens) for ids in all_ids]
+    engine = _engine(model, all_ids, budgets, max_batched_tokens)
     try:
         requests, streams, texts = [], [], [[] for _ in all_ids]
         for i, ids in enumerate(all_ids):
             params = SamplingParams(temp, top_p, top_k, min_p, repetition_penalty,
                                     repetition_context_size, None if seed is None else seed + i)
-            requests.append(engine.add_request(ids, params, max_tokens, tokenizer.eos_token_ids))
+            requests.append(engine.add_request(ids, params, budgets[i], tokenizer.eos_token_ids))
             streams.append(_TextStream(tokenizer, stop))
         start, generated = time.perf_counter(), 0
         while engine.has_work:

@@ -112,11 +112,29 @@ def test_bad_arguments(llama):
     model, tokenizer = llama
     with pytest.raises(ValueError, match=r"^\[generate\] the prompt is empty"):
         metalrt.generate(model, tokenizer, [])
-    with pytest.raises(ValueError, match=r"^\[runner\] max_tokens"):
-        metalrt.generate(model, tokenizer, [1, 2], max_tokens=0)
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=r"^\[generate\] max_tokens must be >= 1"):
+            metalrt.generate(model, tokenizer, [1, 2], max_tokens=bad)
+    with pytest.raises(ValueError, match=r"^\[generate\] the prompt has 256 tokens; the model's context length is 256"):
+        metalrt.generate(model, tokenizer, [1] * 256)
     with pytest.raises(ValueError, match=r"^\[sampling\] top_p"):
         metalrt.generate(model, tokenizer, [1, 2], top_p=0.0)
     with pytest.raises(ValueError, match=r"^\[load\] device must be"):
         metalrt.load("unused", device="gpu")
     with pytest.raises(ValueError, match=r"^\[embedding\]"):
         model.logits([tiny_hf.VOCAB])
+
+
+def test_generation_stops_at_the_context_length(llama):
+    """A max_tokens far beyond the context (256 positions in tiny_hf) neither sizes a
+    huge KV cache nor runs past the positions the model has: the continuation stops
+    exactly where the context is full, with finish_reason "length"."""
+    model, tokenizer = llama
+    eos = tokenizer.eos_token_ids
+    tokenizer.eos_token_ids = ()     # so only the context length can end it
+    try:
+        responses = list(metalrt.stream_generate(model, tokenizer, [1] * 250, max_tokens=10**9))
+    finally:
+        tokenizer.eos_token_ids = eos
+    assert len(responses) == 6
+    assert responses[-1].finish_reason == "length"
