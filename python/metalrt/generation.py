@@ -66,6 +66,9 @@ def resolve_device(device: str) -> str:
     return "cpu"
 
 
+_MODEL_DTYPES = ("float32", "float16", "bfloat16")
+
+
 def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32"):
     """(model, tokenizer) from a ``.gguf`` file or a Hugging Face model directory
     (``config.json``, ``*.safetensors``, ``tokenizer.json``); ``path=None`` loads the
@@ -73,8 +76,11 @@ def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32
     once to ``device`` ("auto" | "cpu" | "metal", see ``resolve_device``) in ``dtype``.
 
     Raises FileNotFoundError for a missing path; ValueError for unreadable files,
-    unknown architectures and bad devices.
+    unknown architectures, bad devices and a dtype other than "float32", "float16" or
+    "bfloat16" (the dtypes the models compute in).
     """
+    if dtype not in _MODEL_DTYPES:
+        raise ValueError(f"[load] dtype must be one of {', '.join(_MODEL_DTYPES)}, got {dtype!r}")
     device = resolve_device(device)
     files = load_model_files(path)
     model = build_model(files.config, files.weights, device, dtype)

@@ -121,6 +121,8 @@ def test_bad_arguments(llama):
         metalrt.generate(model, tokenizer, [1, 2], top_p=0.0)
     with pytest.raises(ValueError, match=r"^\[load\] device must be"):
         metalrt.load("unused", device="gpu")
+    with pytest.raises(ValueError, match=r"^\[load\] dtype must be one of float32, float16, bfloat16, got 'int8'"):
+        metalrt.load("unused", dtype="int8")
     with pytest.raises(ValueError, match=r"^\[embedding\]"):
         model.logits([tiny_hf.VOCAB])
 
