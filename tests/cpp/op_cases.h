@@ -7,7 +7,7 @@
 //     c.name = "rms_norm/f16/3x33";           // unique and reproducible
 //     c.op = "rms_norm";                      // registry op name
 //     c.provider = "metal_rms_norm";          // native provider that must serve every Metal call
-//     c.kernels = {"rms_norm_row_f16"};       // each must dispatch at least once on Metal
+//     c.kernels = {"rms_norm_row_f16"};       // each dispatches on Metal exactly as often as listed
 //     c.inputs = {x, weight};                 // CPU tensors; the harness copies them per device
 //     c.outputs = {{{3, 33}, DType::kF16}};   // allocated by the harness, poisoned, guarded
 //     c.run = [](const Inputs& in, const Outputs& out) -> Returned {
@@ -28,7 +28,8 @@
 //   included), returned tensors. Match::kBitExact compares bytes; Match::kClose checks
 //   NMSE <= nmse (when the reference is not all zero), every element within
 //   bar.rel * |ref| + bar.abs + max_rel * max|ref|, and that the reference holds no NaN.
-// * The profiler saw every kernel of `kernels` dispatch, and the provider stats show
+// * The profiler saw every kernel of `kernels` dispatch exactly as often as it is
+//   listed (once, for a name listed once), and the provider stats show
 //   `provider` served every Metal call of `op` with no declines and no reference-tier run.
 //
 // Run one case: METALRT_OP_CASE=<substring of its name> ./build/tests/metalrt_tests -tc='op cases*'

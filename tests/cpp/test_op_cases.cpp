@@ -108,8 +108,14 @@ void RunCase(const OpCase& c) {
   ResetProviderStats();
   RunResult got;
   const auto rows = ProfiledRows([&] { got = RunOn(c, DeviceType::kMETAL); });
-  for (const std::string& kernel : c.kernels)
-    CHECK_MESSAGE(Dispatches(rows, kernel) >= 1, c.name << ": kernel " << kernel << " did not run");
+  // Each listed kernel runs exactly as often as it is listed: a dispatch too many
+  // (e.g. a second pass or a fallback launch) fails like a missing one.
+  for (const std::string& kernel : c.kernels) {
+    const auto expected = static_cast<uint64_t>(std::count(c.kernels.begin(), c.kernels.end(), kernel));
+    CHECK_MESSAGE(Dispatches(rows, kernel) == expected,
+                  c.name << ": kernel " << kernel << " ran " << Dispatches(rows, kernel) << " times, expected "
+                         << expected);
+  }
   const ProviderStats stats = GetProviderStats(c.op, DeviceType::kMETAL);
   CHECK_MESSAGE(stats.last_selected == c.provider, c.name << ": served by " << stats.last_selected);
   CHECK(stats.calls >= 1);
