@@ -108,16 +108,13 @@ def run_worker(python: str, spec: Dict, threads: int, timeout: float) -> Dict:
 
 
 def export_hf(python: str, gguf: str, out: Path, threads: int) -> str:
-    """Writes the GGUF as a Hugging Face directory (dequantised float32 safetensors
-    and tokenizer) with the peers' transformers, for mlx-lm; "" or the reason."""
+    """Writes the GGUF as a Hugging Face directory (float32 safetensors and
+    tokenizer) for mlx-lm with the peers' transformers (``bench/export_hf.py``);
+    "" or the reason it could not."""
     if (out / "config.json").exists():
         return ""
-    code = ("import sys, os\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"
-            "d, f, out = os.path.dirname(sys.argv[1]), os.path.basename(sys.argv[1]), sys.argv[2]\n"
-            "AutoModelForCausalLM.from_pretrained(d, gguf_file=f).save_pretrained(out)\n"
-            "AutoTokenizer.from_pretrained(d, gguf_file=f).save_pretrained(out)\n")
-    proc = subprocess.run([python, "-c", code, gguf, str(out)], capture_output=True, text=True,
-                          env=worker_env(threads))
+    proc = subprocess.run([python, "-m", "bench.export_hf", gguf, str(out)], capture_output=True,
+                          text=True, env=worker_env(threads), cwd=ROOT)
     if proc.returncode != 0:
         return "could not export the GGUF to a Hugging Face directory: " + \
             " / ".join(proc.stderr.strip().splitlines()[-2:])
@@ -222,8 +219,8 @@ def parse(argv: List[str]):
     p.add_argument("--install-peers", action="store_true",
                    help="install the peers into --peers-venv, then exit")
     p.add_argument("--peers-venv", type=Path, default=peers.default_venv(),
-                   help="the peers' venv (default: $METALRT_BENCH_VENV or "
-                        "~/.cache/metalrt/bench-peers)")
+                   help="the peers' venv (default: $METALRT_BENCH_VENV, else bench-peers "
+                        "in $METALRT_CACHE_DIR or ~/.cache/metalrt)")
     p.add_argument("--peers", default=",".join(peers.peer_names()),
                    help="comma-separated peers to install or run (default: all)")
     p.add_argument("--sections", default=",".join(SECTIONS),

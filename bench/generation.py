@@ -12,7 +12,7 @@ Per run: a prefill of each prompt length into a fresh cache (seconds until the f
 token's logits are on the host), and, after the first prompt, ``decode_tokens``
 one-token forward passes, each followed by its greedy argmax. Figures are the median,
 min and max over ``runs`` runs after one warm-up run; peak memory is the process's
-peak resident set (``ru_maxrss``) at the end, weights included.
+peak resident set (``peak_memory_bytes``) at the end, weights included.
 """
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ class LlamaCppEngine(Engine):
         import llama_cpp
         import numpy as np
 
-        self.np = np
+        self.np, self.llama_cpp = np, llama_cpp
         self.version = f"llama-cpp-python {llama_cpp.__version__}"
         longest = max(spec["prompt_lengths"])
         self.llm = llama_cpp.Llama(
@@ -149,7 +149,10 @@ class LlamaCppEngine(Engine):
             n_threads_batch=spec["threads"], logits_all=False, verbose=False)
 
     def _argmax(self):
-        return int(self.np.argmax(self.llm.scores[self.llm.n_tokens - 1]))
+        # With logits_all=False, Llama.eval keeps no scores (its sampler reads the
+        # context directly), so the last row's logits are read from the context.
+        row = self.llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
+        return int(self.np.argmax(self.np.ctypeslib.as_array(row, shape=(self.llm.n_vocab(),))))
 
     def prefill(self, ids):
         self.llm.reset()
@@ -168,6 +171,23 @@ ENGINES = {"metalrt": MetalrtEngine, "transformers": TransformersEngine, "mlx": 
 def metalrt_version() -> str:
     from importlib.metadata import version
     return f"metalrt {version('metalrt')}"
+
+
+def peak_memory_bytes() -> int:
+    """This process's peak resident set. On Linux ``VmHWM`` of /proc/self/status:
+    ``ru_maxrss`` would not do, because Linux carries it across fork and exec, so
+    every worker would report at least the RSS of the bench process that started it
+    (which has loaded the model for its tokenizer). Elsewhere ``ru_maxrss`` (bytes on
+    macOS)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss * (1 if sys.platform == "darwin" else 1024)
 
 
 def summary(values: List[float]) -> Dict:
@@ -200,13 +220,12 @@ def run(spec: Dict) -> Dict:
             if r:
                 decode.append(spec["decode_tokens"] / elapsed)
             tokens = generated
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "version": engine.version,
         "prefill_tps": {str(n): summary(v) for n, v in prefill.items()},
         "decode_tps": summary(decode),
         "decode_tokens": spec["decode_tokens"],
-        "peak_memory_gb": rss * (1 if sys.platform == "darwin" else 1024) / 1e9,
+        "peak_memory_gb": peak_memory_bytes() / 1e9,
         "greedy_tokens": tokens[:16],
     }
 

@@ -7,8 +7,8 @@ installed with pip's own reason instead of dropping it. torch comes only as
 ``torch==2.13.0`` (the pin of metalrt's test extra; pip finds the CPU wheel the
 machine provides) and a constraints file keeps any later step from pulling another
 torch. llama-cpp-python has no wheel on PyPI for Linux: it builds llama.cpp from
-source, at the lowest CPU priority and with one compile job, because the machine is
-shared.
+source, at the lowest CPU priority (the machine may be shared) with a compile job per
+CPU.
 """
 from __future__ import annotations
 
@@ -40,11 +40,11 @@ class Peer:
 PEERS = (
     Peer("transformers", (TORCH_PIN, "transformers", "accelerate", "gguf"), "transformers",
          ("fp32", "bf16")),
-    Peer("mlx", ("mlx[cpu]", "mlx-lm"), "mlx_lm", ("cpu",)),
+    Peer("mlx", ("mlx[cpu]", "mlx-lm"), "mlx_lm", ("fp32",)),
     # Without the multimodal library (LLAVA_BUILD): text generation does not load it,
     # and it is a third of the build.
     Peer("llama.cpp", ("llama-cpp-python",), "llama_cpp", ("q4_1",),
-         {"CMAKE_BUILD_PARALLEL_LEVEL": "1", "CMAKE_ARGS": "-DLLAVA_BUILD=OFF"}),
+         {"CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1), "CMAKE_ARGS": "-DLLAVA_BUILD=OFF"}),
 )
 
 

@@ -24,11 +24,23 @@ def _table(header: List[str], rows: List[List[str]]) -> str:
     return "\n".join([line(header), sep] + [line(r) for r in rows])
 
 
+def _agreement(base: Optional[Dict], row: Dict) -> str:
+    """How many of the first greedy ids (prefill token, then decode tokens) of ``row``
+    equal metalrt-CPU's before the first difference, e.g. "16/16" or "5/16"."""
+    if not base or row is base or not row.get("greedy_tokens") or not base.get("greedy_tokens"):
+        return "-"
+    ours, theirs = base["greedy_tokens"], row["greedy_tokens"]
+    n = min(len(ours), len(theirs))
+    same = next((i for i in range(n) if ours[i] != theirs[i]), n)
+    return f"{same}/{n}"
+
+
 def generation_table(result: Dict) -> str:
     gen = result["generation"]
     lengths = gen["prompt_lengths"]
     header = (["engine", "version"] + [f"prefill {n} tok/s" for n in lengths]
-              + [f"decode {gen['decode_tokens']} tok/s", "peak GB", "metalrt-cpu / this"])
+              + [f"decode {gen['decode_tokens']} tok/s", "peak GB", "metalrt-cpu / this",
+                 "greedy ids = metalrt-cpu"])
     base = next((r for r in gen["rows"] if r["engine"] == "metalrt" and r["variant"] == "cpu"
                  and r.get("decode_tps")), None)
     rows = []
@@ -52,7 +64,8 @@ def generation_table(result: Dict) -> str:
                      for n in lengths]
             parts.append(base["decode_tps"]["median"] / r["decode_tps"]["median"])
             ratio = " / ".join(f"{x:.2f}" for x in parts)
-        rows.append([name, r["version"]] + prefill + [decode, f"{r['peak_memory_gb']:.2f}", ratio])
+        rows.append([name, r["version"]] + prefill + [decode, f"{r['peak_memory_gb']:.2f}", ratio,
+                                                      _agreement(base, r)])
     return _table(header, rows)
 
 
