@@ -2,7 +2,6 @@
 // "cast_<source dtype>_<target dtype>", e.g. cast_f32_bf16. A tensor too large for the
 // kernels' uint32 index declines.
 #include <cstdint>
-#include <limits>
 
 #include "cast_args.h"
 #include "gpu/kernel_launch.h"
@@ -14,7 +13,7 @@ namespace {
 bool MetalCast(const OpCall& call) {
   const Tensor& x = call.inputs[0];
   const Tensor& out = call.outputs[0];
-  if (x.numel() > std::numeric_limits<uint32_t>::max()) return false;
+  if (!FitsUint(x.numel())) return false;
   const auto n = static_cast<uint32_t>(x.numel());
   KernelLaunch(KernelName("cast", KernelDTypeSuffix(x.dtype()), out.dtype()))
       .input(0, x)

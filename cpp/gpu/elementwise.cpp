@@ -2,7 +2,6 @@
 // one thread per output element (metal/elementwise.metal). The shapes were validated by
 // the entry points (cpp/ops); a tensor too large for the kernels' uint32 index declines.
 #include <cstdint>
-#include <limits>
 
 #include "elementwise_args.h"
 #include "gpu/kernel_launch.h"
@@ -10,8 +9,6 @@
 
 namespace metalrt::gpu {
 namespace {
-
-bool FitsIndex(int64_t n) { return n <= std::numeric_limits<uint32_t>::max(); }
 
 void Launch(KernelLaunch& launch, uint32_t n) {
   launch.threads({n, 1, 1}, {kElementwiseThreads, 1, 1});
@@ -21,7 +18,7 @@ template <const char* kOp>
 bool Binary(const OpCall& call) {
   const Tensor& a = call.inputs[0];
   const Tensor& b = call.inputs[1];
-  if (!FitsIndex(a.numel())) return false;
+  if (!FitsUint(a.numel())) return false;
   const auto n = static_cast<uint32_t>(a.numel());
   KernelLaunch launch(KernelName(kOp, "", a.dtype()));
   launch.input(0, a).input(1, b).output(2, call.outputs[0])
@@ -33,7 +30,7 @@ bool Binary(const OpCall& call) {
 template <const char* kOp>
 bool Unary(const OpCall& call) {
   const Tensor& x = call.inputs[0];
-  if (!FitsIndex(x.numel())) return false;
+  if (!FitsUint(x.numel())) return false;
   const auto n = static_cast<uint32_t>(x.numel());
   KernelLaunch launch(KernelName(kOp, "", x.dtype()));
   launch.input(0, x).output(1, call.outputs[0]).bytes(2, ElementwiseArgs{n, 0});

@@ -1,7 +1,6 @@
 // Metal dispatch of embedding: one thread per output element on a (dim, tokens) grid
 // (metal/embedding.metal). Shapes beyond the kernel's index types decline.
 #include <cstdint>
-#include <limits>
 
 #include "embedding_args.h"
 #include "gpu/kernel_launch.h"
@@ -15,7 +14,7 @@ bool MetalEmbedding(const OpCall& call) {
   const Tensor& ids = call.inputs[1];
   const int64_t dim = weight.dim(1);
   const int64_t tokens = ids.dim(0);
-  if (dim > std::numeric_limits<int32_t>::max() || tokens > std::numeric_limits<uint32_t>::max())
+  if (!FitsInt(dim) || !FitsUint(tokens))
     return false;
   KernelLaunch(KernelName("embedding", "gather", weight.dtype()))
       .input(0, weight)

@@ -28,6 +28,7 @@
 //   header, so host grid math and kernel code cannot disagree.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -39,6 +40,18 @@
 #include "metalrt/tensor.h"
 
 namespace metalrt::gpu {
+
+// Whether counts fit the kernels' index types: grid positions are uint (FitsUint),
+// counts and in-row offsets in argument structs are int32_t (FitsInt). A dispatch
+// function whose shapes do not fit returns false, so its provider declines the call.
+template <typename... Counts>
+constexpr bool FitsUint(Counts... n) {
+  return ((static_cast<int64_t>(n) <= std::numeric_limits<uint32_t>::max()) && ...);
+}
+template <typename... Counts>
+constexpr bool FitsInt(Counts... n) {
+  return ((static_cast<int64_t>(n) <= std::numeric_limits<int32_t>::max()) && ...);
+}
 
 class MetalBackend;
 

@@ -3,7 +3,6 @@
 // m = 2..16 included: one 32-row tile holds it, and b is read once per tile as in the
 // GEMV). Kernels and constants: metal/matmul.metal, metal/matmul_args.h.
 #include <cstdint>
-#include <limits>
 
 #include "gpu/kernel_launch.h"
 #include "matmul_args.h"
@@ -20,8 +19,7 @@ bool MetalMatmul(const OpCall& call) {
   const Tensor& b = call.inputs[1];
   const int64_t m = a.dim(0), k = a.dim(1), n = b.dim(kTransposed ? 0 : 1);
   // The kernels count in int32; element offsets are 64-bit.
-  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  if (m > kMax || n > kMax || k > kMax) return false;
+  if (!FitsInt(m, n, k)) return false;
   const MatmulArgs args{static_cast<int32_t>(m), static_cast<int32_t>(n), static_cast<int32_t>(k), 0};
   const bool gemv = m == 1;
   KernelLaunch launch(KernelName(kTransposed ? "matmul_bt" : "matmul", gemv ? "gemv" : "gemm", a.dtype()));

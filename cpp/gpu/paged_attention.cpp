@@ -15,7 +15,6 @@
 // kAttentionMaxHeadDim are declined (the reference tier serves them).
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 
 #include "gpu/kernel_launch.h"
 #include "metalrt/op_registry.h"
@@ -35,9 +34,7 @@ bool MetalPagedAttention(const OpCall& call) {
   if (head_dim > kAttentionMaxHeadDim) return false;
   // The kernels count requests, heads, block slots and table columns in int32 (element
   // offsets are 64-bit).
-  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  if (heads > kMax || batch > kMax || key_cache.dim(1) > kMax || block_tables.dim(1) > kMax)
-    return false;
+  if (!FitsInt(heads, batch, key_cache.dim(1), block_tables.dim(1))) return false;
   if (query.numel() == 0) return true;   // nothing to attend (no tokens, heads or features)
 
   const int32_t* starts = call.inputs[5].data_as<int32_t>();

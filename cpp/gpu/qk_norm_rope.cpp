@@ -1,7 +1,6 @@
 // Metal dispatch of qk_norm_rope: the fused kernel (metal/qk_norm_rope.metal) normalises
 // and rotates q and k in one dispatch, one threadgroup per (head row, token).
 #include <cstdint>
-#include <limits>
 
 #include "gpu/kernel_launch.h"
 #include "gpu/rope_frequencies.h"
@@ -18,8 +17,8 @@ bool MetalQkNormRope(const OpCall& call) {
   const Tensor& k = call.inputs[1];
   const auto& p = call.param<ops::QkNormRopeParams>();
   const int64_t rows = q.dim(1) + k.dim(1);
-  if (!RopeKernelsServe(p.rotary_dim) || rows * q.dim(2) > std::numeric_limits<int32_t>::max() ||
-      q.dim(0) > std::numeric_limits<uint32_t>::max())
+  if (!RopeKernelsServe(p.rotary_dim) || !FitsInt(rows * q.dim(2)) ||
+      !FitsUint(q.dim(0)))
     return false;
   const std::vector<float> freq = RopeTurnFrequencies(p.rotary_dim, p.base);
   KernelLaunch(KernelName("qk_norm_rope", "fused", q.dtype()))

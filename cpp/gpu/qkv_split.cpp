@@ -1,7 +1,6 @@
 // Metal dispatch of qkv_split: one thread per qkv element on a (q + k + v, tokens) grid
 // (metal/qkv_split.metal). Shapes beyond the kernel's index types decline.
 #include <cstdint>
-#include <limits>
 
 #include "gpu/kernel_launch.h"
 #include "metalrt/op_registry.h"
@@ -15,7 +14,7 @@ bool MetalQkvSplit(const OpCall& call) {
   const Tensor& qkv = call.inputs[0];
   const auto& p = call.param<ops::QkvSplitParams>();
   const int64_t width = qkv.dim(1);
-  if (width > std::numeric_limits<int32_t>::max() || qkv.dim(0) > std::numeric_limits<uint32_t>::max())
+  if (!FitsInt(width) || !FitsUint(qkv.dim(0)))
     return false;
   KernelLaunch(KernelName("qkv_split", "", qkv.dtype()))
       .input(0, qkv)

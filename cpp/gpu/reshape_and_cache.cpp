@@ -2,7 +2,6 @@
 // kv_heads * head_dim row on a (row, tokens) grid (metal/reshape_and_cache.metal).
 // Shapes beyond the kernel's index types decline.
 #include <cstdint>
-#include <limits>
 
 #include "gpu/kernel_launch.h"
 #include "metalrt/op_registry.h"
@@ -15,7 +14,7 @@ bool MetalReshapeAndCache(const OpCall& call) {
   const Tensor& key = call.inputs[0];
   const Tensor& key_cache = call.outputs[0];
   const int64_t row = key.dim(1) * key.dim(2);
-  if (row > std::numeric_limits<int32_t>::max() || key.dim(0) > std::numeric_limits<uint32_t>::max())
+  if (!FitsInt(row) || !FitsUint(key.dim(0)))
     return false;
   KernelLaunch(KernelName("reshape_and_cache", "", key.dtype()))
       .input(0, key)

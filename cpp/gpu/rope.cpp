@@ -3,7 +3,6 @@
 // (pair, token).
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 
 #include "gpu/kernel_launch.h"
 #include "gpu/rope_frequencies.h"
@@ -16,8 +15,7 @@ namespace {
 
 // The kernels' int32 element counts within one token, uint32 token count.
 bool FitsKernelIndices(const Tensor& x) {
-  return x.dim(1) * x.dim(2) <= std::numeric_limits<int32_t>::max() &&
-         x.dim(0) <= std::numeric_limits<uint32_t>::max();
+  return FitsInt(x.dim(1) * x.dim(2)) && FitsUint(x.dim(0));
 }
 
 template <bool kNeox>
@@ -40,7 +38,7 @@ bool MetalRope(const OpCall& call) {
 bool MetalRopeCosSinCache(const OpCall& call) {
   const Tensor& positions = call.inputs[0];
   const auto& p = call.param<ops::RopeParams>();
-  if (!RopeKernelsServe(p.rotary_dim) || positions.dim(0) > std::numeric_limits<uint32_t>::max())
+  if (!RopeKernelsServe(p.rotary_dim) || !FitsUint(positions.dim(0)))
     return false;
   const std::vector<float> freq = RopeTurnFrequencies(p.rotary_dim, p.base);
   const uint32_t half = static_cast<uint32_t>(p.rotary_dim / 2);
@@ -58,7 +56,7 @@ bool MetalRopeCosSinCache(const OpCall& call) {
 bool MetalRopeFromCache(const OpCall& call) {
   const Tensor& x = call.inputs[0];
   const Tensor& cache = call.inputs[1];
-  if (!FitsKernelIndices(x) || cache.dim(0) > std::numeric_limits<int32_t>::max()) return false;
+  if (!FitsKernelIndices(x) || !FitsInt(cache.dim(0))) return false;
   const bool neox = call.param<ops::RopeFromCacheParams>().neox;
   KernelLaunch(KernelName("rope_from_cache", neox ? "neox" : "interleaved", x.dtype()))
       .input(0, x)

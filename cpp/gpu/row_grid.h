@@ -2,8 +2,8 @@
 // rows = all leading dims, cols = the last dim, sized for the kernels' int32 counts.
 #pragma once
 #include <cstdint>
-#include <limits>
 
+#include "gpu/kernel_launch.h"
 #include "metalrt/tensor.h"
 
 namespace metalrt::gpu {
@@ -17,8 +17,7 @@ struct RowGrid {
 inline bool RowGridOf(const Tensor& x, RowGrid* grid) {
   const int64_t cols = x.dim(-1);
   const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
-  if (cols > std::numeric_limits<int32_t>::max() || rows > std::numeric_limits<uint32_t>::max())
-    return false;
+  if (!FitsInt(cols) || !FitsUint(rows)) return false;
   *grid = {static_cast<uint32_t>(rows), static_cast<int32_t>(cols)};
   return true;
 }

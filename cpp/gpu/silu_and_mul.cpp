@@ -1,7 +1,6 @@
 // Metal dispatch of silu_and_mul (SwiGLU): one thread per output element
 // (metal/silu_and_mul.metal). A tensor too large for the kernel's uint32 index declines.
 #include <cstdint>
-#include <limits>
 
 #include "elementwise_args.h"
 #include "gpu/kernel_launch.h"
@@ -13,7 +12,7 @@ namespace {
 bool MetalSiluAndMul(const OpCall& call) {
   const Tensor& x = call.inputs[0];
   const Tensor& out = call.outputs[0];
-  if (x.numel() > std::numeric_limits<uint32_t>::max()) return false;
+  if (!FitsUint(x.numel())) return false;
   const auto n = static_cast<uint32_t>(out.numel());
   KernelLaunch(KernelName("silu_and_mul", "", x.dtype()))
       .input(0, x)

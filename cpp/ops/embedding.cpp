@@ -19,14 +19,10 @@ Tensor Embedding(const Tensor& weight, const Tensor& ids, const OptTensor& out) 
   Tensor result = OutputOrNew(out, {ids.dim(0), weight.dim(1)}, weight.dtype(), device, kOp);
   CheckNoOverlap(result, weight, kOp, "weight");
   CheckNoOverlap(result, ids, kOp, "ids");
-  // Every id is checked before anything runs, so a bad call leaves `out` untouched.
-  if (ReadableOnHost(ids)) {
-    const int32_t* id = ids.data_as<int32_t>();
-    for (int64_t t = 0; t < ids.dim(0); ++t)
-      Check(id[t] >= 0 && id[t] < weight.dim(0), kOp,
-            "id " + std::to_string(id[t]) + " at position " + std::to_string(t) +
-                " is outside the vocabulary of size " + std::to_string(weight.dim(0)));
-  }
+  CheckIndicesInRange(ids, ids.dim(0), 0, weight.dim(0), kOp, [&](int64_t id, int64_t t) {
+    return "id " + std::to_string(id) + " at position " + std::to_string(t) +
+           " is outside the vocabulary of size " + std::to_string(weight.dim(0));
+  });
   RunOp(kOp, device, OpCall{{weight, ids}, {result}, {}});
   return result;
 }

@@ -115,4 +115,17 @@ bool ReadableOnHost(const Tensor& t) {
   return true;
 }
 
+void CheckIndicesInRange(const Tensor& indices, int64_t count, int64_t lo, int64_t hi,
+                         const char* op, const DescribeIndex& describe) {
+  if (!ReadableOnHost(indices)) return;
+  auto scan = [&](const auto* index) {
+    for (int64_t t = 0; t < count; ++t)
+      if (index[t] < lo || index[t] >= hi) Check(false, op, describe(index[t], t));
+  };
+  if (indices.dtype() == DType::kI64)
+    scan(indices.data_as<int64_t>());
+  else
+    scan(indices.data_as<int32_t>());
+}
+
 }  // namespace metalrt::ops::detail

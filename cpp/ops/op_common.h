@@ -2,6 +2,8 @@
 // Every message starts with "[op] " and names the argument and what was expected.
 #pragma once
 #include <any>
+#include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -34,6 +36,15 @@ Tensor OutputOrNew(const OptTensor& out, const Shape& shape, DType dtype, Device
 // once the submitted work that writes t has completed (waited for here only when
 // there is such work). Entry points check index tensors' values where this holds.
 bool ReadableOnHost(const Tensor& t);
+// Says why one index is out of range: (its value, its position) → the message after
+// "[op] ", built only for the index that fails.
+using DescribeIndex = std::function<std::string(int64_t value, int64_t position)>;
+// Checks lo <= indices[t] < hi for the first `count` elements of the contiguous int32 or
+// int64 tensor `indices`, wherever ReadableOnHost holds, and throws std::invalid_argument
+// with describe(value, t) for the first that is not. Entry points call it before
+// anything runs, so a call with a bad index leaves its outputs untouched.
+void CheckIndicesInRange(const Tensor& indices, int64_t count, int64_t lo, int64_t hi,
+                         const char* op, const DescribeIndex& describe);
 // The tensor held by an optional, or an undefined tensor (for CommonDevice's list).
 const Tensor& OrUndefined(const OptTensor& t);
 // Throws unless `out` and the input `in` occupy disjoint bytes. With `may_alias`, `out`

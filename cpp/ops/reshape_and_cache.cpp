@@ -1,6 +1,8 @@
 // Paged KV-cache write (vLLM's reshape_and_cache). Slots are checked against the
 // cache here wherever the host can read them (ReadableOnHost); a slot beyond the cache
 // that reaches a provider anyway is skipped like a negative (padding) one.
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "ops/op_common.h"
@@ -31,16 +33,13 @@ void ReshapeAndCache(const Tensor& key, const Tensor& value, const Tensor& key_c
   CheckContiguous(slot_mapping, kOp, "slot_mapping");
   const DeviceType device =
       CommonDevice({&key, &value, &key_cache, &value_cache, &slot_mapping}, kOp);
-  // All slots are checked before any write, so a bad call leaves the caches untouched.
-  if (ReadableOnHost(slot_mapping)) {
-    const int64_t* slot = slot_mapping.data_as<int64_t>();
-    const int64_t num_slots = key_cache.dim(0) * key_cache.dim(1);
-    for (int64_t t = 0; t < key.dim(0); ++t)
-      Check(slot[t] < num_slots, kOp,
-            "slot " + std::to_string(slot[t]) + " of token " + std::to_string(t) +
-                " is beyond the cache of " + std::to_string(key_cache.dim(0)) + " blocks x " +
-                std::to_string(key_cache.dim(1)) + " slots");
-  }
+  // Negative slots are padding (skipped); the rest must lie inside the cache.
+  CheckIndicesInRange(slot_mapping, key.dim(0), std::numeric_limits<int64_t>::min(),
+                      key_cache.dim(0) * key_cache.dim(1), kOp, [&](int64_t slot, int64_t t) {
+                        return "slot " + std::to_string(slot) + " of token " + std::to_string(t) +
+                               " is beyond the cache of " + std::to_string(key_cache.dim(0)) +
+                               " blocks x " + std::to_string(key_cache.dim(1)) + " slots";
+                      });
   RunOp(kOp, device, OpCall{{key, value, slot_mapping}, {key_cache, value_cache}, {}});
 }
 

@@ -35,17 +35,15 @@ void CheckRotated(const Tensor& x, const Tensor& positions, int64_t rotary_dim, 
         "rotary_dim " + std::to_string(rotary_dim) + " exceeds head_dim " + std::to_string(x.dim(2)));
 }
 
-// Every row index of rope_from_cache lies inside the cache, checked before any write so
-// a bad call leaves `out` untouched, wherever the host can read the positions (waiting
-// only for submitted work that writes them); a row that reaches a kernel unchecked is
-// skipped there.
+// Every row index of rope_from_cache lies inside the cache; a row that reaches a kernel
+// unchecked (positions the host cannot read) is skipped there.
 void CheckCacheRows(const Tensor& positions, int64_t rows) {
-  if (!ReadableOnHost(positions)) return;
-  const int32_t* rows_of = positions.data_as<int32_t>();
-  for (int64_t t = 0; t < positions.dim(0); ++t)
-    Check(rows_of[t] >= 0 && rows_of[t] < rows, "rope_from_cache",
-          "position " + std::to_string(rows_of[t]) + " of token " + std::to_string(t) +
-              " is outside the cos_sin_cache of " + std::to_string(rows) + " rows");
+  CheckIndicesInRange(positions, positions.dim(0), 0, rows, "rope_from_cache",
+                      [&](int64_t row, int64_t t) {
+                        return "position " + std::to_string(row) + " of token " +
+                               std::to_string(t) + " is outside the cos_sin_cache of " +
+                               std::to_string(rows) + " rows";
+                      });
 }
 
 Tensor RunRope(const char* op, const Tensor& x, const Tensor& positions, int64_t rotary_dim,
