@@ -27,7 +27,8 @@ def _table(header: List[str], rows: List[List[str]]) -> str:
 def _agreement(base: Optional[Dict], row: Dict) -> str:
     """How many of the first greedy ids (prefill token, then decode tokens) of ``row``
     equal metalrt-CPU's before the first difference, e.g. "16/16" or "5/16"."""
-    if not base or row is base or not row.get("greedy_tokens") or not base.get("greedy_tokens"):
+    if (not base or row is base or row.get("sizes") or not row.get("greedy_tokens")
+            or not base.get("greedy_tokens")):   # row["sizes"]: another prompt (the sim)
         return "-"
     ours, theirs = base["greedy_tokens"], row["greedy_tokens"]
     n = min(len(ours), len(theirs))
