@@ -109,8 +109,8 @@ def run_worker(python: str, spec: Dict, threads: int, timeout: float) -> Dict:
 
 def export_hf(python: str, gguf: str, out: Path, threads: int) -> str:
     """Writes the GGUF as a Hugging Face directory (float32 safetensors and
-    tokenizer) for mlx-lm with the peers' transformers (``bench/export_hf.py``);
-    "" or the reason it could not."""
+    tokenizer) with the peers' transformers (``bench/export_hf.py``), once per peers'
+    venv; the transformers and mlx rows load it. "" or the reason it could not."""
     if (out / "config.json").exists():
         return ""
     proc = subprocess.run([python, "-m", "bench.export_hf", gguf, str(out)], capture_output=True,
@@ -141,8 +141,11 @@ def generation(args, gguf: str, tokenizer, sizes: Dict, save) -> Dict:
             row["reason"] = "not measured in this run (--engines)"
         else:
             print(f"bench: generation: {engine} {variant}", file=sys.stderr)
+            start = time.time()
             row.update(run_worker(python, spec(engine, variant, s, **extra), args.threads,
                                   args.timeout))
+            # The worker's wall time, loading included: where a run's minutes go.
+            row["worker_seconds"] = round(time.time() - start, 1)
             if simulated:
                 row["sizes"] = s
                 row["note"] = "simulated: not a performance figure"
@@ -160,20 +163,26 @@ def generation(args, gguf: str, tokenizer, sizes: Dict, save) -> Dict:
                          "simulated device: skipped by --quick (see the counters)"})
     available = peers.availability(args.peers_venv)
     python = str(peers.python_of(args.peers_venv))
+    hf_dir = Path(args.peers_venv) / "smollm2-hf-from-gguf"
+    export = {}   # the export's outcome ("" or the reason), made once for every peer
+
+    def export_reason() -> str:
+        if "reason" not in export:
+            export["reason"] = (export_hf(python, gguf, hf_dir, args.threads)
+                                if available["transformers"]["available"] else
+                                "needs the transformers peer to export the GGUF (no safetensors "
+                                "of SmolLM2 are reachable from this machine)")
+        return export["reason"]
+
     for peer in peers.PEERS:
         if peer.name not in args.peers:
             continue
         state = available[peer.name]
         extra = {}
         wanted = not args.engines or any(f"{peer.name} {v}" in args.engines for v in peer.variants)
-        if state["available"] and peer.name == "mlx" and wanted:
-            hf_dir = Path(args.peers_venv) / "smollm2-hf-from-gguf"
-            reason = (export_hf(python, gguf, hf_dir, args.threads)
-                      if available["transformers"]["available"] else
-                      "needs the transformers peer to export the GGUF (no safetensors of "
-                      "SmolLM2 are reachable from this machine)")
-            if reason:
-                state = {"available": False, "reason": reason}
+        if state["available"] and peer.loads_hf_export and wanted:
+            if export_reason():
+                state = {"available": False, "reason": export_reason()}
             extra["hf_dir"] = str(hf_dir)
         for variant in peer.variants:
             if state["available"]:

@@ -34,17 +34,19 @@ class Peer:
     requirements: Sequence[str]
     module: str
     variants: Sequence[str]
+    loads_hf_export: bool = False   # runs on the Hugging Face export of the GGUF
     build_env: Optional[Dict[str, str]] = None
 
 
 PEERS = (
     Peer("transformers", (TORCH_PIN, "transformers", "accelerate", "gguf"), "transformers",
-         ("fp32", "bf16")),
-    Peer("mlx", ("mlx[cpu]", "mlx-lm"), "mlx_lm", ("fp32",)),
+         ("fp32", "bf16"), loads_hf_export=True),
+    Peer("mlx", ("mlx[cpu]", "mlx-lm"), "mlx_lm", ("fp32",), loads_hf_export=True),
     # Without the multimodal library (LLAVA_BUILD): text generation does not load it,
     # and it is a third of the build.
     Peer("llama.cpp", ("llama-cpp-python",), "llama_cpp", ("q4_1",),
-         {"CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1), "CMAKE_ARGS": "-DLLAVA_BUILD=OFF"}),
+         build_env={"CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1),
+                    "CMAKE_ARGS": "-DLLAVA_BUILD=OFF"}),
 )
 
 

@@ -37,7 +37,7 @@ def test_quick_benchmark_json(tmp_path):
     assert cpu["version"].startswith("metalrt ")
     for n in gen["prompt_lengths"]:
         assert positive(cpu["prefill_tps"][str(n)]) and len(cpu["prefill_tps"][str(n)]["runs"]) == gen["runs"]
-    assert positive(cpu["decode_tps"]) and cpu["peak_memory_gb"] > 0
+    assert positive(cpu["decode_tps"]) and cpu["peak_memory_gb"] > 0 and cpu["worker_seconds"] > 0
     for peer, variant in [("transformers", "fp32"), ("transformers", "bf16"), ("mlx", "fp32"),
                           ("llama.cpp", "q4_1")]:
         assert rows[(peer, variant)]["reason"].startswith("not installed"), rows[(peer, variant)]
