@@ -2,7 +2,7 @@
 
 Architectures: Llama (SmolLM2, Llama 3.0), Qwen2 (Q/K/V biases), Qwen3 (per-head Q/K
 RMSNorm). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``);
-quantized tensors are dequantized to float32 on load (``quants.py``). Llama GGUF files
+quantized tensors are dequantized to float32 when read (``quants.py``). Llama GGUF files
 store the Q/K projection rows permuted for interleaved (GPT-J) RoPE — llama.cpp's
 ``convert_hf_to_gguf.py`` moves row ``i`` of each head's second half next to row ``i``
 of its first half; Qwen files are converted without it — so those rows are put back in
@@ -12,6 +12,7 @@ every format alike.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,14 +77,46 @@ def unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
              .reshape(w.shape))
 
 
-def dequantize_tensor(gf: GGUFFile, name: str) -> np.ndarray:
-    """A GGUF tensor as a float32 numpy array in numpy (row-major) shape."""
+def _check_supported(gf: GGUFFile, name: str) -> None:
     info = gf.tensors[name]
     if info.ggml_type not in SUPPORTED_TYPES:
         raise ValueError(
             f"[gguf] {gf.path}: tensor '{name}' has type {info.ggml_type.name}; supported "
             f"types are {', '.join(t.name for t in SUPPORTED_TYPES)}")
+
+
+def dequantize_tensor(gf: GGUFFile, name: str) -> np.ndarray:
+    """A GGUF tensor as a float32 numpy array in numpy (row-major) shape."""
+    _check_supported(gf, name)
+    info = gf.tensors[name]
     return dequantize(gf.raw(name), info.ggml_type, info.shape)
+
+
+class DequantizedTensors(Mapping[str, np.ndarray]):
+    """The state dict of a checked GGUF file: Hugging Face name -> float32 array,
+    dequantized (and, for Llama files, Q/K rows put back in half-split order) each
+    time a tensor is read. Lazy so that a model's load holds one float32 tensor on the
+    host at a time besides the uploaded ones, not a second copy of every weight."""
+
+    def __init__(self, gf: GGUFFile, config: dict[str, Any]):
+        self._gf, self._config = gf, config
+        self._gguf_names = {hf_name(name): name for name in gf.tensors}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        gguf_name = self._gguf_names[name]
+        w = dequantize_tensor(self._gf, gguf_name)
+        if ARCHITECTURES[self._config["model_type"]].permuted_qk:
+            if gguf_name.endswith(".attn_q.weight"):
+                w = unpermute_qk(w, self._config["num_attention_heads"])
+            elif gguf_name.endswith(".attn_k.weight"):
+                w = unpermute_qk(w, self._config["num_key_value_heads"])
+        return w
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._gguf_names)
+
+    def __len__(self) -> int:
+        return len(self._gguf_names)
 
 
 def _require(gf: GGUFFile, key: str) -> Any:
@@ -168,9 +201,10 @@ def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray], GGUFFile]:
+def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], DequantizedTensors, GGUFFile]:
     """Read a GGUF model: returns ``(config, weights, gguf_file)`` where ``weights`` maps
-    Hugging Face names to float32 arrays and ``gguf_file.metadata`` holds the tokenizer.
+    Hugging Face names to float32 arrays (``DequantizedTensors``: dequantized when
+    read) and ``gguf_file.metadata`` holds the tokenizer.
 
     Raises ValueError naming the file and the tensor or key for a corrupt or truncated
     file, a wrong magic, an unknown architecture, inconsistent metadata, an unsupported
@@ -188,17 +222,10 @@ def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.nda
         if gf.tensors[name].shape != shape:
             raise ValueError(f"[gguf] {gf.path}: tensor '{name}' must have shape "
                              f"{list(shape)}, got {list(gf.tensors[name].shape)}")
-    permuted = ARCHITECTURES[config["model_type"]].permuted_qk
-    weights: dict[str, np.ndarray] = {}
     for name in gf.tensors:
         if name not in shapes:
             raise ValueError(f"[gguf] {gf.path}: tensor '{name}' is not part of a "
                              f"{config['model_type']} model with "
                              f"{config['num_hidden_layers']} layers")
-        w = dequantize_tensor(gf, name)
-        if permuted and name.endswith(".attn_q.weight"):
-            w = unpermute_qk(w, config["num_attention_heads"])
-        elif permuted and name.endswith(".attn_k.weight"):
-            w = unpermute_qk(w, config["num_key_value_heads"])
-        weights[hf_name(name)] = w
-    return config, weights, gf
+        _check_supported(gf, name)
+    return config, DequantizedTensors(gf, config), gf
