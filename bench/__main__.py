@@ -272,10 +272,12 @@ def main(argv: List[str]) -> int:
                        if k.startswith(("METALRT_", "OMP_"))})
     import metalrt
     from metalrt.default_model import default_model_path
+    from metalrt.loaders import load_model_files
 
     started = time.time()
     gguf = str(default_model_path())
-    _, tokenizer = metalrt.load(gguf, device="cpu")
+    # The tokenizer only: the GGUF's weights are dequantized when read, so none are.
+    tokenizer = load_model_files(gguf).tokenizer
     result = {
         "quick": args.quick,
         "environment": {

@@ -175,8 +175,7 @@ def metalrt_version() -> str:
 def peak_memory_bytes() -> int:
     """This process's peak resident set. On Linux ``VmHWM`` of /proc/self/status:
     ``ru_maxrss`` would not do, because Linux carries it across fork and exec, so
-    every worker would report at least the RSS of the bench process that started it
-    (which has loaded the model for its tokenizer). Elsewhere ``ru_maxrss`` (bytes on
+    every worker would report at least the RSS of the bench process that started it. Elsewhere ``ru_maxrss`` (bytes on
     macOS)."""
     try:
         with open("/proc/self/status") as f:
