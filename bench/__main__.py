@@ -1,6 +1,6 @@
 """python -m bench: metalrt's benchmarks in one sitting (issue 6, DESIGN §8).
 
-    python -m bench [--quick] [--threads N] [--runs N] [--out-dir DIR]
+    python -m bench [--quick] [--threads N] [--runs N] [--out-dir DIR] ...   # --help
     python -m bench --install-peers [--peers-venv DIR]   # once: the peers' venv
 
 Writes ``bench/results/<UTC timestamp>.json`` and prints the tables:
@@ -11,11 +11,15 @@ Writes ``bench/results/<UTC timestamp>.json`` and prints the tables:
    llama-cpp-python), each engine in a subprocess with the same prompt ids and
    thread count; a peer that is not installed or fails is a row with its reason;
 2. op micro-benchmarks per device (``bench/op_micro.py``);
-3. the Metal-path counters of one prefill and one decode step (``bench/counters.py``).
+3. the Metal-path counters of one prefill and one decode step (``bench/counters.py``,
+   in a process of its own so that no earlier section's buffer cache shows in them).
 
 On the simulated Metal device the generation row runs smaller sizes and every time
 is labelled as a simulation time, not a performance figure. ``--quick`` (the CI
 smoke test) shrinks every size; its figures are not comparable to a full run.
+
+The JSON is rewritten after every generation row, so a run that is stopped (Ctrl-C,
+SIGTERM, a timeout) keeps what it measured; its running worker is killed with it.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,6 +48,7 @@ QUICK = {"prompt_lengths": [16, 64], "decode_tokens": 8}
 SIM = {"prompt_lengths": [4], "decode_tokens": 4}         # the simulated Metal device
 SECTIONS = ("generation", "ops", "counters")
 SIM_QUICK = None                                           # --quick: counters only
+MAX_THREADS = 1024            # the runtime's limit (METALRT_CPU_THREADS)
 
 
 def prompt_ids(tokenizer, n: int) -> List[int]:
@@ -88,37 +94,65 @@ def worker_env(threads: int) -> Dict[str, str]:
     return env
 
 
-def run_worker(python: str, spec: Dict, threads: int, timeout: float) -> Dict:
-    """Runs bench.generation with ``spec`` in a subprocess; its result, or
-    {"reason": ...} with the worker's last words when it fails."""
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+def last_json_object(stdout: str):
+    """The last line of ``stdout`` that is a JSON object (a library may print after
+    the worker's result), or None."""
+    for line in reversed(stdout.splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def run_worker(python: str, module: str, spec: Dict, threads: int, timeout: float) -> Dict:
+    """Runs ``python -m module SPEC.json`` (a worker that prints its result as a JSON
+    line) in a subprocess; its result, or {"reason": ...} with the worker's last words
+    when it fails. The worker is killed when this process is stopped."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="metalrt-bench-",
+                                     delete=False) as f:
         json.dump(spec, f)
     try:
-        proc = subprocess.run([python, "-m", "bench.generation", f.name], capture_output=True,
-                              text=True, env=worker_env(threads), cwd=ROOT, timeout=timeout)
+        # subprocess.run kills the worker on any exception, Stopped included.
+        proc = subprocess.run([python, "-m", module, f.name], capture_output=True, text=True,
+                              env=worker_env(threads), cwd=ROOT, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"reason": f"failed: no result within {timeout:.0f} s"}
+        return {"reason": f"failed: no result within {timeout:g} s"}
+    except OSError as e:
+        return {"reason": f"failed: {python} does not run: {e}"}
     finally:
         os.unlink(f.name)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        said = [l for l in proc.stderr.strip().splitlines() if l.strip()][-2:]
-        return {"reason": f"failed (exit {proc.returncode}): {' / '.join(said)}"}
-    return json.loads(lines[-1])
+    result = last_json_object(proc.stdout) if proc.returncode == 0 else None
+    if result is None:
+        said = peers.last_words(proc.stderr, 2) or peers.last_words(proc.stdout, 2)
+        return {"reason": f"failed (exit {proc.returncode}): {said or 'no result printed'}"}
+    return result
 
 
-def export_hf(python: str, gguf: str, out: Path, threads: int) -> str:
+def export_hf(python: str, gguf: str, out: Path, threads: int, timeout: float) -> str:
     """Writes the GGUF as a Hugging Face directory (float32 safetensors and
-    tokenizer) with the peers' transformers (``bench/export_hf.py``), once per peers'
-    venv; the transformers and mlx rows load it. "" or the reason it could not."""
-    if (out / "config.json").exists():
-        return ""
-    proc = subprocess.run([python, "-m", "bench.export_hf", gguf, str(out)], capture_output=True,
-                          text=True, env=worker_env(threads), cwd=ROOT)
+    tokenizer) with the peers' transformers (``bench/export_hf.py``, which keeps an
+    export that is current); the transformers and mlx rows load it. "" or the reason
+    it could not."""
+    print("bench: the Hugging Face export of the GGUF for the peers", file=sys.stderr)
+    try:
+        proc = subprocess.run([python, "-m", "bench.export_hf", gguf, str(out)],
+                              capture_output=True, text=True, env=worker_env(threads), cwd=ROOT,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"could not export the GGUF to a Hugging Face directory within {timeout:g} s"
     if proc.returncode != 0:
-        return "could not export the GGUF to a Hugging Face directory: " + \
-            " / ".join(proc.stderr.strip().splitlines()[-2:])
+        return ("could not export the GGUF to a Hugging Face directory: "
+                + peers.last_words(proc.stderr, 2))
     return ""
+
+
+def engine_rows() -> List[str]:
+    """Every generation row's name ("engine variant"), in table order."""
+    return ["metalrt cpu", "metalrt metal"] + [f"{p.name} {v}" for p in peers.PEERS
+                                               for v in p.variants]
 
 
 def generation(args, gguf: str, tokenizer, sizes: Dict, save) -> Dict:
@@ -127,6 +161,10 @@ def generation(args, gguf: str, tokenizer, sizes: Dict, save) -> Dict:
 
     lengths = sizes["prompt_lengths"]
     rows = []
+
+    def record(row):
+        rows.append(row)
+        save(rows)
 
     def spec(engine, variant, s, **extra):
         return {"engine": engine, "variant": variant, "gguf": gguf, "threads": args.threads,
@@ -137,58 +175,77 @@ def generation(args, gguf: str, tokenizer, sizes: Dict, save) -> Dict:
 
     def add(engine, variant, python, s, simulated=False, **extra):
         row = {"engine": engine, "variant": variant}
-        if args.engines and f"{engine} {variant}" not in args.engines:
-            row["reason"] = "not measured in this run (--engines)"
-        else:
-            print(f"bench: generation: {engine} {variant}", file=sys.stderr)
-            start = time.time()
-            row.update(run_worker(python, spec(engine, variant, s, **extra), args.threads,
-                                  args.timeout))
-            # The worker's wall time, loading included: where a run's minutes go.
-            row["worker_seconds"] = round(time.time() - start, 1)
-            if simulated:
-                row["sizes"] = s
-                row["note"] = "simulated: not a performance figure"
-        rows.append(row)
-        save(rows)
+        print(f"bench: generation: {engine} {variant}", file=sys.stderr)
+        start = time.time()
+        row.update(run_worker(python, "bench.generation", spec(engine, variant, s, **extra),
+                              args.threads, args.timeout))
+        # The worker's wall time, loading included: where a run's minutes go.
+        row["worker_seconds"] = round(time.time() - start, 1)
+        if simulated:
+            row["sizes"] = s
+            row["note"] = "simulated: not a performance figure"
+        record(row)
 
-    add("metalrt", "cpu", sys.executable, sizes)
-    if metalrt.is_available("metal"):
+    def wanted(engine, variant):
+        return not args.engines or f"{engine} {variant}" in args.engines
+
+    def skipped(engine, variant, reason):
+        record({"engine": engine, "variant": variant, "reason": reason})
+
+    def not_measured(engine, variant, option):
+        skipped(engine, variant, f"not measured in this run ({option})")
+
+    save(rows)
+    if wanted("metalrt", "cpu"):
+        add("metalrt", "cpu", sys.executable, sizes)
+    else:
+        not_measured("metalrt", "cpu", "--engines")
+    if not wanted("metalrt", "metal"):
+        not_measured("metalrt", "metal", "--engines")
+    elif not metalrt.is_available("metal"):
+        skipped("metalrt", "metal", "no Metal device in this build")
+    else:
         simulated = not metalrt.device_info("metal")["name"].startswith("Apple")
         sim_sizes = (SIM if not args.quick else SIM_QUICK) if simulated else sizes
         if sim_sizes:
             add("metalrt", "metal", sys.executable, sim_sizes, simulated=simulated)
         else:
-            rows.append({"engine": "metalrt", "variant": "metal", "reason":
-                         "simulated device: skipped by --quick (see the counters)"})
-    available = peers.availability(args.peers_venv)
+            skipped("metalrt", "metal", "simulated device: skipped by --quick (see the counters)")
+    measured = [p for p in peers.PEERS if p.name in args.peers
+                and any(wanted(p.name, v) for v in p.variants)]
+    available = peers.availability(args.peers_venv) if measured else {}
     python = str(peers.python_of(args.peers_venv))
-    hf_dir = Path(args.peers_venv) / "smollm2-hf-from-gguf"
+    hf_dir = args.peers_venv / "smollm2-hf-from-gguf"
     export = {}   # the export's outcome ("" or the reason), made once for every peer
 
     def export_reason() -> str:
         if "reason" not in export:
-            export["reason"] = (export_hf(python, gguf, hf_dir, args.threads)
-                                if available["transformers"]["available"] else
-                                "needs the transformers peer to export the GGUF (no safetensors "
-                                "of SmolLM2 are reachable from this machine)")
+            export["reason"] = (
+                export_hf(python, gguf, hf_dir, args.threads, args.timeout)
+                if available[peers.EXPORTER]["available"] else
+                f"needs the {peers.EXPORTER} peer to export the GGUF (no safetensors of SmolLM2 "
+                f"are reachable from this machine): {peers.install_hint(args.peers_venv, [peers.EXPORTER])}")
         return export["reason"]
 
     for peer in peers.PEERS:
-        if peer.name not in args.peers:
+        if peer not in measured:
+            for variant in peer.variants:
+                not_measured(peer.name, variant,
+                             "--peers" if peer.name not in args.peers else "--engines")
             continue
         state = available[peer.name]
         extra = {}
-        wanted = not args.engines or any(f"{peer.name} {v}" in args.engines for v in peer.variants)
-        if state["available"] and peer.loads_hf_export and wanted:
+        if state["available"] and peer.loads_hf_export:
             if export_reason():
                 state = {"available": False, "reason": export_reason()}
             extra["hf_dir"] = str(hf_dir)
         for variant in peer.variants:
-            if state["available"]:
+            if not wanted(peer.name, variant):
+                not_measured(peer.name, variant, "--engines")
+            elif state["available"]:
                 add(peer.name, variant, python, sizes, **extra)
             else:
-                rows.append({"engine": peer.name, "variant": variant, "reason": state["reason"]})
+                skipped(peer.name, variant, state["reason"])
     return {"prompt_lengths": lengths, "decode_tokens": sizes["decode_tokens"], "runs": args.runs,
             "rows": rows}
 
@@ -212,15 +269,19 @@ def op_benchmarks(args) -> List[Dict]:
     return rows
 
 
-def counters(tokenizer, gguf: str) -> Dict:
+def counters(args, tokenizer, gguf: str) -> Dict:
+    """The counters, measured in a worker process of their own: in this one, the
+    buffer cache of the sections before would serve some of the prefill's
+    allocations and change its byte count."""
     import metalrt
-    from . import counters as metal_counters
 
     if not metalrt.is_available("metal"):
         return {"error": "no Metal device in this build"}
     print("bench: Metal-path counters", file=sys.stderr)
-    model, _ = metalrt.load(gguf, device="metal")
-    return metal_counters.run(model, tokenizer.encode("Once upon a time"), decode_steps=3)
+    result = run_worker(sys.executable, "bench.counters",
+                        {"gguf": gguf, "prompt": tokenizer.encode("Once upon a time"),
+                         "decode_steps": 3}, args.threads, args.timeout)
+    return {"error": result["reason"]} if "reason" in result else result
 
 
 def parse(argv: List[str]):
@@ -229,7 +290,7 @@ def parse(argv: List[str]):
                    help="small sizes for a smoke test (< 3 min on 2 cores)")
     p.add_argument("--install-peers", action="store_true",
                    help="install the peers into --peers-venv, then exit")
-    p.add_argument("--peers-venv", type=Path, default=peers.default_venv(),
+    p.add_argument("--peers-venv", type=Path, default=None,
                    help="the peers' venv (default: $METALRT_BENCH_VENV, else bench-peers "
                         "in $METALRT_CACHE_DIR or ~/.cache/metalrt)")
     p.add_argument("--peers", default=",".join(peers.peer_names()),
@@ -238,14 +299,20 @@ def parse(argv: List[str]):
                    help="comma-separated sections to run (default: all of "
                         f"{', '.join(SECTIONS)})")
     p.add_argument("--engines", default="",
-                   help="comma-separated generation rows to measure, e.g. 'metalrt cpu,"
-                        "transformers fp32' (default: all; the others are rows that say so)")
+                   help="comma-separated generation rows to measure, of: "
+                        f"{', '.join(engine_rows())} (default: all; the others are rows "
+                        "that say so)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                   help="threads for every engine (default: all CPUs)")
+                   help=f"threads for every engine, 1-{MAX_THREADS} (default: all CPUs)")
     p.add_argument("--runs", type=int, default=3, help="measured runs after the warm-up (>= 3)")
-    p.add_argument("--op-repeats", type=int, default=10, help="repeats per op micro-benchmark")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per engine process")
-    p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--op-repeats", type=int, default=10,
+                   help="timed repeats per op micro-benchmark on the CPU and a real GPU (>= 3; "
+                        "the simulated device and --quick use 3)")
+    p.add_argument("--timeout", type=float, default=1800,
+                   help="seconds for each worker process (an engine's generation row, the "
+                        "counters, the peers' export) before it counts as failed")
+    p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results",
+                   help="where the JSON is written (default: bench/results)")
     args = p.parse_args(argv)
     args.peers = [n.strip() for n in args.peers.split(",") if n.strip()]
     args.sections = [n.strip() for n in args.sections.split(",") if n.strip()]
@@ -255,11 +322,46 @@ def parse(argv: List[str]):
     unknown = set(args.peers) - set(peers.peer_names())
     if unknown:
         p.error(f"unknown peers {sorted(unknown)}; known: {peers.peer_names()}")
+    unknown = set(args.engines) - set(engine_rows())
+    if unknown:
+        p.error(f"unknown --engines rows {sorted(unknown)}; known: {', '.join(engine_rows())}")
     if args.runs < 3:
         p.error("--runs must be >= 3 (figures are medians of at least 3 runs)")
-    if args.threads < 1:
-        p.error("--threads must be >= 1")
+    if args.op_repeats < 3:
+        p.error("--op-repeats must be >= 3 (figures are medians of at least 3 repeats)")
+    if not 1 <= args.threads <= MAX_THREADS:
+        p.error(f"--threads must be in 1-{MAX_THREADS}, got {args.threads}")
+    if not args.timeout > 0:
+        p.error(f"--timeout must be > 0 seconds, got {args.timeout}")
+    # Absolute: the workers run in the repository's root, not in this directory.
+    args.peers_venv = (args.peers_venv.expanduser().absolute() if args.peers_venv
+                       else peers.default_venv())
+    args.out_dir = args.out_dir.expanduser().absolute()
     return args
+
+
+class Stopped(Exception):
+    """SIGTERM arrived: unwinds like Ctrl-C, so the running worker is killed and the
+    JSON keeps what was measured."""
+
+
+def _stop(signum, frame):
+    raise Stopped(f"signal {signum}")
+
+
+def new_result_path(out_dir: Path) -> Path:
+    """A new ``<UTC timestamp>.json`` in ``out_dir`` (suffixed -2, -3, ... when a run
+    in the same second already took the name). Raises OSError when not writable."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    for n in range(1, 1000):
+        path = out_dir / (f"{stamp}.json" if n == 1 else f"{stamp}-{n}.json")
+        try:
+            with open(path, "x"):
+                return path
+        except FileExistsError:
+            continue
+    raise OSError(f"no free result name for {stamp} in {out_dir}")
 
 
 def main(argv: List[str]) -> int:
@@ -267,6 +369,12 @@ def main(argv: List[str]) -> int:
     if args.install_peers:
         status = peers.install(args.peers_venv, args.peers)
         return 0 if all(s["installed"] for s in status.values()) else 1
+    try:
+        path = new_result_path(args.out_dir)
+    except OSError as e:
+        print(f"python -m bench: error: cannot write results in {args.out_dir}: {e}",
+              file=sys.stderr)
+        return 2
 
     os.environ.update({k: v for k, v in worker_env(args.threads).items()
                        if k.startswith(("METALRT_", "OMP_"))})
@@ -287,9 +395,6 @@ def main(argv: List[str]) -> int:
             "load_average_start": load_average(), "model": os.path.basename(gguf),
         },
     }
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = args.out_dir / f"{stamp}.json"
 
     def save(partial_rows=None):
         """Writes what is measured so far: a long run that is stopped keeps its rows."""
@@ -300,16 +405,23 @@ def main(argv: List[str]) -> int:
         path.write_text(json.dumps(snapshot, indent=1))
 
     seconds = result["environment"]["section_seconds"] = {}
-    for name, section in [("generation", lambda: generation(args, gguf, tokenizer,
-                                                            QUICK if args.quick else FULL, save)),
-                          ("ops", lambda: op_benchmarks(args)),
-                          ("counters", lambda: counters(tokenizer, gguf))]:
-        if name not in args.sections:
-            continue
-        start = time.time()
-        result[name] = section()
-        seconds[name] = round(time.time() - start, 1)
-        save()
+    save()
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        for name, section in [("generation", lambda: generation(args, gguf, tokenizer,
+                                                                QUICK if args.quick else FULL, save)),
+                              ("ops", lambda: op_benchmarks(args)),
+                              ("counters", lambda: counters(args, tokenizer, gguf))]:
+            if name not in args.sections:
+                continue
+            start = time.time()
+            result[name] = section()
+            seconds[name] = round(time.time() - start, 1)
+            save()
+    except (KeyboardInterrupt, Stopped) as stop:
+        print(f"\nbench: stopped ({stop or 'interrupt'}); what was measured is in {path} "
+              f"(python -m bench.report {path})", file=sys.stderr)
+        return 130 if isinstance(stop, KeyboardInterrupt) else 143
     result["environment"]["load_average_end"] = load_average()
     result["environment"]["seconds"] = round(time.time() - started, 1)
     result["environment"]["cpu_seconds"] = round(cpu_seconds(), 1)

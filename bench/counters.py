@@ -9,13 +9,19 @@ its calls. Waits outside every op are the runner's host reads (the sampled token
 ids) and writes (the step's inputs). The counts are deterministic: they depend on
 the model and the code, not on timing.
 
+Run as a worker (``python -m bench.counters SPEC.json``, SPEC = {"gguf", "prompt",
+"decode_steps"}), it loads the model on the Metal device in a fresh process, so the
+byte counts do not depend on what ran before, and prints the result as a JSON line.
+
 The goal the issue sets: a decode step makes exactly one host wait (the read of the
 sampled token) and commits beyond one come only from the dispatch cap.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
+import sys
 from contextlib import contextmanager
 from typing import Dict, List, Sequence
 
@@ -140,3 +146,15 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3) -> Dict:
             "ops_that_wait": waiting_ops,
         },
     }
+
+
+def main(argv: List[str]) -> int:
+    with open(argv[0]) as f:
+        spec = json.load(f)
+    model, _ = metalrt.load(spec["gguf"], device="metal")
+    print(json.dumps(run(model, spec["prompt"], decode_steps=spec["decode_steps"])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

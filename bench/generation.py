@@ -29,6 +29,7 @@ class Engine:
     decode(token) -> next token, one forward pass over the cache of the prefill."""
 
     version = ""
+    threads = ""   # the thread count the engine computes with, as it reports it
 
     def prefill(self, ids: Sequence[int]) -> int:
         raise NotImplementedError
@@ -45,6 +46,7 @@ class MetalrtEngine(Engine):
         from metalrt.runner import Engine as Runner, SamplingParams, blocks_for
 
         self.version = metalrt_version()
+        self.threads = f"{spec['threads']} (METALRT_CPU_THREADS)"
         self.device = spec["variant"]
         self.model, _ = metalrt.load(spec.get("gguf"), device=self.device)
         self.decode_tokens = spec["decode_tokens"]
@@ -76,6 +78,7 @@ class TransformersEngine(Engine):
         from transformers import AutoModelForCausalLM
 
         torch.set_num_threads(spec["threads"])
+        self.threads = f"{torch.get_num_threads()} (torch.get_num_threads)"
         self.torch = torch
         self.version = f"transformers {transformers.__version__}, torch {torch.__version__}"
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[spec["variant"]]
@@ -110,6 +113,9 @@ class MlxEngine(Engine):
         self.mx, self.make_cache = mx, make_prompt_cache
         mx.set_default_device(mx.cpu)
         self.version = f"mlx {version('mlx')}, mlx-lm {version('mlx-lm')}"
+        # MLX has no thread-count setting; its Linux CPU build's BLAS (netlib) is
+        # single-threaded.
+        self.threads = "not settable in MLX"
         self.model, _ = load(spec["hf_dir"])
         self.cache = None
 
@@ -141,6 +147,7 @@ class LlamaCppEngine(Engine):
 
         self.np, self.llama_cpp = np, llama_cpp
         self.version = f"llama-cpp-python {llama_cpp.__version__}"
+        self.threads = f"{spec['threads']} (n_threads, n_threads_batch)"
         longest = max(spec["prompt_lengths"])
         self.llm = llama_cpp.Llama(
             model_path=spec["gguf"], n_ctx=longest + spec["decode_tokens"] + 16,
@@ -220,6 +227,7 @@ def run(spec: Dict) -> Dict:
             tokens = generated
     return {
         "version": engine.version,
+        "threads": engine.threads,
         "prefill_tps": {str(n): summary(v) for n, v in prefill.items()},
         "decode_tps": summary(decode),
         "decode_tokens": spec["decode_tokens"],

@@ -32,54 +32,85 @@ class Peer:
 
     name: str
     requirements: Sequence[str]
-    module: str
+    modules: Sequence[str]   # all import in the venv: the peer is available
     variants: Sequence[str]
     loads_hf_export: bool = False   # runs on the Hugging Face export of the GGUF
     build_env: Optional[Dict[str, str]] = None
 
 
 PEERS = (
-    Peer("transformers", (TORCH_PIN, "transformers", "accelerate", "gguf"), "transformers",
-         ("fp32", "bf16"), loads_hf_export=True),
-    Peer("mlx", ("mlx[cpu]", "mlx-lm"), "mlx_lm", ("fp32",), loads_hf_export=True),
+    # torch, gguf and accelerate too: mlx-lm pulls in transformers without them, and
+    # transformers needs all three to load a GGUF.
+    Peer("transformers", (TORCH_PIN, "transformers", "accelerate", "gguf"),
+         ("transformers", "torch", "gguf", "accelerate"), ("fp32", "bf16"), loads_hf_export=True),
+    Peer("mlx", ("mlx[cpu]", "mlx-lm"), ("mlx_lm",), ("fp32",), loads_hf_export=True),
     # Without the multimodal library (LLAVA_BUILD): text generation does not load it,
     # and it is a third of the build.
-    Peer("llama.cpp", ("llama-cpp-python",), "llama_cpp", ("q4_1",),
+    Peer("llama.cpp", ("llama-cpp-python",), ("llama_cpp",), ("q4_1",),
          build_env={"CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1),
                     "CMAKE_ARGS": "-DLLAVA_BUILD=OFF"}),
 )
 
 
+EXPORTER = "transformers"        # the peer whose venv writes the Hugging Face export
+IMPORT_CHECK_SECONDS = 300       # importing torch on a loaded machine takes long
+
+
 def default_venv() -> Path:
-    """``$METALRT_BENCH_VENV``, else ``bench-peers`` in metalrt's cache directory."""
+    """``$METALRT_BENCH_VENV``, else ``bench-peers`` in metalrt's cache directory
+    (absolute: the workers run in another directory)."""
     env = os.environ.get("METALRT_BENCH_VENV")
     if env:
-        return Path(env)
+        return Path(env).expanduser().absolute()
     cache = os.environ.get("METALRT_CACHE_DIR") or Path.home() / ".cache" / "metalrt"
-    return Path(cache) / "bench-peers"
+    return (Path(cache).expanduser() / "bench-peers").absolute()
 
 
 def python_of(venv_dir: Path) -> Path:
     return venv_dir / "bin" / "python"
 
 
+def install_hint(venv_dir: Path, names: Sequence[str] = ()) -> str:
+    peers = f" --peers {','.join(names)}" if names else ""
+    return f"python -m bench --install-peers{peers} --peers-venv {venv_dir}"
+
+
 def read_status(venv_dir: Path) -> Dict[str, Dict]:
+    """What ``install`` recorded per peer; {} when nothing readable was (a file
+    that is not a JSON object of objects is ignored, not trusted)."""
     try:
-        return json.loads((venv_dir / STATUS_FILE).read_text())
+        status = json.loads((venv_dir / STATUS_FILE).read_text())
     except (OSError, ValueError):
         return {}
+    if not isinstance(status, dict):
+        return {}
+    return {k: v for k, v in status.items() if isinstance(v, dict)}
 
 
-def _last_words(text: str, lines: int = 4) -> str:
-    said = [line.strip() for line in text.strip().splitlines()
+def last_words(text: str, lines: int = 4) -> str:
+    """The last non-empty lines of a process's output, on one line, each stripped
+    of its surrounding and repeated blanks."""
+    said = [" ".join(line.split()) for line in text.splitlines()
             if line.strip() and not line.startswith("WARNING: Location")]
     return " / ".join(said[-lines:])
 
 
+def with_exporter(names: Sequence[str]) -> List[str]:
+    """``names`` plus the exporter peer when a named peer runs on its export."""
+    needs = any(p.loads_hf_export for p in PEERS if p.name in names)
+    return list(names) + ([EXPORTER] if needs and EXPORTER not in names else [])
+
+
 def install(venv_dir: Path, names: Sequence[str]) -> Dict[str, Dict]:
-    """Creates the venv if needed and pip-installs each named peer; returns (and
+    """Creates the venv if needed and pip-installs each named peer (and the
+    transformers peer when a named one runs on its Hugging Face export); returns (and
     saves) {peer: {"installed": bool, "reason": str}}. Never raises for a peer that
     fails: its reason is pip's last lines."""
+    wanted = with_exporter(names)
+    if wanted != list(names):
+        print(f"bench: also installing {EXPORTER}: it writes the Hugging Face export of the "
+              "GGUF that the mlx rows load", file=sys.stderr)
+    names = wanted
     if not python_of(venv_dir).exists():
         venv.EnvBuilder(with_pip=True).create(venv_dir)
     constraints = venv_dir / "constraints.txt"
@@ -97,7 +128,7 @@ def install(venv_dir: Path, names: Sequence[str]) -> Dict[str, Dict]:
         ok = proc.returncode == 0
         status[peer.name] = {"installed": ok, "reason": "" if ok else
                              f"pip install failed (exit {proc.returncode}): "
-                             f"{_last_words(proc.stderr or proc.stdout)}"}
+                             f"{last_words(proc.stderr or proc.stdout)}"}
         print(f"bench: {peer.name}: {'installed' if ok else status[peer.name]['reason']}",
               file=sys.stderr)
     (venv_dir / STATUS_FILE).write_text(json.dumps(status, indent=1))
@@ -113,17 +144,28 @@ def availability(venv_dir: Path) -> Dict[str, Dict]:
     for peer in PEERS:
         reason = ""
         if not python_of(venv_dir).exists():
-            reason = (f"not installed (no peers venv at {venv_dir}; "
-                      "run `python -m bench --install-peers`)")
+            reason = f"not installed (no peers venv at {venv_dir}; run `{install_hint(venv_dir)}`)"
         else:
-            proc = subprocess.run([str(python_of(venv_dir)), "-c", f"import {peer.module}"],
-                                  capture_output=True, text=True)
-            if proc.returncode != 0:
+            reason = _import_failure(venv_dir, peer)
+            if reason:
                 recorded = status.get(peer.name, {}).get("reason")
                 reason = (f"not installed: {recorded}" if recorded else
-                          f"not installed ({_last_words(proc.stderr, 1)})")
+                          f"not installed ({reason}; run `{install_hint(venv_dir, [peer.name])}`)")
         result[peer.name] = {"available": not reason, "reason": reason}
     return result
+
+
+def _import_failure(venv_dir: Path, peer: Peer) -> str:
+    """"" when every module of ``peer`` imports in the venv, else why not."""
+    code = "; ".join(f"import {m}" for m in peer.modules)
+    try:
+        proc = subprocess.run([str(python_of(venv_dir)), "-c", code], capture_output=True,
+                              text=True, timeout=IMPORT_CHECK_SECONDS)
+    except subprocess.TimeoutExpired:
+        return f"importing {', '.join(peer.modules)} took over {IMPORT_CHECK_SECONDS} s"
+    except OSError as e:
+        return f"the venv's python does not run: {e}"
+    return "" if proc.returncode == 0 else last_words(proc.stderr, 1)
 
 
 def peer_names() -> List[str]:

@@ -1,20 +1,28 @@
 """The printed tables of a benchmark result (the JSON written by ``python -m bench``).
 
-    python -m bench.report bench/results/<timestamp>.json   # the tables of a saved run
+    python -m bench.report [bench/results/<timestamp>.json]   # default: the newest run
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Dict, List, Optional
 
 SIM_NOTE = "simulated: not a performance figure"
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _num(x: float) -> str:
+    """Four significant digits: 117.5, 13.10 and 0.01234 keep their resolution."""
+    return f"{x:.4g}"
 
 
 def _fig(s: Optional[Dict]) -> str:
     if not s:
         return "-"
-    return f"{s['median']:.1f} ({s['min']:.1f}-{s['max']:.1f})"
+    return f"{_num(s['median'])} ({_num(s['min'])}-{_num(s['max'])})"
 
 
 def _table(header: List[str], rows: List[List[str]]) -> str:
@@ -37,18 +45,20 @@ def _agreement(base: Optional[Dict], row: Dict) -> str:
 
 
 def generation_table(result: Dict) -> str:
+    """The generation rows that have figures, then one line per row without (not
+    installed, failed, not measured in this run) with its reason."""
     gen = result["generation"]
     lengths = gen["prompt_lengths"]
-    header = (["engine", "version"] + [f"prefill {n} tok/s" for n in lengths]
-              + [f"decode {gen['decode_tokens']} tok/s", "peak GB", "metalrt-cpu / this",
+    header = (["engine", "version"] + [f"prefill tok/s ({n})" for n in lengths]
+              + [f"decode tok/s ({gen['decode_tokens']})", "peak GB", "metalrt-cpu / this",
                  "greedy ids = metalrt-cpu"])
     base = next((r for r in gen["rows"] if r["engine"] == "metalrt" and r["variant"] == "cpu"
                  and r.get("decode_tps")), None)
-    rows = []
+    rows, without = [], []
     for r in gen["rows"]:
         name = f"{r['engine']} {r['variant']}"
         if not r.get("decode_tps"):
-            rows.append([name, r.get("reason", "")] + ["-"] * (len(header) - 2))
+            without.append(f"* {name}: {r.get('reason') or 'no figures'}")
             continue
         if r.get("sizes"):   # the simulated device runs smaller sizes, said in the label
             sizes = r["sizes"]
@@ -65,9 +75,12 @@ def generation_table(result: Dict) -> str:
                      for n in lengths]
             parts.append(base["decode_tps"]["median"] / r["decode_tps"]["median"])
             ratio = " / ".join(f"{x:.2f}" for x in parts)
-        rows.append([name, r["version"]] + prefill + [decode, f"{r['peak_memory_gb']:.2f}", ratio,
-                                                      _agreement(base, r)])
-    return _table(header, rows)
+        rows.append([name, r.get("version", "")] + prefill
+                    + [decode, f"{r['peak_memory_gb']:.2f}", ratio, _agreement(base, r)])
+    table = _table(header, rows) if rows else "(no engine was measured)"
+    if without:
+        table += "\n\nRows without figures:\n" + "\n".join(without)
+    return table
 
 
 def op_table(result: Dict) -> str:
@@ -78,7 +91,7 @@ def op_table(result: Dict) -> str:
         device = r["device"] + (" (sim)" if r.get("simulated") else "")
         rows.append([r["name"], device, r["provider"],
                      f"{s['median'] * 1e3:.3f} ({s['min'] * 1e3:.3f}-{s['max'] * 1e3:.3f})",
-                     "-" if r["gflops"] is None else f"{r['gflops']:.2f}", f"{r['gbps']:.2f}"])
+                     "-" if r["gflops"] is None else _num(r["gflops"]), _num(r["gbps"])])
     return _table(header, rows)
 
 
@@ -112,36 +125,67 @@ def counter_table(result: Dict) -> str:
 
 
 def render(result: Dict) -> str:
+    """The printed tables of a result (also of a run stopped during its generation
+    section: the rows measured until then)."""
     env = result["environment"]
-    head = (f"metalrt benchmarks, {env['date']} - {env['machine']}, {env['threads']} threads, "
-            f"load average {env['load_average_start']} at start")
+    threads = env["threads"]
+    head = (f"metalrt benchmarks, {env['date']} - {env['machine']}, {threads} "
+            f"thread{'s' if threads != 1 else ''}, load average {env['load_average_start']} "
+            "at start")
     if "seconds" in env:
         head += (f", {env['load_average_end']} at end; {env['seconds']:.0f} s wall, "
                  f"{env['cpu_seconds']:.0f} s CPU")
     if result["quick"]:
         head += " (--quick: small sizes, not comparable to a full run)"
     parts = [head]
-    if "generation" not in result and result.get("generation_partial"):
-        # A run stopped during the generation section: the rows measured until then.
-        measured = next(r for r in result["generation_partial"] if r.get("prefill_tps"))
-        sizes = result.get("generation_sizes") or {
-            "prompt_lengths": sorted(int(n) for n in measured["prefill_tps"]),
-            "decode_tokens": measured.get("decode_tokens", 128),
-            "runs": len(measured["decode_tps"]["runs"])}
+    if "generation" not in result and "generation_partial" in result:
+        sizes = result["generation_sizes"]
         result = dict(result, generation=dict(sizes, rows=result["generation_partial"]))
         parts.append("(the run was stopped during the generation section: the rows measured "
                      "until then)")
     if "generation" in result:
-        parts += [f"End-to-end generation (median (min-max) of {result['generation']['runs']} "
-                  "runs after a warm-up; ratios > 1: metalrt on the CPU is faster; prefill / "
-                  "decode):", generation_table(result)]
+        gen = result["generation"]
+        parts += [f"End-to-end generation: median (min-max) of {gen['runs']} runs after a "
+                  f"warm-up. prefill tok/s (N): an N-token prompt; decode tok/s (N): N greedy "
+                  "tokens after the first prompt; metalrt-cpu / this: the ratios of prefill "
+                  "and decode medians (> 1: metalrt on the CPU is faster).",
+                  generation_table(result)]
     if "ops" in result:
-        parts += ["Op micro-benchmarks:", op_table(result)]
+        sim = any(r.get("simulated") for r in result["ops"])
+        parts += ["Op micro-benchmarks" + (" (metal (sim) rows are simulation times, not performance figures):"
+                                           if sim else ":"),
+                  op_table(result)]
     if "counters" in result:
         parts.append(counter_table(result))
+    if len(parts) == 1:
+        parts.append("(no section was measured)")
     return "\n\n".join(parts)
 
 
+def newest_result() -> Optional[Path]:
+    runs = sorted(RESULTS.glob("*.json"), key=lambda p: p.stat().st_mtime)
+    return runs[-1] if runs else None
+
+
+def main(argv: List[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.report",
+                                description="Prints the tables of a saved benchmark run.")
+    p.add_argument("result", nargs="?", type=Path,
+                   help="a JSON written by python -m bench (default: the newest in "
+                        f"{RESULTS})")
+    args = p.parse_args(argv)
+    path = args.result or newest_result()
+    if path is None:
+        p.error(f"no result given and none in {RESULTS}; run python -m bench first")
+    try:
+        tables = render(json.loads(path.read_text()))
+    except OSError as e:
+        p.error(f"cannot read {path}: {e.strerror or e}")
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        p.error(f"{path} is not a result of python -m bench ({type(e).__name__}: {e})")
+    print(tables)
+    return 0
+
+
 if __name__ == "__main__":
-    with open(sys.argv[1]) as f:
-        print(render(json.load(f)))
+    sys.exit(main(sys.argv[1:]))

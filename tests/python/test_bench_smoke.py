@@ -1,12 +1,16 @@
 """Smoke test of the benchmark (issue 6): ``python -m bench --quick`` runs in one
-sitting, writes its JSON with every section, reports the peers that are not
-installed as such (with a reason) instead of dropping them, and every figure it
-measures is positive. No speed is asserted."""
+sitting, writes its JSON with every section, runs a peer worker (transformers fp32,
+from a peers' venv that sees this interpreter's torch and transformers) on the
+Hugging Face export it writes, reports the peers that are not installed as such (with
+a reason) instead of dropping them, every figure it measures is positive, and the
+Metal-path counters meet the issue's goals. No speed is asserted."""
 import json
 import math
 import os
+import site
 import subprocess
 import sys
+import venv
 from pathlib import Path
 
 import metalrt
@@ -19,11 +23,21 @@ def positive(summary):
         and summary["min"] <= summary["median"] <= summary["max"]
 
 
+def peers_venv(path: Path) -> Path:
+    """A venv whose interpreter also imports this one's packages (torch and
+    transformers (and accelerate) of metalrt's test extra; not mlx or llama-cpp-python)."""
+    venv.EnvBuilder(with_pip=False).create(path)
+    [packages] = list(path.glob("lib/python*/site-packages"))
+    (packages / "parent.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return path
+
+
 def test_quick_benchmark_json(tmp_path):
     out = tmp_path / "results"
-    env = dict(os.environ, METALRT_BENCH_VENV=str(tmp_path / "no-peers"))
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out-dir", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    env = dict(os.environ, METALRT_BENCH_VENV=str(peers_venv(tmp_path / "peers")))
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out-dir", str(out),
+                           "--engines", "metalrt cpu,metalrt metal,transformers fp32,mlx fp32,llama.cpp q4_1"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [path] = list(out.glob("*.json"))
     result = json.loads(path.read_text())
@@ -38,8 +52,18 @@ def test_quick_benchmark_json(tmp_path):
     for n in gen["prompt_lengths"]:
         assert positive(cpu["prefill_tps"][str(n)]) and len(cpu["prefill_tps"][str(n)]["runs"]) == gen["runs"]
     assert positive(cpu["decode_tps"]) and cpu["peak_memory_gb"] > 0 and cpu["worker_seconds"] > 0
-    for peer, variant in [("transformers", "fp32"), ("transformers", "bf16"), ("mlx", "fp32"),
-                          ("llama.cpp", "q4_1")]:
+
+    peer = rows[("transformers", "fp32")]
+    assert peer["version"].startswith("transformers "), peer
+    for n in gen["prompt_lengths"]:
+        assert positive(peer["prefill_tps"][str(n)])
+    assert positive(peer["decode_tps"]) and peer["peak_memory_gb"] > 0
+    # Two float32 engines on two independent dequantisations of the GGUF: the same
+    # greedy continuation.
+    assert peer["greedy_tokens"] == cpu["greedy_tokens"] and len(cpu["greedy_tokens"]) == 9
+    assert (tmp_path / "peers" / "smollm2-hf-from-gguf" / "metalrt-export.json").exists()
+    assert rows[("transformers", "bf16")]["reason"] == "not measured in this run (--engines)"
+    for peer, variant in [("mlx", "fp32"), ("llama.cpp", "q4_1")]:
         assert rows[(peer, variant)]["reason"].startswith("not installed"), rows[(peer, variant)]
 
     devices = {r["device"] for r in result["ops"]}
@@ -57,3 +81,5 @@ def test_quick_benchmark_json(tmp_path):
             assert step["dispatches_per_layer"] > 0 and step["allocated_bytes"] >= 0
         assert c["decode"]["allocated_bytes"] == 0   # after warm-up (the goal, met)
         assert c["num_layers"] == 30 and c["goal"]["zero_bytes_after_warmup"] is True
+        assert c["decode"]["waits"] == 1 and c["goal"]["one_wait_per_decode_step"] is True
+        assert c["goal"]["commits_only_from_cap"] is True and c["goal"]["reference_tier_ops"] == []
