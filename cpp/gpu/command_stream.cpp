@@ -53,7 +53,7 @@ void CommandStream::Encode(const Dispatch& d) {
     encoder.dispatch_threadgroups(d.grid, d.group);
   if (++open_dispatches_ >= max_dispatches_) {
     RetireCompletedLocked();
-    CommitLocked();
+    CommitLocked(CommitCause::kCap);
   }
 }
 
@@ -61,14 +61,14 @@ void CommandStream::Flush() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!open_.command_buffer) return;   // nothing to commit: a no-op
   RetireCompletedLocked();
-  CommitLocked();
+  CommitLocked(CommitCause::kFlush);
 }
 
-void CommandStream::CommitLocked() {
+void CommandStream::CommitLocked(CommitCause cause) {
   if (!open_.command_buffer) return;
   open_.command_buffer->compute_encoder().end_encoding();
   open_.command_buffer->commit();
-  if (profiler_.enabled()) profiler_.RecordCommit();
+  if (profiler_.enabled()) profiler_.RecordCommit(cause);
   in_flight_.push_back(std::move(open_));
   open_ = Submitted{};
   open_dispatches_ = 0;
@@ -93,11 +93,12 @@ void CommandStream::Synchronize() {
   // committed, and its busy time must fit inside the time the host spent here.
   const bool profiling = profiler_.enabled();
   const Profiler::Clock::time_point start = profiling ? Profiler::Clock::now() : Profiler::Clock::time_point{};
-  // Decided before committing: CommitLocked retires command buffers that already
-  // completed, and a fast device must not make this sync look like it waited for nothing.
+  // Nothing open and nothing in flight: no command buffer to commit, no wait to count.
+  // Work in flight but nothing open (the cap or a Flush committed the last dispatch)
+  // is waited on without a commit.
   const bool pending = open_.command_buffer != nullptr || !in_flight_.empty();
   if (!pending) return;
-  CommitLocked();
+  CommitLocked(CommitCause::kSynchronize);
   bool failed = false;
   std::string error;
   for (Submitted& s : in_flight_) {

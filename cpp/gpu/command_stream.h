@@ -73,7 +73,8 @@ class CommandStream {
     std::vector<std::shared_ptr<GpuBuffer>> retained;
     std::vector<const GpuBuffer*> written;   // the retained buffers bound as outputs
   };
-  void CommitLocked();
+  // Commits the open command buffer, if any, and records it under `cause`.
+  void CommitLocked(CommitCause cause);
   // Releases command buffers at the front that completed without error. Called
   // before a commit that does not wait (cap, Flush) so the in-flight list stays
   // short; never after one, so the work a Synchronize commits is always waited on

@@ -28,9 +28,14 @@ void Profiler::RecordDispatch(const std::string& kernel, double encode_seconds) 
   total_.encode_seconds += encode_seconds;
 }
 
-void Profiler::RecordCommit() {
+void Profiler::RecordCommit(CommitCause cause) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++total_.commits;
+  switch (cause) {
+    case CommitCause::kCap: ++total_.commits_at_cap; break;
+    case CommitCause::kFlush: ++total_.commits_at_flush; break;
+    case CommitCause::kSynchronize: ++total_.commits_at_synchronize; break;
+  }
 }
 
 void Profiler::RecordWait(double wait_seconds) {

@@ -3,7 +3,7 @@
 // Off (the default unless METALRT_PROFILE=1): records nothing and reads no clock;
 // callers test enabled() before timing anything. On: one row per kernel name
 // (dispatches, host seconds spent encoding them) and a total row (command-buffer
-// commits, host waits, seconds the host spent waiting, seconds the GPU was busy
+// commits, each also counted under its cause, host waits, seconds the host spent waiting, seconds the GPU was busy
 // according to the command buffers' GPU start/end times, and the buffers the device
 // newly created with their bytes — allocations served by the buffer cache are free). The kernel name in a row
 // is the proof of which kernel ran.
@@ -18,11 +18,21 @@
 
 namespace metalrt::gpu {
 
+// Why a command buffer was committed: the command stream's three flush points.
+enum class CommitCause : uint8_t {
+  kCap,           // Encode: the open command buffer reached max_dispatches
+  kFlush,         // Flush(): an explicit commit without waiting
+  kSynchronize,   // Synchronize(): committed before a host wait (host reads and writes)
+};
+
 struct ProfileRow {
   std::string name;            // kernel name, or "total"
   uint64_t dispatches = 0;     // total row: all dispatches
   double encode_seconds = 0;   // host time encoding (total row: the sum)
-  uint64_t commits = 0;        // total row only
+  uint64_t commits = 0;        // total row only: all commits, the sum of the three below
+  uint64_t commits_at_cap = 0;           // total row only: CommitCause::kCap
+  uint64_t commits_at_flush = 0;         // total row only: CommitCause::kFlush
+  uint64_t commits_at_synchronize = 0;   // total row only: CommitCause::kSynchronize
   uint64_t waits = 0;          // total row only: host waits for the GPU
   double wait_seconds = 0;     // total row only
   double gpu_seconds = 0;      // total row only: sum of GPU end - start per command buffer
@@ -43,7 +53,7 @@ class Profiler {
 
   // Recorders; the caller checks enabled() first (so "off" costs one branch).
   void RecordDispatch(const std::string& kernel, double encode_seconds);
-  void RecordCommit();
+  void RecordCommit(CommitCause cause);
   void RecordWait(double wait_seconds);
   void RecordGpuTime(double gpu_seconds);
   void RecordAllocation(uint64_t bytes);

@@ -16,6 +16,9 @@ nb::dict RowToDict(const metalrt::gpu::ProfileRow& row) {
   d["dispatches"] = row.dispatches;
   d["encode_seconds"] = row.encode_seconds;
   d["commits"] = row.commits;
+  d["commits_at_cap"] = row.commits_at_cap;
+  d["commits_at_flush"] = row.commits_at_flush;
+  d["commits_at_synchronize"] = row.commits_at_synchronize;
   d["waits"] = row.waits;
   d["wait_seconds"] = row.wait_seconds;
   d["gpu_seconds"] = row.gpu_seconds;

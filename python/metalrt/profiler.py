@@ -4,7 +4,8 @@ Off by default (or on from the start with the environment variable
 ``METALRT_PROFILE=1``); off, nothing is recorded and no clock is read. On, the
 backend keeps one row per kernel name — how many times it was dispatched and the
 host seconds spent encoding those dispatches — and a total row with the
-command-buffer commits, the host waits for the GPU, the seconds spent waiting and
+command-buffer commits (each also counted under its cause: the dispatch cap, an
+explicit flush, or a synchronize before a host access), the host waits for the GPU, the seconds spent waiting and
 the seconds the GPU was busy (summed from each command buffer's GPU start and end
 times; GPU time fits inside the waits when work is committed at a synchronize), and
 the buffers the device newly created (an allocation served by the buffer cache of
@@ -44,6 +45,20 @@ def rows() -> list[dict]:
     zero in kernel rows — ``commits`` (command buffers committed), ``waits`` (host
     waits for the GPU), ``wait_seconds`` and ``gpu_seconds`` (float seconds),
     ``allocations`` and ``allocated_bytes`` (device buffers newly created).
+
+    ``commits`` is the sum of three int counters, one per cause of a commit (the
+    command stream's flush points, DESIGN.md §3 "Encoder batching"):
+
+    * ``commits_at_cap``: the open command buffer reached the dispatch cap
+      (``METALRT_MAX_DISPATCHES``, default 48) and was committed so the GPU can start
+      while the host keeps encoding;
+    * ``commits_at_flush``: an explicit :func:`metalrt.flush` committed it without
+      waiting;
+    * ``commits_at_synchronize``: committed by a synchronize, i.e. before a host
+      wait (a host read or write of device memory with work pending, or
+      :func:`metalrt.synchronize`). A synchronize with nothing open commits nothing
+      (it may still wait for work the cap or a flush committed).
+
     Empty when nothing was recorded.
     """
     return _native.rows()

@@ -106,6 +106,49 @@ TEST_CASE("batching: the dispatch cap commits exactly when reached") {
   CHECK_THROWS_AS(m->stream().set_max_dispatches(0), std::invalid_argument);
 }
 
+TEST_CASE("batching: the profiler counts every commit under its cause: cap, flush, synchronize") {
+  MetalFixture m;
+  m->profiler().Enable(true);
+  m->stream().set_max_dispatches(3);
+  Tensor x = m.Floats({8});
+  m.Write(x, std::vector<float>(8, 1.0f));
+  // {commits, at the cap, at a flush, at a synchronize, host waits} of the total row.
+  auto counts = [&] {
+    const gpu::ProfileRow row = m->profiler().Rows().back();
+    REQUIRE(row.name == "total");
+    return std::vector<uint64_t>{row.commits, row.commits_at_cap, row.commits_at_flush,
+                                 row.commits_at_synchronize, row.waits};
+  };
+  using Counts = std::vector<uint64_t>;
+  // N + 1 dispatches, then Synchronize: the cap commits N, the sync commits the last one.
+  for (int k = 0; k < 4; ++k) Affine(*m, x, x, 1.0f, 1.0f);
+  m->Synchronize();
+  CHECK(x.data_as<float>()[7] == 5.0f);
+  CHECK(counts() == Counts{2, 1, 0, 1, 1});
+  // Nothing open: neither Synchronize nor Flush commits (nor waits).
+  m->Synchronize();
+  m->Flush();
+  CHECK(counts() == Counts{2, 1, 0, 1, 1});
+  // Flush with an open command buffer: one flush commit; the Synchronize after it
+  // waits for that work without committing.
+  Affine(*m, x, x, 2.0f, 0.0f);
+  m->Flush();
+  CHECK(counts() == Counts{3, 1, 1, 1, 1});
+  m->Synchronize();
+  CHECK(x.data_as<float>()[0] == 10.0f);
+  CHECK(counts() == Counts{3, 1, 1, 1, 2});
+  // Exactly N dispatches: the cap commits them all, so the sync waits without a commit.
+  for (int k = 0; k < 3; ++k) Affine(*m, x, x, 1.0f, -1.0f);
+  m->Synchronize();
+  CHECK(x.data_as<float>()[0] == 7.0f);
+  CHECK(counts() == Counts{4, 2, 1, 1, 3});
+  // Reset forgets the causes too.
+  m->profiler().Reset();
+  Affine(*m, x, x, 1.0f, 1.0f);
+  m->Synchronize();
+  CHECK(counts() == Counts{1, 0, 0, 1, 1});
+}
+
 TEST_CASE("batching: METALRT_MAX_DISPATCHES sets the cap; default 48; bad values rejected") {
   {
     ScopedEnv env("METALRT_MAX_DISPATCHES", nullptr);

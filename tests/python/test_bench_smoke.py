@@ -82,4 +82,5 @@ def test_quick_benchmark_json(tmp_path):
         assert c["decode"]["allocated_bytes"] == 0   # after warm-up (the goal, met)
         assert c["num_layers"] == 30 and c["goal"]["zero_bytes_after_warmup"] is True
         assert c["decode"]["waits"] == 1 and c["goal"]["one_wait_per_decode_step"] is True
-        assert c["goal"]["commits_only_from_cap"] is True and c["goal"]["reference_tier_ops"] == []
+        assert c["goal"]["commits_at_cap_but_one_synchronize"] is True
+        assert c["goal"]["reference_tier_ops"] == []

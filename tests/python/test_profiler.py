@@ -67,6 +67,14 @@ kernel void affine(device const float* x [[buffer(0)]],
 """
 
 
+def commit_causes(total):
+    """(commits_at_cap, commits_at_flush, commits_at_synchronize) of a total row,
+    checked to sum to its commits."""
+    causes = (total["commits_at_cap"], total["commits_at_flush"], total["commits_at_synchronize"])
+    assert sum(causes) == total["commits"]
+    return causes
+
+
 @pytest.fixture
 def affine():
     """(dispatch(x, y, scale, shift), fresh counters); profiling on for the test."""
@@ -100,7 +108,11 @@ def test_eight_dispatches_commit_once_at_synchronize(affine):
     assert [r["name"] for r in rows] == ["affine", "total"]
     assert rows[0]["dispatches"] == 8 and rows[0]["encode_seconds"] > 0
     total = rows[1]
+    assert set(total) == {"name", "dispatches", "encode_seconds", "commits", "commits_at_cap",
+                          "commits_at_flush", "commits_at_synchronize", "waits", "wait_seconds",
+                          "gpu_seconds", "allocations", "allocated_bytes"}
     assert (total["dispatches"], total["commits"], total["waits"]) == (8, 1, 1)
+    assert commit_causes(total) == (0, 0, 1)   # the synchronize committed it
     assert 0 < total["gpu_seconds"] <= total["wait_seconds"]
 
 
@@ -111,6 +123,7 @@ def test_a_host_read_without_a_sync_returns_the_computed_values(affine):
     affine(x, y, -3.0, 0.25)
     np.testing.assert_array_equal(y.numpy(), values * np.float32(-3.0) + np.float32(0.25))
     assert (metalrt.profiler.commits(), metalrt.profiler.waits()) == (1, 1)
+    assert commit_causes(metalrt.profiler.rows()[-1]) == (0, 0, 1)   # the read synchronized
 
 
 def test_flush_commits_without_waiting(affine):
@@ -122,6 +135,8 @@ def test_flush_commits_without_waiting(affine):
     assert metalrt.profiler.commits() == 1
     np.testing.assert_array_equal(x.numpy(), np.full(64, 3.0, np.float32))
     assert (metalrt.profiler.commits(), metalrt.profiler.waits()) == (1, 1)
+    # The read waited for the flushed command buffer without committing another.
+    assert commit_causes(metalrt.profiler.rows()[-1]) == (0, 1, 0)
 
 
 def test_a_kernel_on_rows_1_to_3_changes_only_those_rows(affine):

@@ -1,8 +1,9 @@
 """Metal-path counters of the runner (DESIGN §8, issue 6) on a small random Llama on
 the Metal device: a warmed-up decode step allocates 0 device bytes (its inputs are
 written into persistent tensors, its activations come from the buffer cache), makes
-exactly one host wait (the read of the sampled token ids) with commits only from the
-dispatch cap, the step inputs are views of the same allocations every step, and the
+exactly one host wait (the read of the sampled token ids) and commits every command
+buffer at the dispatch cap but the one committed by the synchronize before that read
+(the profiler counts each commit under its cause), the step inputs are views of the same allocations every step, and the
 counters that ``bench/counters.py`` reports equal what the profiler counts around the
 same step."""
 import sys
@@ -85,7 +86,8 @@ def test_bench_counters_equal_the_profiler(model, profiling):
             profiler.reset()
             engine.step()
             total = profiler.rows()[-1]
-            direct.append({k: total[k] for k in ("commits", "waits", "dispatches")})
+            direct.append({k: total[k] for k in ("commits", *counters.COMMIT_CAUSES, "waits",
+                                                 "dispatches")})
             assert total["commits"] == profiler.commits() and total["waits"] == profiler.waits()
     finally:
         engine.close()
@@ -93,6 +95,9 @@ def test_bench_counters_equal_the_profiler(model, profiling):
         assert {k: reported[k] for k in measured} == measured
     decode = report["decode"]
     assert decode["allocated_bytes"] == 0 and report["goal"]["zero_bytes_after_warmup"] is True
+    assert (decode["commits_at_synchronize"], decode["commits_at_flush"]) == (1, 0)
+    assert decode["commits_at_cap"] == decode["commits"] - 1
+    assert report["goal"]["commits_at_cap_but_one_synchronize"] is True
     assert decode["dispatches_per_layer"] * report["num_layers"] <= decode["dispatches"]
     assert decode["waits"] >= 1
     # Every wait is accounted for: in an op's calls, or the read of the sampled ids.
@@ -102,8 +107,9 @@ def test_bench_counters_equal_the_profiler(model, profiling):
 
 def test_decode_step_makes_one_host_wait(model, profiling):
     """Every op of a decode step runs natively on Metal, so the step's only host wait
-    is the read of the sampled token ids, and its commits come from the dispatch cap
-    alone (ceil(dispatches / 48)): DESIGN §8, issue 6."""
+    is the read of the sampled token ids, and every commit but the synchronize before
+    that read is at the dispatch cap (one per 48 dispatches), none at a flush:
+    DESIGN §8, issue 6."""
     engine = engine_for(model, 5)
     try:
         for _ in range(3):          # the prefill and two warm-up decode steps
@@ -114,5 +120,8 @@ def test_decode_step_makes_one_host_wait(model, profiling):
     finally:
         engine.close()
     assert total["waits"] == 1
-    assert total["commits"] == -(-total["dispatches"] // counters.DEFAULT_MAX_DISPATCHES)
+    assert total["commits_at_synchronize"] == 1
+    assert total["commits_at_flush"] == 0
+    assert total["commits_at_cap"] == total["commits"] - 1
+    assert total["commits_at_cap"] == total["dispatches"] // counters.DEFAULT_MAX_DISPATCHES
     assert total["allocated_bytes"] == 0
