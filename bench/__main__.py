@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from . import peers
+from .generation import RESULT_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = ("The history of the city begins with a small settlement of fishermen on the river "
@@ -49,6 +50,7 @@ SIM = {"prompt_lengths": [4], "decode_tokens": 4}         # the simulated Metal 
 SECTIONS = ("generation", "ops", "counters")
 SIM_QUICK = None                                           # --quick: counters only
 MAX_THREADS = 1024            # the runtime's limit (METALRT_CPU_THREADS)
+MAX_TIMEOUT = 7 * 24 * 3600   # seconds; subprocess's clock overflows far above
 
 
 def prompt_ids(tokenizer, n: int) -> List[int]:
@@ -94,15 +96,23 @@ def worker_env(threads: int) -> Dict[str, str]:
     return env
 
 
+def die_with_parent() -> None:
+    """In a worker, before exec: the kernel kills it when the bench process dies, even
+    by SIGKILL (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG = 1
+
+
 def last_json_object(stdout: str):
-    """The last line of ``stdout`` that is a JSON object (a library may print after
-    the worker's result), or None."""
+    """The last line of ``stdout`` that is a JSON object holding the worker's result
+    (under RESULT_KEY: a library may print other JSON after it), or None."""
     for line in reversed(stdout.splitlines()):
         try:
             value = json.loads(line)
         except ValueError:
             continue
-        if isinstance(value, dict):
+        if isinstance(value, dict) and RESULT_KEY in value:
             return value
     return None
 
@@ -117,7 +127,8 @@ def run_worker(python: str, module: str, spec: Dict, threads: int, timeout: floa
     try:
         # subprocess.run kills the worker on any exception, Stopped included.
         proc = subprocess.run([python, "-m", module, f.name], capture_output=True, text=True,
-                              env=worker_env(threads), cwd=ROOT, timeout=timeout)
+                              errors="replace", env=worker_env(threads), cwd=ROOT,
+                              timeout=timeout, preexec_fn=die_with_parent)
     except subprocess.TimeoutExpired:
         return {"reason": f"failed: no result within {timeout:g} s"}
     except OSError as e:
@@ -125,7 +136,8 @@ def run_worker(python: str, module: str, spec: Dict, threads: int, timeout: floa
     finally:
         os.unlink(f.name)
     result = last_json_object(proc.stdout) if proc.returncode == 0 else None
-    if result is None:
+    result = result.get(RESULT_KEY) if result else None
+    if not isinstance(result, dict):
         said = peers.last_words(proc.stderr, 2) or peers.last_words(proc.stdout, 2)
         return {"reason": f"failed (exit {proc.returncode}): {said or 'no result printed'}"}
     return result
@@ -139,8 +151,9 @@ def export_hf(python: str, gguf: str, out: Path, threads: int, timeout: float) -
     print("bench: the Hugging Face export of the GGUF for the peers", file=sys.stderr)
     try:
         proc = subprocess.run([python, "-m", "bench.export_hf", gguf, str(out)],
-                              capture_output=True, text=True, env=worker_env(threads), cwd=ROOT,
-                              timeout=timeout)
+                              capture_output=True, text=True, errors="replace",
+                              env=worker_env(threads), cwd=ROOT, timeout=timeout,
+                              preexec_fn=die_with_parent)
     except subprocess.TimeoutExpired:
         return f"could not export the GGUF to a Hugging Face directory within {timeout:g} s"
     if proc.returncode != 0:
@@ -213,7 +226,9 @@ def generation(args, gguf: str, tokenizer, sizes: Dict, save) -> Dict:
             skipped("metalrt", "metal", "simulated device: skipped by --quick (see the counters)")
     measured = [p for p in peers.PEERS if p.name in args.peers
                 and any(wanted(p.name, v) for v in p.variants)]
-    available = peers.availability(args.peers_venv) if measured else {}
+    checked = peers.with_exporter([p.name for p in measured if p.loads_hf_export]) + \
+        [p.name for p in measured]
+    available = peers.availability(args.peers_venv, checked, min(args.timeout, 300))
     python = str(peers.python_of(args.peers_venv))
     hf_dir = args.peers_venv / "smollm2-hf-from-gguf"
     export = {}   # the export's outcome ("" or the reason), made once for every peer
@@ -287,7 +302,7 @@ def counters(args, tokenizer, gguf: str) -> Dict:
 def parse(argv: List[str]):
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
-                   help="small sizes for a smoke test (< 3 min on 2 cores)")
+                   help="small sizes for a smoke test (< 3 min on 2 cores without peers)")
     p.add_argument("--install-peers", action="store_true",
                    help="install the peers into --peers-venv, then exit")
     p.add_argument("--peers-venv", type=Path, default=None,
@@ -298,25 +313,30 @@ def parse(argv: List[str]):
     p.add_argument("--sections", default=",".join(SECTIONS),
                    help="comma-separated sections to run (default: all of "
                         f"{', '.join(SECTIONS)})")
-    p.add_argument("--engines", default="",
+    p.add_argument("--engines", default=None,
                    help="comma-separated generation rows to measure, of: "
                         f"{', '.join(engine_rows())} (default: all; the others are rows "
                         "that say so)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                    help=f"threads for every engine, 1-{MAX_THREADS} (default: all CPUs)")
-    p.add_argument("--runs", type=int, default=3, help="measured runs after the warm-up (>= 3)")
+    p.add_argument("--runs", type=int, default=3,
+                   help="measured runs after the warm-up (>= 3, default 3)")
     p.add_argument("--op-repeats", type=int, default=10,
                    help="timed repeats per op micro-benchmark on the CPU and a real GPU (>= 3; "
                         "the simulated device and --quick use 3)")
     p.add_argument("--timeout", type=float, default=1800,
                    help="seconds for each worker process (an engine's generation row, the "
-                        "counters, the peers' export) before it counts as failed")
+                        "counters, the peers' export) before it counts as failed (default 1800)")
     p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results",
                    help="where the JSON is written (default: bench/results)")
     args = p.parse_args(argv)
     args.peers = [n.strip() for n in args.peers.split(",") if n.strip()]
     args.sections = [n.strip() for n in args.sections.split(",") if n.strip()]
-    args.engines = [n.strip() for n in args.engines.split(",") if n.strip()]
+    if args.engines is not None and not args.engines.replace(",", "").strip():
+        p.error("--engines names no row; leave it out to measure every row")
+    args.engines = [n.strip() for n in (args.engines or "").split(",") if n.strip()]
+    if not args.sections:
+        p.error("--sections names no section; leave it out to run every section")
     if set(args.sections) - set(SECTIONS):
         p.error(f"unknown sections {sorted(set(args.sections) - set(SECTIONS))}; known: {SECTIONS}")
     unknown = set(args.peers) - set(peers.peer_names())
@@ -331,8 +351,11 @@ def parse(argv: List[str]):
         p.error("--op-repeats must be >= 3 (figures are medians of at least 3 repeats)")
     if not 1 <= args.threads <= MAX_THREADS:
         p.error(f"--threads must be in 1-{MAX_THREADS}, got {args.threads}")
-    if not args.timeout > 0:
-        p.error(f"--timeout must be > 0 seconds, got {args.timeout}")
+    if not 0 < args.timeout <= MAX_TIMEOUT:
+        p.error(f"--timeout must be in (0, {MAX_TIMEOUT}] seconds, got {args.timeout}")
+    excluded = [e for e in args.engines if e.split()[0] not in ("metalrt", *args.peers)]
+    if excluded:
+        p.error(f"--engines rows {excluded} belong to peers that --peers leaves out")
     # Absolute: the workers run in the repository's root, not in this directory.
     args.peers_venv = (args.peers_venv.expanduser().absolute() if args.peers_venv
                        else peers.default_venv())
@@ -346,7 +369,7 @@ class Stopped(Exception):
 
 
 def _stop(signum, frame):
-    raise Stopped(f"signal {signum}")
+    raise Stopped(signal.Signals(signum).name)
 
 
 def new_result_path(out_dir: Path) -> Path:
@@ -368,14 +391,37 @@ def main(argv: List[str]) -> int:
     args = parse(argv)
     if args.install_peers:
         status = peers.install(args.peers_venv, args.peers)
-        return 0 if all(s["installed"] for s in status.values()) else 1
+        return 0 if all(status[n]["installed"] for n in peers.with_exporter(args.peers)) else 1
     try:
         path = new_result_path(args.out_dir)
     except OSError as e:
         print(f"python -m bench: error: cannot write results in {args.out_dir}: {e}",
               file=sys.stderr)
         return 2
+    stops = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    saved = []
+    try:
+        return run(args, path, saved)
+    except (KeyboardInterrupt, Stopped) as stop:
+        cause = stop if isinstance(stop, Stopped) else "interrupted"
+        kept = f"; what was measured is in {path} (python -m bench.report {path})" if saved else ""
+        print(f"\nbench: stopped ({cause}){kept}", file=sys.stderr)
+        return 130 if isinstance(stop, KeyboardInterrupt) else 143
+    except Exception as e:   # before any figure: no model, no device, ... - one line
+        if saved:
+            raise
+        print(f"python -m bench: error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        for s, handler in stops.items():
+            signal.signal(s, handler)
+        if not saved:
+            path.unlink(missing_ok=True)
 
+
+def run(args, path: Path, saved: List[bool]) -> int:
+    """The sections of ``args`` into the JSON at ``path`` (``saved`` gets an entry
+    once it holds a result); 0 when every measured row and section has figures."""
     os.environ.update({k: v for k, v in worker_env(args.threads).items()
                        if k.startswith(("METALRT_", "OMP_"))})
     import metalrt
@@ -383,11 +429,13 @@ def main(argv: List[str]) -> int:
     from metalrt.loaders import load_model_files
 
     started = time.time()
-    gguf = str(default_model_path())
+    # Absolute: the workers run in the repository's root.
+    gguf = os.path.abspath(default_model_path())
     # The tokenizer only: the GGUF's weights are dequantized when read, so none are.
     tokenizer = load_model_files(gguf).tokenizer
     result = {
         "quick": args.quick,
+        "sections": args.sections,
         "environment": {
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": machine(), "threads": args.threads, "python": platform.python_version(),
@@ -397,31 +445,32 @@ def main(argv: List[str]) -> int:
     }
 
     def save(partial_rows=None):
-        """Writes what is measured so far: a long run that is stopped keeps its rows."""
+        """Writes what is measured so far (a long run that is stopped keeps its rows),
+        through a temporary file, so a failed write never destroys the last one."""
         snapshot = dict(result)
         if partial_rows is not None:
             snapshot["generation_partial"] = partial_rows
             snapshot["generation_sizes"] = dict(QUICK if args.quick else FULL, runs=args.runs)
-        path.write_text(json.dumps(snapshot, indent=1))
+        temporary = path.with_name(path.name + ".tmp")
+        try:
+            temporary.write_text(json.dumps(snapshot, indent=1))
+            os.replace(temporary, path)
+            saved[:] = [True]
+        except OSError as e:
+            print(f"bench: warning: could not save {path}: {e}", file=sys.stderr)
 
     seconds = result["environment"]["section_seconds"] = {}
     save()
-    signal.signal(signal.SIGTERM, _stop)
-    try:
-        for name, section in [("generation", lambda: generation(args, gguf, tokenizer,
-                                                                QUICK if args.quick else FULL, save)),
-                              ("ops", lambda: op_benchmarks(args)),
-                              ("counters", lambda: counters(args, tokenizer, gguf))]:
-            if name not in args.sections:
-                continue
-            start = time.time()
-            result[name] = section()
-            seconds[name] = round(time.time() - start, 1)
-            save()
-    except (KeyboardInterrupt, Stopped) as stop:
-        print(f"\nbench: stopped ({stop or 'interrupt'}); what was measured is in {path} "
-              f"(python -m bench.report {path})", file=sys.stderr)
-        return 130 if isinstance(stop, KeyboardInterrupt) else 143
+    for name, section in [("generation", lambda: generation(args, gguf, tokenizer,
+                                                            QUICK if args.quick else FULL, save)),
+                          ("ops", lambda: op_benchmarks(args)),
+                          ("counters", lambda: counters(args, tokenizer, gguf))]:
+        if name not in args.sections:
+            continue
+        start = time.time()
+        result[name] = section()
+        seconds[name] = round(time.time() - start, 1)
+        save()
     result["environment"]["load_average_end"] = load_average()
     result["environment"]["seconds"] = round(time.time() - started, 1)
     result["environment"]["cpu_seconds"] = round(cpu_seconds(), 1)
@@ -430,7 +479,13 @@ def main(argv: List[str]) -> int:
     from .report import render
     print(render(result))
     print(f"\nwritten: {path} ({result['environment']['seconds']:.0f} s)")
-    return 0
+    failed = [f"{r['engine']} {r['variant']}" for r in result.get("generation", {}).get("rows", [])
+              if r.get("reason", "").startswith("failed")]
+    failed += ["counters"] if "error" in result.get("counters", {}) else []
+    if failed:
+        print(f"bench: failed: {', '.join(failed)} (their reasons are in the table)",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

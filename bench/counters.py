@@ -37,6 +37,8 @@ import metalrt
 from metalrt import ops, profiler, providers
 from metalrt.runner import Engine, SamplingParams, blocks_for
 
+from .generation import RESULT_KEY
+
 DEFAULT_MAX_DISPATCHES = 48   # the command stream's cap unless METALRT_MAX_DISPATCHES is set
 # The profiler's per-cause commit counters (they sum to "commits").
 COMMIT_CAUSES = ("commits_at_cap", "commits_at_flush", "commits_at_synchronize")
@@ -165,7 +167,7 @@ def main(argv: List[str]) -> int:
     with open(argv[0]) as f:
         spec = json.load(f)
     model, _ = metalrt.load(spec["gguf"], device="metal")
-    print(json.dumps(run(model, spec["prompt"], decode_steps=spec["decode_steps"])))
+    print(json.dumps({RESULT_KEY: run(model, spec["prompt"], decode_steps=spec["decode_steps"])}))
     return 0
 
 

@@ -24,6 +24,10 @@ import time
 from typing import Dict, List, Sequence
 
 
+# The key of the worker's result line: a library may print JSON of its own.
+RESULT_KEY = "metalrt_bench_result"
+
+
 class Engine:
     """prefill(ids) -> first token (logits of the last prompt row on the host);
     decode(token) -> next token, one forward pass over the cache of the prefill."""
@@ -239,7 +243,7 @@ def run(spec: Dict) -> Dict:
 def main(argv: List[str]) -> int:
     with open(argv[0]) as f:
         spec = json.load(f)
-    print(json.dumps(run(spec)))
+    print(json.dumps({RESULT_KEY: run(spec)}))
     return 0
 
 

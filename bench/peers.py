@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import venv
@@ -72,7 +73,7 @@ def python_of(venv_dir: Path) -> Path:
 
 def install_hint(venv_dir: Path, names: Sequence[str] = ()) -> str:
     peers = f" --peers {','.join(names)}" if names else ""
-    return f"python -m bench --install-peers{peers} --peers-venv {venv_dir}"
+    return f"python -m bench --install-peers{peers} --peers-venv {shlex.quote(str(venv_dir))}"
 
 
 def read_status(venv_dir: Path) -> Dict[str, Dict]:
@@ -124,7 +125,8 @@ def install(venv_dir: Path, names: Sequence[str]) -> Dict[str, Dict]:
         env = dict(os.environ, **(peer.build_env or {}))
         print(f"bench: installing {peer.name}: {' '.join(peer.requirements)}", file=sys.stderr)
         # nice 19: a source build must not slow down the other work on the machine.
-        proc = subprocess.run(["nice", "-n", "19", *cmd], capture_output=True, text=True, env=env)
+        proc = subprocess.run(["nice", "-n", "19", *cmd], capture_output=True, text=True,
+                              errors="replace", env=env)
         ok = proc.returncode == 0
         status[peer.name] = {"installed": ok, "reason": "" if ok else
                              f"pip install failed (exit {proc.returncode}): "
@@ -135,34 +137,39 @@ def install(venv_dir: Path, names: Sequence[str]) -> Dict[str, Dict]:
     return status
 
 
-def availability(venv_dir: Path) -> Dict[str, Dict]:
-    """{peer: {"available": bool, "reason": str}}: a peer is available when its module
-    imports in the venv; otherwise the reason is the install failure recorded by
+def availability(venv_dir: Path, names: Sequence[str], timeout: float = IMPORT_CHECK_SECONDS
+                 ) -> Dict[str, Dict]:
+    """{peer: {"available": bool, "reason": str}} for the peers in ``names``: a peer is
+    available when its modules import (within ``timeout`` seconds) in the venv; otherwise the reason is the install failure recorded by
     ``install``, or that it was never installed."""
     status = read_status(venv_dir)
     result = {}
     for peer in PEERS:
+        if peer.name not in names:
+            continue
+        print(f"bench: does {peer.name} import in {venv_dir}?", file=sys.stderr)
         reason = ""
         if not python_of(venv_dir).exists():
             reason = f"not installed (no peers venv at {venv_dir}; run `{install_hint(venv_dir)}`)"
         else:
-            reason = _import_failure(venv_dir, peer)
+            reason = _import_failure(venv_dir, peer, timeout)
             if reason:
                 recorded = status.get(peer.name, {}).get("reason")
+                recorded = recorded if isinstance(recorded, str) else ""
                 reason = (f"not installed: {recorded}" if recorded else
                           f"not installed ({reason}; run `{install_hint(venv_dir, [peer.name])}`)")
         result[peer.name] = {"available": not reason, "reason": reason}
     return result
 
 
-def _import_failure(venv_dir: Path, peer: Peer) -> str:
+def _import_failure(venv_dir: Path, peer: Peer, timeout: float) -> str:
     """"" when every module of ``peer`` imports in the venv, else why not."""
     code = "; ".join(f"import {m}" for m in peer.modules)
     try:
         proc = subprocess.run([str(python_of(venv_dir)), "-c", code], capture_output=True,
-                              text=True, timeout=IMPORT_CHECK_SECONDS)
+                              text=True, errors="replace", timeout=timeout)
     except subprocess.TimeoutExpired:
-        return f"importing {', '.join(peer.modules)} took over {IMPORT_CHECK_SECONDS} s"
+        return f"importing {', '.join(peer.modules)} took over {timeout:g} s"
     except OSError as e:
         return f"the venv's python does not run: {e}"
     return "" if proc.returncode == 0 else last_words(proc.stderr, 1)

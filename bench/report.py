@@ -52,35 +52,43 @@ def generation_table(result: Dict) -> str:
     header = (["engine", "version"] + [f"prefill tok/s ({n})" for n in lengths]
               + [f"decode tok/s ({gen['decode_tokens']})", "peak GB", "metalrt-cpu / this",
                  "greedy ids = metalrt-cpu"])
-    base = next((r for r in gen["rows"] if r["engine"] == "metalrt" and r["variant"] == "cpu"
-                 and r.get("decode_tps")), None)
+    base = next((r for r in gen["rows"] if r.get("engine") == "metalrt"
+                 and r.get("variant") == "cpu" and r.get("decode_tps")), None)
     rows, without = [], []
     for r in gen["rows"]:
-        name = f"{r['engine']} {r['variant']}"
+        name = f"{r.get('engine')} {r.get('variant')}"
         if not r.get("decode_tps"):
             without.append(f"* {name}: {r.get('reason') or 'no figures'}")
             continue
-        if r.get("sizes"):   # the simulated device runs smaller sizes, said in the label
-            sizes = r["sizes"]
-            prefill = [f"{_fig(r['prefill_tps'].get(str(n)))} [{n}]" for n in sizes["prompt_lengths"]]
-            prefill += ["-"] * (len(lengths) - len(prefill))
-            decode = f"{_fig(r['decode_tps'])} [{sizes['decode_tokens']}]"
-            name += f" ({SIM_NOTE})"
-        else:
-            prefill = [_fig(r["prefill_tps"].get(str(n))) for n in lengths]
-            decode = _fig(r["decode_tps"])
-        ratio = "-"
-        if base and r is not base and not r.get("sizes"):
-            parts = [base["prefill_tps"][str(n)]["median"] / r["prefill_tps"][str(n)]["median"]
-                     for n in lengths]
-            parts.append(base["decode_tps"]["median"] / r["decode_tps"]["median"])
-            ratio = " / ".join(f"{x:.2f}" for x in parts)
-        rows.append([name, r.get("version", "")] + prefill
-                    + [decode, f"{r['peak_memory_gb']:.2f}", ratio, _agreement(base, r)])
+        try:
+            rows.append(_generation_row(r, name, base, lengths))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+            without.append(f"* {name}: malformed result ({type(e).__name__}: {e})")
     table = _table(header, rows) if rows else "(no engine was measured)"
     if without:
         table += "\n\nRows without figures:\n" + "\n".join(without)
     return table
+
+
+def _generation_row(r: Dict, name: str, base: Optional[Dict], lengths: List[int]) -> List[str]:
+    """One table row of a generation result with figures (raises on a malformed one)."""
+    if r.get("sizes"):   # the simulated device runs smaller sizes, said in the label
+        sizes = r["sizes"]
+        prefill = [f"{_fig(r['prefill_tps'].get(str(n)))} [{n}]" for n in sizes["prompt_lengths"]]
+        prefill += ["-"] * (len(lengths) - len(prefill))
+        decode = f"{_fig(r['decode_tps'])} [{sizes['decode_tokens']}]"
+        name += f" ({SIM_NOTE})"
+    else:
+        prefill = [_fig(r["prefill_tps"].get(str(n))) for n in lengths]
+        decode = _fig(r["decode_tps"])
+    ratio = "-"
+    if base and r is not base and not r.get("sizes"):
+        parts = [base["prefill_tps"][str(n)]["median"] / r["prefill_tps"][str(n)]["median"]
+                 for n in lengths]
+        parts.append(base["decode_tps"]["median"] / r["decode_tps"]["median"])
+        ratio = " / ".join(f"{x:.2f}" for x in parts)
+    return [name, r.get("version", "")] + prefill + [decode, f"{r['peak_memory_gb']:.2f}", ratio,
+                                                     _agreement(base, r)]
 
 
 def op_table(result: Dict) -> str:
@@ -198,7 +206,8 @@ def main(argv: List[str]) -> int:
         tables = render(json.loads(path.read_text()))
     except OSError as e:
         p.error(f"cannot read {path}: {e.strerror or e}")
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError,
+            RecursionError) as e:
         p.error(f"{path} is not a result of python -m bench ({type(e).__name__}: {e})")
     print(tables)
     return 0

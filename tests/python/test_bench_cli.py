@@ -34,7 +34,13 @@ def fake_python(tmp_path, body):
     (["--runs", "2"], "--runs must be >= 3"),
     (["--threads", "0"], "--threads must be in 1-1024, got 0"),
     (["--threads", "5000"], "--threads must be in 1-1024, got 5000"),
-    (["--timeout", "0"], "--timeout must be > 0 seconds"),
+    (["--timeout", "0"], "--timeout must be in (0, 604800] seconds"),
+    (["--timeout", "inf"], "--timeout must be in (0, 604800] seconds, got inf"),
+    (["--engines", ""], "--engines names no row"),
+    (["--engines", " , "], "--engines names no row"),
+    (["--sections", ""], "--sections names no section"),
+    (["--engines", "mlx fp32", "--peers", "transformers"],
+     "--engines rows ['mlx fp32'] belong to peers that --peers leaves out"),
     (["--peers", "vllm"], "unknown peers ['vllm']"),
     (["--sections", "speed"], "unknown sections ['speed']"),
 ])
@@ -66,9 +72,14 @@ def test_runs_in_the_same_second_get_their_own_file(tmp_path):
 
 
 def test_worker_output_after_its_result_is_ignored(tmp_path):
-    python = fake_python(tmp_path, 'echo "loading..."; echo \'{"decode": 1}\'; '
-                                   'echo "[1, 2]"; echo "bye from a library"')
+    python = fake_python(tmp_path, 'echo "loading..."; echo \'{"metalrt_bench_result": {"decode": 1}}\'; '
+                                   'echo "[1, 2]"; echo \'{"event": "telemetry"}\'; echo "bye"')
     assert bench.run_worker(python, "bench.generation", {}, 1, 30) == {"decode": 1}
+
+
+def test_worker_output_that_is_not_utf8_is_a_reason_not_a_crash(tmp_path):
+    python = fake_python(tmp_path, r'printf "token: \377\376\n" >&2; exit 1')
+    assert bench.run_worker(python, "m", {}, 1, 30) == {"reason": "failed (exit 1): token: \ufffd\ufffd"}
 
 
 def test_failed_worker_is_a_row_with_its_last_words(tmp_path):
@@ -173,7 +184,7 @@ def test_peer_status_that_is_not_an_object_is_ignored(tmp_path, content):
 
 
 def test_peers_not_installed_say_how_to_install_them(tmp_path):
-    state = peers.availability(tmp_path / "none")
+    state = peers.availability(tmp_path / "none", peers.peer_names())
     assert set(state) == set(peers.peer_names())
     for s in state.values():
         assert not s["available"]
