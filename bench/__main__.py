@@ -440,7 +440,8 @@ def run(args, path: Path, saved: List[bool]) -> int:
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": machine(), "threads": args.threads, "python": platform.python_version(),
             "metal_device": metalrt.device_info("metal")["name"] if metalrt.is_available("metal") else None,
-            "load_average_start": load_average(), "model": os.path.basename(gguf),
+            "cpus": os.cpu_count(), "load_average_start": load_average(),
+            "model": os.path.basename(gguf),
         },
     }
 

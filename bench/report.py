@@ -149,6 +149,20 @@ def counter_table(result: Dict) -> str:
     return "\n".join(lines)
 
 
+def _busy(env: Dict) -> str:
+    """Why the run's machine was busy (a 1-minute load average above its CPU count at
+    the start or the end), or ""."""
+    cpus = env.get("cpus")
+    for when in ("start", "end"):
+        try:
+            load = float(str(env.get(f"load_average_{when}", "")).split()[0])
+        except (IndexError, ValueError):
+            continue
+        if cpus and load > cpus:
+            return f"load average {load:.2f} on {cpus} CPUs at the {when}"
+    return ""
+
+
 def render(result: Dict) -> str:
     """The printed tables of a result (also of a run stopped during its generation
     section: the rows measured until then)."""
@@ -163,6 +177,11 @@ def render(result: Dict) -> str:
     if result["quick"]:
         head += " (--quick: small sizes, not comparable to a full run)"
     parts = [head]
+    busy = _busy(env)
+    if busy:
+        parts.append(f"WARNING: the machine was busy ({busy}): other work shared the CPUs, "
+                     "so the times, and the ratios between engines measured at different "
+                     "moments, are not reliable. Re-run on an idle machine.")
     if "generation" not in result and "generation_partial" in result:
         sizes = result["generation_sizes"]
         result = dict(result, generation=dict(sizes, rows=result["generation_partial"]))

@@ -159,6 +159,11 @@ def test_report_of_a_partial_result_without_figures():
               "generation_sizes": {"prompt_lengths": [16, 64], "decode_tokens": 8, "runs": 3}}
     text = report.render(result)
     assert "1 thread," in text and "* metalrt cpu: failed (exit 1): x" in text
+    assert "WARNING" not in text
+    busy = dict(result, environment=dict(result["environment"], cpus=2,
+                                         load_average_start="3.50 1.00 0.50"))
+    assert "WARNING: the machine was busy (load average 3.50 on 2 CPUs at the start)" in \
+        report.render(busy)
 
 
 @pytest.mark.parametrize("content, message", [
