@@ -3,10 +3,13 @@
 // scalars and vectors of half, bfloat and float (and integers where MSL has them).
 //
 // Three flavours as in MSL §6.5: `metal::precise::f` is correctly rounded (computed
-// in double, rounded once to float); `metal::fast::f` and plain `metal::f` use the
-// host's float libm (our metallib is built with -fno-fast-math, so plain functions
-// are the accurate-in-ulps default, not the fast ones). half and bfloat arguments
-// are computed in float and rounded once to their type.
+// in double, rounded once to float); plain `metal::f` uses the host's float libm (our
+// metallib is built with -fno-fast-math, so plain functions are the accurate-in-ulps
+// default); `metal::fast::f` is the plain function too, except sin/cos/tan/sincos,
+// which reduce their argument in float the way a GPU's fast path does, so the error
+// grows with |x| as on a Mac (about 1e-2 near 131072) and a kernel that needs
+// accurate angles fails here too. half and bfloat arguments are computed in float and
+// rounded once to their type.
 #pragma once
 #pragma GCC system_header
 #include <cmath>
@@ -36,8 +39,9 @@ float_result_t<X...> map_float(F f, const X&... x) {
 
 }  // namespace detail
 
-// Unary float functions in their plain, precise and fast flavours.
-#define METAL_FLOAT_FN1(name, plain, precise_expr)                                   \
+// Unary float functions in their plain and precise flavours; METAL_FLOAT_FN1 adds
+// fast:: as the plain one, METAL_FLOAT_FN1_OWN_FAST leaves fast:: to be written below.
+#define METAL_FLOAT_FN1_OWN_FAST(name, plain, precise_expr)                          \
   template <class X>                                                                 \
   detail::float_result_t<X> name(const X& x) {                                       \
     return detail::map_float([](float v) -> float { return plain; }, x);             \
@@ -48,7 +52,9 @@ float_result_t<X...> map_float(F f, const X&... x) {
     return detail::map_float(                                                        \
         [](float v) -> float { const double d = v; return static_cast<float>(precise_expr); }, x); \
   }                                                                                  \
-  }                                                                                  \
+  }
+#define METAL_FLOAT_FN1(name, plain, precise_expr)                                   \
+  METAL_FLOAT_FN1_OWN_FAST(name, plain, precise_expr)                                \
   namespace fast {                                                                   \
   using metal::name;                                                                 \
   }
@@ -61,9 +67,9 @@ METAL_FLOAT_FN1(exp10, std::pow(10.0f, v), std::pow(10.0, d))
 METAL_FLOAT_FN1(log, std::log(v), std::log(d))
 METAL_FLOAT_FN1(log2, std::log2(v), std::log2(d))
 METAL_FLOAT_FN1(log10, std::log10(v), std::log10(d))
-METAL_FLOAT_FN1(sin, std::sin(v), std::sin(d))
-METAL_FLOAT_FN1(cos, std::cos(v), std::cos(d))
-METAL_FLOAT_FN1(tan, std::tan(v), std::tan(d))
+METAL_FLOAT_FN1_OWN_FAST(sin, std::sin(v), std::sin(d))
+METAL_FLOAT_FN1_OWN_FAST(cos, std::cos(v), std::cos(d))
+METAL_FLOAT_FN1_OWN_FAST(tan, std::tan(v), std::tan(d))
 METAL_FLOAT_FN1(asin, std::asin(v), std::asin(d))
 METAL_FLOAT_FN1(acos, std::acos(v), std::acos(d))
 METAL_FLOAT_FN1(atan, std::atan(v), std::atan(d))
@@ -83,6 +89,34 @@ METAL_FLOAT_FN1(fract, std::fmin(v - std::floor(v), 0x1.fffffep-1f),
                 std::fmin(d - std::floor(d), 0x1.fffffep-1))
 METAL_FLOAT_FN1(saturate, std::fmin(std::fmax(v, 0.0f), 1.0f), std::fmin(std::fmax(d, 0.0), 1.0))
 #undef METAL_FLOAT_FN1
+#undef METAL_FLOAT_FN1_OWN_FAST
+
+namespace detail {
+// The argument reduction of a fast-math trig path: v - k * 2pi with 2pi, the product
+// and the difference each rounded to float (separate statements, so no FMA fuses
+// them). Its error is about |k| * 1.7e-7 (2pi's float rounding) plus half an ulp of
+// |v|: nothing in [-pi, pi], ~1e-2 near 131072, which is the drift RoPE angles show
+// at long positions on a GPU with fast math.
+inline float fast_reduce_angle(float v) {
+  constexpr float two_pi = 6.28318530717958647692f;
+  constexpr float inv_two_pi = 0.15915494309189533577f;
+  const float k = std::nearbyint(v * inv_two_pi);
+  const float multiple = k * two_pi;
+  return v - multiple;
+}
+}  // namespace detail
+
+namespace fast {
+#define METAL_FAST_TRIG(name)                                                                    \
+  template <class X>                                                                             \
+  detail::float_result_t<X> name(const X& x) {                                                   \
+    return detail::map_float([](float v) { return std::name(detail::fast_reduce_angle(v)); }, x); \
+  }
+METAL_FAST_TRIG(sin)
+METAL_FAST_TRIG(cos)
+METAL_FAST_TRIG(tan)
+#undef METAL_FAST_TRIG
+}  // namespace fast
 
 // Binary float functions (same flavours).
 #define METAL_FLOAT_FN2(name, plain, precise_expr)                                    \
@@ -158,7 +192,11 @@ detail::float_result_t<X> sincos(const X& x, detail::value_t<X>& cosval) {
 }  // namespace precise
 namespace fast {
 using metal::fma;
-using metal::sincos;
+template <class X>
+detail::float_result_t<X> sincos(const X& x, detail::value_t<X>& cosval) {
+  cosval = fast::cos(x);
+  return fast::sin(x);
+}
 }  // namespace fast
 
 // Common functions over integers and floats (MSL §6.2, §6.3): abs, min, max, clamp.
