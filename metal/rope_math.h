@@ -13,7 +13,7 @@
 // error is about half a float ulp of the reduced angle (<= 1.2e-7 rad) for positions
 // up to 2^24, and grows gently (to ~1e-6 turns) towards 2^31. The reduction relies on
 // IEEE evaluation order, which fast math's re-association would break: the metallib is
-// built with -fno-fast-math (DESIGN §5).
+// built with -fno-fast-math (docs/apple-validation.md).
 // An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_ROPE_MATH_H_
 #define METALRT_METAL_ROPE_MATH_H_

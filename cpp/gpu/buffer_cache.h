@@ -1,8 +1,8 @@
 // Freed Metal buffers kept for reuse, keyed by their exact length (MLX keeps a
 // buffer cache for the same reason). A decode step allocates the same sizes every
 // step, so after warm-up every allocation is served from here and the device
-// creates no new buffers (DESIGN §8: "bytes allocated per decode step after
-// warm-up", goal 0). Reuse is safe without waiting for the GPU: work in flight
+// creates no new buffers (the bench's "bytes allocated per decode step after
+// warm-up" counter, goal 0). Reuse is safe without waiting for the GPU: work in flight
 // keeps its own reference to a buffer it binds, dispatches on the one queue run in
 // order, and every host access to device memory synchronises first.
 #pragma once

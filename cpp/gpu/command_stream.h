@@ -1,5 +1,4 @@
-// The command stream: encoder batching for one Metal queue (DESIGN §3 "Encoder
-// batching").
+// The command stream: encoder batching for one Metal queue.
 //
 // Dispatches are encoded into the open command buffer's compute encoder (one
 // serial encoder, so dispatches run in the order they were encoded). Nothing is

@@ -1,5 +1,5 @@
 // The kMETAL backend: one device-neutral implementation over GpuDevice, the same on
-// the Apple GPU and on the simulated device (DESIGN §3).
+// the Apple GPU and on the simulated device (docs/architecture.md).
 //
 // Memory is unified: Alloc returns the CPU-visible contents of a shared-storage
 // buffer, registered in the allocation registry so kernels can bind any pointer into

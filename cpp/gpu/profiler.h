@@ -1,4 +1,4 @@
-// Profile counters of the Metal backend (DESIGN §3 "Profile counters").
+// Profile counters of the Metal backend.
 //
 // Off (the default unless METALRT_PROFILE=1): records nothing and reads no clock;
 // callers test enabled() before timing anything. On: one row per kernel name

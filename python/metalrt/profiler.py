@@ -11,7 +11,7 @@ times; GPU time fits inside the waits when work is committed at a synchronize), 
 the buffers the device newly created (an allocation served by the buffer cache of
 freed buffers creates none, so a warmed-up decode step allocates 0 bytes).
 The kernel name proves which kernel ran, e.g. the decode GEMV versus the tiled
-GEMM. Commits are what encoder batching minimises: DESIGN.md §3 and §8.
+GEMM. Commits are what encoder batching minimises (docs/architecture.md).
 
 All functions raise RuntimeError when no Metal device is available.
 """
@@ -47,7 +47,7 @@ def rows() -> list[dict]:
     ``allocations`` and ``allocated_bytes`` (device buffers newly created).
 
     ``commits`` is the sum of three int counters, one per cause of a commit (the
-    command stream's flush points, DESIGN.md §3 "Encoder batching"):
+    command stream's flush points, ``cpp/gpu/command_stream.h``):
 
     * ``commits_at_cap``: the open command buffer reached the dispatch cap
       (``METALRT_MAX_DISPATCHES``, default 48) and was committed so the GPU can start

@@ -1,4 +1,4 @@
-// The buffer cache behind MetalBackend::Alloc (DESIGN §8: a warmed-up decode step
+// The buffer cache behind MetalBackend::Alloc (the goal: a warmed-up decode step
 // allocates 0 bytes): freed buffers serve later allocations of the same length, the
 // profiler counts only buffers the device creates, freed memory stays unreachable,
 // and reuse with work in flight keeps the GPU's order.

@@ -1,4 +1,4 @@
-// Encoder batching gates (DESIGN §3): commits only at flush points, in order,
+// Encoder batching gates (cpp/gpu/command_stream.h): commits only at flush points, in order,
 // command-buffer errors raised with the device's message. MetalFixture runs on the
 // device kMETAL selects (the simulated device in CI); FakeMetal where a gate needs
 // to see device calls or inject an error.

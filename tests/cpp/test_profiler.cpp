@@ -1,4 +1,4 @@
-// Profile counters (DESIGN §3): off records nothing; on, one row per kernel name and
+// Profile counters (cpp/gpu/profiler.h): off records nothing; on, one row per kernel name and
 // a total row whose GPU-busy time fits inside the host's wait.
 #include <doctest/doctest.h>
 

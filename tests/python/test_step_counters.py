@@ -1,4 +1,4 @@
-"""Metal-path counters of the runner (DESIGN §8, issue 6) on a small random Llama on
+"""Metal-path counters of the runner (the goals of `python -m bench`) on a small random Llama on
 the Metal device: a warmed-up decode step allocates 0 device bytes (its inputs are
 written into persistent tensors, its activations come from the buffer cache), makes
 exactly one host wait (the read of the sampled token ids) and commits every command
@@ -108,8 +108,7 @@ def test_bench_counters_equal_the_profiler(model, profiling):
 def test_decode_step_makes_one_host_wait(model, profiling):
     """Every op of a decode step runs natively on Metal, so the step's only host wait
     is the read of the sampled token ids, and every commit but the synchronize before
-    that read is at the dispatch cap (one per 48 dispatches), none at a flush:
-    DESIGN §8, issue 6."""
+    that read is at the dispatch cap (one per 48 dispatches), none at a flush."""
     engine = engine_for(model, 5)
     try:
         for _ in range(3):          # the prefill and two warm-up decode steps

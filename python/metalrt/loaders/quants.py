@@ -1,7 +1,7 @@
 """Dequantization of GGML tensor data to float32 (vectorised numpy, one pass per block
 field, no Python loop over blocks).
 
-Block formats (ggml's ``ggml-common.h``; DESIGN §6):
+Block formats (ggml's ``ggml-common.h``, the GGUF specification):
 * Q8_0: 32 weights per 34-byte block — f16 scale ``d``, 32 int8 ``q``; ``w = d·q``.
 * Q4_1: 32 weights per 20-byte block — f16 scale ``d``, f16 minimum ``m``, 16 bytes of
   nibbles where byte ``j`` holds weight ``j`` in its low and weight ``j + 16`` in its

@@ -56,7 +56,8 @@ class ScheduledChunk:
 
 class StepBuffers:
     """Persistent device tensors that the inputs of every step are written into, so
-    that a warmed-up step allocates nothing (DESIGN §8). Each field is a flat buffer
+    that a warmed-up step allocates nothing (the bench counters gate 0 bytes). Each
+    field is a flat buffer
     that grows (to the next power of two) only when a step needs more room; a step
     gets contiguous views of its prefix. Writing is a host write (``copy_from``): on
     Metal it first waits for pending GPU work, which at the start of a step has
