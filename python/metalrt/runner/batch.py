@@ -57,11 +57,11 @@ class ScheduledChunk:
 class StepBuffers:
     """Persistent device tensors that the inputs of every step are written into, so
     that a warmed-up step allocates nothing (the bench counters gate 0 bytes). Each
-    field is a flat buffer
-    that grows (to the next power of two) only when a step needs more room; a step
-    gets contiguous views of its prefix. Writing is a host write (``copy_from``): on
-    Metal it first waits for pending GPU work, which at the start of a step has
-    already ended with the previous step's read of its sampled tokens."""
+    field is a flat buffer that grows (to the next power of two) only when a step
+    needs more room; a step gets contiguous views of its prefix. Writing is a host
+    write (``copy_from``): on Metal it first waits for pending GPU work, which at the
+    start of a step has already ended with the previous step's read of its sampled
+    tokens."""
 
     _DTYPES = {"token_ids": np.int32, "positions": np.int32, "slot_mapping": np.int64,
                "block_tables": np.int32, "seq_lens": np.int32, "query_start_loc": np.int32,
