@@ -6,24 +6,32 @@
 
 namespace metalrt::sim {
 
-FiberOrder ParseFiberOrder(const std::string& spec) {
-  FiberOrder order;
-  if (spec == "forward") return order;
+namespace {
+constexpr const char* kAcceptedOrders = "forward, reverse, shuffle or shuffle:<seed> (a decimal seed)";
+
+bool TryParseFiberOrder(const std::string& spec, FiberOrder& order) {
+  order = FiberOrder{};
+  if (spec == "forward") return true;
   if (spec == "reverse") {
     order.kind = FiberOrder::Kind::kReverse;
-    return order;
+    return true;
   }
-  if (spec.rfind("shuffle", 0) == 0) {
-    order.kind = FiberOrder::Kind::kShuffle;
-    if (spec.size() == 7) return order;
-    if (spec[7] == ':' && spec.size() > 8) {
-      char* end = nullptr;
-      order.seed = std::strtoull(spec.c_str() + 8, &end, 10);
-      if (*end == '\0') return order;
-    }
-  }
-  throw std::invalid_argument("[sim] fiber order must be forward, reverse or shuffle[:seed], got '" +
-                              spec + "'");
+  if (spec.rfind("shuffle", 0) != 0) return false;
+  order.kind = FiberOrder::Kind::kShuffle;
+  if (spec.size() == 7) return true;
+  if (spec[7] != ':' || spec.size() == 8) return false;
+  char* end = nullptr;
+  order.seed = std::strtoull(spec.c_str() + 8, &end, 10);
+  return *end == '\0';
+}
+}  // namespace
+
+FiberOrder ParseFiberOrder(const std::string& spec) {
+  FiberOrder order;
+  if (!TryParseFiberOrder(spec, order))
+    throw std::invalid_argument(std::string("[sim] fiber order must be ") + kAcceptedOrders +
+                                ", got '" + spec + "'");
+  return order;
 }
 
 std::string FiberOrderName(const FiberOrder& order) {
@@ -53,7 +61,11 @@ uint64_t Mix(uint64_t& state) {
 
 FiberOrder FiberOrderFromEnvironment() {
   const char* env = std::getenv("METALRT_SIM_ORDER");
-  return env && *env ? ParseFiberOrder(env) : FiberOrder{};
+  FiberOrder order;
+  if (env && *env && !TryParseFiberOrder(env, order))
+    throw std::invalid_argument(std::string("METALRT_SIM_ORDER must be ") + kAcceptedOrders +
+                                ", got '" + env + "'");
+  return order;
 }
 
 void SetFiberOrder(const FiberOrder& order) {

@@ -20,12 +20,17 @@ struct FiberOrder {
 FiberOrder ParseFiberOrder(const std::string& spec);
 std::string FiberOrderName(const FiberOrder& order);
 
-// METALRT_SIM_ORDER parsed (forward when unset or empty).
+// METALRT_SIM_ORDER parsed (forward when unset or empty); anything else throws
+// std::invalid_argument naming the variable, the value and the accepted values.
 FiberOrder FiberOrderFromEnvironment();
 
 // The process-wide order used by every dispatch that starts after the call.
 void SetFiberOrder(const FiberOrder& order);
-FiberOrder CurrentFiberOrder();   // initialised from METALRT_SIM_ORDER
+// Initialised from METALRT_SIM_ORDER on first use, so it throws what
+// FiberOrderFromEnvironment throws. The simulated device makes that first use when
+// it is created, on the caller's thread: a bad value must never first surface on
+// the queue thread, where an exception would terminate the process.
+FiberOrder CurrentFiberOrder();
 
 // The run order of `count` threads of threadgroup number `group` (a shuffle
 // depends only on the seed and the group, not on which worker runs it).

@@ -19,7 +19,13 @@ namespace {
 
 class SimDevice : public gpu::GpuDevice {
  public:
-  SimDevice() : queue_(DefaultWorkerCount()) {}
+  SimDevice() : queue_(DefaultWorkerCount()) {
+    // METALRT_SIM_ORDER is checked here, where a bad value is an exception for
+    // the caller, and the process-wide order is initialised here too, so the first
+    // dispatch on the queue thread has nothing left to parse.
+    FiberOrderFromEnvironment();
+    CurrentFiberOrder();
+  }
 
   std::string name() const override {
     return "metalrt simulated Metal device (" + std::to_string(queue_.threads()) + " CPU threads)";

@@ -82,7 +82,11 @@ TEST_CASE("sim fiber orders") {
   CHECK(sim::FiberOrderName(sim::FiberOrderFromEnvironment()) == "shuffle:11");
   setenv("METALRT_SIM_ORDER", "sideways", 1);
   CHECK_THROWS_WITH_AS(sim::FiberOrderFromEnvironment(),
-                       "[sim] fiber order must be forward, reverse or shuffle[:seed], got 'sideways'",
+                       "METALRT_SIM_ORDER must be forward, reverse, shuffle or shuffle:<seed> "
+                       "(a decimal seed), got 'sideways'",
+                       std::invalid_argument);
+  // The device reads the variable when it is created, on the caller's thread.
+  CHECK_THROWS_WITH_AS(sim::CreateSimDevice(), doctest::Contains("METALRT_SIM_ORDER must be"),
                        std::invalid_argument);
   setenv("METALRT_SIM_ORDER", saved_env.c_str(), 1);
 
