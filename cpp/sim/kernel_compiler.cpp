@@ -109,7 +109,9 @@ std::string BuildKernelModule(const std::string& source) {
                              tc.generator + "', '" + tc.shim_dir + "')");
   const char* cxx_env = std::getenv("CXX");
   const std::string cxx = cxx_env && *cxx_env ? cxx_env : "c++";
-  const std::string flags = "-std=c++17 -O2 -fPIC -shared -fvisibility=hidden -Wno-attributes";
+  // After $CXX's own words, so -fsigned-char (MSL char is signed; the shim asserts
+  // it) wins over a compiler or wrapper that defaults to unsigned char.
+  const std::string flags = "-std=c++17 -O2 -fsigned-char -fPIC -shared -fvisibility=hidden -Wno-attributes";
   uint64_t h = Hash(source);
   h = Hash(ReadFile(tc.generator), h);
   h = Hash(ShimContents(tc.shim_dir), h);

@@ -7,6 +7,10 @@ option(METALRT_SIM_TSAN "Build the simulated device with ThreadSanitizer (races 
 
 set(METALRT_MSL_GENERATOR ${CMAKE_CURRENT_SOURCE_DIR}/python/metalrt/_sim/msl_to_cpp.py)
 set(METALRT_SHIM_DIR ${CMAKE_CURRENT_SOURCE_DIR}/metal/shim)
+# What every compile of the shim needs to match MSL's C++ dialect: MSL `char` is
+# signed, C++ leaves it to the target (unsigned on arm64 Linux). kernel_compiler.cpp
+# passes the same to compile_shader's compiles.
+set(METALRT_MSL_CXX_FLAGS -fsigned-char)
 if(NOT Python_EXECUTABLE)
   find_package(Python 3.9 COMPONENTS Interpreter REQUIRED)
 endif()
@@ -43,7 +47,7 @@ function(metalrt_add_msl target)
     # Kernel code is what the Metal compiler accepts: C++ warnings about it are noise.
     set_source_files_properties(${out} PROPERTIES
       INCLUDE_DIRECTORIES ${METALRT_SHIM_DIR}
-      COMPILE_OPTIONS "-O2;-Wno-attributes;-Wno-unused-parameter;-Wno-unused-variable;-Wno-unused-but-set-variable")
+      COMPILE_OPTIONS "-O2;${METALRT_MSL_CXX_FLAGS};-Wno-attributes;-Wno-unused-parameter;-Wno-unused-variable;-Wno-unused-but-set-variable")
   endforeach()
 endfunction()
 

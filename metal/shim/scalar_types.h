@@ -13,6 +13,9 @@ typedef unsigned long ulong;
 
 static_assert(sizeof(ulong) == 8, "MSL ulong is 64 bits: an LP64 host is required");
 static_assert(sizeof(long) == 8, "MSL long is 64 bits: an LP64 host is required");
+// MSL `char` is signed (spec §2.1); C++ leaves it to the target (unsigned on arm64
+// Linux). Every compile of MSL as C++ passes -fsigned-char.
+static_assert(static_cast<char>(-1) < 0, "MSL char is signed: compile the shim with -fsigned-char");
 
 namespace metal {
 using ::uchar;

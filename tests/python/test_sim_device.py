@@ -1,5 +1,6 @@
 """The simulated Metal device fails where a Mac would: a bad METALRT_SIM_ORDER is a
-Python exception (not an abort)."""
+Python exception (not an abort), and MSL `char` is signed whatever the host
+compiler's default."""
 import os
 import subprocess
 import sys
@@ -33,4 +34,29 @@ def test_a_bad_sim_order_raises_value_error_instead_of_aborting():
         proc = run_python(ONE_DISPATCH, METALRT_SIM_ORDER=good)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == ["78.0"]
+
+
+WIDEN_CHARS = r"""
+#include <metal_stdlib>
+using namespace metal;
+kernel void widen_chars(device const uchar* bytes [[buffer(0)]],
+                        device int* out [[buffer(1)]],
+                        uint i [[thread_position_in_grid]]) {
+  out[i] = int(char(bytes[i]));
+}
+"""
+
+
+def test_char_is_signed_with_a_compiler_that_defaults_to_unsigned(tmp_path, monkeypatch):
+    # arm64 Linux compilers default to unsigned char; this wrapper makes any host one.
+    wrapper = tmp_path / "unsigned-char-cxx"
+    wrapper.write_text(f'#!/bin/sh\nexec {os.environ.get("CXX") or "c++"} -funsigned-char "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CXX", str(wrapper))
+    monkeypatch.setenv("METALRT_CACHE_DIR", str(tmp_path / "cache"))
+    lib = metalrt.compile_shader(WIDEN_CHARS)
+    raw = np.array([0, 1, 127, 128, 200, 255], np.uint8)
+    out = metalrt.asarray(np.full(raw.size, -7, np.int32), device="metal")
+    lib.widen_chars(metalrt.asarray(raw, device="metal"), out, threads=raw.size, group_size=raw.size)
+    assert out.numpy().tolist() == raw.view(np.int8).astype(np.int64).tolist()
 
