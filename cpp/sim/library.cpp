@@ -117,8 +117,17 @@ gpu::GpuPipeline& SimLibrary::pipeline(const std::string& name,
     target->bytes = c.bytes;
     target->defined = true;
   }
+  const KernelInfo& kernel = *it->second.info;
+  for (uint32_t r = 0; r < kernel.num_required_constants; ++r)
+    for (const ConstantValue& v : values)
+      if (v.slot->index == kernel.required_constants[r] && !v.defined)
+        throw std::invalid_argument(
+            "[pipeline] kernel '" + name + "' (" + kernel.location + ") uses function constant " +
+            std::to_string(v.slot->index) + " ('" + v.slot->name +
+            "') but no value was given; Metal requires one for every function constant a "
+            "kernel uses unless it tests it with is_function_constant_defined");
   auto& slot = pipelines_[key];
-  slot = std::make_unique<SimPipeline>(*it->second.info, module, std::move(values));
+  slot = std::make_unique<SimPipeline>(kernel, module, std::move(values));
   return *slot;
 }
 

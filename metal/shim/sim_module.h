@@ -6,6 +6,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 #include <type_traits>
 
@@ -13,7 +15,7 @@
 
 namespace metalrt::sim {
 
-constexpr uint32_t kModuleAbiVersion = 1;
+constexpr uint32_t kModuleAbiVersion = 2;
 constexpr uint32_t kMaxBufferBindings = 31;        // Metal's buffer argument table
 constexpr uint32_t kMaxThreadgroupBindings = 31;   // [[threadgroup(n)]] indices
 
@@ -51,6 +53,11 @@ struct KernelInfo {
   uint32_t num_buffers;
   uint32_t threadgroup_buffers;  // bit n: a [[threadgroup(n)]] parameter
   const char* location;          // "file.metal:line" of the kernel
+  // Indices of the function constants the kernel uses without testing them with
+  // is_function_constant_defined: a pipeline needs a value for each (as Metal's
+  // newFunctionWithName:constantValues:error: does).
+  const uint32_t* required_constants;
+  uint32_t num_required_constants;
 };
 
 // A `constant T name [[function_constant(index)]]`; the runtime writes the value of
@@ -106,6 +113,31 @@ template <class P, int N> P bind_position(const uint32_t (&v)[3]) {
 // a threadgroup (the generator rewrites the declaration into this call).
 template <class T> T& threadgroup_variable(uint32_t slot) {
   return *static_cast<T*>(hooks().threadgroup_alloc(slot, sizeof(T), alignof(T)));
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] inline void threadgroup_index_error(
+    const char* name, const char* where, unsigned dim, const std::string& index, uint64_t extent) {
+  throw std::out_of_range("threadgroup array '" + std::string(name) + "' (" + where + "): index " +
+                          index + (dim ? " in dimension " + std::to_string(dim) : std::string()) +
+                          " is out of bounds [0, " + std::to_string(extent) + ")");
+}
+
+// Subscript `Dim` of a kernel-body threadgroup array (the generator wraps every
+// subscript of one in this call): an index out of the declared bounds is an error
+// of the dispatch, naming the array, its declaration and the index, where a GPU
+// would silently read or overwrite other threadgroup memory.
+template <class Array, unsigned Dim, class I>
+inline I threadgroup_index(I i, const char* name, const char* where) {
+  constexpr uint64_t extent = std::extent_v<std::remove_reference_t<Array>, Dim>;
+  if constexpr (std::is_signed_v<I>) {
+    if (__builtin_expect(i < 0 || static_cast<uint64_t>(i) >= extent, 0))
+      threadgroup_index_error(name, where, Dim, std::to_string(static_cast<long long>(i)), extent);
+  } else {
+    if (__builtin_expect(static_cast<uint64_t>(i) >= extent, 0))
+      threadgroup_index_error(name, where, Dim, std::to_string(static_cast<unsigned long long>(i)),
+                              extent);
+  }
+  return i;
 }
 
 }  // namespace metalrt::sim

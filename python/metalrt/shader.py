@@ -116,7 +116,9 @@ class ShaderKernel:
                 constant has an unsupported type.
             ValueError: a tensor is not on the metal device (or not in a Metal
                 allocation), the grid or group size is malformed, a buffer the kernel
-                uses is not bound, or a function constant does not match the kernel's.
+                uses is not bound, a function constant does not match the kernel's, or
+                the kernel uses a function constant without a value (only one it tests
+                with ``is_function_constant_defined`` may be left out, as on Metal).
         """
         kernel = self.name
         if (threads is None) == (threadgroups is None):

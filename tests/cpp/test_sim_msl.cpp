@@ -223,6 +223,46 @@ TEST_CASE("sim MSL: function constants specialise pipelines") {
                        doctest::Contains("has no function constant 9"), std::invalid_argument);
 }
 
+TEST_CASE("sim MSL: a function constant a kernel uses needs a value at pipeline creation") {
+  // Metal fails newFunctionWithName:constantValues:error: without a value for every
+  // constant the function uses, unless it only tests it with is_function_constant_defined.
+  SimRun run;
+  auto& library = run.device->default_library();
+  gpu::FunctionConstant stride;
+  stride.index = 4;
+  stride.type = gpu::FunctionConstant::Type::kUInt32;
+  const uint32_t two = 2;
+  std::memcpy(stride.bytes.data(), &two, sizeof two);
+  gpu::FunctionConstant no_bias;
+  no_bias.index = 0;
+  no_bias.type = gpu::FunctionConstant::Type::kBool;
+  no_bias.bytes[0] = 0;
+
+  std::string missing_scale;
+  try {
+    library.pipeline("fc_affine", {no_bias});
+  } catch (const std::invalid_argument& e) {
+    missing_scale = e.what();
+  }
+  CHECK(missing_scale.find("[pipeline] kernel 'fc_affine' (") == 0);
+  CHECK(missing_scale.find("sim_function_constants.metal:") != std::string::npos);
+  CHECK(missing_scale.find("uses function constant 1 ('scale') but no value was given") != std::string::npos);
+  CHECK_THROWS_WITH_AS(library.pipeline("fc_affine"),
+                       doctest::Contains("uses function constant 0 ('has_bias')"), std::invalid_argument);
+  // Reached only through a helper: required all the same.
+  CHECK_THROWS_WITH_AS(library.pipeline("fc_strided_copy"),
+                       doctest::Contains("uses function constant 4 ('stride')"), std::invalid_argument);
+  // Constants are per kernel: one that uses none needs none.
+  library.pipeline("fc_plain_copy");
+
+  const auto x = Ramp(66);
+  auto y = run.Buffer(std::vector<float>(33, kNaN));
+  SimRun::Dispatch d{"fc_strided_copy", {run.Buffer(x), y}, {33, 1, 1}, {32, 1, 1}};
+  d.constants = {stride};
+  REQUIRE(run.Run(d) == "");
+  for (int i = 0; i < 33; ++i) CHECK(SimRun::Read<float>(*y)[i] == x[2 * i]);
+}
+
 TEST_CASE("sim MSL: templated kernels registered by host_name") {
   SimRun run;
   const auto names = run.device->default_library().function_names();
@@ -344,6 +384,34 @@ TEST_CASE("sim MSL: rule-breaking kernels raise clear errors") {
   CHECK_THROWS_WITH_AS(run.Encode(*fresh, {"reverse_through_scratch", {out, out}, {64, 1, 1}, {32, 1, 1}}),
                        doctest::Contains("[[threadgroup(0)]] is used by the kernel but its length is not set"),
                        std::invalid_argument);
+  for (const std::string& order : SimOrders()) {
+    CAPTURE(order);
+    ScopedFiberOrder scoped(order);
+    auto probe = [&](int32_t i, int32_t j, int32_t mode) {
+      auto value = run.Buffer(std::vector<float>{kNaN});
+      const std::string error =
+          run.Run({"threadgroup_index_probe", {value, run.Buffer(std::vector<int32_t>{i, j, mode})},
+                   {32, 1, 1}, {32, 1, 1}});
+      return error.empty() ? std::to_string(SimRun::Read<float>(*value)[0]) : error;
+    };
+    CHECK(probe(31, 0, 0) == std::to_string(31.0f));
+    CHECK(probe(3, 7, 1) == std::to_string(131.0f));
+    CHECK(probe(0, 0, 2) == std::to_string(100.0f));
+    // Out of bounds: a kernel error naming the kernel, the array, its declaration,
+    // the index and the thread, where a GPU would read the neighbouring array.
+    const std::string past_end = probe(32, 0, 0);
+    CHECK(past_end.find("[sim] kernel 'threadgroup_index_probe'") == 0);
+    CHECK(past_end.find("threadgroup array 'row' (") != std::string::npos);
+    CHECK(past_end.find("sim_faults.metal:41): index 32 is out of bounds [0, 32) (thread 0 of threadgroup (0, 0, 0))") !=
+          std::string::npos);
+    CHECK(probe(-1, 0, 0).find("'row' (") != std::string::npos);
+    CHECK(probe(-1, 0, 0).find("index -1 is out of bounds [0, 32)") != std::string::npos);
+    CHECK(probe(4, 0, 1).find("'grid' (") != std::string::npos);
+    CHECK(probe(4, 0, 1).find("index 4 is out of bounds [0, 4)") != std::string::npos);
+    CHECK(probe(1, 8, 1).find("index 8 in dimension 1 is out of bounds [0, 8)") != std::string::npos);
+    CHECK(probe(32, 0, 2).find("'row' (") != std::string::npos);   // writes too
+  }
+
   // The device is still usable after the faults.
   auto sum = run.Buffer(std::vector<float>{kNaN});
   REQUIRE(run.Run({"reduce_tree", {run.Buffer(std::vector<float>(4, 1.5f)), sum}, {1, 1, 1}, {4, 1, 1}, false}) == "");

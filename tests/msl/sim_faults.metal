@@ -31,3 +31,23 @@ kernel void wait_for_host(device atomic_int* flag [[buffer(0)]],
   }
   out[i] = float(i) + 0.5f;
 }
+
+// Every thread fills row[32] and grid[4][8]; then thread 0 reads (mode 0: row[at.x],
+// mode 1: grid[at.x][at.y]) or writes (mode 2: row[at.x]) one element. Out of bounds,
+// a GPU reads or overwrites its neighbour in threadgroup memory without a word.
+kernel void threadgroup_index_probe(device float* out [[buffer(0)]],
+                                    device const int* at [[buffer(1)]],
+                                    uint tid [[thread_index_in_threadgroup]]) {
+  threadgroup float row[32];
+  threadgroup float grid[4][8];
+  row[tid] = float(tid);
+  grid[tid / 8][tid % 8] = 100.0f + float(tid);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  if (tid != 0) return;
+  if (at[2] == 0) out[0] = row[at[0]];
+  if (at[2] == 1) out[0] = grid[at[0]][at[1]];
+  if (at[2] == 2) {
+    row[at[0]] = -1.0f;
+    out[0] = grid[0][0];
+  }
+}

@@ -20,3 +20,21 @@ kernel void fc_affine(device const float* x [[buffer(0)]],
   if (is_function_constant_defined(half_scale)) v *= float(half_scale);
   y[i] = v;
 }
+
+// A constant a kernel reaches only through a helper is required all the same; a
+// kernel that uses no constant needs none, whatever its file declares.
+constant uint stride [[function_constant(4)]];
+
+inline uint strided(uint i) { return i * stride; }
+
+kernel void fc_strided_copy(device const float* x [[buffer(0)]],
+                            device float* y [[buffer(1)]],
+                            uint i [[thread_position_in_grid]]) {
+  y[i] = x[strided(i)];
+}
+
+kernel void fc_plain_copy(device const float* x [[buffer(0)]],
+                          device float* y [[buffer(1)]],
+                          uint i [[thread_position_in_grid]]) {
+  y[i] = x[i];
+}

@@ -130,7 +130,12 @@ def test_compile_errors_carry_the_compiler_message_and_line():
 def test_bad_arguments_raise():
     lib = metalrt.compile_shader(AXPY)
     x, y = metal(np.zeros(8, np.float32)), metal(np.zeros(8, np.float32))
-    ok = dict(threads=8, group_size=8)
+    ok = dict(threads=8, group_size=8, constants={0: False})
+    # axpy uses add_one without testing it with is_function_constant_defined, so Metal
+    # cannot make its pipeline without a value.
+    with pytest.raises(ValueError, match=r"kernel 'axpy' \(.*shader\.metal:6\) uses function "
+                                         r"constant 0 \('add_one'\) but no value was given"):
+        lib.axpy(x, y, np.float32(1), np.uint32(8), threads=8, group_size=8)
     with pytest.raises(TypeError, match=r"\[axpy\] argument 2 must be a metalrt.Tensor or a numpy scalar"):
         lib.axpy(x, y, 0.5, np.uint32(8), **ok)
     with pytest.raises(TypeError, match=r"\[axpy\] argument 0"):
@@ -144,9 +149,9 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match=r"group_size= \(threads per threadgroup\) is required"):
         lib.axpy(x, y, np.float32(1), np.uint32(8), threads=8)
     with pytest.raises(ValueError, match=r"1025 threads per threadgroup"):
-        lib.axpy(x, y, np.float32(1), np.uint32(8), threads=8, group_size=1025)
+        lib.axpy(x, y, np.float32(1), np.uint32(8), threads=8, group_size=1025, constants={0: False})
     with pytest.raises(TypeError, match=r"function constant 0 must be a bool"):
-        lib.axpy(x, y, np.float32(1), np.uint32(8), constants={0: "yes"}, **ok)
+        lib.axpy(x, y, np.float32(1), np.uint32(8), threads=8, group_size=8, constants={0: "yes"})
     with pytest.raises(AttributeError, match=r"no kernel named 'nope'"):
         lib.nope
 

@@ -1,6 +1,6 @@
 """The simulated Metal device fails where a Mac would: a bad METALRT_SIM_ORDER is a
-Python exception (not an abort), and MSL `char` is signed whatever the host
-compiler's default."""
+Python exception (not an abort), MSL `char` is signed whatever the host compiler's
+default, and a threadgroup-array overrun is an error naming the array and index."""
 import os
 import subprocess
 import sys
@@ -60,3 +60,28 @@ def test_char_is_signed_with_a_compiler_that_defaults_to_unsigned(tmp_path, monk
     lib.widen_chars(metalrt.asarray(raw, device="metal"), out, threads=raw.size, group_size=raw.size)
     assert out.numpy().tolist() == raw.view(np.int8).astype(np.int64).tolist()
 
+
+OVERRUN = r"""
+#include <metal_stdlib>
+using namespace metal;
+kernel void shift_left(device float* out [[buffer(0)]],
+                       uint tid [[thread_index_in_threadgroup]],
+                       uint n [[threads_per_threadgroup]]) {
+  threadgroup float staged[32];
+  staged[tid] = float(tid);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[tid] = staged[tid + 1];   // the last thread reads staged[n]
+}
+"""
+
+
+def test_a_threadgroup_array_overrun_is_an_error():
+    lib = metalrt.compile_shader(OVERRUN)
+    out = metalrt.asarray(np.full(32, np.nan, np.float32), device="metal")
+    lib.shift_left(out, threads=31, group_size=31)   # in bounds: the last thread reads staged[31]
+    assert out.numpy()[:30].tolist() == list(range(1, 31))
+    with pytest.raises(RuntimeError, match=r"kernel 'shift_left' .*threadgroup array 'staged' "
+                                           r"\(.*shader\.metal:7\): index 32 is out of bounds \[0, 32\) "
+                                           r"\(thread 31 of threadgroup \(0, 0, 0\)\)"):
+        lib.shift_left(out, threads=32, group_size=32)
+        metalrt.synchronize("metal")

@@ -104,6 +104,35 @@ def test_rewrites_keep_every_line_in_place(tmp_path):
     assert all("[[" not in l for l in copied if not l.startswith("//"))
 
 
+def test_threadgroup_array_subscripts_are_bounds_checked(tmp_path):
+    line = next(l for l in copied_source(generate(tmp_path, SOURCE)).split("\n") if "x[lid.x] =" in l)
+    where = f'"{tmp_path / "k.metal"}:18"'
+    assert line.strip() == (
+        "x[lid.x] = "   # a device pointer: not checked
+        f"tile[::metalrt::sim::threadgroup_index<decltype(tile), 0>(0, \"tile\", {where})]"
+        f"[::metalrt::sim::threadgroup_index<decltype(tile), 1>(lid.y, \"tile\", {where})] + "
+        f"other[::metalrt::sim::threadgroup_index<decltype(other), 0>(0, \"other\", {where})] + "
+        "alias[0];")   # a pointer into threadgroup memory: not checked
+
+
+def test_kernels_list_the_function_constants_they_require(tmp_path):
+    text = generate(tmp_path, """constant int used [[function_constant(0)]];
+constant int tested [[function_constant(1)]];
+constant int unused [[function_constant(2)]];
+inline int helper(int v) { return v * used; }
+kernel void via_helper(device int* o [[buffer(0)]]) { o[0] = helper(1); }
+kernel void tests_first(device int* o [[buffer(0)]]) {
+  o[0] = is_function_constant_defined(tested) ? tested : 0;
+}
+kernel void uses_none(device int* o [[buffer(0)]]) { o[0] = 0; }
+""")
+    required = dict(re.findall(r"metalrt_required_(\d+)\[\] = \{(.*)\};", text))
+    counts = dict(re.findall(r'\{"(\w+)", &metalrt_kernel_\d+,.*metalrt_required_\d+, (\d+)u\}', text))
+    assert counts == {"via_helper": "1", "tests_first": "0", "uses_none": "0"}
+    via_helper = re.search(r'\{"via_helper", &metalrt_kernel_(\d+)', text).group(1)
+    assert required[via_helper] == "0u"   # function constant 0 ('used'), reached through helper()
+
+
 def test_program_scope_constants_become_cxx_constants(tmp_path):
     text = generate(tmp_path, "constant uint TILE = 16;\nconstant float w[2] = {1, 2};\n"
                               "kernel void f(constant uint& n [[buffer(0)]]) {\n"

@@ -9,10 +9,13 @@ only where MSL is not C++:
 * a declaration starting with ``constant`` gets C++ ``const`` (program-scope
   constants are compile-time constants);
 * ``threadgroup T x[N];`` in a function body becomes per-threadgroup storage
-  obtained from the runtime (``metalrt::sim::threadgroup_variable``);
+  obtained from the runtime (``metalrt::sim::threadgroup_variable``), and every
+  later ``x[i]`` in its block a bounds-checked subscript
+  (``metalrt::sim::threadgroup_index``);
 * ``constant T name [[function_constant(i)]];`` becomes a per-pipeline value the
   runtime writes before a dispatch, and ``is_function_constant_defined(name)`` reads
-  whether the pipeline defined it.
+  whether the pipeline defined it; each kernel lists the constants it requires
+  (uses without testing them), which a pipeline must give values for.
 
 It then registers every kernel -- each non-template ``kernel void f(...)`` and each
 explicit instantiation ``template [[host_name("n")]] [[kernel]] ... f<...>...;`` --
@@ -103,6 +106,10 @@ class State:
     rewritten: dict[str, str] = field(default_factory=dict)
     macros: dict[str, tuple[list[str], str]] = field(default_factory=dict)
     threadgroup_slots: int = 0
+    # Per function name (overloads and template specialisations merged): the
+    # identifiers its body names and the function constants it tests with
+    # is_function_constant_defined.
+    functions: dict[str, tuple[set[str], set[str]]] = field(default_factory=dict)
 
 
 # ---- source masking: comments, literals and preprocessor lines out of the way ----
@@ -486,7 +493,35 @@ def _rewrite_threadgroup_declarations(f: _File, state: State) -> None:
             pieces.append(f"auto& {name} = ::metalrt::sim::threadgroup_variable<"
                           f"{type_text}{dims}>({state.threadgroup_slots}u);")
             state.threadgroup_slots += 1
+            if dims:
+                _check_subscripts(f, name, dims.count("["), end + 1, f.where(m.start()))
         f.replace(m.start(), end + 1, " ".join(pieces))
+
+
+def _check_subscripts(f: _File, name: str, rank: int, start: int, where: str) -> None:
+    """Wraps every subscript of the threadgroup array ``name`` from ``start`` to the
+    end of its block in ``metalrt::sim::threadgroup_index``, which makes an index out
+    of the declared bounds a kernel error instead of a silent overrun of another
+    variable's threadgroup memory. The array keeps its type, so it still decays to a
+    pointer (accesses through pointers stay unchecked)."""
+    end, depth = start, 0
+    while end < len(f.masked) and depth >= 0:
+        depth += {"{": 1, "}": -1}.get(f.masked[end], 0)
+        end += 1
+    use = re.compile(r"(?<![\w.])(?<!->)(?<!::)" + re.escape(name) + r"\s*\[")
+    for m in use.finditer(f.masked, start, end):
+        open_bracket = m.end() - 1
+        for dim in range(rank):
+            close = _match_close(f.masked, open_bracket, "[", "]")
+            if close < 0:
+                raise f.error(open_bracket, f"unbalanced subscript of threadgroup array '{name}'")
+            f.replace(open_bracket + 1, open_bracket + 1,
+                      f"::metalrt::sim::threadgroup_index<decltype({name}), {dim}>(")
+            f.replace(close, close, f', "{name}", "{_c_string(where)}")')
+            following = re.match(r"\s*\[", f.masked[close + 1:end])
+            if not following:
+                break
+            open_bracket = close + following.end()
 
 
 def _rewrite_function_constants(f: _File, state: State) -> None:
@@ -520,6 +555,60 @@ def _rewrite_function_constants(f: _File, state: State) -> None:
         if fc is None:
             raise f.error(m.start(), f"'{m.group(1)}' is not a function constant")
         f.replace(m.start(), m.end(), f"(metalrt_fc_defined_{fc.slot})")
+
+
+# Words followed by ``(...) {`` that do not name a function body.
+_NOT_FUNCTIONS = {"if", "for", "while", "switch", "catch", "return", "sizeof", "alignof",
+                  "decltype", "static_assert"}
+_TESTED = re.compile(r"\bis_function_constant_defined\s*\(\s*(\w+)\s*\)")
+
+
+def _record_function_uses(f: _File, state: State) -> None:
+    """What every function body of the file names (``state.functions``): a kernel
+    requires the function constants its body, or a function it calls, uses without
+    testing them with is_function_constant_defined. By name, not by C++ lookup:
+    overloads merge, so a constant is at worst required of a kernel that does not
+    use it (an error Metal would not give); that did not happen in this project."""
+    for brace in re.finditer(r"\{", f.masked):
+        head = re.search(r"\)\s*(?:(?:const|noexcept|override|mutable)\s*)*$",
+                         f.masked[max(0, brace.start() - 200):brace.start()])
+        if not head:
+            continue
+        close = brace.start() - len(head.group())
+        depth, i = 0, close
+        while i >= 0:   # the matching "(" of the parameter list
+            depth += {")": 1, "(": -1}.get(f.masked[i], 0)
+            if depth == 0:
+                break
+            i -= 1
+        name = re.search(r"(\w+)\s*$", f.masked[max(0, i - 200):max(i, 0)])
+        if i < 0 or not name or name.group(1) in _NOT_FUNCTIONS:
+            continue   # a lambda, a control statement or not a function
+        end = _match_close(f.masked, brace.start(), "{", "}")
+        body = f.masked[brace.start():end if end >= 0 else len(f.masked)]
+        names, tested = state.functions.setdefault(name.group(1), (set(), set()))
+        tested.update(_TESTED.findall(body))
+        names.update(re.findall(r"\b[A-Za-z_]\w*", _TESTED.sub(" ", body)))
+
+
+def _required_constants(kernel: str, state: State) -> list[int]:
+    """Indices of the function constants ``kernel`` requires: those its body or a
+    function it reaches uses, except the ones tested with is_function_constant_defined
+    (Apple, MTLFunctionConstant.required: "A function constant is optional only if it
+    is referenced in a call to the built-in is_function_constant_defined(name)
+    function.")."""
+    seen, todo, used, tested = set(), [kernel], set(), set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in state.functions:
+            continue
+        seen.add(name)
+        names, tests = state.functions[name]
+        used |= names
+        tested |= tests
+        todo.extend(names & state.functions.keys())
+    return sorted(fc.index for fc in state.constants.values()
+                  if fc.name in used and fc.name not in tested)
 
 
 def _rewrite_program_constants(f: _File) -> None:
@@ -565,6 +654,7 @@ def _process(path: str, state: State, stack: tuple[str, ...] = ()) -> str:
     _rewrite_program_constants(f)
     _find_kernels(f, state)
     _find_instantiations(f, state)
+    _record_function_uses(f, state)
     directives = _mask(f.text, keep_directives=True)
     for m in re.finditer(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^">]+)[">][^\n]*', directives, re.M):
         name = f.text[m.start(2):m.end(2)]
@@ -657,11 +747,15 @@ def generate(source_path: str, mode: str = "builtin") -> tuple[str, list[str]]:
             uses.append(f"{{{p.index}u, {fc_index[p.guard] if p.guard else -1}}}")
         out.append(f"const ::metalrt::sim::BufferUse metalrt_buffers_{i}[] = "
                    f"{{{', '.join(uses) or '{0u, -2}'}}};")
+        required = _required_constants(k.name, state)
+        out.append(f"const uint32_t metalrt_required_{i}[] = "
+                   f"{{{', '.join(f'{r}u' for r in required) or '0u'}}};")
         tg_bits = sum(1 << p.index for p in k.params if p.kind == "threadgroup")
         kernel_rows.append(f'  {{"{host}", &metalrt_kernel_{i}, metalrt_buffers_{i}, '
-                           f"{len(uses)}u, {tg_bits}u, \"{_c_string(where)}\"}},")
+                           f"{len(uses)}u, {tg_bits}u, \"{_c_string(where)}\", "
+                           f"metalrt_required_{i}, {len(required)}u}},")
     out.append("const ::metalrt::sim::KernelInfo metalrt_kernels[] = {")
-    out += kernel_rows or ['  {"", nullptr, nullptr, 0u, 0u, ""},']
+    out += kernel_rows or ['  {"", nullptr, nullptr, 0u, 0u, "", nullptr, 0u},']
     out.append("};")
     out.append("const ::metalrt::sim::FunctionConstantInfo metalrt_constants[] = {")
     for fc in state.constants.values():
