@@ -1,4 +1,4 @@
-"""python -m bench: metalrt's benchmarks in one sitting (issue 6, DESIGN §8).
+"""python -m bench: metalrt's benchmarks in one sitting, side by side with its peers.
 
     python -m bench [--quick] [--threads N] [--runs N] [--out-dir DIR] ...   # --help
     python -m bench --install-peers [--peers-venv DIR]   # once: the peers' venv
@@ -19,7 +19,9 @@ is labelled as a simulation time, not a performance figure. ``--quick`` (the CI
 smoke test) shrinks every size; its figures are not comparable to a full run.
 
 The JSON is rewritten after every generation row, so a run that is stopped (Ctrl-C,
-SIGTERM, a timeout) keeps what it measured; its running worker is killed with it.
+SIGTERM, SIGHUP) keeps what it measured (``"complete": false``); its running worker is
+killed with it, and a row whose worker fails or times out keeps the runs it finished.
+Printed to a reader that leaves early (``| head``), the tables stop quietly: exit 141.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from . import peers
-from .generation import RESULT_KEY
+from .generation import MIN_RUNS, RESULT_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = ("The history of the city begins with a small settlement of fishermen on the river "
@@ -104,23 +106,33 @@ def die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG = 1
 
 
-def last_json_object(stdout: str):
-    """The last line of ``stdout`` that is a JSON object holding the worker's result
-    (under RESULT_KEY: a library may print other JSON after it), or None."""
+def tagged_result(stdout: str):
+    """The value under RESULT_KEY in the last line of ``stdout`` that is a JSON object
+    holding one (a library may print other JSON after it), or None."""
     for line in reversed(stdout.splitlines()):
         try:
             value = json.loads(line)
         except ValueError:
             continue
         if isinstance(value, dict) and RESULT_KEY in value:
-            return value
+            return value[RESULT_KEY]
     return None
+
+
+def _failed(reason: str, last) -> Dict:
+    """The row of a worker that failed: its reason, plus the figures of the last
+    progress line it printed (``"partial": True``: the runs it finished), if any."""
+    if isinstance(last, dict) and last.get("partial") is True:
+        return dict(last, reason=reason)
+    return {"reason": reason}
 
 
 def run_worker(python: str, module: str, spec: Dict, threads: int, timeout: float) -> Dict:
     """Runs ``python -m module SPEC.json`` (a worker that prints its result as a JSON
-    line) in a subprocess; its result, or {"reason": ...} with the worker's last words
-    when it fails. The worker is killed when this process is stopped."""
+    line under RESULT_KEY) in a subprocess; its result. When the worker exits non-zero,
+    prints no result or runs past ``timeout`` seconds: {"reason": ...} with its last
+    words, and the runs it finished if it printed progress lines (``_failed``). The
+    worker is killed when this process is stopped."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="metalrt-bench-",
                                      delete=False) as f:
         json.dump(spec, f)
@@ -129,18 +141,20 @@ def run_worker(python: str, module: str, spec: Dict, threads: int, timeout: floa
         proc = subprocess.run([python, "-m", module, f.name], capture_output=True, text=True,
                               errors="replace", env=worker_env(threads), cwd=ROOT,
                               timeout=timeout, preexec_fn=die_with_parent)
-    except subprocess.TimeoutExpired:
-        return {"reason": f"failed: no result within {timeout:g} s"}
+    except subprocess.TimeoutExpired as e:
+        # The output read until the kill; on POSIX as bytes, even with text=True.
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout
+        return _failed(f"failed: no result within {timeout:g} s", tagged_result(out or ""))
     except OSError as e:
         return {"reason": f"failed: {python} does not run: {e}"}
     finally:
         os.unlink(f.name)
-    result = last_json_object(proc.stdout) if proc.returncode == 0 else None
-    result = result.get(RESULT_KEY) if result else None
-    if not isinstance(result, dict):
-        said = peers.last_words(proc.stderr, 2) or peers.last_words(proc.stdout, 2)
-        return {"reason": f"failed (exit {proc.returncode}): {said or 'no result printed'}"}
-    return result
+    result = tagged_result(proc.stdout)
+    if proc.returncode == 0 and isinstance(result, dict) and not result.get("partial"):
+        return result
+    untagged = "\n".join(line for line in proc.stdout.splitlines() if RESULT_KEY not in line)
+    said = peers.last_words(proc.stderr, 2) or peers.last_words(untagged, 2)
+    return _failed(f"failed (exit {proc.returncode}): {said or 'no result printed'}", result)
 
 
 def export_hf(python: str, gguf: str, out: Path, threads: int, timeout: float) -> str:
@@ -169,15 +183,16 @@ def engine_rows() -> List[str]:
 
 
 def generation(args, gguf: str, tokenizer, sizes: Dict, save) -> Dict:
-    """The generation section; ``save(rows)`` is called after every row."""
+    """The generation section; ``save(section)`` is called with the section as
+    measured so far after every row."""
     import metalrt
 
-    lengths = sizes["prompt_lengths"]
-    rows = []
+    section = {"prompt_lengths": sizes["prompt_lengths"], "decode_tokens": sizes["decode_tokens"],
+               "runs": args.runs, "rows": []}
 
     def record(row):
-        rows.append(row)
-        save(rows)
+        section["rows"].append(row)
+        save(section)
 
     def spec(engine, variant, s, **extra):
         return {"engine": engine, "variant": variant, "gguf": gguf, "threads": args.threads,
@@ -208,7 +223,7 @@ def generation(args, gguf: str, tokenizer, sizes: Dict, save) -> Dict:
     def not_measured(engine, variant, option):
         skipped(engine, variant, f"not measured in this run ({option})")
 
-    save(rows)
+    save(section)
     if wanted("metalrt", "cpu"):
         add("metalrt", "cpu", sys.executable, sizes)
     else:
@@ -261,8 +276,7 @@ def generation(args, gguf: str, tokenizer, sizes: Dict, save) -> Dict:
                 add(peer.name, variant, python, sizes, **extra)
             else:
                 skipped(peer.name, variant, state["reason"])
-    return {"prompt_lengths": lengths, "decode_tokens": sizes["decode_tokens"], "runs": args.runs,
-            "rows": rows}
+    return section
 
 
 def op_benchmarks(args) -> List[Dict]:
@@ -318,9 +332,10 @@ def parse(argv: List[str]):
                         f"{', '.join(engine_rows())} (default: all; the others are rows "
                         "that say so)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                   help=f"threads for every engine, 1-{MAX_THREADS} (default: all CPUs)")
-    p.add_argument("--runs", type=int, default=3,
-                   help="measured runs after the warm-up (>= 3, default 3)")
+                   help=f"threads for every engine, 1-{MAX_THREADS} (default: all CPUs; more "
+                        "than the CPUs is allowed, with a warning)")
+    p.add_argument("--runs", type=int, default=MIN_RUNS,
+                   help=f"measured runs after the warm-up (>= {MIN_RUNS}, default {MIN_RUNS})")
     p.add_argument("--op-repeats", type=int, default=10,
                    help="timed repeats per op micro-benchmark on the CPU and a real GPU (>= 3; "
                         "the simulated device and --quick use 3)")
@@ -345,12 +360,17 @@ def parse(argv: List[str]):
     unknown = set(args.engines) - set(engine_rows())
     if unknown:
         p.error(f"unknown --engines rows {sorted(unknown)}; known: {', '.join(engine_rows())}")
-    if args.runs < 3:
-        p.error("--runs must be >= 3 (figures are medians of at least 3 runs)")
+    if args.runs < MIN_RUNS:
+        p.error(f"--runs must be >= {MIN_RUNS} (figures are medians of at least {MIN_RUNS} runs)")
     if args.op_repeats < 3:
         p.error("--op-repeats must be >= 3 (figures are medians of at least 3 repeats)")
     if not 1 <= args.threads <= MAX_THREADS:
         p.error(f"--threads must be in 1-{MAX_THREADS}, got {args.threads}")
+    if threads_exceed_cpus(args.threads) and not args.install_peers:
+        print(f"python -m bench: warning: --threads {args.threads} is more than the "
+              f"{os.cpu_count()} CPUs: the engines' threads will share CPUs, so the figures "
+              "are not comparable with a run of one thread per CPU (the JSON says "
+              "threads_exceed_cpus)", file=sys.stderr)
     if not 0 < args.timeout <= MAX_TIMEOUT:
         p.error(f"--timeout must be in (0, {MAX_TIMEOUT}] seconds, got {args.timeout}")
     excluded = [e for e in args.engines if e.split()[0] not in ("metalrt", *args.peers)]
@@ -363,12 +383,33 @@ def parse(argv: List[str]):
     return args
 
 
+def threads_exceed_cpus(threads: int) -> bool:
+    """More threads per engine than the machine has CPUs (allowed, but they share)."""
+    return threads > (os.cpu_count() or threads)
+
+
 class Stopped(Exception):
-    """SIGTERM arrived: unwinds like Ctrl-C, so the running worker is killed and the
-    JSON keeps what was measured."""
+    """SIGTERM or SIGHUP arrived: unwinds like Ctrl-C, so the running worker is killed
+    and the JSON keeps what was measured."""
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _ignore(signum, frame):
+    pass
 
 
 def _stop(signum, frame):
+    """The first stop signal unwinds the run; the ones after it go to a handler that
+    does nothing, so that a second Ctrl-C or SIGTERM cannot break into the shutdown
+    (the worker's kill, the message). Not SIG_IGN yet: signals already delivered and
+    waiting for their Python handler would each be reported as "Signal N ignored due
+    to race condition" (``main`` sets SIG_IGN once they are handled)."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, _ignore)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise Stopped(signal.Signals(signum).name)
 
 
@@ -398,11 +439,20 @@ def main(argv: List[str]) -> int:
         print(f"python -m bench: error: cannot write results in {args.out_dir}: {e}",
               file=sys.stderr)
         return 2
-    stops = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    # Not a signal ignored from the start (nohup's SIGHUP, SIGINT of a background job).
+    stops = {s: signal.signal(s, _stop) for s in STOP_SIGNALS
+             if signal.getsignal(s) is not signal.SIG_IGN}
     saved = []
+    stopped = False
     try:
         return run(args, path, saved)
     except (KeyboardInterrupt, Stopped) as stop:
+        stopped = True
+        # Ignored until the exit: the interpreter's exit would give a signal with a
+        # Python handler its default action back, and SIGTERM's kills. signal.signal
+        # first runs the handler (_ignore) of any signal still waiting.
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
         cause = stop if isinstance(stop, Stopped) else "interrupted"
         kept = f"; what was measured is in {path} (python -m bench.report {path})" if saved else ""
         print(f"\nbench: stopped ({cause}){kept}", file=sys.stderr)
@@ -413,8 +463,9 @@ def main(argv: List[str]) -> int:
         print(f"python -m bench: error: {e}", file=sys.stderr)
         return 1
     finally:
-        for s, handler in stops.items():
-            signal.signal(s, handler)
+        if not stopped:
+            for s, handler in stops.items():
+                signal.signal(s, handler)
         if not saved:
             path.unlink(missing_ok=True)
 
@@ -436,34 +487,38 @@ def run(args, path: Path, saved: List[bool]) -> int:
     result = {
         "quick": args.quick,
         "sections": args.sections,
+        "complete": False,   # until every section is measured: a stopped run's JSON says so
         "environment": {
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": machine(), "threads": args.threads, "python": platform.python_version(),
+            "machine": machine(), "threads": args.threads,
+            "threads_exceed_cpus": threads_exceed_cpus(args.threads),
+            "python": platform.python_version(),
             "metal_device": metalrt.device_info("metal")["name"] if metalrt.is_available("metal") else None,
             "cpus": os.cpu_count(), "load_average_start": load_average(),
             "model": os.path.basename(gguf),
         },
     }
 
-    def save(partial_rows=None):
+    def save():
         """Writes what is measured so far (a long run that is stopped keeps its rows),
         through a temporary file, so a failed write never destroys the last one."""
-        snapshot = dict(result)
-        if partial_rows is not None:
-            snapshot["generation_partial"] = partial_rows
-            snapshot["generation_sizes"] = dict(QUICK if args.quick else FULL, runs=args.runs)
         temporary = path.with_name(path.name + ".tmp")
         try:
-            temporary.write_text(json.dumps(snapshot, indent=1))
+            temporary.write_text(json.dumps(result, indent=1))
             os.replace(temporary, path)
             saved[:] = [True]
         except OSError as e:
             print(f"bench: warning: could not save {path}: {e}", file=sys.stderr)
 
+    def save_generation(section):
+        result["generation"] = section
+        save()
+
     seconds = result["environment"]["section_seconds"] = {}
     save()
     for name, section in [("generation", lambda: generation(args, gguf, tokenizer,
-                                                            QUICK if args.quick else FULL, save)),
+                                                            QUICK if args.quick else FULL,
+                                                            save_generation)),
                           ("ops", lambda: op_benchmarks(args)),
                           ("counters", lambda: counters(args, tokenizer, gguf))]:
         if name not in args.sections:
@@ -475,18 +530,19 @@ def run(args, path: Path, saved: List[bool]) -> int:
     result["environment"]["load_average_end"] = load_average()
     result["environment"]["seconds"] = round(time.time() - started, 1)
     result["environment"]["cpu_seconds"] = round(cpu_seconds(), 1)
+    result["complete"] = True
 
     save()
-    from .report import render
-    print(render(result))
-    print(f"\nwritten: {path} ({result['environment']['seconds']:.0f} s)")
+    from .report import SIGPIPE_EXIT, print_tables, render
+    shown = print_tables(f"{render(result)}\n\nwritten: {path} "
+                         f"({result['environment']['seconds']:.0f} s)")
     failed = [f"{r['engine']} {r['variant']}" for r in result.get("generation", {}).get("rows", [])
               if r.get("reason", "").startswith("failed")]
     failed += ["counters"] if "error" in result.get("counters", {}) else []
     if failed:
         print(f"bench: failed: {', '.join(failed)} (their reasons are in the table)",
               file=sys.stderr)
-    return 1 if failed else 0
+    return 1 if failed else 0 if shown else SIGPIPE_EXIT
 
 
 if __name__ == "__main__":

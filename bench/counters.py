@@ -1,5 +1,6 @@
-"""Metal-path counters (DESIGN §8) of the default model, from the profiler: one
-prefill step and then decode steps, each measured alone.
+"""Metal-path counters of the default model, from the profiler: one prefill step
+and then decode steps, each measured alone. They are the Metal path's deterministic
+figures, so they are measured on the simulated device too, where times are not.
 
 Per step: command-buffer commits, in total and by cause (``commits_at_cap``: the
 open command buffer reached the dispatch cap; ``commits_at_flush``: an explicit
@@ -16,8 +17,9 @@ Run as a worker (``python -m bench.counters SPEC.json``, SPEC = {"gguf", "prompt
 "decode_steps"}), it loads the model on the Metal device in a fresh process, so the
 byte counts do not depend on what ran before, and prints the result as a JSON line.
 
-The goal the issue sets: a decode step makes exactly one host wait (the read of the
-sampled token) and commits beyond one come only from the dispatch cap. It is checked
+The goals they check: a decode step makes exactly one host wait (the read of the
+sampled token), commits beyond one come only from the dispatch cap, and a decode step
+after warm-up allocates 0 bytes. It is checked
 by counting causes, not by a bound: in the warmed-up decode step every commit is at
 the cap except exactly one, the synchronize before the host read of the sampled ids,
 and none is at a flush (the runner never flushes). A step whose dispatch count were a
@@ -37,7 +39,7 @@ import metalrt
 from metalrt import ops, profiler, providers
 from metalrt.runner import Engine, SamplingParams, blocks_for
 
-from .generation import RESULT_KEY
+from .generation import emit
 
 DEFAULT_MAX_DISPATCHES = 48   # the command stream's cap unless METALRT_MAX_DISPATCHES is set
 # The profiler's per-cause commit counters (they sum to "commits").
@@ -167,7 +169,7 @@ def main(argv: List[str]) -> int:
     with open(argv[0]) as f:
         spec = json.load(f)
     model, _ = metalrt.load(spec["gguf"], device="metal")
-    print(json.dumps({RESULT_KEY: run(model, spec["prompt"], decode_steps=spec["decode_steps"])}))
+    emit(run(model, spec["prompt"], decode_steps=spec["decode_steps"]))
     return 0
 
 

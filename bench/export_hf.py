@@ -12,10 +12,12 @@ config.json (transformers 5 writes it only inside ``rope_parameters``), so it is
 written there too; without it mlx-lm would fall back to a base of 10000.
 
 The directory is written next to OUT_DIR and renamed into place when complete, with a
-stamp (``metalrt-export.json``: the GGUF's path, size and modification time, and the
-transformers version) that a later call compares: an export that matches is kept, one
-that does not (another GGUF, another transformers, an interrupted older layout) is
-written again.
+stamp (``metalrt-export.json``: the GGUF's path, size and modification time, the
+transformers version, EXPORTER_VERSION, and the size of every file written) that a
+later call compares: an export that matches is kept, one that does not (another GGUF,
+another transformers or exporter, a file truncated or missing since) is written again.
+The directory and its files get the modes of a plain mkdir and open (0777 and 0666
+less the umask), not mkdtemp's 0700, so that other users of the venv can load it.
 """
 from __future__ import annotations
 
@@ -25,23 +27,47 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Dict
 
 STAMP = "metalrt-export.json"
+# Bumped whenever what export() writes changes, so that older exports are made again.
+EXPORTER_VERSION = 2
 
 
-def stamp(gguf: str) -> dict:
+def stamp(gguf: str) -> Dict:
+    """What an export of ``gguf`` depends on: the GGUF (path, size, modification
+    time), the transformers that writes it and this exporter's version."""
     import transformers
 
     info = os.stat(gguf)
     return {"gguf": os.path.abspath(gguf), "bytes": info.st_size, "mtime_ns": info.st_mtime_ns,
-            "transformers": transformers.__version__}
+            "transformers": transformers.__version__, "exporter": EXPORTER_VERSION}
+
+
+def file_sizes(folder: Path) -> Dict[str, int]:
+    """{path relative to ``folder``: bytes} of every file below it but the stamp."""
+    return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != STAMP}
 
 
 def is_current(gguf: str, out: Path) -> bool:
+    """Whether ``out`` holds an export of ``gguf`` by this exporter and transformers
+    whose files are all there with the sizes its stamp records."""
     try:
-        return json.loads((out / STAMP).read_text()) == stamp(gguf)
-    except (OSError, ValueError):
+        recorded = json.loads((out / STAMP).read_text())
+        files = recorded.pop("files")
+        return recorded == stamp(gguf) and files == file_sizes(out)
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
         return False
+
+
+def _modes_of_umask(folder: Path) -> None:
+    """Gives ``folder`` and what is below it the modes mkdir and open would (0777 and
+    0666 less the umask) instead of mkdtemp's 0700 and a writer's 0600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for p in [folder, *folder.rglob("*")]:
+        p.chmod((0o777 if p.is_dir() else 0o666) & ~umask)
 
 
 def export(gguf: str, out: Path) -> None:
@@ -75,7 +101,8 @@ def export_once(gguf: str, out: Path) -> None:
     partial = Path(tempfile.mkdtemp(prefix=out.name + ".partial-", dir=out.parent))
     try:
         export(gguf, partial)
-        (partial / STAMP).write_text(json.dumps(stamp(gguf)))
+        (partial / STAMP).write_text(json.dumps(dict(stamp(gguf), files=file_sizes(partial))))
+        _modes_of_umask(partial)
         if out.exists():
             shutil.rmtree(out)
         partial.rename(out)

@@ -1,6 +1,6 @@
 """End-to-end generation timing of one engine, run as its own process:
 
-    python -m bench.generation SPEC.json      # prints one JSON line: the result
+    python -m bench.generation SPEC.json      # prints its result as JSON lines
 
 The same script runs metalrt (in metalrt's interpreter) and every peer (in the peers'
 venv, where metalrt is not installed), so it imports an engine's library only inside
@@ -13,6 +13,12 @@ token's logits are on the host), and, after the first prompt, ``decode_tokens``
 one-token forward passes, each followed by its greedy argmax. Figures are the median,
 min and max over ``runs`` runs after one warm-up run; peak memory is the process's
 peak resident set (``peak_memory_bytes``) at the end, weights included.
+
+Output: one JSON line under RESULT_KEY after every measured run, flushed at once, so
+that a worker killed part-way (a timeout) leaves the runs it finished. Every line but
+the last carries ``"partial": true``; the last is the result. A summary of fewer than
+MIN_RUNS runs has only its ``runs``: a median of one or two runs would pass for a
+figure it is not.
 """
 from __future__ import annotations
 
@@ -24,8 +30,9 @@ import time
 from typing import Dict, List, Sequence
 
 
-# The key of the worker's result line: a library may print JSON of its own.
+# The key of the worker's result lines: a library may print JSON of its own.
 RESULT_KEY = "metalrt_bench_result"
+MIN_RUNS = 3   # the fewest runs a median (and min, max) is given for
 
 
 class Engine:
@@ -200,12 +207,17 @@ def peak_memory_bytes() -> int:
 
 
 def summary(values: List[float]) -> Dict:
-    """median, min, max of per-run figures, and the runs themselves."""
+    """median, min, max of per-run figures, and the runs themselves; the runs alone
+    when there are fewer than MIN_RUNS."""
+    if len(values) < MIN_RUNS:
+        return {"runs": list(values)}
     return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "runs": values}
+            "runs": list(values)}
 
 
-def run(spec: Dict) -> Dict:
+def run(spec: Dict, progress=lambda partial: None) -> Dict:
+    """The result of ``spec``'s runs; ``progress(result)`` gets the result of the runs
+    finished so far (``"partial": True``) after every measured run but the last."""
     engine = ENGINES[spec["engine"]](spec)
     prompts = {int(n): ids for n, ids in spec["prompts"].items()}
     first = min(prompts)
@@ -229,6 +241,13 @@ def run(spec: Dict) -> Dict:
             if r:
                 decode.append(spec["decode_tokens"] / elapsed)
             tokens = generated
+        if 0 < r < spec["runs"]:
+            progress(dict(_result(engine, prefill, decode, tokens, spec), partial=True))
+    return _result(engine, prefill, decode, tokens, spec)
+
+
+def _result(engine: Engine, prefill: Dict[int, List[float]], decode: List[float],
+            tokens: List[int], spec: Dict) -> Dict:
     return {
         "version": engine.version,
         "threads": engine.threads,
@@ -240,10 +259,16 @@ def run(spec: Dict) -> Dict:
     }
 
 
+def emit(result: Dict) -> None:
+    """Prints ``result`` as the tagged line the bench reads, at once (not when a
+    pipe's buffer fills: a worker killed later keeps it)."""
+    print(json.dumps({RESULT_KEY: result}), flush=True)
+
+
 def main(argv: List[str]) -> int:
     with open(argv[0]) as f:
         spec = json.load(f)
-    print(json.dumps({RESULT_KEY: run(spec)}))
+    emit(run(spec, progress=emit))
     return 0
 
 

@@ -3,7 +3,8 @@
 
 Each peer is one pip install step. What a step did is kept in ``bench-peers.json``
 inside the venv, so that a later benchmark run reports a peer that could not be
-installed with pip's own reason instead of dropping it. torch comes only as
+installed with pip's own reason (after the import error it meets now: the record may
+be older than the venv) instead of dropping it. torch comes only as
 ``torch==2.13.0`` (the pin of metalrt's test extra; pip finds the CPU wheel the
 machine provides) and a constraints file keeps any later step from pulling another
 torch. llama-cpp-python has no wheel on PyPI for Linux: it builds llama.cpp from
@@ -140,8 +141,10 @@ def install(venv_dir: Path, names: Sequence[str]) -> Dict[str, Dict]:
 def availability(venv_dir: Path, names: Sequence[str], timeout: float = IMPORT_CHECK_SECONDS
                  ) -> Dict[str, Dict]:
     """{peer: {"available": bool, "reason": str}} for the peers in ``names``: a peer is
-    available when its modules import (within ``timeout`` seconds) in the venv; otherwise the reason is the install failure recorded by
-    ``install``, or that it was never installed."""
+    available when its modules import (within ``timeout`` seconds) in the venv;
+    otherwise the reason is the import's error (its last line) and how to install the
+    peer, followed, as context only, by the install failure ``install`` recorded (a
+    stale record must not hide what is wrong now)."""
     status = read_status(venv_dir)
     result = {}
     for peer in PEERS:
@@ -152,12 +155,12 @@ def availability(venv_dir: Path, names: Sequence[str], timeout: float = IMPORT_C
         if not python_of(venv_dir).exists():
             reason = f"not installed (no peers venv at {venv_dir}; run `{install_hint(venv_dir)}`)"
         else:
-            reason = _import_failure(venv_dir, peer, timeout)
-            if reason:
+            error = _import_failure(venv_dir, peer, timeout)
+            if error:
+                reason = f"not installed ({error}; run `{install_hint(venv_dir, [peer.name])}`)"
                 recorded = status.get(peer.name, {}).get("reason")
-                recorded = recorded if isinstance(recorded, str) else ""
-                reason = (f"not installed: {recorded}" if recorded else
-                          f"not installed ({reason}; run `{install_hint(venv_dir, [peer.name])}`)")
+                if recorded and isinstance(recorded, str):
+                    reason += f"; {STATUS_FILE} records an earlier install failure: {recorded}"
         result[peer.name] = {"available": not reason, "reason": reason}
     return result
 
@@ -172,7 +175,9 @@ def _import_failure(venv_dir: Path, peer: Peer, timeout: float) -> str:
         return f"importing {', '.join(peer.modules)} took over {timeout:g} s"
     except OSError as e:
         return f"the venv's python does not run: {e}"
-    return "" if proc.returncode == 0 else last_words(proc.stderr, 1)
+    if proc.returncode == 0:
+        return ""
+    return last_words(proc.stderr, 1) or f"importing {', '.join(peer.modules)} exited {proc.returncode}"
 
 
 def peer_names() -> List[str]:

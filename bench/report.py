@@ -1,17 +1,25 @@
 """The printed tables of a benchmark result (the JSON written by ``python -m bench``).
 
     python -m bench.report [bench/results/<timestamp>.json]   # default: the newest run
+
+Printed to a reader that leaves early (``| head -1``), it stops quietly with exit 141
+(SIGPIPE_EXIT).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from .generation import MIN_RUNS
+
 SIM_NOTE = "simulated: not a performance figure"
 RESULTS = Path(__file__).resolve().parent / "results"
+# 128 + SIGPIPE: what a shell reports for a writer whose reader left (`cat f | head -1`).
+SIGPIPE_EXIT = 141
 
 
 def _num(x: float) -> str:
@@ -22,6 +30,8 @@ def _num(x: float) -> str:
 def _fig(s: Optional[Dict]) -> str:
     if not s:
         return "-"
+    if "median" not in s:   # a partial row's runs: too few for a median
+        return "runs " + (", ".join(_num(x) for x in s["runs"]) or "-")
     return f"{_num(s['median'])} ({_num(s['min'])}-{_num(s['max'])})"
 
 
@@ -45,16 +55,20 @@ def _agreement(base: Optional[Dict], row: Dict) -> str:
 
 
 def generation_table(result: Dict) -> str:
-    """The generation rows that have figures, then one line per row without (not
-    installed, failed, not measured in this run) with its reason."""
+    """The generation rows that have figures, then why the comparison columns are
+    empty if they are, the rows whose worker stopped part-way (partial) with their
+    reason, and one line per row without figures (not installed, failed, not measured
+    in this run) with its reason."""
     gen = result["generation"]
     lengths = gen["prompt_lengths"]
     header = (["engine", "version"] + [f"prefill tok/s ({n})" for n in lengths]
               + [f"decode tok/s ({gen['decode_tokens']})", "peak GB", "metalrt-cpu / this",
                  "greedy ids = metalrt-cpu"])
-    base = next((r for r in gen["rows"] if r.get("engine") == "metalrt"
-                 and r.get("variant") == "cpu" and r.get("decode_tps")), None)
-    rows, without = [], []
+    cpu = next((r for r in gen["rows"] if r.get("engine") == "metalrt"
+                and r.get("variant") == "cpu"), None)
+    # The comparison columns need metalrt-cpu's medians (a partial row may have none).
+    base = cpu if cpu and "median" in (cpu.get("decode_tps") or {}) else None
+    rows, partial, without = [], [], []
     for r in gen["rows"]:
         name = f"{r.get('engine')} {r.get('variant')}"
         if not r.get("decode_tps"):
@@ -64,7 +78,20 @@ def generation_table(result: Dict) -> str:
             rows.append(_generation_row(r, name, base, lengths))
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
             without.append(f"* {name}: malformed result ({type(e).__name__}: {e})")
+            continue
+        if r.get("partial"):
+            partial.append(f"* {name}: {len(r['decode_tps'].get('runs', []))} of {gen['runs']} "
+                           f"runs, then {r.get('reason') or 'stopped'}")
     table = _table(header, rows) if rows else "(no engine was measured)"
+    if rows and not base:
+        why = ("it is not in this result" if cpu is None else
+               f"it has fewer than {MIN_RUNS} runs" if cpu.get("decode_tps") else
+               f"it has no figures: {cpu.get('reason') or 'no reason recorded'}")
+        table += ("\n\nmetalrt-cpu / this and greedy ids = metalrt-cpu are - in every row: "
+                  f"they compare a row with metalrt cpu's medians and ids, and {why}.")
+    if partial:
+        table += (f"\n\nPartial rows (their worker stopped; figures of the runs it finished, "
+                  f"medians only from {MIN_RUNS} runs):\n" + "\n".join(partial))
     if without:
         table += "\n\nRows without figures:\n" + "\n".join(without)
     return table
@@ -82,7 +109,7 @@ def _generation_row(r: Dict, name: str, base: Optional[Dict], lengths: List[int]
         prefill = [_fig(r["prefill_tps"].get(str(n))) for n in lengths]
         decode = _fig(r["decode_tps"])
     ratio = "-"
-    if base and r is not base and not r.get("sizes"):
+    if base and r is not base and not r.get("sizes") and "median" in r["decode_tps"]:
         parts = [base["prefill_tps"][str(n)]["median"] / r["prefill_tps"][str(n)]["median"]
                  for n in lengths]
         parts.append(base["decode_tps"]["median"] / r["decode_tps"]["median"])
@@ -150,17 +177,22 @@ def counter_table(result: Dict) -> str:
 
 
 def _busy(env: Dict) -> str:
-    """Why the run's machine was busy (a 1-minute load average above its CPU count at
-    the start or the end), or ""."""
+    """Why the run's machine was busy, or "": a 1-minute load average above its CPU
+    count at the start or the end, more threads per engine than CPUs, or both."""
     cpus = env.get("cpus")
+    causes = []
     for when in ("start", "end"):
         try:
             load = float(str(env.get(f"load_average_{when}", "")).split()[0])
         except (IndexError, ValueError):
             continue
         if cpus and load > cpus:
-            return f"load average {load:.2f} on {cpus} CPUs at the {when}"
-    return ""
+            causes.append(f"load average {load:.2f} on {cpus} CPUs at the {when}")
+            break
+    if env.get("threads_exceed_cpus"):
+        causes.append(f"--threads {env['threads']} on {cpus} CPUs: the engines' threads "
+                      "shared CPUs")
+    return "; ".join(causes)
 
 
 def render(result: Dict) -> str:
@@ -179,14 +211,16 @@ def render(result: Dict) -> str:
     parts = [head]
     busy = _busy(env)
     if busy:
-        parts.append(f"WARNING: the machine was busy ({busy}): other work shared the CPUs, "
-                     "so the times, and the ratios between engines measured at different "
-                     "moments, are not reliable. Re-run on an idle machine.")
-    if "generation" not in result and "generation_partial" in result:
-        sizes = result["generation_sizes"]
-        result = dict(result, generation=dict(sizes, rows=result["generation_partial"]))
-        parts.append("(the run was stopped during the generation section: the rows measured "
-                     "until then)")
+        parts.append(f"WARNING: the machine was busy ({busy}): more threads were ready to run "
+                     "than there are CPUs, so the times, and the ratios between engines "
+                     "measured at different moments, are not reliable. Re-run on an idle "
+                     "machine with --threads at most the CPU count.")
+    if "generation_partial" in result:   # a stopped run's JSON before "complete" existed
+        result = dict(result, complete=False,
+                      generation=dict(result["generation_sizes"], rows=result["generation_partial"]))
+    if result.get("complete") is False:
+        parts.append("(an incomplete run, stopped or still running: the sections and rows "
+                     "measured until then)")
     if "generation" in result:
         gen = result["generation"]
         parts += [f"End-to-end generation: median (min-max) of {gen['runs']} runs after a "
@@ -204,6 +238,18 @@ def render(result: Dict) -> str:
     if len(parts) == 1:
         parts.append("(no section was measured)")
     return "\n\n".join(parts)
+
+
+def print_tables(text: str) -> bool:
+    """Prints ``text`` on stdout; False when the reader left first (``| head -1``).
+    Python ignores SIGPIPE, so the write raises BrokenPipeError; stdout is then pointed
+    at /dev/null, or the flush at exit would raise again ("Exception ignored ...")."""
+    try:
+        print(text, flush=True)
+        return True
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return False
 
 
 def newest_result() -> Optional[Path]:
@@ -228,8 +274,7 @@ def main(argv: List[str]) -> int:
     except (ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError,
             RecursionError) as e:
         p.error(f"{path} is not a result of python -m bench ({type(e).__name__}: {e})")
-    print(tables)
-    return 0
+    return 0 if print_tables(tables) else SIGPIPE_EXIT
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Speed of the simulated Metal device (DESIGN §4): how long the sim takes to run a
+"""Speed of the simulated Metal device: how long the sim takes to run a
 2048x2048 f32 GEMV (one SIMD-group per row, simd_sum) and what one tiny dispatch
 costs. These are CPU-simulation figures, not GPU performance figures; targets on
 2 cores: GEMV < 20 ms, dispatch < 50 us.

@@ -1,10 +1,13 @@
-"""The benchmark's command line under bad input and interruption (issue 6): every
-misuse is an argparse error (exit 2) that names what was expected, a worker that
-prints after its result or fails or hangs is a row with its reason, a stopped run
-kills its worker, removes its spec file and keeps a JSON that ``bench.report`` reads,
-and a half-written Hugging Face export is not trusted."""
+"""The benchmark's command line under bad input and interruption, without running a
+model (fake workers and sections): every misuse is an argparse error (exit 2) that
+names what was expected, a worker that prints after its result or fails or hangs is a
+row with its reason (and the runs it finished), a stopped run kills its worker,
+removes its spec file, ignores further signals and keeps a JSON that ``bench.report``
+reads, output into a closed pipe ends quietly, and a half-written or truncated Hugging
+Face export is not trusted."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))   # the repository's bench/
 from bench import __main__ as bench  # noqa: E402
-from bench import export_hf, peers, report  # noqa: E402
+from bench import export_hf, generation, peers, report  # noqa: E402
 
 
 def fake_python(tmp_path, body):
@@ -26,6 +29,58 @@ def fake_python(tmp_path, body):
     path.write_text("#!/bin/sh\n" + body + "\n")
     path.chmod(0o755)
     return str(path)
+
+
+def fake_peers_venv(tmp_path, worker_body):
+    """A peers' venv whose python passes every import check (``python -c ...``) and
+    runs ``worker_body`` as every worker."""
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    fake_python(tmp_path / "venv" / "bin", f'if [ "$1" = -c ]; then exit 0; fi\n{worker_body}')
+    return tmp_path / "venv"
+
+
+def start_bench_on_fake_peer(tmp_path, worker_body):
+    """``python -m bench`` measuring only the llama.cpp row, whose worker is
+    ``worker_body``; returns the process once that worker is started, and its pid."""
+    spec_dir = tmp_path / "tmp"
+    spec_dir.mkdir()
+    env = dict(os.environ, TMPDIR=str(spec_dir))
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "--sections", "generation",
+                             "--peers", "llama.cpp", "--engines", "llama.cpp q4_1",
+                             "--peers-venv", str(fake_peers_venv(tmp_path, worker_body)),
+                             "--out-dir", str(tmp_path / "out")],
+                            cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    while "bench: generation: llama.cpp q4_1" not in proc.stderr.readline():
+        assert proc.poll() is None, proc.stderr.read()
+    worker = None
+    for _ in range(200):   # the worker process the bench started
+        worker = next((int(p) for p in os.listdir("/proc") if p.isdigit()
+                       and _parent(int(p)) == proc.pid), None)
+        if worker:
+            break
+        time.sleep(0.05)
+    assert worker, "no worker process started"
+    assert list(spec_dir.glob("metalrt-bench-*.json"))
+    return proc, worker
+
+
+def partial_row(runs):
+    """A generation worker's progress line after ``len(runs)`` finished runs."""
+    return {"version": "fake 1", "threads": "1", "prefill_tps": {"16": generation.summary(runs)},
+            "decode_tps": generation.summary(runs), "decode_tokens": 8, "peak_memory_gb": 0.1,
+            "greedy_tokens": [1, 2], "partial": True}
+
+
+def bench_in_process(monkeypatch, tmp_path, *argv):
+    """``bench.main`` of the ops section with op_benchmarks faked (no model runs):
+    (exit code, the JSON written)."""
+    for k in bench.worker_env(1):   # run() sets the thread variables: undone after the test
+        if k.startswith(("METALRT_", "OMP_")):
+            monkeypatch.setenv(k, os.environ.get(k, "1"))
+    monkeypatch.setattr(bench, "op_benchmarks", lambda args: [])
+    code = bench.main(["--sections", "ops", "--out-dir", str(tmp_path / "out"), *argv])
+    [path] = list((tmp_path / "out").glob("*.json"))
+    return code, json.loads(path.read_text())
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -101,24 +156,8 @@ def test_silent_and_hanging_workers_are_rows_with_a_reason(tmp_path):
 
 
 def test_sigterm_kills_the_worker_and_keeps_the_partial_result(tmp_path):
-    spec_dir = tmp_path / "tmp"
-    spec_dir.mkdir()
-    out = tmp_path / "out"
-    env = dict(os.environ, METALRT_BENCH_VENV=str(tmp_path / "no-peers"), TMPDIR=str(spec_dir))
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "--sections", "generation",
-                             "--engines", "metalrt cpu", "--out-dir", str(out)],
-                            cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    proc, worker = start_bench_on_fake_peer(tmp_path, "exec sleep 30")
     try:
-        assert "bench: generation: metalrt cpu" in proc.stderr.readline()
-        worker = None
-        for _ in range(200):   # the worker process the bench started
-            worker = next((int(p) for p in os.listdir("/proc") if p.isdigit()
-                           and _parent(int(p)) == proc.pid), None)
-            if worker:
-                break
-            time.sleep(0.05)
-        assert worker, "no worker process started"
-        assert list(spec_dir.glob("metalrt-bench-*.json"))
         proc.send_signal(signal.SIGTERM)
         rest = proc.stderr.read()
         assert proc.wait(timeout=60) == 143, rest
@@ -126,13 +165,38 @@ def test_sigterm_kills_the_worker_and_keeps_the_partial_result(tmp_path):
         proc.kill()
     assert "bench: stopped" in rest
     assert not _alive(worker)
-    assert not list(spec_dir.glob("metalrt-bench-*.json"))
-    [path] = list(out.glob("*.json"))
+    assert not list((tmp_path / "tmp").glob("metalrt-bench-*.json"))
+    [path] = list((tmp_path / "out").glob("*.json"))
+    # The layout of a complete run, said to be incomplete.
+    result = json.loads(path.read_text())
+    assert result["complete"] is False and "generation_partial" not in result
+    # Every row before the llama.cpp one it was measuring.
+    assert [f"{r['engine']} {r['variant']}" for r in result["generation"]["rows"]] == \
+        bench.engine_rows()[:-1]
+    assert result["generation"]["prompt_lengths"] == bench.FULL["prompt_lengths"]
     printed = subprocess.run([sys.executable, "-m", "bench.report", str(path)], cwd=ROOT,
                              capture_output=True, text=True)
     assert printed.returncode == 0, printed.stderr
-    assert "stopped during the generation section" in printed.stdout
+    assert "(an incomplete run, stopped or still running" in printed.stdout
     assert "(no engine was measured)" in printed.stdout
+    assert "* metalrt cpu: not measured in this run (--engines)" in printed.stdout
+
+
+def test_signals_during_the_shutdown_are_ignored(tmp_path):
+    proc, worker = start_bench_on_fake_peer(tmp_path, "exec sleep 30")
+    try:
+        proc.send_signal(signal.SIGTERM)
+        # More stop signals, until it has exited: none may break into its shutdown.
+        while proc.poll() is None:
+            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                proc.send_signal(s)
+            time.sleep(0.001)
+        rest = proc.stderr.read()
+    finally:
+        proc.kill()
+    assert proc.returncode in (130, 143), rest
+    assert "Traceback" not in rest and "Exception ignored" not in rest, rest
+    assert "bench: stopped" in rest and not _alive(worker)
 
 
 def _parent(pid):
@@ -152,14 +216,19 @@ def _alive(pid):
 
 
 def test_report_of_a_partial_result_without_figures():
-    result = {"quick": True, "environment": {"date": "d", "machine": "m", "threads": 1,
-                                             "load_average_start": "0"},
-              "generation_partial": [{"engine": "metalrt", "variant": "cpu",
-                                      "reason": "failed (exit 1): x"}],
-              "generation_sizes": {"prompt_lengths": [16, 64], "decode_tokens": 8, "runs": 3}}
+    result = {"quick": True, "complete": False,
+              "environment": {"date": "d", "machine": "m", "threads": 1, "load_average_start": "0"},
+              "generation": {"prompt_lengths": [16, 64], "decode_tokens": 8, "runs": 3,
+                             "rows": [{"engine": "metalrt", "variant": "cpu",
+                                       "reason": "failed (exit 1): x"}]}}
     text = report.render(result)
     assert "1 thread," in text and "* metalrt cpu: failed (exit 1): x" in text
-    assert "WARNING" not in text
+    assert "(an incomplete run" in text and "WARNING" not in text
+    # The keys a stopped run wrote before "complete" existed.
+    old = {k: v for k, v in result.items() if k not in ("complete", "generation")}
+    old.update(generation_partial=result["generation"]["rows"],
+               generation_sizes={k: v for k, v in result["generation"].items() if k != "rows"})
+    assert report.render(old) == text
     busy = dict(result, environment=dict(result["environment"], cpus=2,
                                          load_average_start="3.50 1.00 0.50"))
     assert "WARNING: the machine was busy (load average 3.50 on 2 CPUs at the start)" in \
@@ -208,7 +277,195 @@ def test_half_written_export_is_not_current(tmp_path):
     out.mkdir()
     (out / "config.json").write_text("{}")          # what an interrupted export leaves
     assert not export_hf.is_current(str(gguf), out)
-    (out / export_hf.STAMP).write_text(json.dumps(export_hf.stamp(str(gguf))))
+    (out / export_hf.STAMP).write_text(json.dumps(dict(export_hf.stamp(str(gguf)),
+                                                       files={"config.json": 2})))
     assert export_hf.is_current(str(gguf), out)
     gguf.write_bytes(b"GGUF2")                         # another model file
     assert not export_hf.is_current(str(gguf), out)
+
+
+def test_export_whose_files_do_not_match_its_stamp_is_made_again(tmp_path, monkeypatch):
+    made = []
+
+    def fake_export(gguf, out):   # what save_pretrained leaves: a 0600 weights file
+        made.append(out)
+        (out / "config.json").write_text("{}")
+        fd = os.open(out / "model.safetensors", os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, b"\0" * 1000)
+        os.close(fd)
+
+    monkeypatch.setattr(export_hf, "export", fake_export)
+    gguf, out = tmp_path / "m.gguf", tmp_path / "export"
+    gguf.write_bytes(b"GGUF")
+    umask = os.umask(0o022)
+    try:
+        export_hf.export_once(str(gguf), out)
+    finally:
+        os.umask(umask)
+    stamp = json.loads((out / export_hf.STAMP).read_text())
+    assert stamp["exporter"] == export_hf.EXPORTER_VERSION
+    assert stamp["files"] == {"config.json": 2, "model.safetensors": 1000}
+    # Readable by others, as mkdir and open with umask 022 would make them.
+    assert (out.stat().st_mode & 0o777, (out / "model.safetensors").stat().st_mode & 0o777) == \
+        (0o755, 0o644)
+    export_hf.export_once(str(gguf), out)
+    assert len(made) == 1                              # current: kept
+    with open(out / "model.safetensors", "r+b") as f:  # truncated since
+        f.truncate(500)
+    export_hf.export_once(str(gguf), out)
+    assert len(made) == 2 and (out / "model.safetensors").stat().st_size == 1000
+    older = dict(stamp, exporter=export_hf.EXPORTER_VERSION - 1)   # an older exporter's
+    (out / export_hf.STAMP).write_text(json.dumps(older))
+    assert not export_hf.is_current(str(gguf), out)
+
+
+def test_report_into_a_closed_pipe_exits_quietly(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"quick": False, "environment": {
+        "date": "d", "machine": "m", "threads": 1, "load_average_start": "0"}}))
+    proc = subprocess.Popen([sys.executable, "-m", "bench.report", str(path)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()   # the reader is gone before the tables are written (`| head`)
+    assert proc.wait(timeout=60) == report.SIGPIPE_EXIT
+    assert proc.stderr.read() == b""
+
+
+def test_bench_into_a_closed_pipe_exits_quietly(tmp_path, monkeypatch):
+    read, write = os.pipe()
+    os.close(read)
+    with open(write, "w") as closed, monkeypatch.context() as patch:
+        patch.setattr(sys, "stdout", closed)
+        code, result = bench_in_process(monkeypatch, tmp_path)
+    assert code == report.SIGPIPE_EXIT
+    assert result["complete"] is True and result["ops"] == []
+
+
+def test_threads_above_the_cpu_count_warn_and_are_recorded(tmp_path, monkeypatch, capsys):
+    cpus = os.cpu_count()
+    args = bench.parse(["--threads", str(cpus + 1)])
+    assert args.threads == cpus + 1
+    [warning] = capsys.readouterr().err.splitlines()
+    assert warning.startswith(f"python -m bench: warning: --threads {cpus + 1} is more than "
+                              f"the {cpus} CPUs")
+    bench.parse(["--threads", str(cpus)])
+    assert capsys.readouterr().err == ""
+    code, result = bench_in_process(monkeypatch, tmp_path, "--threads", str(cpus + 1))
+    assert code == 0 and result["environment"]["threads_exceed_cpus"] is True
+    idle = dict(result["environment"], load_average_start="0.00", load_average_end="0.00")
+    assert (f"WARNING: the machine was busy (--threads {cpus + 1} on {cpus} CPUs: the engines' "
+            "threads shared CPUs)") in report.render(dict(result, environment=idle))
+    idle["threads_exceed_cpus"] = False
+    assert "WARNING" not in report.render(dict(result, environment=idle))
+
+
+def test_generation_worker_prints_every_finished_run(tmp_path, monkeypatch):
+    """The real worker (bench.generation) on a fake engine that hangs in its third
+    measured run: the row keeps the two runs it printed, without medians."""
+    (tmp_path / "hanging_engine.py").write_text(
+        "import sys, time\n"
+        "from bench import generation\n"
+        "class Hanging(generation.Engine):\n"
+        "    version, threads, prefills = 'fake 1', '1', 0\n"
+        "    def __init__(self, spec):\n"
+        "        pass\n"
+        "    def prefill(self, ids):\n"
+        "        self.prefills += 1\n"
+        "        if self.prefills > 3:   # the warm-up and two measured runs, then hangs\n"
+        "            time.sleep(60)\n"
+        "        return 7\n"
+        "    def decode(self, token):\n"
+        "        return token + 1\n"
+        "generation.ENGINES['fake'] = Hanging\n"
+        "sys.exit(generation.main(sys.argv[1:]))\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    spec = {"engine": "fake", "variant": "x", "runs": 3, "decode_tokens": 2,
+            "prompts": {"4": [1, 2, 3, 4]}}
+    row = bench.run_worker(sys.executable, "hanging_engine", spec, 1, 4)
+    assert row["reason"] == "failed: no result within 4 s" and row["partial"] is True
+    assert len(row["decode_tps"]["runs"]) == 2 and "median" not in row["decode_tps"]
+    assert len(row["prefill_tps"]["4"]["runs"]) == 2 and row["greedy_tokens"] == [7, 8, 9]
+    # Without the hang: every run, medians, and no "partial".
+    progress = []
+    monkeypatch.setitem(generation.ENGINES, "fake", _Counting)
+    done = generation.run(spec, progress.append)
+    assert [len(p["decode_tps"]["runs"]) for p in progress] == [1, 2]
+    assert all(p["partial"] is True for p in progress) and "partial" not in done
+    assert len(done["decode_tps"]["runs"]) == 3 and set(done["decode_tps"]) == \
+        {"median", "min", "max", "runs"}
+
+
+class _Counting(generation.Engine):
+    version, threads = "fake 1", "1"
+
+    def __init__(self, spec):
+        pass
+
+    def prefill(self, ids):
+        return 7
+
+    def decode(self, token):
+        return token + 1
+
+
+def test_failed_worker_keeps_the_runs_it_printed(tmp_path):
+    line = json.dumps({"metalrt_bench_result": partial_row([10.0])})
+    row = bench.run_worker(fake_python(tmp_path, f"echo '{line}'; exec sleep 30"), "m", {}, 1, 1)
+    assert row == dict(partial_row([10.0]), reason="failed: no result within 1 s")
+    row = bench.run_worker(fake_python(tmp_path, f"echo '{line}'; echo oops >&2; exit 9"),
+                           "m", {}, 1, 30)
+    assert row == dict(partial_row([10.0]), reason="failed (exit 9): oops")
+    result = {"quick": True, "environment": {"date": "d", "machine": "m", "threads": 1,
+                                             "load_average_start": "0"},
+              "generation": {"prompt_lengths": [16], "decode_tokens": 8, "runs": 3, "rows": [
+                  dict(partial_row([30.0, 20.0, 25.0]), engine="metalrt", variant="cpu"),
+                  dict(row, engine="llama.cpp", variant="q4_1")]}}
+    text = report.render(result)
+    [llama] = [line.split("|")[1:-1] for line in text.splitlines()
+               if line.startswith("| llama.cpp q4_1")]
+    # No median of one run, so no ratio; the ids are still compared.
+    assert [c.strip() for c in llama[2:]] == ["runs 10", "runs 10", "0.10", "-", "2/2"]
+    assert "* llama.cpp q4_1: 1 of 3 runs, then failed (exit 9): oops" in text
+
+
+def test_report_says_why_the_comparison_columns_are_empty():
+    result = {"quick": True, "environment": {"date": "d", "machine": "m", "threads": 1,
+                                             "load_average_start": "0"},
+              "generation": {"prompt_lengths": [16], "decode_tokens": 8, "runs": 3, "rows": [
+                  {"engine": "metalrt", "variant": "cpu",
+                   "reason": "not measured in this run (--engines)"},
+                  dict(partial_row([30.0, 20.0, 25.0]), engine="llama.cpp", variant="q4_1")]}}
+    del result["generation"]["rows"][1]["partial"]
+    text = report.render(result)
+    assert ("metalrt-cpu / this and greedy ids = metalrt-cpu are - in every row: they compare "
+            "a row with metalrt cpu's medians and ids, and it has no figures: not measured in "
+            "this run (--engines).") in text
+    result["generation"]["rows"][0] = dict(result["generation"]["rows"][1], engine="metalrt",
+                                           variant="cpu")
+    assert "are - in every row" not in report.render(result)
+
+
+def test_import_error_comes_before_a_recorded_install_failure(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake_python(venv / "bin", 'echo "Traceback (most recent call last):" >&2; '
+                              'echo "ImportError: libllama.so: cannot open shared object file" >&2; '
+                              "exit 1")
+    (venv / peers.STATUS_FILE).write_text(json.dumps(
+        {"llama.cpp": {"installed": False, "reason": "pip install failed (exit 1): old"}}))
+    reason = peers.availability(venv, ["llama.cpp"])["llama.cpp"]["reason"]
+    assert reason.startswith("not installed (ImportError: libllama.so: cannot open shared "
+                             "object file; run `python -m bench --install-peers --peers llama.cpp")
+    assert reason.endswith(f"; {peers.STATUS_FILE} records an earlier install failure: "
+                           "pip install failed (exit 1): old")
+
+
+def test_bench_documents_name_nothing_outside_the_repository():
+    """The design notes and issues are not in the repository: bench/, its docs and the
+    README's benchmark section say what they mean instead of citing them."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Benchmarks"):].split("\n## ")[0]
+    texts = [section, (ROOT / "docs" / "benchmarks.md").read_text()]
+    texts += [p.read_text() for p in sorted((ROOT / "bench").glob("*.py"))]
+    for text in texts:
+        assert not re.search(r"DESIGN|§|\bissues? #?\d", text), \
+            re.search(r".*(DESIGN|§|\bissues? #?\d).*", text).group(0)
