@@ -1,5 +1,6 @@
 #include "sim/threadgroup.h"
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -47,7 +48,8 @@ size_t StackBytes() {
   return bytes;
 }
 
-constexpr size_t kArenaBytes = 2 * kMaxThreadgroupMemory;   // room for alignment slack
+constexpr size_t kArenaBytes = 2 * kMaxThreadgroupMemory;   // room for alignment and guards
+constexpr size_t kGuardBytes = 64;
 constexpr size_t kMaxExchangeBytes = 64;
 constexpr uint32_t kNoThread = ~0u;
 }  // namespace
@@ -96,13 +98,14 @@ void ThreadgroupRunner::SetUp(const Dispatch& d, const uint32_t group[3]) {
   // own declarations as they are reached; everything poisoned.
   ++generation_;
   arena_used_ = 0;
+  declared_bytes_ = 0;
+  guards_.clear();
   for (uint32_t i = 0; i < kMaxThreadgroupBindings; ++i) {
     threadgroup_buffers_[i] = nullptr;
     if (!(d.kernel->threadgroup_buffers >> i & 1u)) continue;
-    arena_used_ = (arena_used_ + 15) / 16 * 16;
-    threadgroup_buffers_[i] = arena_ + arena_used_;
-    std::memset(arena_ + arena_used_, 0xFF, d.threadgroup_lengths[i]);
-    arena_used_ += d.threadgroup_lengths[i];
+    // At most 32 KiB in all (checked at encode): they and their guards fit the arena.
+    declared_bytes_ = (declared_bytes_ + 15) / 16 * 16 + d.threadgroup_lengths[i];
+    threadgroup_buffers_[i] = Reserve(d.threadgroup_lengths[i], 16, nullptr, i);
   }
 
   while (stacks_.size() < n)
@@ -169,6 +172,8 @@ std::string ThreadgroupRunner::Run(const Dispatch& d, const FiberOrder& order,
     if (!ran && live_ > 0) return DescribeDeadlock();
   }
   METALRT_SIM_TSAN_ACQUIRE(this);
+  if (std::string overrun = OverwrittenGuard(); !overrun.empty())
+    return overrun + ", found when the threadgroup finished";
   return "";
 }
 
@@ -210,14 +215,16 @@ void ThreadgroupRunner::Yield() {
   METALRT_SIM_TSAN_ACQUIRE(this);
 }
 
-void ThreadgroupRunner::Fail(std::string message) {
+void ThreadgroupRunner::Fail(std::string message, bool at_thread) {
   if (!failed_) {
     failed_ = true;
+    error_ = std::move(message);
     const ThreadContext& c = current_->context;
-    error_ = message + " (thread " + std::to_string(c.thread_index_in_threadgroup) +
-             " of threadgroup (" + std::to_string(c.threadgroup_position_in_grid[0]) + ", " +
-             std::to_string(c.threadgroup_position_in_grid[1]) + ", " +
-             std::to_string(c.threadgroup_position_in_grid[2]) + "))";
+    if (at_thread)
+      error_ += " (thread " + std::to_string(c.thread_index_in_threadgroup) + " of threadgroup (" +
+                std::to_string(c.threadgroup_position_in_grid[0]) + ", " +
+                std::to_string(c.threadgroup_position_in_grid[1]) + ", " +
+                std::to_string(c.threadgroup_position_in_grid[2]) + "))";
   }
   for (;;) Fiber::Switch(current_->fiber, scheduler_);   // never resumed
 }
@@ -298,24 +305,59 @@ void ThreadgroupRunner::ThreadgroupBarrier(const char* file, int line) {
 
 void ThreadgroupRunner::ReleaseBarrierIfComplete() {
   if (at_barrier_ == 0 || at_barrier_ != live_) return;
+  // Any thread may have made the overrun: the error names the barrier, not a thread.
+  if (std::string overrun = OverwrittenGuard(); !overrun.empty())
+    Fail(overrun + ", found at the threadgroup_barrier at " + barrier_file_ + ":" +
+             std::to_string(barrier_line_),
+         false);
   for (uint32_t i = 0; i < count_; ++i)
     if (threads_[i].state == State::kAtBarrier) threads_[i].state = State::kRunnable;
   at_barrier_ = 0;
 }
 
-void* ThreadgroupRunner::ThreadgroupAlloc(uint32_t slot, size_t bytes, size_t alignment) {
+void* ThreadgroupRunner::Reserve(size_t bytes, size_t alignment, const char* what, uint32_t binding) {
+  const size_t offset = (arena_used_ + alignment - 1) / alignment * alignment;
+  std::memset(arena_ + offset, 0xFF, bytes + kGuardBytes);
+  guards_.push_back(Guard{offset + bytes, bytes, what, binding});
+  arena_used_ = offset + bytes + kGuardBytes;
+  return arena_ + offset;
+}
+
+void* ThreadgroupRunner::ThreadgroupAlloc(uint32_t slot, size_t bytes, size_t alignment,
+                                          const char* what) {
   if (slot >= slots_.size()) slots_.resize(slot + 1);
   Slot& s = slots_[slot];
   if (s.generation == generation_) return arena_ + s.offset;
   const size_t align = alignment < 16 ? 16 : alignment;
-  const size_t offset = (arena_used_ + align - 1) / align * align;
-  if (offset + bytes > kMaxThreadgroupMemory)
-    Fail("threadgroup memory of " + std::to_string(offset + bytes) +
+  const size_t declared = (declared_bytes_ + align - 1) / align * align + bytes;
+  if (declared > kMaxThreadgroupMemory)
+    Fail("threadgroup memory of " + std::to_string(declared) +
          " bytes exceeds the 32 KiB (32768 bytes) of a threadgroup");
-  std::memset(arena_ + offset, 0xFF, bytes);
-  s = Slot{generation_, offset, bytes};
-  arena_used_ = offset + bytes;
-  return arena_ + offset;
+  if ((arena_used_ + align - 1) / align * align + bytes + kGuardBytes > kArenaBytes)
+    Fail("more threadgroup variables than the simulated device's arena holds with their guards");
+  declared_bytes_ = declared;
+  auto* p = static_cast<unsigned char*>(Reserve(bytes, align, what, 0));
+  s = Slot{generation_, static_cast<size_t>(p - arena_), bytes};
+  return p;
+}
+
+std::string ThreadgroupRunner::OverwrittenGuard() const {
+  static const std::array<unsigned char, kGuardBytes> untouched = [] {
+    std::array<unsigned char, kGuardBytes> a;
+    a.fill(0xFF);
+    return a;
+  }();
+  for (const Guard& g : guards_) {
+    const unsigned char* p = arena_ + g.offset;
+    if (std::memcmp(p, untouched.data(), kGuardBytes) == 0) continue;
+    size_t past = 0;
+    while (p[past] == 0xFF) ++past;
+    return (g.what ? "threadgroup variable " + std::string(g.what)
+                   : "[[threadgroup(" + std::to_string(g.binding) + ")]] buffer") +
+           " was written past its end through a pointer (at byte " + std::to_string(g.bytes + past) +
+           "; it has " + std::to_string(g.bytes) + ")";
+  }
+  return "";
 }
 
 std::string ThreadgroupRunner::DescribeDeadlock() const {
@@ -347,9 +389,9 @@ void HookSimdgroupBarrier(const char*, int) {
   METALRT_SIM_TSAN_IGNORE;
   ThreadgroupRunner::Current().SimdExchange(nullptr, 0, nullptr, "simdgroup_barrier");
 }
-void* HookThreadgroupAlloc(uint32_t slot, size_t bytes, size_t alignment) {
+void* HookThreadgroupAlloc(uint32_t slot, size_t bytes, size_t alignment, const char* what) {
   METALRT_SIM_TSAN_IGNORE;
-  return ThreadgroupRunner::Current().ThreadgroupAlloc(slot, bytes, alignment);
+  return ThreadgroupRunner::Current().ThreadgroupAlloc(slot, bytes, alignment, what);
 }
 const Hooks kHooks = {&HookLane, &HookSimdExchange, &HookThreadgroupBarrier,
                       &HookSimdgroupBarrier, &HookThreadgroupAlloc};

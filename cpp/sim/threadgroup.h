@@ -42,7 +42,7 @@ class ThreadgroupRunner {
   // Returns the lanes that took part.
   uint32_t SimdExchange(const void* mine, size_t bytes, void* all, const char* what);
   void ThreadgroupBarrier(const char* file, int line);
-  void* ThreadgroupAlloc(uint32_t slot, size_t bytes, size_t alignment);
+  void* ThreadgroupAlloc(uint32_t slot, size_t bytes, size_t alignment, const char* what);
 
  private:
   enum class State : uint8_t { kRunnable, kAtBarrier, kAtSimd, kReturned };
@@ -53,11 +53,24 @@ class ThreadgroupRunner {
     size_t offset = 0;
     size_t bytes = 0;
   };
+  // kGuardBytes of 0xFF after every allocation of threadgroup memory: a write past
+  // its end through a pointer (which the generator's subscript checks do not see)
+  // changes them; they are checked when a barrier completes and when the
+  // threadgroup ends. Reads past the end see NaN, like the poison.
+  struct Guard {
+    size_t offset;        // of the guard bytes in the arena
+    size_t bytes;         // of the allocation before them
+    const char* what;     // "'x' (file:line)", or nullptr for a [[threadgroup(n)]] buffer
+    uint32_t binding;     // n of a [[threadgroup(n)]] buffer
+  };
 
   static void FiberMain(void* thread);
   void SetUp(const Dispatch& dispatch, const uint32_t group[3]);
   void Yield();
-  [[noreturn]] void Fail(std::string message);
+  // Stops the threadgroup with `message`, naming the calling thread when `at_thread`.
+  [[noreturn]] void Fail(std::string message, bool at_thread = true);
+  void* Reserve(size_t bytes, size_t alignment, const char* what, uint32_t binding);
+  std::string OverwrittenGuard() const;
   void Returned(GpuThread& t);
   void ReleaseBarrierIfComplete();
   void CompleteSimdIfReady(SimdGroup& g);
@@ -86,7 +99,9 @@ class ThreadgroupRunner {
   std::unique_ptr<unsigned char[]> memory_;   // the threadgroup memory arena
   unsigned char* arena_ = nullptr;            // 64-byte aligned start
   size_t arena_used_ = 0;
+  size_t declared_bytes_ = 0;   // threadgroup memory in use, without guard bytes
   std::vector<Slot> slots_;
+  std::vector<Guard> guards_;
   uint64_t generation_ = 0;
   char start_sync_ = 0;   // ThreadSanitizer: host -> threads ordering
   std::array<void*, kMaxThreadgroupBindings> threadgroup_buffers_{};

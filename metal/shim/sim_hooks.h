@@ -28,7 +28,8 @@ struct Hooks {
   // (the generator rewrites such declarations into a call). `slot` is unique per
   // declaration within the module; returns the same, NaN-poisoned-at-threadgroup-
   // start memory to every thread of the threadgroup. Throws past 32 KiB in total.
-  void* (*threadgroup_alloc)(uint32_t slot, size_t bytes, size_t alignment);
+  // `what` ("'name' (file:line)") names the variable in errors about it.
+  void* (*threadgroup_alloc)(uint32_t slot, size_t bytes, size_t alignment, const char* what);
 };
 
 // The table of this module; set by the runtime before any kernel of it runs.

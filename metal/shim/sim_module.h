@@ -15,7 +15,7 @@
 
 namespace metalrt::sim {
 
-constexpr uint32_t kModuleAbiVersion = 2;
+constexpr uint32_t kModuleAbiVersion = 3;
 constexpr uint32_t kMaxBufferBindings = 31;        // Metal's buffer argument table
 constexpr uint32_t kMaxThreadgroupBindings = 31;   // [[threadgroup(n)]] indices
 
@@ -110,9 +110,10 @@ template <class P, int N> P bind_position(const uint32_t (&v)[3]) {
 }
 
 // Storage of a kernel-body `threadgroup T x;` declaration, shared by the threads of
-// a threadgroup (the generator rewrites the declaration into this call).
-template <class T> T& threadgroup_variable(uint32_t slot) {
-  return *static_cast<T*>(hooks().threadgroup_alloc(slot, sizeof(T), alignof(T)));
+// a threadgroup (the generator rewrites the declaration into this call); `what` is
+// "'x' (file:line)".
+template <class T> T& threadgroup_variable(uint32_t slot, const char* what) {
+  return *static_cast<T*>(hooks().threadgroup_alloc(slot, sizeof(T), alignof(T), what));
 }
 
 [[noreturn, gnu::cold, gnu::noinline]] inline void threadgroup_index_error(

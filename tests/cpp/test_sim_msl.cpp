@@ -410,6 +410,25 @@ TEST_CASE("sim MSL: rule-breaking kernels raise clear errors") {
     CHECK(probe(4, 0, 1).find("index 4 is out of bounds [0, 4)") != std::string::npos);
     CHECK(probe(1, 8, 1).find("index 8 in dimension 1 is out of bounds [0, 8)") != std::string::npos);
     CHECK(probe(32, 0, 2).find("'row' (") != std::string::npos);   // writes too
+
+    // Through a pointer the subscripts are not checked, but the guard bytes after
+    // every allocation are, at the next barrier or at the threadgroup's end.
+    auto pointer_out = run.Buffer(std::vector<float>(33, kNaN));
+    REQUIRE(run.Run({"threadgroup_pointer_overrun", {pointer_out}, {32, 1, 1}, {32, 1, 1}}) == "");
+    const std::string through_pointer =
+        run.Run({"threadgroup_pointer_overrun", {pointer_out}, {33, 1, 1}, {33, 1, 1}});
+    CHECK(through_pointer.find("[sim] kernel 'threadgroup_pointer_overrun'") == 0);
+    CHECK(through_pointer.find("threadgroup variable 'staged' (") != std::string::npos);
+    CHECK(through_pointer.find("sim_faults.metal:61) was written past its end through a pointer (at byte 128; "
+                               "it has 128), found at the threadgroup_barrier at ") != std::string::npos);
+    CHECK(through_pointer.find("sim_faults.metal:63") != std::string::npos);
+    SimRun::Dispatch buffer_overrun{"threadgroup_buffer_overrun", {pointer_out}, {16, 1, 1}, {16, 1, 1}};
+    buffer_overrun.threadgroup_lengths = {64};
+    REQUIRE(run.Run(buffer_overrun) == "");
+    buffer_overrun.grid = buffer_overrun.group = {17, 1, 1};
+    CHECK(run.Run(buffer_overrun).find("[[threadgroup(0)]] buffer was written past its end through a pointer "
+                                       "(at byte 64; it has 64), found when the threadgroup finished") !=
+          std::string::npos);
   }
 
   // The device is still usable after the faults.

@@ -51,3 +51,24 @@ kernel void threadgroup_index_probe(device float* out [[buffer(0)]],
     out[0] = grid[0][0];
   }
 }
+
+inline void store_at(threadgroup float* dst, uint i, float v) { dst[i] = v; }
+
+// Thread i stores element i of a 32-element array through a helper's pointer, which
+// the subscript checks do not see: with 33 threads, thread 32 writes past the end.
+kernel void threadgroup_pointer_overrun(device float* out [[buffer(0)]],
+                                        uint tid [[thread_index_in_threadgroup]]) {
+  threadgroup float staged[32];
+  store_at(staged, tid, float(tid));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[tid] = staged[tid % 32];
+}
+
+// The same through a [[threadgroup(0)]] buffer, without a barrier: found when the
+// threadgroup ends.
+kernel void threadgroup_buffer_overrun(device float* out [[buffer(0)]],
+                                       threadgroup float* scratch [[threadgroup(0)]],
+                                       uint tid [[thread_index_in_threadgroup]]) {
+  scratch[tid] = float(tid);
+  out[tid] = scratch[tid];
+}

@@ -98,8 +98,9 @@ def test_rewrites_keep_every_line_in_place(tmp_path):
     line = {l.strip(): n for n, l in enumerate(copied)}
     tile = next(n for n, l in enumerate(copied) if "tile" in l and "threadgroup_variable" in l)
     assert tile == next(n for n, l in enumerate(original) if "threadgroup T tile" in l)
-    assert "threadgroup_variable<T[4][2*4]>(0u)" in copied[tile]
-    assert "threadgroup_variable<T[2]>(1u)" in copied[tile]
+    where = f"{tmp_path / 'k.metal'}:{tile + 1}"
+    assert f"threadgroup_variable<T[4][2*4]>(0u, \"'tile' ({where})\")" in copied[tile]
+    assert f"threadgroup_variable<T[2]>(1u, \"'other' ({where})\")" in copied[tile]
     assert "threadgroup T* alias = scratch;" in line   # a pointer, not storage
     assert all("[[" not in l for l in copied if not l.startswith("//"))
 

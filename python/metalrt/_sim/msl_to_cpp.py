@@ -490,8 +490,9 @@ def _rewrite_threadgroup_declarations(f: _File, state: State) -> None:
                 raise f.error(m.start(), f"cannot read threadgroup declarator '{d.strip()}'")
             name, dims = (dm.group(2), dm.group(3)) if i == 0 else (dm.group(1), dm.group(2))
             dims = "".join(dims.split())
+            what = _c_string(f"'{name}' ({f.where(m.start())})")
             pieces.append(f"auto& {name} = ::metalrt::sim::threadgroup_variable<"
-                          f"{type_text}{dims}>({state.threadgroup_slots}u);")
+                          f'{type_text}{dims}>({state.threadgroup_slots}u, "{what}");')
             state.threadgroup_slots += 1
             if dims:
                 _check_subscripts(f, name, dims.count("["), end + 1, f.where(m.start()))
