@@ -82,7 +82,7 @@ int64_t Tensor::numel() const { return Product(shape_); }
 
 bool Tensor::is_contiguous() const { return strides_ == ContiguousStrides(shape_) || numel() <= 1; }
 
-Tensor Tensor::Slice(int d, int64_t start, int64_t stop) const {
+Tensor Tensor::Slice(int d, int64_t start, int64_t stop, int64_t step) const {
   const int n = ndim();
   if (d < -n || d >= n)
     throw std::invalid_argument("slice dimension " + std::to_string(d) + " out of range for rank " +
@@ -92,9 +92,13 @@ Tensor Tensor::Slice(int d, int64_t start, int64_t stop) const {
     throw std::invalid_argument("slice [" + std::to_string(start) + ", " + std::to_string(stop) +
                                 ") out of range for dimension " + std::to_string(d) +
                                 " of size " + std::to_string(shape_[d]));
+  if (step < 1) throw std::invalid_argument("slice step must be positive, got " + std::to_string(step));
   Tensor t = *this;
   t.data_ = static_cast<char*>(data_) + start * strides_[d] * static_cast<int64_t>(DTypeSize(dtype_));
-  t.shape_[d] = stop - start;
+  t.shape_[d] = (stop - start + step - 1) / step;
+  // The stride of a dimension of one row is never followed, so keep it: such a view
+  // of a contiguous tensor stays contiguous.
+  if (t.shape_[d] > 1) t.strides_[d] *= step;
   return t;
 }
 

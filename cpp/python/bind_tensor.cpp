@@ -99,7 +99,8 @@ Tensor Filled(const Shape& shape, const std::string& dtype, const std::string& d
   return t;
 }
 
-// Applies one index (int or step-1 slice) to dimension `d`; returns the next dimension.
+// Applies one index (int or slice with a positive step) to dimension `d`; returns the
+// next dimension.
 int ApplyIndex(Tensor& t, int d, nb::handle key) {
   if (d >= t.ndim())
     throw nb::index_error(("too many indices for a tensor of rank " + std::to_string(t.ndim())).c_str());
@@ -107,9 +108,12 @@ int ApplyIndex(Tensor& t, int d, nb::handle key) {
   if (PySlice_Check(key.ptr())) {
     Py_ssize_t start, stop, step;
     if (PySlice_Unpack(key.ptr(), &start, &stop, &step) < 0) throw nb::python_error();
-    if (step != 1) throw std::invalid_argument("Tensor indexing supports slices with step 1 only");
-    PySlice_AdjustIndices(size, &start, &stop, step);
-    t = t.Slice(d, start, stop < start ? start : stop);
+    if (step < 0)
+      throw std::invalid_argument("[Tensor] slice step must be positive, got " + std::to_string(step) +
+                                  ": views have non-negative strides (reverse a host copy, "
+                                  "t.numpy()[::-1])");
+    const Py_ssize_t length = PySlice_AdjustIndices(size, &start, &stop, step);
+    t = t.Slice(d, start, start + (length > 0 ? (length - 1) * step + 1 : 0), step);
     return d + 1;
   }
   if (PyBool_Check(key.ptr()) || !PyIndex_Check(key.ptr()))
@@ -154,7 +158,7 @@ void BindTensor(nb::module_& m) {
   nb::class_<Tensor>(m, "Tensor",
                      "A typed, shaped view of memory on a device (\"cpu\" or \"metal\").\n"
                      "Create one with metalrt.asarray, metalrt.empty or metalrt.zeros. Indexing\n"
-                     "with ints and step-1 slices gives views into the same allocation.")
+                     "with ints and slices (positive steps) gives views into the same allocation.")
       .def_prop_ro("shape", [](const Tensor& t) { return ShapeTuple(t.shape()); },
                    "Dimensions, a tuple of int.")
       .def_prop_ro("dtype", [](const Tensor& t) { return std::string(DTypeName(t.dtype())); },
@@ -187,8 +191,10 @@ void BindTensor(nb::module_& m) {
            "waited for. ValueError for another shape or a non-contiguous tensor, TypeError\n"
            "for another element type.")
       .def("__getitem__", &GetItem,
-           "t[i], t[a:b] (step 1) or a tuple of those, one per leading dimension: a view into\n"
-           "the same allocation; an int index removes its dimension. IndexError when out of range.")
+           "t[i], t[a:b], t[a:b:step] (step > 0) or a tuple of those, one per leading dimension:\n"
+           "a view into the same allocation (strided, so not contiguous, when step > 1 keeps\n"
+           "more than one row); an int index removes its dimension. IndexError when out of\n"
+           "range; ValueError for a negative or zero step.")
       .def("reshape", [](const Tensor& t, const nb::args& args) { return t.Reshape(ShapeArgs(args)); },
            "reshape(*shape) or reshape(shape): a view with a new shape (one dim may be -1).\n"
            "ValueError when the element count differs or the tensor is not contiguous.")

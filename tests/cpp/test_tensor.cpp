@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
+#include <vector>
 
 #include "metalrt/tensor.h"
 
@@ -16,6 +17,13 @@ Tensor Iota46() {
   Tensor t = Tensor::Empty({4, 6}, DType::kF32, DeviceType::kCPU);
   std::iota(t.data_as<float>(), t.data_as<float>() + 24, 0.0f);
   return t;
+}
+
+// The elements of a view in row-major order (the strided gather of CopyToHost).
+std::vector<float> HostValues(const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  CopyToHost(t, out.data());
+  return out;
 }
 
 }  // namespace
@@ -60,6 +68,39 @@ TEST_CASE("tensor: Slice along the last dim is a strided view; slices of slices 
   cell.data_as<float>()[0] = 100.0f;
   CHECK(t.data_as<float>()[21] == 100.0f);
   CHECK(t.Slice(0, 2, 2).numel() == 0);   // an empty slice is valid
+}
+
+TEST_CASE("tensor: Slice with a step folds it into the stride; steps compose") {
+  Tensor t = Iota46();
+  Tensor rows = t.Slice(0, 1, 4, 2);   // rows 1 and 3
+  CHECK(rows.shape() == Shape{2, 6});
+  CHECK(rows.strides() == Shape{12, 1});
+  CHECK(rows.data() == static_cast<char*>(t.data()) + 6 * sizeof(float));
+  CHECK(rows.storage().get() == t.storage().get());
+  CHECK(!rows.is_contiguous());
+  CHECK(HostValues(rows) == std::vector<float>{6, 7, 8, 9, 10, 11, 18, 19, 20, 21, 22, 23});
+  Tensor cols = t.Slice(1, 1, 6, 3);   // columns 1 and 4
+  CHECK(cols.shape() == Shape{4, 2});
+  CHECK(cols.strides() == Shape{6, 3});
+  CHECK(HostValues(cols) == std::vector<float>{1, 4, 7, 10, 13, 16, 19, 22});
+  // Every second column of rows 1 and 3, then every second of those columns: 0 and 4.
+  CHECK(HostValues(rows.Slice(1, 0, 6, 2).Slice(1, 0, 3, 2)) == std::vector<float>{6, 10, 18, 22});
+  cols.data_as<float>()[3] = -4.0f;   // column 4 of row 0, through the view
+  CHECK(t.data_as<float>()[4] == -4.0f);
+}
+
+TEST_CASE("tensor: stepped lengths round up; a single stepped row stays contiguous") {
+  Tensor t = Tensor::Empty({8, 4}, DType::kF32, DeviceType::kCPU);
+  CHECK(t.Slice(0, 0, 8, 3).shape() == Shape{3, 4});   // rows 0, 3, 6
+  CHECK(t.Slice(0, 1, 8, 3).shape() == Shape{3, 4});   // rows 1, 4, 7
+  CHECK(t.Slice(0, 2, 8, 3).shape() == Shape{2, 4});   // rows 2, 5
+  CHECK(t.Slice(0, 8, 8, 5).numel() == 0);
+  Tensor one = t.Slice(0, 5, 8, 4);                    // row 5 only
+  CHECK(one.shape() == Shape{1, 4});
+  CHECK(one.is_contiguous());
+  CHECK(one.data() == t.Slice(0, 5, 6).data());
+  CHECK_THROWS_AS(t.Slice(0, 0, 8, 0), std::invalid_argument);
+  CHECK_THROWS_AS(t.Slice(0, 0, 8, -1), std::invalid_argument);
 }
 
 TEST_CASE("tensor: a view keeps its allocation alive after the base is gone") {

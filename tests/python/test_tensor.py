@@ -61,6 +61,35 @@ def test_index_and_slice_views_share_the_allocation(device):
     assert t[np.int64(1)].shape == (33,)
 
 
+@pytest.mark.parametrize("key", [
+    np.s_[::2], np.s_[1::2], np.s_[::3], np.s_[5:30:4], np.s_[31::7], np.s_[::32], np.s_[::33],
+    np.s_[1:3:5], np.s_[3:1:2], np.s_[:, ::2], np.s_[1::2, 1:32:3], np.s_[::2, 7],
+    np.s_[-3::2, -20::8],
+])
+def test_stepped_slices_are_strided_views(device, key):
+    base = np.arange(33 * 40, dtype=np.float32).reshape(33, 40)
+    t = metalrt.asarray(base, device=device)
+    view = t[key]
+    want = base[key]
+    assert view.shape == want.shape
+    np.testing.assert_array_equal(view.numpy(), want)
+    # A view: it starts at its first element inside the base (base[i] == flat index i).
+    if want.size:
+        assert view.data_ptr() == t.data_ptr() + 4 * int(want.flat[0])
+    assert view.is_contiguous() == (want.size <= 1 or want.flags.c_contiguous)
+    copy = view.to(device)                        # the way to a contiguous tensor
+    assert copy.is_contiguous() and copy.data_ptr() != t.data_ptr()
+    np.testing.assert_array_equal(copy.numpy(), want)
+
+
+def test_ops_refuse_a_stepped_view_until_copied(device):
+    x = metalrt.asarray(np.ones((8, 32), np.float32), device=device)
+    w = metalrt.asarray(np.ones(32, np.float32), device=device)
+    with pytest.raises(ValueError, match=r"^\[rms_norm\] x must be contiguous"):
+        metalrt.ops.rms_norm(x[::2], w, eps=1e-5)
+    assert metalrt.ops.rms_norm(x[::2].to(device), w, eps=1e-5).shape == (4, 32)
+
+
 def test_bad_indices(device):
     t = metalrt.asarray(np.zeros((4, 3), np.float32), device=device)
     with pytest.raises(IndexError):
@@ -69,8 +98,10 @@ def test_bad_indices(device):
         t[-5]
     with pytest.raises(IndexError):
         t[0, 0, 0]
-    with pytest.raises(ValueError, match="step 1"):
-        t[::2]
+    with pytest.raises(ValueError, match=r"^\[Tensor\] slice step must be positive, got -1"):
+        t[::-1]
+    with pytest.raises(ValueError, match="step cannot be zero"):
+        t[::0]
     with pytest.raises(TypeError):
         t["a"]
     with pytest.raises(TypeError):

@@ -57,8 +57,10 @@ class Tensor {
   bool is_contiguous() const;
   const std::shared_ptr<Storage>& storage() const { return storage_; }
 
-  // View of rows [start, stop) along `dim`; points into the same allocation.
-  Tensor Slice(int dim, int64_t start, int64_t stop) const;
+  // View of rows start, start + step, ... below stop along `dim` (step > 0: strides
+  // stay non-negative); points into the same allocation. A step > 1 gives a
+  // non-contiguous view unless it keeps at most one row.
+  Tensor Slice(int dim, int64_t start, int64_t stop, int64_t step = 1) const;
   // View of element `index` along `dim` with that dimension removed.
   Tensor Select(int dim, int64_t index) const;
   // View with a new shape (one entry may be -1); requires a contiguous tensor.
