@@ -23,6 +23,7 @@ from .loaders import load_model_files
 from .models import CausalLM, build_model
 from .runner import Engine, SamplingParams, blocks_for
 from .runner.stopping import StopStrings
+from .tensor import check_int_range
 
 Prompt = Union[str, Sequence[int]]
 
@@ -95,13 +96,15 @@ def peak_memory_gb() -> float:
 
 
 def prompt_ids(tokenizer, prompt: Prompt) -> List[int]:
-    """Token ids of a string prompt (tokenizer.encode) or a list of ids as given."""
+    """Token ids of a string prompt (tokenizer.encode) or a list of ids as given.
+    ValueError for an empty prompt or an id outside int32 (the runner's id dtype)."""
     if isinstance(prompt, str):
         ids = tokenizer.encode(prompt)
     else:
         ids = [int(t) for t in prompt]
     if not ids:
         raise ValueError("[generate] the prompt is empty")
+    check_int_range(min(ids), max(ids), "int32", "[generate] prompt token id")
     return ids
 
 

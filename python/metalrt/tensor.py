@@ -1,6 +1,8 @@
 """Creating tensors: from numpy arrays, Python scalars and lists, or uninitialised."""
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from . import _metalrt
@@ -27,6 +29,42 @@ def dtype_name(dtype) -> str:
     if name in DTYPES:
         return name
     raise TypeError(f"unsupported dtype {name or dtype!r}; expected one of {', '.join(DTYPES)}")
+
+
+def check_int_range(lo: int, hi: int, dtype: str, what: str) -> None:
+    """ValueError "<what>: <value> does not fit in <dtype> [min, max]" when the smallest
+    (lo) or largest (hi) of some integers is outside the range of the integer dtype."""
+    info = np.iinfo(dtype)
+    for value in (lo, hi):
+        if not info.min <= value <= info.max:
+            raise ValueError(f"{what}: {value} does not fit in {dtype} [{info.min}, {info.max}]")
+
+
+def _python_int_dtype(ints: np.ndarray, dtype, what: str) -> str:
+    """The dtype Python ints (numpy's int64/uint64 inference of them) become: ``dtype``
+    when given, else int32 as in mlx, or int64 when a value needs it. ValueError when a
+    value does not fit the integer dtype chosen."""
+    lo, hi = (int(ints.min()), int(ints.max())) if ints.size else (0, 0)
+    if dtype is not None:
+        target = dtype_name(dtype)
+    else:
+        int32 = np.iinfo(np.int32)
+        target = "int32" if int32.min <= lo and hi <= int32.max else "int64"
+    if target.startswith(("int", "uint")):
+        check_int_range(lo, hi, target, what)
+    return target
+
+
+def _holds_only_ints(obj, array: np.ndarray) -> bool:
+    """Whether a Python scalar or (nested) list, inferred by numpy as `array`, holds only
+    integers (bools excluded). numpy infers int64 for them, uint64 above int64, and
+    float64 or object when no one integer dtype holds them all."""
+    if array.dtype.kind in "iu":
+        return True
+    if array.dtype.kind not in "fO" or array.size == 0:
+        return False
+    return all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+               for v in np.asarray(obj, dtype=object).flat)
 
 
 def _device_name(device) -> str:
@@ -56,13 +94,23 @@ def asarray(obj, device: str = "cpu", dtype=None) -> Tensor:
     scalar or (nested) list, or a Tensor (returned unchanged when it already has the
     device and dtype, else cast with `metalrt.ops.cast` and/or copied with `.to`).
     dtype: a name from `metalrt.DTYPES`, a numpy dtype, or None to keep the source's
-    element type, except float64 -> float32 and bool -> uint8. Converting to
-    "bfloat16" rounds to nearest even (IEEE 754 roundTiesToEven), once.
+    element type, except float64 -> float32 and bool -> uint8. Python ints follow
+    mlx's convention: they become int32, or int64 when a value needs it; with an
+    integer dtype they are range-checked (numpy arrays convert as numpy's astype).
+    Converting to "bfloat16" rounds to nearest even (IEEE 754 roundTiesToEven), once.
 
     Raises TypeError naming the dtype for element types metalrt lacks (float64 given
-    explicitly, int16, complex, strings, objects); ValueError for an unknown device
-    name; RuntimeError when the device is not available in this build.
+    explicitly, int16, complex, strings, objects); ValueError for a Python int outside
+    the integer dtype asked for (or outside int64) and for an unknown device name;
+    RuntimeError when the device is not available in this build.
     """
+    return to_tensor(obj, device, dtype)
+
+
+def to_tensor(obj, device: str, dtype=None, int_dtype=None, what: str = "asarray") -> Tensor:
+    """`asarray`, where Python ints (scalars and lists, not numpy arrays) become
+    `int_dtype` (an integer dtype name, range-checked) when it is given; errors start
+    with `what`. The op wrappers use it for index arguments (ids, positions, slots)."""
     device = _device_name(device)
     if isinstance(obj, Tensor):
         if dtype is not None and dtype_name(dtype) != obj.dtype:
@@ -70,13 +118,19 @@ def asarray(obj, device: str = "cpu", dtype=None) -> Tensor:
             obj = cast(obj, dtype)
         return obj if obj.device == device else obj.to(device)
     array = np.asarray(obj)
-    if array.dtype.kind not in "biuf":
-        raise TypeError(f"asarray: unsupported element type {array.dtype} "
+    python_ints = not isinstance(obj, (np.ndarray, np.generic)) and _holds_only_ints(obj, array)
+    if python_ints and array.dtype.kind not in "iu":
+        array = np.asarray(obj, dtype=object)   # ints beyond int64: range-checked below
+    elif array.dtype.kind not in "biuf":
+        raise TypeError(f"{what}: unsupported element type {array.dtype} "
                         f"({type(obj).__name__}); expected numbers")
     source = array.dtype.name
-    target = dtype_name(dtype) if dtype is not None else _DEFAULT_DTYPE.get(source, source)
+    if python_ints:
+        target = _python_int_dtype(array, dtype if dtype is not None else int_dtype, what)
+    else:
+        target = dtype_name(dtype) if dtype is not None else _DEFAULT_DTYPE.get(source, source)
     if target not in DTYPES:
-        raise TypeError(f"asarray: unsupported dtype {source}; expected one of {', '.join(DTYPES)}"
+        raise TypeError(f"{what}: unsupported dtype {source}; expected one of {', '.join(DTYPES)}"
                         " (pass dtype= to convert)")
     if target == "bfloat16":
         host = array if source == "float32" else _round_to_bfloat16_grid(array)

@@ -22,11 +22,37 @@ def test_default_dtypes(source, expected, device):
 
 
 def test_python_scalars_and_lists():
-    assert metalrt.asarray(3).dtype == "int64"
+    assert metalrt.asarray(3).dtype == "int32"
     assert metalrt.asarray(2.5).numpy() == np.float32(2.5)
     t = metalrt.asarray([[1.5, 2.0], [3.0, 4.0]])
     assert t.shape == (2, 2) and t.dtype == "float32"
     assert metalrt.asarray([True, False]).dtype == "uint8"
+
+
+def test_python_ints_are_int32_unless_a_value_needs_int64(device):
+    """mlx's convention: Python ints become int32, int64 when a value does not fit;
+    numpy arrays keep their dtype (an int64 array stays int64)."""
+    for values, dtype in [([1, -2, 3], "int32"), ([[2**31 - 1], [-2**31]], "int32"),
+                          (7, "int32"), ([1, 2**31], "int64"), ([-2**31 - 1], "int64"),
+                          ([2**63 - 1, 0], "int64"), ([], "float32")]:
+        t = metalrt.asarray(values, device=device)
+        assert t.dtype == dtype, values
+        assert t.numpy().tolist() == values
+    assert metalrt.asarray(np.array([1, 2]), device=device).dtype == "int64"
+    assert metalrt.asarray(np.int64(1), device=device).dtype == "int64"
+
+
+def test_python_ints_are_range_checked(device):
+    with pytest.raises(ValueError, match=r"^asarray: 9223372036854775808 does not fit in int64"):
+        metalrt.asarray([0, 2**63], device=device)
+    with pytest.raises(ValueError, match=r"^asarray: 2147483648 does not fit in int32 "
+                                         r"\[-2147483648, 2147483647\]"):
+        metalrt.asarray([2**31], dtype="int32", device=device)
+    with pytest.raises(ValueError, match=r"^asarray: -1 does not fit in uint8"):
+        metalrt.asarray([3, -1], dtype=np.uint8, device=device)
+    assert metalrt.asarray([255, 0], dtype="uint8", device=device).numpy().tolist() == [255, 0]
+    assert metalrt.asarray([2**31], dtype="uint32", device=device).numpy().tolist() == [2**31]
+    assert metalrt.asarray([3, 5], dtype="float16", device=device).dtype == "float16"
 
 
 def test_any_layout_is_made_contiguous(device):

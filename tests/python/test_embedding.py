@@ -51,6 +51,22 @@ def test_out_of_range_ids(bad_id, device):
         ops.embedding(weight, np.array([0, bad_id], np.int32))
 
 
+def test_python_int_ids_become_int32(device):
+    """mlx's convention: Python ints are int32, the ids dtype; a numpy int64 array is
+    still refused (test_bad_inputs), never narrowed silently."""
+    table = rand((40, 33), seed=7)
+    weight = metalrt.asarray(table, device=device)
+    for ids in ([39, 0, 17, 17], (5,), [np.int64(3), 2]):
+        out = poisoned((len(ids), 33), "float32", device)
+        ops.embedding(weight, ids, out=out)
+        np.testing.assert_array_equal(out.numpy(), table[list(ids)].astype(np.float32))
+    for bad in (2**31, -2**31 - 1, 2**64):
+        with pytest.raises(ValueError, match=rf"^\[embedding\] ids: {bad} does not fit in int32"):
+            ops.embedding(weight, [0, bad])
+    with pytest.raises(ValueError, match=r"^\[embedding\].*outside"):
+        ops.embedding(weight, [40])
+
+
 def test_bad_inputs(device):
     weight = metalrt.zeros((5, 4), device=device)
     ids = metalrt.asarray(np.array([0, 1], np.int32), device=device)

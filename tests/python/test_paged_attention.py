@@ -77,6 +77,20 @@ def test_rows_of_a_view(device):
                              device)
 
 
+def test_python_int_lists_become_int32(device):
+    """block_tables, seq_lens and query_start_loc given as lists of Python ints."""
+    query = rand((3, 2, 8), seed=4)
+    cache = rand((3, 4, 1, 8), seed=5)
+    tables, lens, loc = [[2, 0], [1, 0]], [6, 1], [0, 2, 3]
+    out = poisoned(query.shape, "float32", device)
+    ops.paged_attention(metalrt.asarray(query, device=device), cache, cache, tables, lens, loc,
+                        0.5, out=out)
+    expected = reference(query, cache, cache, np.array(tables), lens, loc, 0.5)
+    assert_matches(out, expected, "float32")
+    with pytest.raises(ValueError, match=r"^\[paged_attention\] seq_lens: 2147483648 does not fit"):
+        ops.paged_attention(query, cache, cache, tables, [6, 2**31], loc, 0.5)
+
+
 def test_bad_inputs(device):
     q = metalrt.zeros((3, 4, 8), device=device)
     cache = metalrt.zeros((4, 4, 2, 8), device=device)

@@ -51,6 +51,22 @@ def test_bad_slots_leave_the_cache_untouched(device):
     np.testing.assert_array_equal(cache.numpy(), init.astype(np.float32))
 
 
+def test_python_int_slots_become_int64(device):
+    """slot_mapping is int64 (vLLM's dtype), so Python ints become int64 there, not
+    int32: a slot beyond int32 is reported as beyond the cache, not as an overflow."""
+    init = rand((3, 16, 2, 8), seed=7)
+    cache = metalrt.asarray(init, device=device)
+    rows = rand((3, 2, 8), seed=8)
+    slots = [47, -1, 16]
+    ops.reshape_and_cache(rows, rows, cache, cache, slots)
+    np.testing.assert_array_equal(cache.numpy(), reference(init, rows, slots).astype(np.float32))
+    with pytest.raises(ValueError, match=r"^\[reshape_and_cache\] slot 2147483648 of token 1 is beyond"):
+        ops.reshape_and_cache(rows[:2], rows[:2], cache, cache, [0, 2**31])
+    with pytest.raises(ValueError, match=r"^\[reshape_and_cache\] slot_mapping: 9223372036854775808 "
+                                         r"does not fit in int64"):
+        ops.reshape_and_cache(rows[:2], rows[:2], cache, cache, [0, 2**63])
+
+
 def test_bad_inputs(device):
     cache = metalrt.zeros((2, 4, 2, 8), device=device)
     rows = metalrt.zeros((3, 2, 8), device=device)

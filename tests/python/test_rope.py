@@ -101,6 +101,18 @@ def test_rope_from_cache_applies_the_selected_rows(neox, dtype, device):
     np.testing.assert_array_equal(direct.numpy(), result.numpy())
 
 
+def test_python_int_positions_become_int32(device):
+    x = metalrt.asarray(rand((3, 2, 8), seed=9), device=device)
+    positions = [0, 7, 2**31 - 1]
+    for op in (ops.rope_neox, ops.rope_interleaved):
+        from_list = op(x, positions, 8, 10000.0).numpy()
+        np.testing.assert_array_equal(from_list, op(x, np.array(positions, np.int32), 8, 10000.0).numpy())
+    np.testing.assert_array_equal(ops.rope_cos_sin_cache(positions, 8, 10000.0).numpy(),
+                                  ops.rope_cos_sin_cache(np.array(positions, np.int32), 8, 1e4).numpy())
+    with pytest.raises(ValueError, match=r"^\[rope_neox\] positions: 2147483648 does not fit in int32"):
+        ops.rope_neox(x, [0, 1, 2**31], 8, 10000.0)
+
+
 def test_bad_inputs(device):
     x = metalrt.zeros((2, 3, 8), device=device)
     pos = np.array([0, 1], np.int32)

@@ -17,6 +17,7 @@ from metalrt import ops
 
 from ..runner.batch import ScheduledChunk, StepInputs, build_step
 from ..runner.kv_cache import PagedKVCache, blocks_for
+from ..tensor import check_int_range
 
 
 def require(config: Mapping, key: str, arch: str):
@@ -263,10 +264,11 @@ class CausalLM:
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """float32 [n_tokens, vocab]: the logits after every token of ``token_ids``,
         from one prefill into a fresh cache (for parity checks and scoring).
-        Raises ValueError for an empty list or ids outside the vocabulary."""
+        Raises ValueError for an empty list or ids outside the vocabulary (or int32)."""
         ids = [int(t) for t in token_ids]
         if not ids:
             raise ValueError("[logits] token_ids must not be empty")
+        check_int_range(min(ids), max(ids), "int32", "[logits] token id")
         cache = self.new_cache(blocks_for(len(ids)))
         step = build_step([ScheduledChunk(ids, 0, list(range(cache.num_blocks)), "all")],
                           self.device)

@@ -8,26 +8,28 @@ import operator
 import numpy as np
 
 from .._metalrt import Tensor
-from ..tensor import asarray
+from ..tensor import to_tensor
 
 _ARRAY_LIKE = (np.ndarray, np.generic, list, tuple, numbers.Number)
 
 
-def tensors(op: str, optional: tuple = (), **args) -> list:
+def tensors(op: str, optional: tuple = (), index_dtypes: dict | None = None, **args) -> list:
     """The values of `args` as Tensors, in order. Tensors pass through; numpy arrays,
     lists and scalars are copied (metalrt.asarray) to the device of the first Tensor
-    argument, or to the CPU when there is none. Names in `optional` may be None.
-    Anything else (a str, None, a dict, a bool) raises TypeError."""
+    argument, or to the CPU when there is none. `index_dtypes` maps the names of index
+    arguments (ids, positions, slots) to the integer dtype the op takes: Python ints
+    given for them become that dtype, range-checked (ValueError when a value does not
+    fit); numpy arrays keep their dtype, which the op checks. Names in `optional` may be
+    None. Anything else (a str, None, a dict, a bool) raises TypeError."""
     device = next((v.device for v in args.values() if isinstance(v, Tensor)), "cpu")
+    index_dtypes = index_dtypes or {}
     result = []
     for name, value in args.items():
         if isinstance(value, Tensor) or (value is None and name in optional):
             result.append(value)
         elif isinstance(value, _ARRAY_LIKE) and not isinstance(value, (bool, np.bool_)):
-            try:
-                result.append(asarray(value, device=device))
-            except TypeError as error:
-                raise TypeError(f"[{op}] {name}: {error}") from None
+            result.append(to_tensor(value, device, int_dtype=index_dtypes.get(name),
+                                    what=f"[{op}] {name}"))
         else:
             raise TypeError(f"[{op}] {name} must be a metalrt.Tensor or a numpy array, "
                             f"got {type(value).__name__}")

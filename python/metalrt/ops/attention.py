@@ -16,7 +16,8 @@ def paged_attention(query, key_cache, value_cache, block_tables, seq_lens, query
     key_cache, value_cache: [num_blocks, block_size, kv_heads, head_dim], query's dtype;
     block_tables: int32 [B, max_blocks_per_seq] (block ids of each request's context);
     seq_lens: int32 [B], context length including the new queries; query_start_loc:
-    int32 [B + 1]; scale: the softmax scale, usually head_dim ** -0.5.
+    int32 [B + 1] (lists of Python ints are converted to int32, numpy arrays must already
+    be int32); scale: the softmax scale, usually head_dim ** -0.5.
     Query i of request b sits at position seq_lens[b] - q_len_b + i and attends to
     positions 0..that position; head h reads kv head h // (heads // kv_heads).
     Softmax(scale * q.k) in float32. Returns [T, heads, head_dim] in query's dtype.
@@ -31,6 +32,8 @@ def paged_attention(query, key_cache, value_cache, block_tables, seq_lens, query
     devices; TypeError for wrong dtypes or non-array arguments.
     """
     op = "paged_attention"
-    args = tensors(op, query=query, key_cache=key_cache, value_cache=value_cache,
+    args = tensors(op, index_dtypes=dict.fromkeys(("block_tables", "seq_lens", "query_start_loc"),
+                                                  "int32"),
+                   query=query, key_cache=key_cache, value_cache=value_cache,
                    block_tables=block_tables, seq_lens=seq_lens, query_start_loc=query_start_loc)
     return _native.paged_attention(*args, real(op, "scale", scale), out=out_tensor(op, out))

@@ -10,13 +10,15 @@ from ._args import integer, out_tensor, tensors
 def embedding(weight, ids, out=None) -> Tensor:
     """Row gather: out[t] = weight[ids[t]].
 
-    weight: [V, D], any dtype; ids: int32 [T]; out: optional [T, D] with weight's dtype.
-    Returns [T, D] in weight's dtype on the inputs' device.
+    weight: [V, D], any dtype; ids: int32 [T] (a list of Python ints is converted to
+    int32; a numpy array must already be int32); out: optional [T, D] with weight's
+    dtype. Returns [T, D] in weight's dtype on the inputs' device.
 
-    Raises ValueError for ranks, shapes, ids outside [0, V) or tensors on different
-    devices; TypeError when ids is not int32 or an argument is not array-like.
+    Raises ValueError for ranks, shapes, ids outside [0, V) (or, as Python ints, outside
+    int32) or tensors on different devices; TypeError when ids is not int32 or an
+    argument is not array-like.
     """
-    weight, ids = tensors("embedding", weight=weight, ids=ids)
+    weight, ids = tensors("embedding", index_dtypes={"ids": "int32"}, weight=weight, ids=ids)
     return _native.embedding(weight, ids, out=out_tensor("embedding", out))
 
 
@@ -40,14 +42,15 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
     Language Model Serving with PagedAttention").
 
     key, value: [T, kv_heads, head_dim]; key_cache, value_cache: [num_blocks,
-    block_size, kv_heads, head_dim], same dtype as key; slot_mapping: int64 [T] —
-    token t goes to block slot // block_size, row slot % block_size. A slot < 0 is
-    padding and is skipped. Returns None.
+    block_size, kv_heads, head_dim], same dtype as key; slot_mapping: int64 [T] (vLLM's
+    dtype; a list of Python ints is converted to int64, a numpy array must already be
+    int64) — token t goes to block slot // block_size, row slot % block_size. A slot < 0
+    is padding and is skipped. Returns None.
 
     Raises ValueError for shape mismatches, slots beyond the cache or tensors on
     different devices; TypeError for dtype mismatches (slot_mapping must be int64).
     """
     key, value, key_cache, value_cache, slot_mapping = tensors(
-        "reshape_and_cache", key=key, value=value, key_cache=key_cache, value_cache=value_cache,
-        slot_mapping=slot_mapping)
+        "reshape_and_cache", index_dtypes={"slot_mapping": "int64"}, key=key, value=value,
+        key_cache=key_cache, value_cache=value_cache, slot_mapping=slot_mapping)
     _native.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)

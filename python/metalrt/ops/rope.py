@@ -12,15 +12,19 @@ from .._metalrt import Tensor
 from .._metalrt import ops as _native
 from ._args import flag, integer, out_tensor, real, tensors
 
+# Python ints given as positions become int32 (range-checked); numpy arrays must be int32.
+_POSITIONS = {"positions": "int32"}
+
 
 def _rope(op: str, x, positions, rotary_dim, base, out) -> Tensor:
-    x, positions = tensors(op, x=x, positions=positions)
+    x, positions = tensors(op, index_dtypes=_POSITIONS, x=x, positions=positions)
     return getattr(_native, op)(x, positions, integer(op, "rotary_dim", rotary_dim),
                                 real(op, "base", base), out=out_tensor(op, out))
 
 
 _ROTATE_DOC = """
-    x: [T, heads, head_dim] float (f32/f16/bf16); positions: int32 [T] (token positions);
+    x: [T, heads, head_dim] float (f32/f16/bf16); positions: int32 [T] (token positions;
+    a list of Python ints is converted to int32, a numpy array must already be int32);
     rotary_dim: even, 0 < rotary_dim <= head_dim; base: the RoPE theta (> 0, e.g. 10000
     or 1e6); out: optional, x's shape and dtype, may be x itself (in place). Angles in
     radians, computed accurately (no fast-math cos/sin): the CPU in double; Metal reduces
@@ -54,7 +58,7 @@ def rope_cos_sin_cache(positions, rotary_dim, base, out=None) -> Tensor:
     float32 [T, rotary_dim]. Raises ValueError / TypeError as rope_neox.
     """
     op = "rope_cos_sin_cache"
-    (positions,) = tensors(op, positions=positions)
+    (positions,) = tensors(op, index_dtypes=_POSITIONS, positions=positions)
     return _native.rope_cos_sin_cache(positions, integer(op, "rotary_dim", rotary_dim),
                                       real(op, "base", base), out=out_tensor(op, out))
 
@@ -72,7 +76,8 @@ def rope_from_cache(x, cos_sin_cache, positions, neox=True, out=None) -> Tensor:
     devices; TypeError for wrong dtypes or non-array arguments.
     """
     op = "rope_from_cache"
-    x, cos_sin_cache, positions = tensors(op, x=x, cos_sin_cache=cos_sin_cache, positions=positions)
+    x, cos_sin_cache, positions = tensors(op, index_dtypes=_POSITIONS, x=x,
+                                          cos_sin_cache=cos_sin_cache, positions=positions)
     return _native.rope_from_cache(x, cos_sin_cache, positions, flag(op, "neox", neox),
                                    out=out_tensor(op, out))
 
@@ -91,7 +96,8 @@ def qk_norm_rope(q, k, q_weight, k_weight, positions, eps, rotary_dim, base) -> 
     TypeError for dtypes or non-array arguments.
     """
     op = "qk_norm_rope"
-    q, k, q_weight, k_weight, positions = tensors(op, q=q, k=k, q_weight=q_weight,
-                                                  k_weight=k_weight, positions=positions)
+    q, k, q_weight, k_weight, positions = tensors(op, index_dtypes=_POSITIONS, q=q, k=k,
+                                                  q_weight=q_weight, k_weight=k_weight,
+                                                  positions=positions)
     return _native.qk_norm_rope(q, k, q_weight, k_weight, positions, real(op, "eps", eps),
                                 integer(op, "rotary_dim", rotary_dim), real(op, "base", base))
