@@ -15,17 +15,27 @@ Shading Language Specification and Metal's ``dispatchThreads`` /
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 
 import numpy as np
 
 from . import _metalrt
+from ._sim.msl_to_cpp import MslError, function_constant_types
+from .tensor import check_int_range
 
 # numpy scalar types a function constant may take, with FunctionConstant::Type codes
 # (cpp/gpu/gpu_device.h: kBool, kInt16, kUInt16, kInt32, kUInt32, kFloat, kHalf).
 _CONSTANT_TYPES = {np.bool_: 0, np.int16: 1, np.uint16: 2, np.int32: 3, np.uint32: 4,
                    np.float32: 5, np.float16: 6}
+# The numpy type of each MSL type a function constant may be declared with.
+_MSL_CONSTANT_TYPES = {"bool": np.bool_, "short": np.int16, "int16_t": np.int16,
+                       "ushort": np.uint16, "uint16_t": np.uint16, "int": np.int32,
+                       "int32_t": np.int32, "uint": np.uint32, "uint32_t": np.uint32,
+                       "float": np.float32, "half": np.float16}
+# Python scalars for a constant whose declaration is not known (see _constant).
+_PYTHON_DEFAULT_TYPES = {bool: np.bool_, int: np.int32, float: np.float32}
 _toolchain_set = False
 
 
@@ -50,7 +60,9 @@ def compile_shader(source: str) -> "ShaderLibrary":
             and explicit template instantiations named with ``[[host_name("...")]]``).
 
     Returns:
-        A :class:`ShaderLibrary`.
+        A :class:`ShaderLibrary`. The declared types of its function constants are read
+        from ``source`` (``constant T name [[function_constant(i)]];``), so that
+        Python values given for them are converted to those types.
 
     Raises:
         TypeError: ``source`` is not a str.
@@ -60,7 +72,12 @@ def compile_shader(source: str) -> "ShaderLibrary":
     if not isinstance(source, str):
         raise TypeError(f"[compile_shader] source must be a str, got {type(source).__name__}")
     _use_installed_toolchain()
-    return ShaderLibrary(_metalrt._compile_shader(source))
+    native = _metalrt._compile_shader(source)
+    try:
+        declared = function_constant_types(source)
+    except MslError:
+        declared = {}   # a declaration only Metal understands: Python values use the defaults
+    return ShaderLibrary(native, declared)
 
 
 def _size3(value, what: str, kernel: str) -> list[int]:
@@ -75,16 +92,59 @@ def _size3(value, what: str, kernel: str) -> list[int]:
     return dims
 
 
-def _constant(kernel: str, index, value) -> tuple[int, int, bytes]:
+def _constant(kernel: str, index, value, declared: dict) -> tuple[int, int, bytes]:
+    """(index, FunctionConstant::Type code, value bytes) of one ``constants`` entry.
+
+    A Python bool, int or float is converted to the type the source declares for
+    ``index`` (``declared``: index -> MSL type), range-checked; where the declaration is
+    not known (not found in the source), bool -> bool, int -> int32, float -> float32. A
+    numpy scalar is passed as it is and must have the declared type.
+    """
     if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or index < 0:
         raise ValueError(f"[{kernel}] function constant indices are non-negative ints, got {index!r}")
-    if isinstance(value, bool):
-        value = np.bool_(value)
-    for scalar_type, code in _CONSTANT_TYPES.items():
-        if type(value) is scalar_type:
-            return int(index), code, value.tobytes()
-    raise TypeError(f"[{kernel}] function constant {index} must be a bool or a numpy bool_, int16, "
-                    f"uint16, int32, uint32, float32 or float16 scalar, got {type(value).__name__}")
+    msl_type = declared.get(int(index))
+    if msl_type is not None and msl_type not in _MSL_CONSTANT_TYPES:
+        raise TypeError(f"[{kernel}] function constant {index} is declared {msl_type}, which "
+                        f"cannot be set (supported: {', '.join(_MSL_CONSTANT_TYPES)})")
+    target = _MSL_CONSTANT_TYPES.get(msl_type)
+    what = f"[{kernel}] function constant {index}" + (f" ({msl_type})" if msl_type else "")
+    if type(value) in _PYTHON_DEFAULT_TYPES:
+        value = _from_python(value, target or _PYTHON_DEFAULT_TYPES[type(value)], what)
+    elif type(value) in _CONSTANT_TYPES and target is not None and type(value) is not target:
+        raise TypeError(f"{what} takes {np.dtype(target).name} values, got a numpy "
+                        f"{type(value).__name__} (pass a Python number or "
+                        f"np.{np.dtype(target).name})")
+    if type(value) not in _CONSTANT_TYPES:
+        raise TypeError(f"{what} must be a Python bool, int or float or a numpy bool_, int16, "
+                        f"uint16, int32, uint32, float32 or float16 scalar, got "
+                        f"{type(value).__name__}")
+    return int(index), _CONSTANT_TYPES[type(value)], value.tobytes()
+
+
+def _from_python(value, target: type, what: str) -> np.generic:
+    """A Python bool/int/float as the numpy scalar type ``target``: a bool only as bool,
+    an int as an integer type in its range, an int or float as float32/float16 when it
+    stays finite. TypeError for a kind that would change (float -> int, int -> bool),
+    ValueError for a value out of range."""
+    name = np.dtype(target).name
+    if target is np.bool_ or isinstance(value, bool):
+        if not (target is np.bool_ and isinstance(value, bool)):
+            raise TypeError(f"{what} takes {name} values, got {type(value).__name__}")
+        return np.bool_(value)
+    if np.issubdtype(target, np.integer):
+        if not isinstance(value, int):
+            raise TypeError(f"{what} takes {name} values, got float {value!r}")
+        check_int_range(value, value, name, what)
+        return target(value)
+    try:
+        with np.errstate(over="ignore"):
+            converted = target(float(value))
+    except OverflowError:   # an int beyond float64
+        converted = target(np.inf)
+    if np.isinf(converted) and not (isinstance(value, float) and math.isinf(value)):
+        raise ValueError(f"{what}: {value!r} does not fit in {name} "
+                         f"(largest finite {float(np.finfo(target).max)!r})")
+    return converted
 
 
 class ShaderKernel:
@@ -108,17 +168,25 @@ class ShaderKernel:
             threadgroups: grid size in whole threadgroups (``dispatchThreadgroups``).
                 Exactly one of ``threads`` and ``threadgroups`` is given.
             group_size: threads per threadgroup (x[, y[, z]]), at most 1024 in total.
-            constants: ``{index: value}`` for ``[[function_constant(index)]]``; values
-                are bool or numpy bool_/int16/uint16/int32/uint32/float32/float16.
+            constants: ``{index: value}`` for ``[[function_constant(index)]]``. A Python
+                bool, int or float is converted to the constant's declared type (read
+                from the source) with a range check: bool for ``bool``; an int for
+                ``short``/``ushort``/``int``/``uint`` (and their ``intN_t`` names); an
+                int or float for ``float``/``half``. Where the declaration is not known,
+                bool -> bool, int -> int32, float -> float32. A numpy scalar
+                (bool_/int16/uint16/int32/uint32/float32/float16) is passed as it is
+                and must have the declared type.
 
         Raises:
             TypeError: an argument is neither a metalrt.Tensor nor a numpy scalar, or a
-                constant has an unsupported type.
+                constant has an unsupported type or one that does not match its
+                declaration (a float for an int constant, an int for a bool one).
             ValueError: a tensor is not on the metal device (or not in a Metal
                 allocation), the grid or group size is malformed, a buffer the kernel
                 uses is not bound, a function constant does not match the kernel's, or
                 the kernel uses a function constant without a value (only one it tests
-                with ``is_function_constant_defined`` may be left out, as on Metal).
+                with ``is_function_constant_defined`` may be left out, as on Metal), or
+                a Python value does not fit the constant's declared type.
         """
         kernel = self.name
         if (threads is None) == (threadgroups is None):
@@ -137,7 +205,8 @@ class ShaderKernel:
             else:
                 raise TypeError(f"[{kernel}] argument {i} must be a metalrt.Tensor or a numpy scalar "
                                 f"(e.g. np.uint32), got {type(a).__name__}")
-        fcs = [_constant(kernel, k, v) for k, v in (constants or {}).items()]
+        fcs = [_constant(kernel, k, v, self._library._constant_types)
+               for k, v in (constants or {}).items()]
         self._library._native.dispatch(kernel, bound, grid, group, threads is not None, fcs)
 
     def __repr__(self) -> str:
@@ -149,9 +218,10 @@ class ShaderLibrary:
     names of template instantiations that are not identifiers are reached with
     ``lib["name"]``."""
 
-    def __init__(self, native):
+    def __init__(self, native, constant_types: dict[int, str]):
         self._native = native
         self._names = tuple(native.function_names())
+        self._constant_types = constant_types   # function-constant index -> declared MSL type
 
     @property
     def function_names(self) -> tuple[str, ...]:

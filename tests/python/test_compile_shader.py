@@ -150,8 +150,103 @@ def test_bad_arguments_raise():
         lib.axpy(x, y, np.float32(1), np.uint32(8), threads=8)
     with pytest.raises(ValueError, match=r"1025 threads per threadgroup"):
         lib.axpy(x, y, np.float32(1), np.uint32(8), threads=8, group_size=1025, constants={0: False})
-    with pytest.raises(TypeError, match=r"function constant 0 must be a bool"):
+    with pytest.raises(TypeError, match=r"\[axpy\] function constant 0 \(bool\) must be a Python bool"):
         lib.axpy(x, y, np.float32(1), np.uint32(8), threads=8, group_size=8, constants={0: "yes"})
     with pytest.raises(AttributeError, match=r"no kernel named 'nope'"):
         lib.nope
 
+
+
+# One function constant of each settable type, written out so the test can read them.
+CONSTANTS = r"""
+#include <metal_stdlib>
+using namespace metal;
+constant bool flag [[function_constant(0)]];
+constant uint count [[function_constant(1)]];
+constant half h [[function_constant(2)]];
+constant float f [[function_constant(3)]];
+constant short s [[function_constant(4)]];
+constant ushort us [[function_constant(5)]];
+constant int32_t i [[function_constant(6)]];
+
+kernel void show(device uint* u [[buffer(0)]], device float* x [[buffer(1)]],
+                 device int* n [[buffer(2)]], uint t [[thread_position_in_grid]]) {
+  if (t != 0) return;
+  u[0] = flag ? 1u : 0u;
+  u[1] = count;
+  u[2] = us;
+  x[0] = float(h);
+  x[1] = f;
+  n[0] = s;
+  n[1] = i;
+}
+"""
+
+# Python values that fit each declared type, and what the kernel must see (numpy's
+# conversion to the declared type: float -> half/float rounds to nearest).
+GOOD = {0: True, 1: 2**32 - 1, 2: 0.1, 3: 1 / 3, 4: -2**15, 5: 65535, 6: -2**31}
+
+
+def run_show(lib, constants):
+    u = metal(np.full(3, 7, np.uint32))
+    x = metal(np.full(2, np.nan, np.float32))
+    n = metal(np.full(2, 7, np.int32))
+    lib.show(u, x, n, threads=1, group_size=1, constants=constants)
+    return u.numpy().tolist(), x.numpy(), n.numpy().tolist()
+
+
+def test_python_constants_take_the_declared_types():
+    lib = metalrt.compile_shader(CONSTANTS)
+    u, x, n = run_show(lib, GOOD)
+    assert u == [1, 2**32 - 1, 65535] and n == [-2**15, -2**31]
+    assert x[0] == np.float16(0.1) and x[1] == np.float32(1 / 3)
+    # An int for a float constant converts; numpy scalars of the declared type pass as before.
+    u, x, n = run_show(lib, {**GOOD, 0: np.bool_(False), 1: np.uint32(9), 2: 3, 3: -2, 4: np.int16(5)})
+    assert u == [0, 9, 65535] and x.tolist() == [3.0, -2.0] and n == [5, -2**31]
+    u, x, n = run_show(lib, {**GOOD, 2: 65504.0, 3: float("inf")})
+    assert x[0] == 65504.0 and x[1] == np.inf
+
+
+@pytest.mark.parametrize("index, value, error, message", [
+    (1, -1, ValueError, r"function constant 1 \(uint\): -1 does not fit in uint32 \[0, 4294967295\]"),
+    (1, 2**32, ValueError, r"function constant 1 \(uint\): 4294967296 does not fit in uint32"),
+    (4, 2**15, ValueError, r"function constant 4 \(short\): 32768 does not fit in int16"),
+    (5, -1, ValueError, r"function constant 5 \(ushort\): -1 does not fit in uint16"),
+    (6, 2**31, ValueError, r"function constant 6 \(int32_t\): 2147483648 does not fit in int32"),
+    (2, 65520.0, ValueError, r"function constant 2 \(half\): 65520.0 does not fit in float16"),
+    (3, 1e39, ValueError, r"function constant 3 \(float\): 1e\+39 does not fit in float32"),
+    (3, 10**400, ValueError, r"function constant 3 \(float\): 1000.* does not fit in float32"),
+    (1, 2.0, TypeError, r"function constant 1 \(uint\) takes uint32 values, got float 2.0"),
+    (6, True, TypeError, r"function constant 6 \(int32_t\) takes int32 values, got bool"),
+    (0, 1, TypeError, r"function constant 0 \(bool\) takes bool values, got int"),
+    (1, np.int32(5), TypeError, r"function constant 1 \(uint\) takes uint32 values, got a numpy int32"),
+    (2, np.float32(1), TypeError, r"function constant 2 \(half\) takes float16 values"),
+])
+def test_python_constants_out_of_range_or_of_another_kind_raise(index, value, error, message):
+    lib = metalrt.compile_shader(CONSTANTS)
+    with pytest.raises(error, match=r"^\[show\] " + message):
+        run_show(lib, {**GOOD, index: value})
+
+
+def test_declared_constant_types_are_read_from_the_source():
+    from metalrt._sim.msl_to_cpp import function_constant_types
+    assert function_constant_types(CONSTANTS) == {0: "bool", 1: "uint", 2: "half", 3: "float",
+                                                  4: "short", 5: "ushort", 6: "int32_t"}
+    assert function_constant_types(AXPY) == {0: "bool"}
+    assert function_constant_types(MATMUL) == {}
+
+
+def test_undeclared_constants_default_to_bool_int32_float32():
+    """Where the source declares no type for an index, Python values map to bool, int32
+    and float32 (range-checked); the pipeline then reports the missing constant."""
+    from metalrt.shader import _constant
+    assert _constant("k", 3, True, {}) == (3, 0, np.bool_(True).tobytes())
+    assert _constant("k", 3, -5, {}) == (3, 3, np.int32(-5).tobytes())
+    assert _constant("k", 3, 0.1, {}) == (3, 5, np.float32(0.1).tobytes())
+    with pytest.raises(ValueError, match=r"^\[k\] function constant 3: 2147483648 does not fit in int32"):
+        _constant("k", 3, 2**31, {})
+    lib = metalrt.compile_shader(AXPY)
+    x = metal(np.zeros(8, np.float32))
+    with pytest.raises(ValueError, match=r"kernel 'axpy' has no function constant 9"):
+        lib.axpy(x, x, np.float32(1), np.uint32(8), threads=8, group_size=8,
+                 constants={0: True, 9: 5})

@@ -775,6 +775,16 @@ def generate(source_path: str, mode: str = "builtin") -> tuple[str, list[str]]:
     return "\n".join(out) + "\n", state.files
 
 
+def function_constant_types(source: str) -> dict[int, str]:
+    """``{index: declared MSL type}`` of the ``constant T name [[function_constant(i)]];``
+    declarations in MSL source text (not in the headers it includes), as the
+    generator reads them. ``compile_shader`` uses it to convert Python values to the
+    declared type. Raises MslError for a declaration the generator cannot translate."""
+    state = State()
+    _rewrite_function_constants(_File("shader.metal", source), state)
+    return {fc.index: fc.type for fc in state.constants.values()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source")
