@@ -3,6 +3,7 @@ prompt and then prints throughput and peak memory in mlx-lm's format."""
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from typing import Sequence
 
@@ -17,15 +18,27 @@ examples:
   metalrt generate --prompt "Once upon a time"
   metalrt generate --chat --prompt "What is the capital of France?" --max-tokens 50
   metalrt generate --model ./model.gguf --prompt "Hello" --temp 0.7 --top-p 0.9 --seed 1
+  metalrt generate --prompt "List the planets:" --repetition-penalty 1.3
 
 After the text, three lines report the prompt and generation throughput and the peak
 memory: "Prompt: N tokens, X tokens-per-sec", "Generation: N tokens, X tokens-per-sec",
 "Peak memory: X.XXX GB"."""
 
 
+def package_version() -> str:
+    """The installed distribution's version (importlib.metadata), "unknown" when metalrt
+    runs from a source tree that was never installed."""
+    try:
+        return importlib.metadata.version("metalrt")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="metalrt", description=_DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
+                        help="print 'metalrt <version>' and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     gen = commands.add_parser(
         "generate", help="generate text from a prompt",
@@ -48,6 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--min-p", type=float, default=0.0, metavar="P",
                      help="drop tokens less likely than P times the most likely one; "
                           "0 disables (default: %(default)s)")
+    gen.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
+                     help="CTRL repetition penalty (Keskar et al. 2019): the logit of a token "
+                          "among the last --repetition-context-size tokens of prompt and output "
+                          "is divided by R when positive, multiplied by R when negative; "
+                          "1 disables (default: %(default)s)")
+    gen.add_argument("--repetition-context-size", type=int, default=20, metavar="N",
+                     help="how many of the most recent tokens the repetition penalty looks at "
+                          "(default: %(default)s, as mlx-lm)")
     gen.add_argument("--seed", type=int, default=None, metavar="S",
                      help="random seed for sampling (default: fresh entropy)")
     gen.add_argument("--device", choices=("auto", "cpu", "metal"), default="auto",
@@ -72,20 +93,22 @@ def _generate(args: argparse.Namespace) -> int:
     # verbose: stream the text from stream_generate, then the statistics lines.
     metalrt.generate(model, tokenizer, prompt, max_tokens=args.max_tokens, verbose=True,
                      temp=args.temp, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-                     seed=args.seed)
+                     repetition_penalty=args.repetition_penalty,
+                     repetition_context_size=args.repetition_context_size, seed=args.seed)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``metalrt`` console script; returns the exit status (1 with a
-    one-line message for a model that cannot be loaded or bad generation settings)."""
+    """Entry point of the ``metalrt`` console script; returns the exit status (1 with the
+    one line ``metalrt: error: ...`` on standard error, and nothing on standard output,
+    for a model that cannot be read or bad generation settings)."""
     from .default_model import DefaultModelError
 
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except (FileNotFoundError, ValueError, DefaultModelError) as e:
+    except (OSError, ValueError, DefaultModelError) as e:
         print(f"metalrt: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

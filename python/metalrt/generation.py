@@ -163,18 +163,27 @@ def stream_generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int 
     Generation stops at the model's context length (``max_position_embeddings``) even
     when ``max_tokens`` would go further; ``finish_reason`` is then "length".
 
-    Raises ValueError for an empty prompt, a prompt as long as the context, max_tokens
-    < 1 or out-of-range sampling arguments; OutOfBlocksError cannot occur (the cache is
-    sized for the request).
+    The arguments are checked when ``stream_generate`` is called, before it returns the
+    iterator (mlx-lm checks them at the first ``next``), so a bad setting fails before
+    any output. Raises ValueError for an empty prompt, a prompt id outside int32, a
+    prompt as long as the context, max_tokens < 1 or out-of-range sampling arguments;
+    OutOfBlocksError cannot occur (the cache is sized for the request).
     """
     ids = prompt_ids(tokenizer, prompt)
     params = SamplingParams(temp, top_p, top_k, min_p, repetition_penalty,
                             repetition_context_size, seed, logprobs)
     budget = _token_budget(model, ids, max_tokens)
+    return _stream(model, tokenizer, ids, params, budget, _TextStream(tokenizer, stop),
+                   max_batched_tokens)
+
+
+def _stream(model: CausalLM, tokenizer, ids: List[int], params: SamplingParams, budget: int,
+            text: _TextStream, max_batched_tokens: int) -> Iterator[GenerationResponse]:
+    """The generator behind ``stream_generate``; its KV cache is allocated at the first
+    ``next`` and freed when the generator ends or is closed."""
     engine = _engine(model, [ids], [budget], max_batched_tokens)
     try:
         request = engine.add_request(ids, params, budget, tokenizer.eos_token_ids)
-        text = _TextStream(tokenizer, stop)
         start = time.perf_counter()
         prompt_tps, first_token_time = 0.0, 0.0
         while not request.finished:
@@ -204,9 +213,11 @@ def generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int = 100,
     generation tokens-per-sec and peak memory as mlx-lm does."""
     pieces = []
     last = None
+    # Created first: bad arguments raise here, before the banner is printed.
+    responses = stream_generate(model, tokenizer, prompt, max_tokens, **kwargs)
     if verbose:
         print("=" * 10)
-    for last in stream_generate(model, tokenizer, prompt, max_tokens, **kwargs):
+    for last in responses:
         pieces.append(last.text)
         if verbose:
             print(last.text, end="", flush=True)

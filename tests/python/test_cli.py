@@ -2,6 +2,7 @@
 chat wrapping and error exit through a recording stand-in for ``metalrt.load`` /
 ``metalrt.generate``; and the real thing: the default model's reference continuation
 and the statistics lines."""
+import importlib.metadata
 import re
 import shutil
 import subprocess
@@ -14,10 +15,12 @@ from metalrt.default_model import default_model_path
 from metalrt.loaders import load_model_files
 from metalrt.loaders.gguf_file import GGUFFile
 from metalrt.tokenizer import Tokenizer
+import tiny_hf
 from tiny_models import tokenizer_metadata
 
 GENERATE_OPTIONS = ["--model", "--prompt", "--max-tokens", "--temp", "--top-p", "--top-k",
-                    "--min-p", "--seed", "--device", "--chat"]
+                    "--min-p", "--repetition-penalty", "--repetition-context-size", "--seed",
+                    "--device", "--chat"]
 
 
 def run_script(*args):
@@ -34,6 +37,12 @@ def test_help_documents_every_option():
     for option in GENERATE_OPTIONS:
         assert option in gen.stdout, option
     assert "auto,cpu,metal" in gen.stdout and "tokens-per-sec" in gen.stdout
+
+
+def test_version_prints_the_installed_version():
+    result = run_script("--version")
+    assert result.returncode == 0
+    assert result.stdout == f"metalrt {importlib.metadata.version('metalrt')}\n"
 
 
 def test_missing_prompt_is_a_usage_error():
@@ -68,10 +77,13 @@ def fake(monkeypatch):
 def test_generate_passes_every_setting(fake):
     assert main(["generate", "--prompt", "Once", "--max-tokens", "5", "--temp", "0.7",
                  "--top-p", "0.9", "--top-k", "40", "--min-p", "0.05", "--seed", "3",
+                 "--repetition-penalty", "1.3", "--repetition-context-size", "64",
                  "--device", "cpu", "--model", "m.gguf"]) == 0
     assert fake.calls["load"] == ("m.gguf", "cpu")
     assert fake.calls["generate"] == ("Once", dict(max_tokens=5, verbose=True, temp=0.7,
-                                                   top_p=0.9, top_k=40, min_p=0.05, seed=3))
+                                                   top_p=0.9, top_k=40, min_p=0.05,
+                                                   repetition_penalty=1.3,
+                                                   repetition_context_size=64, seed=3))
 
 
 def test_generate_chat_sends_template_token_ids(fake):
@@ -80,6 +92,7 @@ def test_generate_chat_sends_template_token_ids(fake):
     expected = fake.tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
                                      add_special_tokens=False)
     assert prompt == expected and kwargs["temp"] == 0.0 and kwargs["seed"] is None
+    assert kwargs["repetition_penalty"] == 1.0 and kwargs["repetition_context_size"] == 20
     assert fake.calls["load"] == (None, "auto")
 
 
@@ -90,6 +103,38 @@ def test_generate_reports_unloadable_model(monkeypatch, tmp_path, capsys):
     assert main(["generate", "--model", str(bad), "--prompt", "x"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("metalrt: error: [gguf] ") and "not a GGUF file" in err
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("llama")
+    tiny_hf.build("llama", directory)
+    return str(directory)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--temp", "-1"], "[sampling] temp must be >= 0"),
+    (["--top-p", "0"], "[sampling] top_p must be in (0, 1]"),
+    (["--repetition-penalty", "0"], "[sampling] repetition_penalty must be > 0"),
+    (["--repetition-context-size", "-1"], "[sampling] repetition_context_size must be >= 0"),
+    (["--max-tokens", "0"], "[generate] max_tokens must be >= 1, got 0"),
+])
+def test_bad_settings_print_one_error_line_and_nothing_else(monkeypatch, capsys, tiny_model_dir,
+                                                          args, message):
+    load = metalrt.load
+    monkeypatch.setattr(metalrt, "load", lambda path, device: load(tiny_model_dir, device="cpu"))
+    assert main(["generate", "--prompt", "t1 t2", *args]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"metalrt: error: {message}\n"
+
+
+def test_bad_model_paths_print_one_error_line(tmp_path):
+    missing = tmp_path / "missing.gguf"
+    for path, message in [(missing, rf"\[load_model_files\] {missing}: no such file or directory"),
+                          (tmp_path, r"\[load_model_files\] .*: expected a Hugging Face model directory")]:
+        result = run_script("generate", "--model", str(path), "--prompt", "x", "--device", "cpu")
+        assert result.returncode == 1 and result.stdout == ""
+        assert re.fullmatch(rf"metalrt: error: {message}[^\n]*\n", result.stderr), result.stderr
 
 
 # DESIGN §6: SmolLM2-135M-Instruct's greedy continuation of "Once upon a time".

@@ -127,6 +127,46 @@ def test_bad_arguments(llama):
         model.logits([tiny_hf.VOCAB])
 
 
+def test_arguments_are_checked_before_any_output(llama, capsys):
+    """stream_generate raises when called (not at the first next), so generate(verbose)
+    prints nothing, not even its "==========" banner, for bad settings."""
+    model, tokenizer = llama
+    for kwargs, message in [(dict(temp=-1), r"^\[sampling\] temp must be >= 0"),
+                            (dict(max_tokens=0), r"^\[generate\] max_tokens must be >= 1"),
+                            (dict(repetition_penalty=0), r"^\[sampling\] repetition_penalty")]:
+        with pytest.raises(ValueError, match=message):
+            metalrt.stream_generate(model, tokenizer, [1, 2], **kwargs)
+        with pytest.raises(ValueError, match=message):
+            metalrt.generate(model, tokenizer, [1, 2], verbose=True, **kwargs)
+        assert capsys.readouterr().out == ""
+    with pytest.raises(ValueError, match=r"^\[generate\] prompt token id: 2147483648 does not fit in int32"):
+        metalrt.stream_generate(model, tokenizer, [1, 2**31])
+    with pytest.raises(ValueError, match=r"^\[logits\] token id: -2147483649 does not fit in int32"):
+        model.logits([-2**31 - 1])
+
+
+@pytest.mark.parametrize("penalty, window", [(1.5, 20), (0.7, 3), (2.0, 0)])
+def test_repetition_penalty_matches_a_numpy_reference(llama, penalty, window):
+    """Greedy decoding with the CTRL penalty (Keskar et al. 2019) over the last `window`
+    tokens of prompt + output, against a reference that recomputes every step's logits
+    with model.logits and penalises them in float64: a positive logit of a recent token
+    is divided by the penalty, a negative one multiplied (mlx-lm's rule)."""
+    model, tokenizer = llama
+    prompt = tiny_hf.prompt(9, 7) * 2          # repeated tokens, so the penalty bites
+    got = [r.token for r in metalrt.stream_generate(
+        model, tokenizer, prompt, max_tokens=8, repetition_penalty=penalty,
+        repetition_context_size=window)]
+    tokens = list(prompt)
+    for _ in range(8):
+        logits = model.logits(tokens)[-1].astype(np.float64)
+        for t in set(tokens[len(tokens) - window:] if window else []):
+            logits[t] = logits[t] / penalty if logits[t] >= 0 else logits[t] * penalty
+        tokens.append(int(np.argmax(logits)))
+    assert got == tokens[len(prompt):]
+    plain = [r.token for r in metalrt.stream_generate(model, tokenizer, prompt, max_tokens=8)]
+    assert (got != plain) == (window > 0)      # the penalty changed the continuation
+
+
 def test_generation_stops_at_the_context_length(llama):
     """A max_tokens far beyond the context (256 positions in tiny_hf) neither sizes a
     huge KV cache nor runs past the positions the model has: the continuation stops
