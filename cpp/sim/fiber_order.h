@@ -1,6 +1,6 @@
 // The order in which a threadgroup's fibers run between synchronisation points.
 // Any order is legal on a GPU; running the same kernel in several orders makes a
-// missing barrier show up as a difference (DESIGN §4). Chosen by
+// missing barrier show up as a difference. Chosen by
 // METALRT_SIM_ORDER=forward|reverse|shuffle[:seed] or by SetFiberOrder.
 #pragma once
 #include <cstdint>

@@ -1,7 +1,7 @@
 // The simulated Metal device: a GpuDevice that runs the MSL kernels (compiled as
 // C++ through the shim in metal/shim) on the CPU, with Metal's execution model
 // (threadgroups, 32-wide SIMD-groups, barriers, threadgroup memory, asynchronous
-// in-order command buffers). See DESIGN §4.
+// in-order command buffers). See docs/simulated-device.md.
 #pragma once
 #include <memory>
 

@@ -5,7 +5,7 @@
 //
 // Memory flags only order memory on the GPU; the simulation runs a threadgroup's
 // threads as fibers on one OS thread, where every store is visible after the
-// barrier anyway (DESIGN §4: a sim pass does not prove GPU memory ordering).
+// barrier anyway (so a sim pass does not prove GPU memory ordering; the Mac run does).
 #pragma once
 #pragma GCC system_header
 #include "scalar_types.h"

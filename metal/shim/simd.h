@@ -1,10 +1,10 @@
 // SIMD-group and quad-group functions (MSL spec §6.9.2 "SIMD-group functions",
 // §6.9.1 "Quad-group functions"), for scalars and vectors, over the runtime's hook
-// table (sim_hooks.h). The SIMD width is 32 (DESIGN §4), a quad is the 4 lanes
+// table (sim_hooks.h). The SIMD width is 32 (as on every Apple GPU), a quad is the 4 lanes
 // 4q..4q+3. Every function must be reached by all active lanes of the group
 // (uniform control flow), as on the GPU.
 //
-// Semantics kept by the simulation (DESIGN §4):
+// Semantics kept by the simulation:
 // * reductions and prefix scans run over the *active* lanes only (lanes that exist
 //   and have not returned), in ascending lane order, and every active lane gets the
 //   result;

@@ -1,7 +1,7 @@
 // SIMD-group matrices (MSL spec §2.4 "SIMD-group matrix data types", §6.7
 // "SIMD-group matrix functions"): an 8x8 matrix spread over the 32 lanes of a
 // SIMD-group, two elements a lane. Lane l (bits l0..l4) holds row 4*l4 + 2*l2 + l1,
-// columns 4*l3 + 2*l0 and the next one (DESIGN §4); thread_elements() gives those
+// columns 4*l3 + 2*l0 and the next one (Apple GPUs' layout); thread_elements() gives those
 // two. Load and store touch only the caller's own elements; multiply gathers the
 // operands' elements from all lanes (one SIMD-group exchange), computes in float
 // with a fixed k = 0..7 order and rounds each result once to the element type.

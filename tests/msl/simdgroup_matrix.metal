@@ -43,7 +43,7 @@ template [[host_name("sg_matmul_half")]] kernel void sg_matmul<half>(
 template [[host_name("sg_matmul_bfloat")]] kernel void sg_matmul<bfloat>(
     device const bfloat*, device const bfloat*, device bfloat*, constant MatmulShape&, uint2);
 
-// The lane layout of thread_elements() (DESIGN §4), and the diagonal constructor:
+// The lane layout of thread_elements() (see metal/shim/simdgroup_matrix.h), and the diagonal constructor:
 // each lane writes its two elements of diag(2) * B and its lane id at their
 // positions in an 8x8 grid.
 kernel void sg_layout(device const float* b [[buffer(0)]],

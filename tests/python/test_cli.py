@@ -137,7 +137,8 @@ def test_bad_model_paths_print_one_error_line(tmp_path):
         assert re.fullmatch(rf"metalrt: error: {message}[^\n]*\n", result.stderr), result.stderr
 
 
-# DESIGN §6: SmolLM2-135M-Instruct's greedy continuation of "Once upon a time".
+# SmolLM2-135M-Instruct's greedy continuation of "Once upon a time" (float32 after
+# dequantization; the same reference as test_default_model_generation.py).
 REFERENCE_CONTINUATION = [28, 260, 2240, 282, 23324, 27108, 436, 253, 15114, 39228]
 
 
