@@ -39,6 +39,13 @@ static void ValidateShape(const Shape& shape) {
                                 " exceeds the maximum of " + std::to_string(kMaxDims));
   for (int64_t d : shape)
     if (d < 0) throw std::invalid_argument("negative dimension in shape " + ShapeToString(shape));
+  // Every byte offset (elements times the widest dtype, 8 bytes) must fit in int64, or
+  // sizes, strides and offsets wrap and a huge shape gets a tiny allocation.
+  int64_t bytes = 8;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(bytes, d, &bytes))
+      throw std::invalid_argument("shape " + ShapeToString(shape) +
+                                  " has more elements than a tensor can address (2^60)");
 }
 
 static int64_t Product(const Shape& shape) {

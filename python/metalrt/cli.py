@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import sys
 from typing import Sequence
 
@@ -108,6 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
+    except BrokenPipeError:
+        # The reader of the text went away (e.g. `| head`): stop quietly, as a shell
+        # tool does, with 128 + SIGPIPE; stdout goes to devnull so the exit flush
+        # does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (OSError, ValueError, DefaultModelError) as e:
         print(f"metalrt: error: {e}", file=sys.stderr)
         return 1

@@ -9,6 +9,7 @@ string (the text is cut before it), or ``max_tokens``.
 """
 from __future__ import annotations
 
+import numbers
 import resource
 import sys
 import time
@@ -132,7 +133,10 @@ def _token_budget(model: CausalLM, ids: Sequence[int], max_tokens: int) -> int:
     """``max_tokens`` capped so the prompt and its continuation fit the model's context
     length (``max_position_embeddings``; llama.cpp likewise stops at its context), so a
     huge max_tokens cannot size a KV cache beyond what the model can attend to.
-    ValueError for max_tokens < 1 or a prompt that fills the context by itself."""
+    TypeError for a max_tokens that is not an int; ValueError for max_tokens < 1 or a
+    prompt that fills the context by itself."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral):
+        raise TypeError(f"[generate] max_tokens must be an int, got {type(max_tokens).__name__}")
     if max_tokens < 1:
         raise ValueError(f"[generate] max_tokens must be >= 1, got {max_tokens}")
     context = model.config.get("max_position_embeddings")
@@ -166,8 +170,8 @@ def stream_generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int 
     The arguments are checked when ``stream_generate`` is called, before it returns the
     iterator (mlx-lm checks them at the first ``next``), so a bad setting fails before
     any output. Raises ValueError for an empty prompt, a prompt id outside int32, a
-    prompt as long as the context, max_tokens < 1 or out-of-range sampling arguments;
-    OutOfBlocksError cannot occur (the cache is sized for the request).
+    prompt as long as the context, max_tokens < 1 or out-of-range sampling arguments, and
+    TypeError for a max_tokens or sampling argument of the wrong type; OutOfBlocksError cannot occur (the cache is sized for the request).
     """
     ids = prompt_ids(tokenizer, prompt)
     params = SamplingParams(temp, top_p, top_k, min_p, repetition_penalty,

@@ -199,12 +199,20 @@ class ShaderKernel:
         bound = []
         for i, a in enumerate(args):
             if isinstance(a, _metalrt.Tensor):
+                # A kernel indexes its buffers densely: a strided view would read and
+                # write the wrong elements.
+                if not a.is_contiguous():
+                    raise ValueError(f"[{kernel}] argument {i} must be contiguous, got a strided "
+                                     f"view of shape {tuple(a.shape)} (t.to(t.device) copies it)")
                 bound.append(a)
             elif isinstance(a, np.generic) and not isinstance(a, (np.object_, np.str_, np.bytes_)):
                 bound.append(a.tobytes())
             else:
                 raise TypeError(f"[{kernel}] argument {i} must be a metalrt.Tensor or a numpy scalar "
                                 f"(e.g. np.uint32), got {type(a).__name__}")
+        if constants is not None and not isinstance(constants, dict):
+            raise TypeError(f"[{kernel}] constants must be a dict {{index: value}}, "
+                            f"got {type(constants).__name__}")
         fcs = [_constant(kernel, k, v, self._library._constant_types)
                for k, v in (constants or {}).items()]
         self._library._native.dispatch(kernel, bound, grid, group, threads is not None, fcs)

@@ -115,7 +115,9 @@ def tiny_model_dir(tmp_path_factory):
 @pytest.mark.parametrize("args, message", [
     (["--temp", "-1"], "[sampling] temp must be >= 0"),
     (["--top-p", "0"], "[sampling] top_p must be in (0, 1]"),
-    (["--repetition-penalty", "0"], "[sampling] repetition_penalty must be > 0"),
+    (["--repetition-penalty", "0"], "[sampling] repetition_penalty must be > 0 and finite"),
+    (["--repetition-penalty", "inf"], "[sampling] repetition_penalty must be > 0 and finite"),
+    (["--seed", "-1"], "[sampling] seed must be >= 0"),
     (["--repetition-context-size", "-1"], "[sampling] repetition_context_size must be >= 0"),
     (["--max-tokens", "0"], "[generate] max_tokens must be >= 1, got 0"),
 ])
@@ -126,6 +128,21 @@ def test_bad_settings_print_one_error_line_and_nothing_else(monkeypatch, capsys,
     assert main(["generate", "--prompt", "t1 t2", *args]) == 1
     out, err = capsys.readouterr()
     assert out == "" and err == f"metalrt: error: {message}\n"
+
+
+def test_a_closed_pipe_ends_generation_quietly(tiny_model_dir):
+    """`metalrt generate ... | head -c 1`: the reader goes away, the CLI exits with
+    128 + SIGPIPE and writes nothing to standard error."""
+    script = shutil.which("metalrt")
+    assert script, "the metalrt console script is not installed"
+    proc = subprocess.Popen([script, "generate", "--model", tiny_model_dir, "--prompt", "t1 t2",
+                             "--max-tokens", "100000", "--temp", "1", "--seed", "0", "--device", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(1)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert err == ""
 
 
 def test_bad_model_paths_print_one_error_line(tmp_path):

@@ -154,6 +154,14 @@ def test_bad_arguments_raise():
         lib.axpy(x, y, np.float32(1), np.uint32(8), threads=8, group_size=8, constants={0: "yes"})
     with pytest.raises(AttributeError, match=r"no kernel named 'nope'"):
         lib.nope
+    with pytest.raises(TypeError, match=r"\[axpy\] constants must be a dict \{index: value\}, got list"):
+        lib.axpy(x, y, np.float32(1), np.uint32(8), threads=8, group_size=8, constants=[False])
+    # A kernel indexes its buffers densely, so a stepped view would be read and written
+    # as if it were its first elements.
+    base = metal(np.zeros(16, np.float32))
+    for args in [(base[::2], y), (x, base[::2])]:
+        with pytest.raises(ValueError, match=r"\[axpy\] argument \d must be contiguous, got a strided view"):
+            lib.axpy(*args, np.float32(1), np.uint32(8), **ok)
 
 
 

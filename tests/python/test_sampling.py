@@ -1,6 +1,8 @@
 """Sampling filters against brute-force references, the filter order, seeds."""
 import math
 
+import re
+
 import numpy as np
 import pytest
 
@@ -139,7 +141,26 @@ def test_filters_see_untempered_probabilities():
 
 
 @pytest.mark.parametrize("kwargs", [dict(temp=-1), dict(top_p=0), dict(top_p=1.5), dict(top_k=-1),
-                                    dict(min_p=2), dict(repetition_penalty=0)])
+                                    dict(min_p=2), dict(repetition_penalty=0),
+                                    dict(repetition_penalty=float("inf")), dict(seed=-1),
+                                    dict(temp=float("nan"))])
 def test_bad_params_raise(kwargs):
     with pytest.raises(ValueError, match=r"^\[sampling\]"):
         SamplingParams(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(temp="0.5"), "temp must be a number, got str"),
+    (dict(top_k=2.5), "top_k must be an int, got float"),
+    (dict(repetition_context_size=2.5), "repetition_context_size must be an int, got float"),
+    (dict(top_p=True), "top_p must be a number, got bool"),
+    (dict(seed="a"), "seed must be an int or None, got str"),
+])
+def test_params_of_the_wrong_type_raise_type_error(kwargs, message):
+    with pytest.raises(TypeError, match=r"^\[sampling\] " + re.escape(message)):
+        SamplingParams(**kwargs)
+
+
+def test_numpy_scalars_are_accepted_as_params():
+    p = SamplingParams(temp=np.float32(0.5), top_k=np.int64(3), seed=np.int64(7))
+    assert p.top_k == 3 and p.seed == 7

@@ -198,3 +198,11 @@ def test_copy_from_bad_arguments(device):
     with pytest.raises(ValueError, match="copy_from: the tensor must be contiguous"):
         t[:, 1:3].copy_from(np.zeros((4, 2), np.float32))
     np.testing.assert_array_equal(t.numpy(), np.zeros((4, 6)))
+
+
+@pytest.mark.parametrize("shape", [(2**62,), (2**40, 2**40), (3, 2**62), (2**61, 0, 8)])
+def test_a_shape_too_large_to_address_is_refused(device, shape):
+    """Elements x 8 bytes must fit in int64; a wrapped size would allocate a few bytes
+    for a huge shape and let reads run off the end."""
+    with pytest.raises(ValueError, match=r"has more elements than a tensor can address"):
+        metalrt.empty(shape, dtype="float32", device=device)

@@ -20,6 +20,8 @@ distribution.
 """
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -34,6 +36,8 @@ class SamplingParams:
     [0, 1] (0 = off); repetition_penalty > 0 (1 = off) over the last
     repetition_context_size tokens; seed for the request's numpy Generator (None =
     fresh entropy); logprobs: also return the log-softmax of the (penalised) logits.
+    Raises TypeError for a setting of the wrong type (a bool is not a number here) and
+    ValueError for one out of range (seed < 0, a non-finite repetition_penalty).
     """
 
     temp: float = 0.0
@@ -46,12 +50,22 @@ class SamplingParams:
     logprobs: bool = False
 
     def __post_init__(self):
+        for name, kind, what in (("temp", numbers.Real, "a number"), ("top_p", numbers.Real, "a number"),
+                                 ("top_k", numbers.Integral, "an int"), ("min_p", numbers.Real, "a number"),
+                                 ("repetition_penalty", numbers.Real, "a number"),
+                                 ("repetition_context_size", numbers.Integral, "an int")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise TypeError(f"[sampling] {name} must be {what}, got {type(value).__name__}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral)):
+            raise TypeError(f"[sampling] seed must be an int or None, got {type(self.seed).__name__}")
         checks = [(self.temp >= 0, "temp must be >= 0"),
                   (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
                   (self.top_k >= 0, "top_k must be >= 0"),
                   (0 <= self.min_p <= 1, "min_p must be in [0, 1]"),
-                  (self.repetition_penalty > 0, "repetition_penalty must be > 0"),
-                  (self.repetition_context_size >= 0, "repetition_context_size must be >= 0")]
+                  (0 < self.repetition_penalty < math.inf, "repetition_penalty must be > 0 and finite"),
+                  (self.repetition_context_size >= 0, "repetition_context_size must be >= 0"),
+                  (self.seed is None or self.seed >= 0, "seed must be >= 0")]
         for ok, message in checks:
             if not ok:
                 raise ValueError(f"[sampling] {message}")
