@@ -3,6 +3,8 @@
 #include "core/env.h"
 
 #include <limits>
+#include <new>
+#include <string>
 
 namespace metalrt::sim {
 
@@ -45,7 +47,21 @@ void WorkerPool::Drain(Job& job, ThreadgroupRunner& runner) {
     const uint32_t group[3] = {static_cast<uint32_t>(g % d.threadgroups.x),
                                static_cast<uint32_t>(g / d.threadgroups.x % d.threadgroups.y),
                                static_cast<uint32_t>(g / (uint64_t{d.threadgroups.x} * d.threadgroups.y))};
-    std::string error = runner.Run(d, job.order, group);
+    std::string error;
+    try {
+      error = runner.Run(d, job.order, group);
+    } catch (const std::bad_alloc&) {
+      // Each worker maps one fiber stack per thread of a threadgroup; many workers
+      // times large threadgroups can exhaust the address space or the kernel's map
+      // count. An exception must not escape a worker thread (it would terminate).
+      error = "the simulated device could not map fiber stacks for a threadgroup of " +
+              std::to_string(uint64_t{d.group_size.x} * d.group_size.y *
+                             d.group_size.z) +
+              " threads (each of the METALRT_SIM_THREADS workers keeps one stack per thread; "
+              "set METALRT_SIM_THREADS lower)";
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
     if (!error.empty()) {
       std::lock_guard<std::mutex> lock(job.error_mutex);
       if (g < job.error_group) {
