@@ -9,6 +9,7 @@ string (the text is cut before it), or ``max_tokens``.
 """
 from __future__ import annotations
 
+import collections.abc
 import numbers
 import resource
 import sys
@@ -97,12 +98,17 @@ def peak_memory_gb() -> float:
 
 
 def prompt_ids(tokenizer, prompt: Prompt) -> List[int]:
-    """Token ids of a string prompt (tokenizer.encode) or a list of ids as given.
-    ValueError for an empty prompt or an id outside int32 (the runner's id dtype)."""
+    """Token ids of a string prompt (tokenizer.encode) or a sequence of int ids as given.
+    TypeError for anything else (e.g. None or float ids); ValueError for an empty prompt
+    or an id outside int32 (the runner's id dtype)."""
     if isinstance(prompt, str):
         ids = tokenizer.encode(prompt)
-    else:
+    elif isinstance(prompt, (collections.abc.Sequence, np.ndarray)) and all(
+            isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in prompt):
         ids = [int(t) for t in prompt]
+    else:
+        raise TypeError("[generate] the prompt must be a str or a sequence of int token ids, "
+                        f"got {type(prompt).__name__}")
     if not ids:
         raise ValueError("[generate] the prompt is empty")
     check_int_range(min(ids), max(ids), "int32", "[generate] prompt token id")
@@ -243,7 +249,14 @@ def batch_generate(model: CausalLM, tokenizer, prompts: Sequence[Prompt], max_to
     """Generates for all ``prompts`` together (prefill and decode of different prompts
     share forward steps) and returns one text per prompt, in order. With a seed,
     prompt i samples with seed + i, so it draws what it would draw alone with that
-    seed; greedy results equal those of each prompt alone."""
+    seed; greedy results equal those of each prompt alone. TypeError when ``prompts`` is
+    not a list (a str is one prompt: pass [text]) and ValueError when it is empty; each
+    prompt and setting is checked as in ``stream_generate``."""
+    if isinstance(prompts, str) or not isinstance(prompts, collections.abc.Sequence):
+        raise TypeError("[batch_generate] prompts must be a list of prompts (str or token ids), "
+                        f"got {type(prompts).__name__}")
+    if not prompts:
+        raise ValueError("[batch_generate] prompts is empty")
     all_ids = [prompt_ids(tokenizer, p) for p in prompts]
     budgets = [_token_budget(model, ids, max_tokens) for ids in all_ids]
     engine = _engine(model, all_ids, budgets, max_batched_tokens)

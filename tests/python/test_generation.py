@@ -127,6 +127,23 @@ def test_bad_arguments(llama):
         model.logits([tiny_hf.VOCAB])
 
 
+@pytest.mark.parametrize("prompt", [None, [1.5, 2], [True, 2], 7])
+def test_a_prompt_that_is_neither_text_nor_ids_is_a_type_error(llama, prompt):
+    model, tokenizer = llama
+    with pytest.raises(TypeError, match=r"^\[generate\] the prompt must be a str or a sequence of int token ids"):
+        metalrt.generate(model, tokenizer, prompt, max_tokens=2)
+
+
+def test_batch_generate_wants_a_non_empty_list(llama):
+    model, tokenizer = llama
+    with pytest.raises(TypeError, match=r"^\[batch_generate\] prompts must be a list of prompts .*got str"):
+        metalrt.batch_generate(model, tokenizer, "Hello", max_tokens=2)
+    with pytest.raises(ValueError, match=r"^\[batch_generate\] prompts is empty"):
+        metalrt.batch_generate(model, tokenizer, [], max_tokens=2)
+    with pytest.raises(TypeError, match=r"^\[generate\] max_tokens must be an int, got str"):
+        metalrt.batch_generate(model, tokenizer, [[1, 2]], max_tokens="5")
+
+
 def test_arguments_are_checked_before_any_output(llama, capsys):
     """stream_generate raises when called (not at the first next), so generate(verbose)
     prints nothing, not even its "==========" banner, for bad settings."""
