@@ -67,6 +67,17 @@ def _holds_only_ints(obj, array: np.ndarray) -> bool:
                for v in np.asarray(obj, dtype=object).flat)
 
 
+def _check_whole_numbers_fit(array: np.ndarray, target: str, what: str) -> None:
+    """Python floats given an integer dtype must be whole numbers inside it: numpy's
+    astype would truncate 1.5 to 1 and wrap 1e10 or -1.0 silently."""
+    info = np.iinfo(target)
+    bad = ~np.isfinite(array) | (array != np.trunc(array)) | (array < info.min) | (array > info.max)
+    if bad.any():
+        value = array[bad].flat[0]
+        raise ValueError(f"{what}: {value!r} is not a whole number in {target} "
+                         f"[{info.min}, {info.max}]")
+
+
 def _device_name(device) -> str:
     if not isinstance(device, str):
         raise TypeError(f"device must be 'cpu' or 'metal', got {type(device).__name__}")
@@ -96,12 +107,14 @@ def asarray(obj, device: str = "cpu", dtype=None) -> Tensor:
     dtype: a name from `metalrt.DTYPES`, a numpy dtype, or None to keep the source's
     element type, except float64 -> float32 and bool -> uint8. Python ints follow
     mlx's convention: they become int32, or int64 when a value needs it; with an
-    integer dtype they are range-checked (numpy arrays convert as numpy's astype).
+    integer dtype they are range-checked, and Python floats must be whole numbers in
+    range (numpy arrays convert as numpy's astype).
     Converting to "bfloat16" rounds to nearest even (IEEE 754 roundTiesToEven), once.
 
     Raises TypeError naming the dtype for element types metalrt lacks (float64 given
     explicitly, int16, complex, strings, objects); ValueError for a Python int outside
-    the integer dtype asked for (or outside int64) and for an unknown device name;
+    the integer dtype asked for (or outside int64), a Python float that is not a whole
+    number in it, and for an unknown device name;
     RuntimeError when the device is not available in this build.
     """
     return to_tensor(obj, device, dtype)
@@ -132,6 +145,9 @@ def to_tensor(obj, device: str, dtype=None, int_dtype=None, what: str = "asarray
     if target not in DTYPES:
         raise TypeError(f"{what}: unsupported dtype {source}; expected one of {', '.join(DTYPES)}"
                         " (pass dtype= to convert)")
+    python_floats = not isinstance(obj, (np.ndarray, np.generic)) and array.dtype.kind == "f"
+    if python_floats and target.startswith(("int", "uint")):
+        _check_whole_numbers_fit(array, target, what)
     if target == "bfloat16":
         host = array if source == "float32" else _round_to_bfloat16_grid(array)
     else:

@@ -206,3 +206,17 @@ def test_a_shape_too_large_to_address_is_refused(device, shape):
     for a huge shape and let reads run off the end."""
     with pytest.raises(ValueError, match=r"has more elements than a tensor can address"):
         metalrt.empty(shape, dtype="float32", device=device)
+
+
+@pytest.mark.parametrize("values, dtype", [([1.5, -2.7], "int32"), ([1e10], "int32"), ([-1.0], "uint8"),
+                                           (float("nan"), "int32"), ([float("inf")], "int64")])
+def test_python_floats_given_an_integer_dtype_must_be_whole_numbers_in_range(values, dtype):
+    with pytest.raises(ValueError, match=rf"asarray: .* is not a whole number in {dtype}"):
+        metalrt.asarray(values, dtype=dtype)
+
+
+def test_whole_python_floats_convert_to_an_integer_dtype():
+    t = metalrt.asarray([1.0, -3.0, 2.0**31 - 1], dtype="int32")
+    assert t.dtype == "int32" and t.numpy().tolist() == [1, -3, 2**31 - 1]
+    # numpy arrays keep numpy's astype semantics (documented): truncation, no check.
+    assert metalrt.asarray(np.array([1.5]), dtype="int32").numpy().tolist() == [1]
