@@ -177,7 +177,8 @@ def stream_generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int 
     iterator (mlx-lm checks them at the first ``next``), so a bad setting fails before
     any output. Raises ValueError for an empty prompt, a prompt id outside int32, a
     prompt as long as the context, max_tokens < 1 or out-of-range sampling arguments, and
-    TypeError for a max_tokens or sampling argument of the wrong type; OutOfBlocksError cannot occur (the cache is sized for the request).
+    TypeError for a max_tokens or sampling argument of the wrong type; OutOfBlocksError
+    cannot occur (the cache is sized for the request).
     """
     ids = prompt_ids(tokenizer, prompt)
     params = SamplingParams(temp, top_p, top_k, min_p, repetition_penalty,
