@@ -86,37 +86,3 @@ def test_a_threadgroup_array_overrun_is_an_error():
         lib.shift_left(out, threads=32, group_size=32)
         metalrt.synchronize("metal")
 
-
-# Fills out[i] = 1 with threadgroups of the given size, then again under an address
-# space limit that leaves no room for 1024 fiber stacks (128 KiB each).
-STACKS_EXHAUSTED = r"""
-import resource, numpy as np, metalrt
-lib = metalrt.compile_shader('''
-#include <metal_stdlib>
-using namespace metal;
-kernel void ones(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]]) { out[i] = 1.0f; }
-''')
-out = metalrt.asarray(np.zeros(2048, np.float32), device="metal")
-lib.ones(out, threads=2048, group_size=32)
-print(out.numpy().sum())
-with open("/proc/self/status") as f:
-    vm_kib = next(int(line.split()[1]) for line in f if line.startswith("VmSize:"))
-limit = (vm_kib + 16 * 1024) * 1024
-resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-try:
-    lib.ones(out, threads=2048, group_size=1024)
-    metalrt.synchronize()
-except RuntimeError as e:
-    print("RuntimeError:", e)
-"""
-
-
-def test_fiber_stacks_that_cannot_be_mapped_are_an_error_not_an_abort():
-    """Many workers times 1024-thread threadgroups can run out of mappings (e.g.
-    METALRT_SIM_THREADS=128 exceeds Linux's default vm.max_map_count); an exception in a
-    worker thread used to terminate the process."""
-    proc = run_python(STACKS_EXHAUSTED, METALRT_SIM_THREADS="2")
-    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr}"   # -6 was the abort
-    lines = proc.stdout.splitlines()
-    assert lines[0] == "2048.0"
-    assert "could not map fiber stacks for a threadgroup of 1024 threads" in lines[1], proc.stdout
