@@ -5,11 +5,12 @@
 // An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_RESHAPE_AND_CACHE_ARGS_H_
 #define METALRT_METAL_RESHAPE_AND_CACHE_ARGS_H_
+#include "metal_constants.h"
 #ifndef __METAL_VERSION__
 #include <cstdint>
 #endif
 
-constexpr uint32_t kReshapeAndCacheThreads = 256;
+METALRT_CONSTANT uint32_t kReshapeAndCacheThreads = 256;
 
 struct ReshapeAndCacheArgs {
   int64_t num_slots;   // num_blocks * block_size; slots outside [0, num_slots) are skipped

@@ -1,0 +1,150 @@
+"""What Apple's Metal compiler rejects but a C++ compiler accepts, checked on
+preprocessed MSL (comments and literals masked, so a word in a string or comment is
+never flagged).
+
+The simulated device compiles MSL as C++, so without these checks a kernel using
+``double`` or a plain program-scope ``constexpr`` passes every Linux gate and then
+fails to compile on the first Mac. Each rule names the construct and the section of
+the Metal Shading Language Specification (version 3.1, the version we target) that
+excludes it; a violation is an :class:`MslError` at ``file:line``.
+
+What is not checked (allowed by MSL 3.1, or not decidable on tokens) is listed in
+``docs/simulated-device.md``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+
+class MslError(Exception):
+    """MSL the generator cannot translate or Metal would reject, at ``file:line``."""
+
+
+SECTION_RESTRICTIONS = 'MSL 3.1 §1.5.4 "Metal Restrictions"'
+SECTION_STDLIB = 'MSL 3.1 §1.5.4 "Metal Restrictions" and §6 "Metal Standard Library"'
+SECTION_SCALARS = 'MSL 3.1 §2.1 "Scalar Data Types"'
+SECTION_CONSTANT = 'MSL 3.1 §4.2 "constant Address Space"'
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A token pattern Metal rejects: ``construct`` names it in the message."""
+    construct: str
+    pattern: str
+    section: str
+
+
+# Matched on masked text with [[attributes]] blanked; `= delete` (a deleted function)
+# is C++ Metal keeps, the `delete` operator is not.
+RULES = (
+    Rule("the double type", r"\bdouble\b", SECTION_SCALARS),
+    Rule("the long long type", r"\blong\s+long\b", SECTION_SCALARS),
+    Rule("the C++ standard library (std::)", r"\bstd\s*::", SECTION_STDLIB),
+    Rule("the new operator", r"\bnew\b", SECTION_RESTRICTIONS),
+    Rule("the delete operator", r"(?<!=)(?<!=\s)\bdelete\b", SECTION_RESTRICTIONS),
+    Rule("exception handling (try)", r"\btry\b", SECTION_RESTRICTIONS),
+    Rule("exception handling (catch)", r"\bcatch\b", SECTION_RESTRICTIONS),
+    Rule("exception handling (throw)", r"\bthrow\b", SECTION_RESTRICTIONS),
+    Rule("virtual functions", r"\bvirtual\b", SECTION_RESTRICTIONS),
+    Rule("the thread_local storage class", r"\bthread_local\b", SECTION_RESTRICTIONS),
+    Rule("the register storage class", r"\bregister\b", SECTION_RESTRICTIONS),
+    Rule("the goto statement", r"\bgoto\b", SECTION_RESTRICTIONS),
+    Rule("the dynamic_cast operator", r"\bdynamic_cast\b", SECTION_RESTRICTIONS),
+    Rule("type identification (typeid)", r"\btypeid\b", SECTION_RESTRICTIONS),
+    Rule("a function named main", r"\bmain\s*\(", SECTION_RESTRICTIONS),
+)
+_COMPILED = [(rule, re.compile(rule.pattern)) for rule in RULES]
+# Words that start a namespace-scope statement declaring no variable.
+_NOT_VARIABLES = {"typedef", "using", "template", "struct", "class", "union", "enum",
+                  "namespace", "static_assert", "extern", "friend"}
+
+
+def _blank_attributes(masked: str) -> str:
+    return re.sub(r"\[\[.*?\]\]", lambda m: re.sub(r"[^\n]", " ", m.group()), masked, flags=re.S)
+
+
+def _match_brace(code: str, start: int) -> int:
+    depth = 0
+    for i in range(start, len(code)):
+        depth += {"{": 1, "}": -1}.get(code[i], 0)
+        if depth == 0:
+            return i
+    return len(code) - 1
+
+
+def _variable(head: str) -> str | None:
+    """The variable a declaration head (text before its initializer or ``;``) declares
+    outside the constant address space, or None (a function, type, alias, or a
+    ``constant`` variable)."""
+    words = re.findall(r"[A-Za-z_]\w*", head)
+    if not words or words[0] in _NOT_VARIABLES or "constant" in words or "(" in head:
+        return None
+    return words[-1]
+
+
+def _namespace_scope_violations(code: str):
+    """(position, name) of every namespace-scope variable not declared ``constant``.
+    Function bodies, class bodies and initializers are skipped whole; a namespace's
+    braces are entered."""
+    start, i, n = 0, 0, len(code)
+    while i < n:
+        c = code[i]
+        if c == "{":
+            head = code[start:i]
+            if re.search(r"\bnamespace\b[\w\s:]*$|\bextern\s*\"\s*\"\s*$", head):
+                start = i + 1
+            else:
+                close = _match_brace(code, i)
+                if "=" not in head and not re.match(r"\s*(template\s*<.*>\s*)?"
+                                                    r"(struct|class|union|enum)\b", head, re.S):
+                    start = close + 1   # a function body ends its statement
+                i = close
+        elif c == "}":
+            start = i + 1   # the end of a namespace
+        elif c == ";":
+            head = re.split(r"[=\[{]", code[start:i], maxsplit=1)[0]
+            name = _variable(head)
+            if name is not None:
+                yield start + len(code[start:i]) - len(code[start:i].lstrip()), name
+            start = i + 1
+        i += 1
+
+
+def _static_violations(code: str):
+    """(position, name) of every ``static`` variable (local or member) not in the
+    constant address space; a static member function is not one."""
+    for m in re.finditer(r"\bstatic\b", code):
+        end = re.compile(r"[;{(=]").search(code, m.end())
+        if end is None or code[end.start()] in "({":
+            continue
+        head = code[m.end():end.start()]
+        if "constant" in re.findall(r"\w+", head):
+            continue
+        words = re.findall(r"[A-Za-z_]\w*", re.split(r"\[", head)[0])
+        if words:
+            yield m.start(), words[-1]
+
+
+def check(masked: str, where: Callable[[int], str]) -> None:
+    """Raises MslError for the first construct of ``masked`` (preprocessed source,
+    comments and literals blanked) that Metal rejects; ``where(pos)`` is ``file:line``."""
+    code = _blank_attributes(masked)
+    found: list[tuple[int, str]] = []
+    for rule, pattern in _COMPILED:
+        m = pattern.search(code)
+        if m:
+            found.append((m.start(), f"{rule.construct} is not supported in Metal ({rule.section})"))
+    for pos, name in _namespace_scope_violations(code):
+        found.append((pos, f"program-scope variable '{name}' must be declared in the constant "
+                           f"address space ({SECTION_CONSTANT}; e.g. `constant constexpr`, "
+                           "METALRT_CONSTANT in metal/metal_constants.h)"))
+        break
+    for pos, name in _static_violations(code):
+        found.append((pos, f"static variable '{name}' must be declared in the constant address "
+                           f"space ({SECTION_CONSTANT})"))
+        break
+    if found:
+        pos, message = min(found)
+        raise MslError(f"{where(pos)}: error: {message}")
