@@ -17,6 +17,11 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+if __package__:
+    from .msl_text import blank_attributes, match_close
+else:   # imported by msl_to_cpp.py run as a script
+    from msl_text import blank_attributes, match_close
+
 
 class MslError(Exception):
     """MSL the generator cannot translate or Metal would reject, at ``file:line``."""
@@ -61,19 +66,6 @@ _NOT_VARIABLES = {"typedef", "using", "template", "struct", "class", "union", "e
                   "namespace", "static_assert", "extern", "friend"}
 
 
-def _blank_attributes(masked: str) -> str:
-    return re.sub(r"\[\[.*?\]\]", lambda m: re.sub(r"[^\n]", " ", m.group()), masked, flags=re.S)
-
-
-def _match_brace(code: str, start: int) -> int:
-    depth = 0
-    for i in range(start, len(code)):
-        depth += {"{": 1, "}": -1}.get(code[i], 0)
-        if depth == 0:
-            return i
-    return len(code) - 1
-
-
 def _variable(head: str) -> str | None:
     """The variable a declaration head (text before its initializer or ``;``) declares
     outside the constant address space, or None (a function, type, alias, or a
@@ -96,7 +88,7 @@ def _namespace_scope_violations(code: str):
             if re.search(r"\bnamespace\b[\w\s:]*$|\bextern\s*\"\s*\"\s*$", head):
                 start = i + 1
             else:
-                close = _match_brace(code, i)
+                close = match_close(code, i, "{", "}")
                 if "=" not in head and not re.match(r"\s*(template\s*<.*>\s*)?"
                                                     r"(struct|class|union|enum)\b", head, re.S):
                     start = close + 1   # a function body ends its statement
@@ -130,7 +122,7 @@ def _static_violations(code: str):
 def check(masked: str, where: Callable[[int], str]) -> None:
     """Raises MslError for the first construct of ``masked`` (preprocessed source,
     comments and literals blanked) that Metal rejects; ``where(pos)`` is ``file:line``."""
-    code = _blank_attributes(masked)
+    code = blank_attributes(masked)
     found: list[tuple[int, str]] = []
     for rule, pattern in _COMPILED:
         m = pattern.search(code)

@@ -1,9 +1,12 @@
 """Metal Shading Language source -> one C++ translation unit for the simulated device.
 
-The output includes the MSL shim (``metal/shim``), then a line-preserving copy of
-the ``.metal`` file (``#line`` directives keep compiler errors at ``file.metal:line``;
-project headers included with quotes are copied in place the same way), rewritten
-only where MSL is not C++:
+The ``.metal`` file is first preprocessed as Apple's compiler preprocesses it
+(``msl_preprocess``: the C++ compiler's ``-E`` with Metal's predefined macros, the
+Metal standard headers left to the shim), so kernels, attributes and function
+constants are found with macros expanded and ``#if`` resolved. The output includes
+the MSL shim (``metal/shim``), then the preprocessed text with ``#line`` directives
+back to the original files (errors stay at ``file.metal:line`` / ``header.h:line``),
+rewritten only where MSL is not C++:
 
 * ``[[attribute]]`` spellings of MSL are blanked (columns preserved);
 * a declaration starting with ``constant`` gets C++ ``const`` (program-scope
@@ -17,14 +20,21 @@ only where MSL is not C++:
   whether the pipeline defined it; each kernel lists the constants it requires
   (uses without testing them), which a pipeline must give values for.
 
+What Metal rejects and C++ accepts (``double``, program-scope variables outside
+``constant``, ...) is an error naming the MSL specification section
+(``msl_restrictions``). Attribute indices are integer constant expressions
+(``msl_int_expr``); buffer and threadgroup parameters without one get the index
+Metal assigns.
+
 It then registers every kernel -- each non-template ``kernel void f(...)`` and each
 explicit instantiation ``template [[host_name("n")]] [[kernel]] ... f<...>...;`` --
 with an entry that binds every parameter by its attribute (MSL specification §5.2,
 "Attributes for kernel function input arguments").
 
-Standard library only: it runs at build time (CMake) and at run time
-(``compile_shader``). Usage:
-``python msl_to_cpp.py INPUT.metal OUTPUT.cpp [--mode builtin|shared] [--depfile F]``.
+Standard library only (plus the C++ compiler's preprocessor): it runs at build time
+(CMake) and at run time (``compile_shader``). Usage:
+``python msl_to_cpp.py INPUT.metal OUTPUT.cpp [--mode builtin|shared] [--depfile F]
+[--cxx CXX] [-D NAME[=VALUE]]... [-I DIR]...``.
 """
 from __future__ import annotations
 
@@ -41,11 +51,13 @@ if __package__:
     from .msl_int_expr import evaluate
     from .msl_preprocess import Preprocessed, preprocess
     from .msl_restrictions import MslError
+    from .msl_text import attribute_items, blank_attributes, mask, match_close, split_top
 else:   # run as a script (CMake, compile_shader): its directory is on sys.path
     import msl_restrictions
     from msl_int_expr import evaluate
     from msl_preprocess import Preprocessed, preprocess
     from msl_restrictions import MslError
+    from msl_text import attribute_items, blank_attributes, mask, match_close, split_top
 
 # Attributes of kernel parameters: name -> (ThreadContext field, components).
 _POSITIONS = {
@@ -117,97 +129,6 @@ class State:
     functions: dict[str, tuple[set[str], set[str]]] = field(default_factory=dict)
 
 
-# ---- source masking: comments, literals and preprocessor lines out of the way ----
-
-def _mask(text: str, keep_directives: bool = False, keep_literals: bool = False) -> str:
-    """Same length as ``text``; comments, string/char literal bodies (unless
-    ``keep_literals``) and preprocessor lines (unless ``keep_directives``) replaced
-    by spaces, newlines kept."""
-    out = list(text)
-    i, n = 0, len(text)
-    line_start = True
-    while i < n:
-        c = text[i]
-        if c == "\n":
-            line_start = True
-            i += 1
-            continue
-        if line_start and c == "#" and not keep_directives:
-            j = i
-            while j < n and not (text[j] == "\n" and text[j - 1] != "\\"):
-                j += 1
-            for k in range(i, j):
-                if out[k] != "\n":
-                    out[k] = " "
-            i = j
-            continue
-        if not c.isspace():
-            line_start = False
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out[i:j] = " " * (j - i)
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            for k in range(i, j):
-                if out[k] != "\n":
-                    out[k] = " "
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            if not keep_literals:
-                for k in range(i + 1, min(j, n)):
-                    out[k] = " "
-            i = j + 1
-        else:
-            i += 1
-    return "".join(out)
-
-
-def _match_close(masked: str, start: int, open_c: str, close_c: str) -> int:
-    """Index of the bracket closing the one at ``start``."""
-    depth = 0
-    for i in range(start, len(masked)):
-        if masked[i] == open_c:
-            depth += 1
-        elif masked[i] == close_c:
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
-
-def _split_top(text: str, sep: str = ",") -> list[str]:
-    """Split at ``sep`` outside (), [], {} and <>."""
-    parts, depth, cur = [], 0, []
-    for c in text:
-        if c in "([{<":
-            depth += 1
-        elif c in ")]}>":
-            depth -= 1
-        if c == sep and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-    parts.append("".join(cur))
-    return parts
-
-
-def _attribute_items(body: str) -> list[tuple[str, str]]:
-    """``buffer(0), function_constant(x)`` -> [("buffer", "0"), ("function_constant", "x")]."""
-    items = []
-    for part in _split_top(body):
-        m = re.fullmatch(r"\s*([A-Za-z_][\w:]*)\s*(?:\((.*)\))?\s*", part, re.S)
-        if m:
-            items.append((m.group(1), (m.group(2) or "").strip()))
-    return items
-
-
 class _File:
     """The preprocessed source being rewritten: its text, the masked text, edits, and
     the (file, line) each of its lines came from."""
@@ -215,7 +136,7 @@ class _File:
     def __init__(self, pre: Preprocessed):
         self.pre = pre
         self.text = "\n".join(pre.lines)
-        self.masked = _mask(self.text)
+        self.masked = mask(self.text)
         self.edits: list[tuple[int, int, str]] = []
         self._starts = [0]
         for line in pre.lines[:-1]:
@@ -258,7 +179,7 @@ def _attributes(f: _File):
     """(start, end, items) of every [[...]] in the file."""
     for m in re.finditer(r"\[\[(.*?)\]\]", f.masked, re.S):
         body = f.text[m.start(1):m.end(1)]
-        yield m.start(), m.end(), _attribute_items(body)
+        yield m.start(), m.end(), attribute_items(body)
 
 
 def _statement_start(masked: str, pos: int) -> int:
@@ -285,7 +206,7 @@ def _parse_params(f: _File, open_paren: int, close_paren: int, kernel: str) -> l
     masked = f.masked[open_paren + 1:close_paren]
     offset = open_paren + 1
     pos = 0
-    for part in _split_top(masked):
+    for part in split_top(masked):
         start = offset + pos
         original = text[pos:pos + len(part)]
         pos += len(part) + 1
@@ -298,7 +219,7 @@ def _parse_params(f: _File, open_paren: int, close_paren: int, kernel: str) -> l
             raise f.error(start, f"kernel '{kernel}': cannot read parameter '{decl}'")
         name = name_m.group(1)
         type_text = decl[:name_m.start()].strip()
-        items = [item for a in attrs for item in _attribute_items(a)]
+        items = [item for a in attrs for item in attribute_items(a)]
         param = None
         guard = None
         for key, arg in items:
@@ -369,7 +290,7 @@ def _find_kernels(f: _File, state: State) -> None:
         prefix = f.masked[start:m.start()]
         name = m.group(2)
         open_paren = m.end() - 1
-        close_paren = _match_close(f.masked, open_paren, "(", ")")
+        close_paren = match_close(f.masked, open_paren, "(", ")")
         if close_paren < 0:
             raise f.error(m.start(), f"kernel '{name}': unbalanced parentheses")
         after = f.masked[close_paren + 1:].lstrip()
@@ -393,13 +314,13 @@ def _parse_instantiation(statement: str) -> tuple[str, str, str] | str:
     host = re.search(r'host_name\s*\(\s*((?:"[^"]*"\s*)+)\)', statement)
     if not host:
         return "explicit kernel instantiation needs [[host_name(\"...\")]]"
-    body = re.sub(r"\[\[.*?\]\]", lambda a: " " * len(a.group()), statement, flags=re.S)
+    body = blank_attributes(statement)
     base = body.find("decltype") + len("decltype") if "decltype" in body else 0
     target = re.search(r"(\w+)\s*<", body[base:])
     if not target:
         return "cannot find the instantiated kernel in this statement"
     lt = base + target.end() - 1
-    gt = _match_close(body, lt, "<", ">")
+    gt = match_close(body, lt, "<", ">")
     if gt < 0:
         return "unbalanced template arguments"
     name = "".join(re.findall(r'"([^"]*)"', host.group(1)))   # adjacent literals join
@@ -408,7 +329,7 @@ def _parse_instantiation(statement: str) -> tuple[str, str, str] | str:
 
 def _find_instantiations(f: _File, state: State) -> None:
     """Explicit kernel instantiations written out in the file."""
-    code = _mask(f.text, keep_literals=True)
+    code = mask(f.text, keep_literals=True)
     for m in re.finditer(r"\btemplate\s*(?=\[\[)", f.masked):
         end = f.masked.find(";", m.end())
         if end < 0:
@@ -417,8 +338,7 @@ def _find_instantiations(f: _File, state: State) -> None:
         if isinstance(parsed, str):
             raise f.error(m.start(), parsed)
         state.instantiations.append(Instantiation(*parsed[:2], parsed[2], f.where(m.start())))
-        statement = re.sub(r"\[\[.*?\]\]", lambda a: " " * len(a.group()), f.masked[m.start():end],
-                           flags=re.S)
+        statement = blank_attributes(f.masked[m.start():end])
         kernel_word = re.search(r"\bkernel\b", statement)
         if kernel_word:
             f.blank(m.start() + kernel_word.start(), m.start() + kernel_word.end())
@@ -439,7 +359,7 @@ def _rewrite_threadgroup_declarations(f: _File, state: State) -> None:
             continue   # `threadgroup T* p = ...;` is a pointer variable, not storage
         if re.search(r"[=({]", outside_dims):
             raise f.error(m.start(), "a threadgroup variable cannot have an initializer")
-        declarators = _split_top(decl)
+        declarators = split_top(decl)
         first = re.fullmatch(r"\s*(.*?)\b(\w+)\s*((?:\[[^\]]*\]\s*)*)", declarators[0], re.S)
         if not first or not first.group(1).strip():
             raise f.error(m.start(), f"cannot read threadgroup declaration '{decl.strip()}'")
@@ -474,7 +394,7 @@ def _check_subscripts(f: _File, name: str, rank: int, start: int, where: str) ->
     for m in use.finditer(f.masked, start, end):
         open_bracket = m.end() - 1
         for dim in range(rank):
-            close = _match_close(f.masked, open_bracket, "[", "]")
+            close = match_close(f.masked, open_bracket, "[", "]")
             if close < 0:
                 raise f.error(open_bracket, f"unbalanced subscript of threadgroup array '{name}'")
             f.replace(open_bracket + 1, open_bracket + 1,
@@ -545,7 +465,7 @@ def _record_function_uses(f: _File, state: State) -> None:
         name = re.search(r"(\w+)\s*$", f.masked[max(0, i - 200):max(i, 0)])
         if i < 0 or not name or name.group(1) in _NOT_FUNCTIONS:
             continue   # a lambda, a control statement or not a function
-        end = _match_close(f.masked, brace.start(), "{", "}")
+        end = match_close(f.masked, brace.start(), "{", "}")
         body = f.masked[brace.start():end if end >= 0 else len(f.masked)]
         names, tested = state.functions.setdefault(name.group(1), (set(), set()))
         tested.update(_TESTED.findall(body))
@@ -662,6 +582,26 @@ def _entry(index: int, callee: str, kernel: KernelDef) -> str:
             f"}}\n")
 
 
+def _registered(state: State, source_path: str) -> list[tuple[str, str, KernelDef, str]]:
+    """(host name, callee, definition, location) of every kernel the module registers:
+    the non-template kernels and the explicit instantiations."""
+    registered = []
+    for k in state.kernels.values():
+        if not k.is_template:
+            registered.append((k.host_name or k.name, k.name, k, k.location))
+    for inst in state.instantiations:
+        k = state.kernels.get(inst.kernel)
+        if k is None:
+            raise MslError(f"{inst.location}: error: '{inst.kernel}' is not a kernel template "
+                           "defined in this file or its included headers")
+        registered.append((inst.host_name, f"{inst.kernel}<{inst.template_args}>", k, inst.location))
+    names = [r[0] for r in registered]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise MslError(f"{source_path}:1: error: kernel name(s) registered twice: {sorted(dup)}")
+    return registered
+
+
 def generate(source_path: str, mode: str = "builtin", defines: dict | None = None,
              include_dirs: list[str] | None = None, cxx: str | None = None
              ) -> tuple[str, list[str]]:
@@ -684,20 +624,7 @@ def generate(source_path: str, mode: str = "builtin", defines: dict | None = Non
     state = State()
     pre = preprocess(source_path, defines, include_dirs, cxx)
     body = _translate(pre, state)
-    registered: list[tuple[str, str, KernelDef, str]] = []   # host name, callee, def, where
-    for k in state.kernels.values():
-        if not k.is_template:
-            registered.append((k.host_name or k.name, k.name, k, k.location))
-    for inst in state.instantiations:
-        k = state.kernels.get(inst.kernel)
-        if k is None:
-            raise MslError(f"{inst.location}: error: '{inst.kernel}' is not a kernel template "
-                           "defined in this file or its included headers")
-        registered.append((inst.host_name, f"{inst.kernel}<{inst.template_args}>", k, inst.location))
-    names = [r[0] for r in registered]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        raise MslError(f"{source_path}:1: error: kernel name(s) registered twice: {sorted(dup)}")
+    registered = _registered(state, source_path)
 
     # sim_module.h (standard headers) goes first: the shim's address-space macros
     # (`device`, `thread`, ...) would break standard headers included after them.
@@ -749,18 +676,29 @@ def generate(source_path: str, mode: str = "builtin", defines: dict | None = Non
     return "\n".join(out) + "\n", pre.files
 
 
-def function_constant_types(source: str) -> dict[int, str]:
-    """``{index: declared MSL type}`` of the ``constant T name [[function_constant(i)]];``
-    declarations of MSL source text (preprocessed, without include paths), as the
-    generator reads them. ``compile_shader`` uses it to convert Python values to the
-    declared type. Raises MslError for source the generator cannot translate."""
+def describe(source: str) -> tuple[dict[int, str], dict[str, dict[int, str]]]:
+    """What ``compile_shader`` needs to convert Python values, read from MSL source
+    text (preprocessed, no include paths) as the generator reads it:
+    ``({function-constant index: declared MSL type},
+    {kernel host name: {buffer index: declared parameter type}})``, a type as written
+    with spaces normalised (``"constant uint2&"``). Raises MslError for source the
+    generator rejects."""
     with tempfile.TemporaryDirectory(prefix="metalrt-msl-") as d:
         path = os.path.join(d, "shader.metal")
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(source)
         state = State()
         _translate(preprocess(path), state)
-    return {fc.index: fc.type for fc in state.constants.values()}
+        registered = _registered(state, path)
+    kernels = {host: {p.index: p.type for p in k.params if p.kind == "buffer"}
+               for host, _, k, _ in registered}
+    return {fc.index: fc.type for fc in state.constants.values()}, kernels
+
+
+def function_constant_types(source: str) -> dict[int, str]:
+    """``{index: declared MSL type}`` of the ``constant T name [[function_constant(i)]];``
+    declarations of MSL source text (see describe)."""
+    return describe(source)[0]
 
 
 def main(argv: list[str] | None = None) -> int:
