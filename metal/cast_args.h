@@ -1,6 +1,5 @@
 // Arguments and tuning constants of the cast kernels (metal/cast.metal), shared by the
 // host dispatch (cpp/gpu/cast.cpp) and MSL. One thread per element.
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_CAST_ARGS_H_
 #define METALRT_METAL_CAST_ARGS_H_
 #include "metal_constants.h"

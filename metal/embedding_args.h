@@ -1,7 +1,6 @@
 // Arguments and tuning constants of the embedding kernels (metal/embedding.metal),
 // shared by the host dispatch (cpp/gpu/embedding.cpp) and MSL. A 2-D grid: x runs
 // along the embedding dim, y over the tokens.
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_EMBEDDING_ARGS_H_
 #define METALRT_METAL_EMBEDDING_ARGS_H_
 #include "metal_constants.h"

@@ -2,7 +2,6 @@
 // (metal/matmul.metal), shared by the host dispatch (cpp/gpu/matmul.cpp) and MSL so grid
 // math and kernel code cannot disagree. out[M,N] = a[M,K] . b with b [N,K] (matmul_bt,
 // nn.Linear layout) or [K,N] (matmul), all row-major and contiguous.
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_MATMUL_ARGS_H_
 #define METALRT_METAL_MATMUL_ARGS_H_
 #include "metal_constants.h"

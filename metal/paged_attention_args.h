@@ -1,7 +1,6 @@
 // Arguments and tuning constants of the paged attention kernels
 // (metal/paged_attention.metal), shared by the host dispatch (cpp/gpu/paged_attention.cpp)
 // and MSL so grid math and kernel code cannot disagree.
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_PAGED_ATTENTION_ARGS_H_
 #define METALRT_METAL_PAGED_ATTENTION_ARGS_H_
 #include "metal_constants.h"

@@ -2,7 +2,6 @@
 // (metal/reshape_and_cache.metal), shared by the host dispatch
 // (cpp/gpu/reshape_and_cache.cpp) and MSL. A 2-D grid: x runs along a token's
 // kv_heads * head_dim row, y over the tokens.
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_RESHAPE_AND_CACHE_ARGS_H_
 #define METALRT_METAL_RESHAPE_AND_CACHE_ARGS_H_
 #include "metal_constants.h"

@@ -1,7 +1,6 @@
 // Arguments and tuning constants of the RoPE kernels (metal/rope.metal) and the fused
 // q/k-norm + RoPE kernel (metal/qk_norm_rope.metal), shared by host dispatch
 // (cpp/gpu/rope.cpp, cpp/gpu/qk_norm_rope.cpp) and MSL.
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_ROPE_ARGS_H_
 #define METALRT_METAL_ROPE_ARGS_H_
 #include "metal_constants.h"

@@ -1,6 +1,5 @@
 // Arguments and tuning constants of the row kernels (rms_norm, greedy_argmax, and the other
 // one-threadgroup-per-row ops), shared by host dispatch (cpp/gpu/<op>.cpp) and MSL.
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_ROW_ARGS_H_
 #define METALRT_METAL_ROW_ARGS_H_
 #include "metal_constants.h"

@@ -312,3 +312,14 @@ def test_every_kernel_file_of_the_package_passes_the_strict_translator():
     for path in files:
         text, deps = msl_to_cpp.generate(str(path))
         assert "metalrt_kernels[]" in text and str(path) in deps
+
+
+def test_depfile_lists_every_project_header_read_and_no_metal_header(tmp_path):
+    (tmp_path / "a.h").write_text('#pragma once\n#include <metal_stdlib>\n#include "b.h"\n')
+    (tmp_path / "b.h").write_text("#define B 1\n")
+    (tmp_path / "k.metal").write_text('#include "a.h"\nkernel void k(device float* x [[buffer(B)]]) {}\n')
+    out, dep = tmp_path / "k.cpp", tmp_path / "k.cpp.d"
+    assert msl_to_cpp.main([str(tmp_path / "k.metal"), str(out), "--depfile", str(dep)]) == 0
+    target, deps = dep.read_text().split(": ", 1)
+    assert target == str(out)
+    assert deps.split() == [str(tmp_path / n) for n in ("k.metal", "a.h", "b.h")]

@@ -344,11 +344,20 @@ def _find_instantiations(f: _File, state: State) -> None:
             f.blank(m.start() + kernel_word.start(), m.start() + kernel_word.end())
 
 
+def _previous_char(masked: str, pos: int) -> str:
+    """The last non-space character before ``pos``, or "\\0" at the start of the text.
+    No slicing: a preprocessed source with all its headers is large, and this runs
+    once per keyword."""
+    i = pos - 1
+    while i >= 0 and masked[i].isspace():
+        i -= 1
+    return masked[i] if i >= 0 else "\0"
+
+
 def _rewrite_threadgroup_declarations(f: _File, state: State) -> None:
     """``threadgroup float x[2][32];`` in a body -> runtime-provided storage."""
     for m in re.finditer(r"(?<![\w.])threadgroup\s+(?=[A-Za-z_])", f.masked):
-        before = f.masked[:m.start()].rstrip()
-        if not before or before[-1] not in ";{}":
+        if _previous_char(f.masked, m.start()) not in ";{}":
             continue   # a parameter, cast or pointer type, not a declaration
         if f.masked.count("{", 0, m.start()) <= f.masked.count("}", 0, m.start()):
             continue   # namespace scope
@@ -499,8 +508,7 @@ def _rewrite_program_constants(f: _File) -> None:
     the shim's ``constant`` qualifier expands to nothing."""
     taken = [(s, e) for s, e, _ in f.edits]
     for m in re.finditer(r"(?<![\w.])constant(?=\s+[A-Za-z_])", f.masked):
-        before = f.masked[:m.start()].rstrip()
-        if before and before[-1] not in ";{}":
+        if _previous_char(f.masked, m.start()) not in ";{}\0":
             continue   # a parameter or a cast
         if any(s <= m.start() < e for s, e in taken):
             continue   # a function constant, rewritten already
