@@ -89,8 +89,8 @@ def _namespace_scope_violations(code: str):
                 start = i + 1
             else:
                 close = match_close(code, i, "{", "}")
-                if "=" not in head and not re.match(r"\s*(template\s*<.*>\s*)?"
-                                                    r"(struct|class|union|enum)\b", head, re.S):
+                is_type = "(" not in head and re.search(r"\b(struct|class|union|enum)\b", head)
+                if "=" not in head and not is_type:
                     start = close + 1   # a function body ends its statement
                 i = close
         elif c == "}":
@@ -112,8 +112,9 @@ def _static_violations(code: str):
         if end is None or code[end.start()] in "({":
             continue
         head = code[m.end():end.start()]
-        if "constant" in re.findall(r"\w+", head):
-            continue
+        begin = max(code.rfind(c, 0, m.start()) for c in ";{}") + 1
+        if "constant" in re.findall(r"\w+", code[begin:end.start()]):
+            continue   # `static constant T x`, `constexpr constant static T x`
         words = re.findall(r"[A-Za-z_]\w*", re.split(r"\[", head)[0])
         if words:
             yield m.start(), words[-1]
