@@ -73,6 +73,8 @@ def test_what_metal_accepts_passes(tmp_path):
 METALRT_CONSTANT int kTile = 4;
 constant float w[2] = {1, 2};
 namespace n { constant constexpr int m = 2; }
+constexpr constant static float table[2] = {1, 2};   // ggml's spelling
+typedef struct { int n; float scale; } block_args;   // a type, not a variable
 struct S {
   static constant constexpr int n = 4;
   static float twice(float v) { return 2 * v; }
@@ -81,7 +83,7 @@ struct S {
 // double, std::, new, goto and virtual in a comment
 kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) {
   const char* s = "double std::vector new delete";
-  float doubled = S::twice(x[i]) * kTile * w[0] * n::m;   /* try { throw; } */
+  float doubled = S::twice(x[i]) * kTile * w[0] * n::m * table[1];   /* try { throw; } */
   x[i] = doubled + s[0];
 }
 """)
