@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 
-def mask(text: str, keep_directives: bool = False, keep_literals: bool = False) -> str:
+def mask(text: str, keep_literals: bool = False) -> str:
     """Same length as ``text``; comments, string/char literal bodies (unless
-    ``keep_literals``) and preprocessor lines (unless ``keep_directives``) replaced
+    ``keep_literals``) and preprocessor lines (``#pragma``, line markers) replaced
     by spaces, newlines kept."""
     out = list(text)
     i, n = 0, len(text)
@@ -19,7 +19,7 @@ def mask(text: str, keep_directives: bool = False, keep_literals: bool = False) 
             line_start = True
             i += 1
             continue
-        if line_start and c == "#" and not keep_directives:
+        if line_start and c == "#":
             j = i
             while j < n and not (text[j] == "\n" and text[j - 1] != "\\"):
                 j += 1
