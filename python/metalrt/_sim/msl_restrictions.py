@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 if __package__:
     from .msl_text import blank_attributes, match_close
@@ -33,34 +33,6 @@ SECTION_SCALARS = 'MSL 3.1 §2.1 "Scalar Data Types"'
 SECTION_CONSTANT = 'MSL 3.1 §4.2 "constant Address Space"'
 
 
-@dataclass(frozen=True)
-class Rule:
-    """A token pattern Metal rejects: ``construct`` names it in the message."""
-    construct: str
-    pattern: str
-    section: str
-
-
-# Matched on masked text with [[attributes]] blanked; `= delete` (a deleted function)
-# is C++ Metal keeps, the `delete` operator is not.
-RULES = (
-    Rule("the double type", r"\bdouble\b", SECTION_SCALARS),
-    Rule("the long long type", r"\blong\s+long\b", SECTION_SCALARS),
-    Rule("the C++ standard library (std::)", r"\bstd\s*::", SECTION_STDLIB),
-    Rule("the new operator", r"\bnew\b", SECTION_RESTRICTIONS),
-    Rule("the delete operator", r"(?<!=)(?<!=\s)\bdelete\b", SECTION_RESTRICTIONS),
-    Rule("exception handling (try)", r"\btry\b", SECTION_RESTRICTIONS),
-    Rule("exception handling (catch)", r"\bcatch\b", SECTION_RESTRICTIONS),
-    Rule("exception handling (throw)", r"\bthrow\b", SECTION_RESTRICTIONS),
-    Rule("virtual functions", r"\bvirtual\b", SECTION_RESTRICTIONS),
-    Rule("the thread_local storage class", r"\bthread_local\b", SECTION_RESTRICTIONS),
-    Rule("the register storage class", r"\bregister\b", SECTION_RESTRICTIONS),
-    Rule("the goto statement", r"\bgoto\b", SECTION_RESTRICTIONS),
-    Rule("the dynamic_cast operator", r"\bdynamic_cast\b", SECTION_RESTRICTIONS),
-    Rule("type identification (typeid)", r"\btypeid\b", SECTION_RESTRICTIONS),
-    Rule("a function named main", r"\bmain\s*\(", SECTION_RESTRICTIONS),
-)
-_COMPILED = [(rule, re.compile(rule.pattern)) for rule in RULES]
 # Words that start a namespace-scope statement declaring no variable.
 _NOT_VARIABLES = {"typedef", "using", "template", "struct", "class", "union", "enum",
                   "namespace", "static_assert", "extern", "friend"}
@@ -120,24 +92,58 @@ def _static_violations(code: str):
             yield m.start(), words[-1]
 
 
+def _token(pattern: str) -> Callable[[str], Iterator[tuple[int, str]]]:
+    compiled = re.compile(pattern)
+    return lambda code: ((m.start(), m.group()) for m in compiled.finditer(code))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A construct Metal rejects: ``find(code)`` yields (position, name) of each use;
+    ``message`` (with ``{name}``) says what it is."""
+    message: str
+    section: str
+    find: Callable[[str], Iterator[tuple[int, str]]]
+
+
+_UNSUPPORTED = "{} is not supported in Metal"
+# Matched on masked text with [[attributes]] blanked; `= delete` (a deleted function)
+# is C++ Metal keeps, the `delete` operator is not.
+RULES = (
+    Rule(_UNSUPPORTED.format("the double type"), SECTION_SCALARS, _token(r"\bdouble\b")),
+    Rule(_UNSUPPORTED.format("the long long type"), SECTION_SCALARS, _token(r"\blong\s+long\b")),
+    Rule(_UNSUPPORTED.format("the C++ standard library (std::)"), SECTION_STDLIB, _token(r"\bstd\s*::")),
+    Rule(_UNSUPPORTED.format("the new operator"), SECTION_RESTRICTIONS, _token(r"\bnew\b")),
+    Rule(_UNSUPPORTED.format("the delete operator"), SECTION_RESTRICTIONS,
+         _token(r"(?<!=)(?<!=\s)\bdelete\b")),
+    Rule(_UNSUPPORTED.format("exception handling ({name})"), SECTION_RESTRICTIONS,
+         _token(r"\b(?:try|catch|throw)\b")),
+    Rule(_UNSUPPORTED.format("virtual functions"), SECTION_RESTRICTIONS, _token(r"\bvirtual\b")),
+    Rule(_UNSUPPORTED.format("the {name} storage class"), SECTION_RESTRICTIONS,
+         _token(r"\b(?:thread_local|register)\b")),
+    Rule(_UNSUPPORTED.format("the goto statement"), SECTION_RESTRICTIONS, _token(r"\bgoto\b")),
+    Rule(_UNSUPPORTED.format("the dynamic_cast operator"), SECTION_RESTRICTIONS,
+         _token(r"\bdynamic_cast\b")),
+    Rule(_UNSUPPORTED.format("type identification (typeid)"), SECTION_RESTRICTIONS,
+         _token(r"\btypeid\b")),
+    Rule(_UNSUPPORTED.format("a function named main"), SECTION_RESTRICTIONS, _token(r"\bmain\s*\(")),
+    Rule("program-scope variable '{name}' must be declared in the constant address space "
+         "(`constant constexpr`; METALRT_CONSTANT of metal/metal_constants.h in shared headers)",
+         SECTION_CONSTANT, _namespace_scope_violations),
+    Rule("static variable '{name}' must be declared in the constant address space",
+         SECTION_CONSTANT, _static_violations),
+)
+
+
 def check(masked: str, where: Callable[[int], str]) -> None:
     """Raises MslError for the first construct of ``masked`` (preprocessed source,
     comments and literals blanked) that Metal rejects; ``where(pos)`` is ``file:line``."""
     code = blank_attributes(masked)
-    found: list[tuple[int, str]] = []
-    for rule, pattern in _COMPILED:
-        m = pattern.search(code)
-        if m:
-            found.append((m.start(), f"{rule.construct} is not supported in Metal ({rule.section})"))
-    for pos, name in _namespace_scope_violations(code):
-        found.append((pos, f"program-scope variable '{name}' must be declared in the constant "
-                           f"address space ({SECTION_CONSTANT}; e.g. `constant constexpr`, "
-                           "METALRT_CONSTANT in metal/metal_constants.h)"))
-        break
-    for pos, name in _static_violations(code):
-        found.append((pos, f"static variable '{name}' must be declared in the constant address "
-                           f"space ({SECTION_CONSTANT})"))
-        break
+    found = []
+    for rule in RULES:
+        first = next(rule.find(code), None)
+        if first is not None:
+            found.append((first[0], rule.message.format(name=first[1]) + f" ({rule.section})"))
     if found:
         pos, message = min(found)
         raise MslError(f"{where(pos)}: error: {message}")
