@@ -106,27 +106,26 @@ class Rule:
     find: Callable[[str], Iterator[tuple[int, str]]]
 
 
-_UNSUPPORTED = "{} is not supported in Metal"
+def _unsupported(construct: str, section: str, pattern: str) -> Rule:
+    """A rule for a token pattern: ``construct`` (with ``{name}``, the matched text)."""
+    return Rule(f"{construct} is not supported in Metal", section, _token(pattern))
+
+
 # Matched on masked text with [[attributes]] blanked; `= delete` (a deleted function)
 # is C++ Metal keeps, the `delete` operator is not.
 RULES = (
-    Rule(_UNSUPPORTED.format("the double type"), SECTION_SCALARS, _token(r"\bdouble\b")),
-    Rule(_UNSUPPORTED.format("the long long type"), SECTION_SCALARS, _token(r"\blong\s+long\b")),
-    Rule(_UNSUPPORTED.format("the C++ standard library (std::)"), SECTION_STDLIB, _token(r"\bstd\s*::")),
-    Rule(_UNSUPPORTED.format("the new operator"), SECTION_RESTRICTIONS, _token(r"\bnew\b")),
-    Rule(_UNSUPPORTED.format("the delete operator"), SECTION_RESTRICTIONS,
-         _token(r"(?<!=)(?<!=\s)\bdelete\b")),
-    Rule(_UNSUPPORTED.format("exception handling ({name})"), SECTION_RESTRICTIONS,
-         _token(r"\b(?:try|catch|throw)\b")),
-    Rule(_UNSUPPORTED.format("virtual functions"), SECTION_RESTRICTIONS, _token(r"\bvirtual\b")),
-    Rule(_UNSUPPORTED.format("the {name} storage class"), SECTION_RESTRICTIONS,
-         _token(r"\b(?:thread_local|register)\b")),
-    Rule(_UNSUPPORTED.format("the goto statement"), SECTION_RESTRICTIONS, _token(r"\bgoto\b")),
-    Rule(_UNSUPPORTED.format("the dynamic_cast operator"), SECTION_RESTRICTIONS,
-         _token(r"\bdynamic_cast\b")),
-    Rule(_UNSUPPORTED.format("type identification (typeid)"), SECTION_RESTRICTIONS,
-         _token(r"\btypeid\b")),
-    Rule(_UNSUPPORTED.format("a function named main"), SECTION_RESTRICTIONS, _token(r"\bmain\s*\(")),
+    _unsupported("the double type", SECTION_SCALARS, r"\bdouble\b"),
+    _unsupported("the long long type", SECTION_SCALARS, r"\blong\s+long\b"),
+    _unsupported("the C++ standard library (std::)", SECTION_STDLIB, r"\bstd\s*::"),
+    _unsupported("the new operator", SECTION_RESTRICTIONS, r"\bnew\b"),
+    _unsupported("the delete operator", SECTION_RESTRICTIONS, r"(?<!=)(?<!=\s)\bdelete\b"),
+    _unsupported("exception handling ({name})", SECTION_RESTRICTIONS, r"\b(?:try|catch|throw)\b"),
+    _unsupported("virtual functions", SECTION_RESTRICTIONS, r"\bvirtual\b"),
+    _unsupported("the {name} storage class", SECTION_RESTRICTIONS, r"\b(?:thread_local|register)\b"),
+    _unsupported("the goto statement", SECTION_RESTRICTIONS, r"\bgoto\b"),
+    _unsupported("the dynamic_cast operator", SECTION_RESTRICTIONS, r"\bdynamic_cast\b"),
+    _unsupported("type identification (typeid)", SECTION_RESTRICTIONS, r"\btypeid\b"),
+    _unsupported("a function named main", SECTION_RESTRICTIONS, r"\bmain\s*\("),
     Rule("program-scope variable '{name}' must be declared in the constant address space "
          "(`constant constexpr`; METALRT_CONSTANT of metal/metal_constants.h in shared headers)",
          SECTION_CONSTANT, _namespace_scope_violations),
