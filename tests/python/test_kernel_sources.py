@@ -35,7 +35,7 @@ def test_the_simulated_device_compiles_each_embedded_source_to_the_builtin_kerne
     assert builtin, "the built-in library lists no kernels"
     compiled = {}
     for name, source in metalrt.embedded_kernel_sources().items():
-        compiled[name] = set(metalrt.compile_shader(source).function_names())
+        compiled[name] = set(metalrt.compile_shader(source).function_names)
         assert compiled[name], f"{name} defines no kernels"
     union = set().union(*compiled.values())
     assert sum(len(names) for names in compiled.values()) == len(union), "a kernel is defined twice"
