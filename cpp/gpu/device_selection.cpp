@@ -36,10 +36,12 @@ std::unique_ptr<GpuDevice> Create(GpuDeviceFactory factory, const char* missing,
 
 std::string NativeGpuRefusal(const NativeGpuCapabilities& caps) {
   const std::string device = "'" + caps.name + "'";
-  if (caps.apple_family < kMinAppleFamily)
-    return device + " is " +
-           (caps.apple_family > 0 ? "GPU family apple" + std::to_string(caps.apple_family) : std::string("not an Apple GPU family")) +
+  if (caps.apple_family < kMinAppleFamily) {
+    const std::string family = caps.apple_family > 0 ? "GPU family apple" + std::to_string(caps.apple_family)
+                                                     : std::string("not an Apple GPU family");
+    return device + " is " + family +
            "; the kernels need apple7 or later (32-wide SIMD-group reductions and matrices, bfloat)";
+  }
   if (caps.os_major < kMinMacOSMajor)
     return device + " runs macOS " + std::to_string(caps.os_major) + "." + std::to_string(caps.os_minor) +
            "; the kernels need macOS 14.0 or later (Metal Shading Language 3.1)";

@@ -257,6 +257,17 @@ class MetalCommandBuffer : public gpu::GpuCommandBuffer {
   std::unique_ptr<MetalComputeEncoder> encoder_;
 };
 
+// The highest N with supportsFamily:MTLGPUFamilyAppleN, 0 for none (Intel, AMD).
+int HighestAppleFamily(id<MTLDevice> device) {
+  static const MTLGPUFamily kAppleFamilies[] = {MTLGPUFamilyApple1, MTLGPUFamilyApple2, MTLGPUFamilyApple3,
+                                                MTLGPUFamilyApple4, MTLGPUFamilyApple5, MTLGPUFamilyApple6,
+                                                MTLGPUFamilyApple7, MTLGPUFamilyApple8, MTLGPUFamilyApple9};
+  int highest = 0;
+  for (int n = 1; n <= 9; ++n)
+    if ([device supportsFamily:kAppleFamilies[n - 1]]) highest = n;
+  return highest;
+}
+
 // metalrt.metallib is installed beside the extension module this code is linked into.
 std::string DefaultLibraryPath() {
   Dl_info info{};
@@ -282,14 +293,8 @@ class MetalDevice : public gpu::GpuDevice {
   bool has_unified_memory() const override { return [device_ hasUnifiedMemory]; }
 
   std::string gpu_family() const override {
-    static const std::pair<MTLGPUFamily, const char*> kFamilies[] = {
-        {MTLGPUFamilyApple9, "apple9"}, {MTLGPUFamilyApple8, "apple8"}, {MTLGPUFamilyApple7, "apple7"},
-        {MTLGPUFamilyApple6, "apple6"}, {MTLGPUFamilyApple5, "apple5"}, {MTLGPUFamilyApple4, "apple4"},
-        {MTLGPUFamilyApple3, "apple3"}, {MTLGPUFamilyApple2, "apple2"}, {MTLGPUFamilyApple1, "apple1"},
-        {MTLGPUFamilyMac2, "mac2"}};
-    for (const auto& [family, label] : kFamilies)
-      if ([device_ supportsFamily:family]) return label;
-    return "unknown";
+    if (const int apple = HighestAppleFamily(device_)) return "apple" + std::to_string(apple);
+    return [device_ supportsFamily:MTLGPUFamilyMac2] ? "mac2" : "unknown";
   }
 
   size_t max_threadgroup_memory_length() const override { return [device_ maxThreadgroupMemoryLength]; }
@@ -333,8 +338,10 @@ class MetalDevice : public gpu::GpuDevice {
         const std::string path = DefaultLibraryPath();
         if (access(path.c_str(), R_OK) == 0) {
           NSError* error = nil;
-          id<MTLLibrary> library = [device_ newLibraryWithURL:[NSURL fileURLWithPath:ToNSString(path)] error:&error];
-          if (!library) throw std::runtime_error("[metal device] cannot load " + path + ": " + Describe(error));
+          id<MTLLibrary> library = [device_ newLibraryWithURL:[NSURL fileURLWithPath:ToNSString(path)]
+                                                        error:&error];
+          if (!library)
+            throw std::runtime_error("[metal device] cannot load " + path + ": " + Describe(error));
           default_library_ = std::make_unique<MetalLibrary>(device_, std::vector<id<MTLLibrary>>{library});
           default_library_origin_ = "metallib at " + path;
         } else {
@@ -362,7 +369,8 @@ class MetalDevice : public gpu::GpuDevice {
 
   std::shared_ptr<gpu::GpuLibrary> compile_library(const std::string& source) override {
     @autoreleasepool {
-      return std::make_shared<MetalLibrary>(device_, std::vector<id<MTLLibrary>>{CompileSource(source, "[compile_library]")});
+      id<MTLLibrary> library = CompileSource(source, "[compile_library]");
+      return std::make_shared<MetalLibrary>(device_, std::vector<id<MTLLibrary>>{library});
     }
   }
 
@@ -400,14 +408,10 @@ class MetalDevice : public gpu::GpuDevice {
 };
 
 gpu::NativeGpuCapabilities Capabilities(id<MTLDevice> device) {
-  static const MTLGPUFamily kAppleFamilies[] = {MTLGPUFamilyApple1, MTLGPUFamilyApple2, MTLGPUFamilyApple3,
-                                                MTLGPUFamilyApple4, MTLGPUFamilyApple5, MTLGPUFamilyApple6,
-                                                MTLGPUFamilyApple7, MTLGPUFamilyApple8, MTLGPUFamilyApple9};
   @autoreleasepool {
     gpu::NativeGpuCapabilities caps;
     caps.name = ToString([device name]);
-    for (int n = 1; n <= 9; ++n)
-      if ([device supportsFamily:kAppleFamilies[n - 1]]) caps.apple_family = n;
+    caps.apple_family = HighestAppleFamily(device);
     const NSOperatingSystemVersion os = [[NSProcessInfo processInfo] operatingSystemVersion];
     caps.os_major = static_cast<int>(os.majorVersion);
     caps.os_minor = static_cast<int>(os.minorVersion);

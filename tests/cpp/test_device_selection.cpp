@@ -44,7 +44,8 @@ TEST_CASE("device selection: macOS below 14 is refused; so is a GPU without unif
         "'Apple M2 Pro' runs macOS 13.6; the kernels need macOS 14.0 or later (Metal Shading Language 3.1)");
   NativeGpuCapabilities discrete = M2Pro();
   discrete.unified_memory = false;
-  CHECK(NativeGpuRefusal(discrete) == "'Apple M2 Pro' has no unified memory; every metalrt buffer is shared storage");
+  CHECK(NativeGpuRefusal(discrete) ==
+        "'Apple M2 Pro' has no unified memory; every metalrt buffer is shared storage");
 }
 
 TEST_CASE("device selection: the account of the choice says which device serves and why") {
@@ -57,7 +58,8 @@ TEST_CASE("device selection: the account of the choice says which device serves 
 #if !defined(__APPLE__)
   auto chosen = metalrt::gpu::SelectGpuDevice(&selection);
   CHECK(chosen->is_simulated());
-  CHECK(selection == "sim: native unavailable: metalrt was built without the Metal.framework device (not on macOS)");
+  CHECK(selection ==
+        "sim: native unavailable: metalrt was built without the Metal.framework device (not on macOS)");
   CHECK(metalrt::gpu::ActiveMetalBackend().selection().rfind("sim", 0) == 0);
 #endif
 }
