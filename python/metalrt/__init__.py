@@ -6,6 +6,7 @@ device where there is none); `metalrt.ops` runs ops on the device of their input
 `compile_shader` runs your own Metal kernels.
 """
 from ._metalrt import Tensor, device_info, flush, is_available, synchronize
+from ._metalrt import embedded_kernel_sources, metal_library_info
 from .tensor import DTYPES, asarray, empty, zeros
 from . import ops, profiler, providers
 from .shader import ShaderLibrary, compile_shader
@@ -13,7 +14,7 @@ from .generation import GenerationResponse, batch_generate, generate, load, stre
 
 __all__ = [
     "DTYPES", "GenerationResponse", "ShaderLibrary", "Tensor", "asarray", "batch_generate",
-    "compile_shader", "device_info",
+    "compile_shader", "device_info", "embedded_kernel_sources", "metal_library_info",
     "empty", "flush", "generate", "is_available", "load", "ops", "profiler", "providers",
     "stream_generate", "synchronize", "zeros",
 ]
