@@ -16,17 +16,15 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Sequence
+
+from metalrt.server.launch import ServerProcess, free_port, metalrt_command
 
 from . import peers
 from .__main__ import ROOT, TEXT, die_with_parent, machine, worker_env
@@ -34,66 +32,20 @@ from .__main__ import ROOT, TEXT, die_with_parent, machine, worker_env
 STARTUP_SECONDS = 600
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def server_command(engine: str, gguf: str, port: int, threads: int, peers_venv: Path) -> List[str]:
     """The command line of ``engine``'s server on 127.0.0.1:``port``."""
     if engine == "metalrt":
-        return [sys.executable, "-m", "metalrt.server", "--model", gguf, "--device", "cpu",
-                "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+        return metalrt_command(port, "--model", gguf, "--device", "cpu", "--log-level", "warning")
     return [str(peers.python_of(peers_venv)), "-m", "llama_cpp.server", "--model", gguf,
             "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(threads),
             "--n_threads_batch", str(threads), "--n_ctx", "4096"]
-
-
-class Server:
-    """A server subprocess; ``model`` is the id its /v1/models reports."""
-
-    def __init__(self, command: Sequence[str], port: int, threads: int, timeout: float):
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=worker_env(threads), cwd=ROOT,
-                                     preexec_fn=die_with_parent)
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"exited with {self.proc.returncode}: "
-                                   f"{peers.last_words(self.output(), 2)}")
-            try:
-                with opener.open(f"{self.url}/v1/models", timeout=10) as response:
-                    self.model = json.loads(response.read())["data"][0]["id"]
-                return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(f"did not answer within {timeout:g} s")
-            time.sleep(0.5)
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read()
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def summary(values: Sequence[float]) -> Dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def run_level(server: Server, clients: int, requests: int, prompt: str, max_tokens: int) -> Dict:
+def run_level(server: ServerProcess, clients: int, requests: int, prompt: str, max_tokens: int) -> Dict:
     """``clients`` threads sending ``requests`` streamed completions each."""
     import openai
 
@@ -131,8 +83,9 @@ def measure(engine: str, args, gguf: str, prompt: str) -> Dict:
     row = {"engine": engine, "levels": []}
     try:
         port = free_port()
-        server = Server(server_command(engine, gguf, port, args.threads, args.peers_venv),
-                        port, args.threads, STARTUP_SECONDS)
+        server = ServerProcess(server_command(engine, gguf, port, args.threads, args.peers_venv),
+                               port, STARTUP_SECONDS, env=worker_env(args.threads), cwd=ROOT,
+                               preexec_fn=die_with_parent)
     except RuntimeError as e:
         row["reason"] = f"the server did not start: {e}"
         return row
