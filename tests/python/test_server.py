@@ -3,6 +3,8 @@
 streamed and not, stop strings, seeds, usage, logprobs, UTF-8 across SSE chunks,
 prefix caching, and bad input answered 4xx in OpenAI's error shape."""
 import json
+import subprocess
+import sys
 
 import numpy as np
 import openai
@@ -182,3 +184,13 @@ def test_bad_input_is_a_4xx_in_openai_shape(server, client):
     reply = client.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=2, temperature=0)
     assert reply.usage.completion_tokens == 2
     assert server.wait_for(lambda s: s["running"] == 0 and s["waiting"] == 0)
+
+
+@pytest.mark.parametrize("flag, value", [("--kv-cache-tokens", "0"), ("--max-queue", "-1"),
+                                         ("--port", "0")])
+def test_bad_settings_fail_before_loading(flag, value):
+    proc = subprocess.run([sys.executable, "-m", "metalrt.server", flag, value],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith(f"metalrt: error: [serve] {flag} must be")
+    assert f"got {value}" in proc.stderr

@@ -8,6 +8,7 @@ forward step fails.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import List, Optional, Union
 
@@ -44,8 +45,14 @@ def _validation_error(exc: RequestValidationError) -> APIError:
 
 def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int = 512) -> FastAPI:
     """The application serving ``engine_loop`` under the model id ``model_id``; a
-    request without ``max_tokens`` generates at most ``default_max_tokens``."""
-    app = FastAPI(title="metalrt", docs_url=None, redoc_url=None)
+    request without ``max_tokens`` generates at most ``default_max_tokens``. The engine
+    loop is closed when the application shuts down."""
+    @contextlib.asynccontextmanager
+    async def lifespan(_):
+        yield
+        engine_loop.close()
+
+    app = FastAPI(title="metalrt", docs_url=None, redoc_url=None, lifespan=lifespan)
     tokenizer = engine_loop.tokenizer
 
     @app.exception_handler(APIError)

@@ -77,7 +77,8 @@ class Generation:
 class EngineLoop:
     """Runs ``Engine(model, model.kv_cache(num_blocks), max_batched_tokens,
     prefix_caching)`` on a daemon thread. ``max_queued``: requests that may wait for
-    admission (submitted, not yet running) before ``submit`` raises QueueFullError."""
+    admission (submitted, not yet running) before ``submit`` raises QueueFullError (with
+    0, a request is refused while another one waits)."""
 
     def __init__(self, model, tokenizer, num_blocks: int, max_batched_tokens: int = 512,
                  max_queued: int = 64, prefix_caching: bool = True):
@@ -109,7 +110,7 @@ class EngineLoop:
         generation = Generation(self, ids, params, max_tokens, stops, top_logprobs)
         with self._wake:
             waiting = len(self._inbox) + len(self.engine.scheduler.waiting)
-            if waiting >= self.max_queued:
+            if waiting and waiting >= self.max_queued:
                 raise QueueFullError(f"[server] {waiting} requests are already waiting for "
                                      f"the engine (the limit is {self.max_queued})")
             self._inbox.append(generation)
@@ -159,8 +160,12 @@ class EngineLoop:
                 self._step()
 
     def _admit(self, generation: Generation) -> None:
-        request = self.engine.add_request(generation.ids, generation.params,
-                                          generation.max_tokens, self.tokenizer.eos_token_ids)
+        try:
+            request = self.engine.add_request(generation.ids, generation.params,
+                                              generation.max_tokens, self.tokenizer.eos_token_ids)
+        except (ValueError, RuntimeError) as e:   # submit checked what it could
+            generation.push(Event(error=f"[server] the request was refused: {e}"))
+            return
         generation.request = request
         self._active[request] = generation
         self._texts[request] = TextStream(self.tokenizer, generation.stops)

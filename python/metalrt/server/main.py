@@ -51,34 +51,44 @@ def model_id(path: Optional[str]) -> str:
     return name[:-len(".gguf")] if name.endswith(".gguf") else name
 
 
-def serve(args: argparse.Namespace) -> int:
-    """Loads the model, starts the engine loop and runs uvicorn until interrupted.
-    ValueError for settings out of range (before the model loads)."""
-    for name in ("kv_cache_tokens", "max_batched_tokens", "max_tokens", "port"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"[serve] --{name.replace('_', '-')} must be >= 1, "
-                             f"got {getattr(args, name)}")
-    if args.max_queue < 0:
-        raise ValueError(f"[serve] --max-queue must be >= 0, got {args.max_queue}")
-    try:
-        import uvicorn
-    except ImportError:
-        print("metalrt: error: the server needs its extra: pip install 'metalrt[serve]'",
-              file=sys.stderr)
-        return 1
-
+def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens: int = 8192,
+              max_batched_tokens: int = 512, max_queue: int = 64, max_tokens: int = 512,
+              prefix_cache: bool = True):
+    """Loads the model and returns the FastAPI application serving it (its engine loop
+    stops when the application shuts down). The settings are those of ``metalrt serve``;
+    this is also the builder a host such as Ray Serve calls in each replica
+    (docs/serving.md). Raises ValueError for a setting out of range, before loading."""
+    for name, value, least in (("kv_cache_tokens", kv_cache_tokens, 1),
+                               ("max_batched_tokens", max_batched_tokens, 1),
+                               ("max_tokens", max_tokens, 1), ("max_queue", max_queue, 0)):
+        if value < least:
+            raise ValueError(f"[serve] --{name.replace('_', '-')} must be >= {least}, got {value}")
     import metalrt
 
     from ..runner import blocks_for
     from .app import create_app
     from .engine_loop import EngineLoop
 
-    model, tokenizer = metalrt.load(args.model, device=args.device)
-    loop = EngineLoop(model, tokenizer, blocks_for(args.kv_cache_tokens),
-                      args.max_batched_tokens, args.max_queue, args.prefix_cache)
+    loaded, tokenizer = metalrt.load(model, device=device)
+    loop = EngineLoop(loaded, tokenizer, blocks_for(kv_cache_tokens), max_batched_tokens,
+                      max_queue, prefix_cache)
+    return create_app(loop, model_id(model), max_tokens)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """``metalrt serve``: builds the application and runs uvicorn until interrupted."""
+    if not 0 < args.port < 65536:
+        raise ValueError(f"[serve] --port must be in 1-65535, got {args.port}")
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"metalrt: warning: binding {args.host}: the API has no authentication",
+              file=sys.stderr)
     try:
-        app = create_app(loop, model_id(args.model), args.max_tokens)
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
-    finally:
-        loop.close()
+        import uvicorn
+    except ImportError:
+        print("metalrt: error: the server needs its extra: pip install 'metalrt[serve]'",
+              file=sys.stderr)
+        return 1
+    app = build_app(args.model, args.device, args.kv_cache_tokens, args.max_batched_tokens,
+                    args.max_queue, args.max_tokens, args.prefix_cache)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
