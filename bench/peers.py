@@ -47,8 +47,9 @@ PEERS = (
          ("transformers", "torch", "gguf", "accelerate"), ("fp32", "bf16"), loads_hf_export=True),
     Peer("mlx", ("mlx[cpu]", "mlx-lm"), ("mlx_lm",), ("fp32",), loads_hf_export=True),
     # Without the multimodal library (LLAVA_BUILD): text generation does not load it,
-    # and it is a third of the build.
-    Peer("llama.cpp", ("llama-cpp-python",), ("llama_cpp",), ("q4_1",),
+    # and it is a third of the build. The server extra: bench/serving.py runs
+    # llama.cpp's OpenAI-compatible server.
+    Peer("llama.cpp", ("llama-cpp-python[server]",), ("llama_cpp",), ("q4_1",),
          build_env={"CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1),
                     "CMAKE_ARGS": "-DLLAVA_BUILD=OFF"}),
 )

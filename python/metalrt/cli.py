@@ -8,6 +8,9 @@ import os
 import sys
 from typing import Sequence
 
+from .server.main import add_arguments as add_serve_arguments
+from .server.main import serve as serve_main
+
 _DESCRIPTION = """\
 Run large language models on Apple-silicon GPUs through Metal (or on the CPU).
 
@@ -79,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--chat", action="store_true",
                      help="wrap the prompt as a user message in the model's chat template")
     gen.set_defaults(run=_generate)
+    serve = commands.add_parser(
+        "serve", help="serve the model over an OpenAI-compatible HTTP API",
+        description="Serve a model at http://HOST:PORT/v1 (chat completions, completions, "
+                    "models) with continuous batching; see docs/serving.md.")
+    add_serve_arguments(serve)
+    serve.set_defaults(run=serve_main)
     return parser
 
 

@@ -24,7 +24,7 @@ import metalrt
 from .loaders import load_model_files
 from .models import CausalLM, build_model
 from .runner import Engine, SamplingParams, blocks_for
-from .runner.stopping import StopStrings
+from .runner.stopping import TextStream
 from .tensor import check_int_range
 
 Prompt = Union[str, Sequence[int]]
@@ -115,27 +115,7 @@ def prompt_ids(tokenizer, prompt: Prompt) -> List[int]:
     return ids
 
 
-class _TextStream:
-    """Text of one request as tokens arrive: streaming detokenization (never a partial
-    UTF-8 character), eos text left out, stop strings cut off."""
-
-    def __init__(self, tokenizer, stop: Optional[Sequence[str]]):
-        self.detokenizer = tokenizer.detokenizer()
-        self.eos = set(tokenizer.eos_token_ids)
-        self.stops = StopStrings([stop] if isinstance(stop, str) else (stop or ()))
-
-    def add(self, token: int, finished: bool):
-        """(new text, whether a stop string ended the request)."""
-        piece = "" if token in self.eos else self.detokenizer.add_token(token)
-        if finished:
-            piece += self.detokenizer.finalize()
-        text, stopped = self.stops.feed(piece)
-        if finished and not stopped:
-            text += self.stops.flush()
-        return text, stopped
-
-
-def _token_budget(model: CausalLM, ids: Sequence[int], max_tokens: int) -> int:
+def token_budget(model: CausalLM, ids: Sequence[int], max_tokens: int) -> int:
     """``max_tokens`` capped so the prompt and its continuation fit the model's context
     length (``max_position_embeddings``; llama.cpp likewise stops at its context), so a
     huge max_tokens cannot size a KV cache beyond what the model can attend to.
@@ -183,13 +163,13 @@ def stream_generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int 
     ids = prompt_ids(tokenizer, prompt)
     params = SamplingParams(temp, top_p, top_k, min_p, repetition_penalty,
                             repetition_context_size, seed, logprobs)
-    budget = _token_budget(model, ids, max_tokens)
-    return _stream(model, tokenizer, ids, params, budget, _TextStream(tokenizer, stop),
+    budget = token_budget(model, ids, max_tokens)
+    return _stream(model, tokenizer, ids, params, budget, TextStream(tokenizer, stop),
                    max_batched_tokens)
 
 
 def _stream(model: CausalLM, tokenizer, ids: List[int], params: SamplingParams, budget: int,
-            text: _TextStream, max_batched_tokens: int) -> Iterator[GenerationResponse]:
+            text: TextStream, max_batched_tokens: int) -> Iterator[GenerationResponse]:
     """The generator behind ``stream_generate``; its KV cache is allocated at the first
     ``next`` and freed when the generator ends or is closed."""
     engine = _engine(model, [ids], [budget], max_batched_tokens)
@@ -259,7 +239,7 @@ def batch_generate(model: CausalLM, tokenizer, prompts: Sequence[Prompt], max_to
     if not prompts:
         raise ValueError("[batch_generate] prompts is empty")
     all_ids = [prompt_ids(tokenizer, p) for p in prompts]
-    budgets = [_token_budget(model, ids, max_tokens) for ids in all_ids]
+    budgets = [token_budget(model, ids, max_tokens) for ids in all_ids]
     engine = _engine(model, all_ids, budgets, max_batched_tokens)
     try:
         requests, streams, texts = [], [], [[] for _ in all_ids]
@@ -267,7 +247,7 @@ def batch_generate(model: CausalLM, tokenizer, prompts: Sequence[Prompt], max_to
             params = SamplingParams(temp, top_p, top_k, min_p, repetition_penalty,
                                     repetition_context_size, None if seed is None else seed + i)
             requests.append(engine.add_request(ids, params, budgets[i], tokenizer.eos_token_ids))
-            streams.append(_TextStream(tokenizer, stop))
+            streams.append(TextStream(tokenizer, stop))
         start, generated = time.perf_counter(), 0
         while engine.has_work:
             for out in engine.step():

@@ -17,6 +17,19 @@ from .sampling import SamplingParams
 from .scheduler import Scheduler
 
 
+@dataclass
+class EngineStats:
+    """Counters since the engine was made: forward steps; the largest number of
+    sequences in one step (above 1: requests shared steps); prompt tokens prefilled
+    and prompt tokens taken from the prefix cache instead; tokens sampled."""
+
+    steps: int = 0
+    max_batch_size: int = 0
+    prompt_tokens_computed: int = 0
+    prompt_tokens_cached: int = 0
+    generated_tokens: int = 0
+
+
 @dataclass(frozen=True)
 class TokenOutput:
     """A token sampled for ``request`` in one step; ``finish_reason`` is "stop",
@@ -34,15 +47,20 @@ class Engine:
     Greedy requests without logprobs or repetition penalty take their token from
     ``ops.greedy_argmax`` on the device, so a step reads back only int32 ids; the
     logits come to the host only for rows that sample, penalise or report logprobs.
+    ``prefix_caching``: requests reuse the cached K/V of a prompt prefix that earlier
+    requests computed (see ``prefix_cache``).
     """
 
-    def __init__(self, model, cache: PagedKVCache, max_batched_tokens: int = 512):
+    def __init__(self, model, cache: PagedKVCache, max_batched_tokens: int = 512,
+                 prefix_caching: bool = False):
         if cache.in_use:
             raise ValueError("[engine] the KV cache is already held by another engine")
         self.model, self.cache = model, cache
         cache.in_use = True
-        self.scheduler = Scheduler(BlockAllocator(cache.num_blocks), max_batched_tokens)
+        self.scheduler = Scheduler(BlockAllocator(cache.num_blocks), max_batched_tokens,
+                                   prefix_caching)
         self.inputs = StepBuffers(model.device)
+        self.stats = EngineStats()
         self._ids = count()
 
     def add_request(self, prompt: Iterable[int], params: SamplingParams, max_tokens: int,
@@ -66,10 +84,17 @@ class Engine:
         """One forward pass over everything scheduled; returns the sampled tokens (none
         when the step only advanced prompt chunks)."""
         scheduled = self.scheduler.schedule()
+        for request, chunk in scheduled:
+            if chunk.start == request.num_cached_tokens:   # the request's first chunk
+                self.stats.prompt_tokens_cached += request.num_cached_tokens
+            self.stats.prompt_tokens_computed += max(
+                0, min(len(request.prompt), chunk.start + len(chunk.token_ids)) - chunk.start)
         logits = self.model.forward(
             build_step([c for _, c in scheduled], self.model.device, self.inputs), self.cache)
+        self.stats.steps += 1
+        self.stats.max_batch_size = max(self.stats.max_batch_size, len(scheduled))
         for request, chunk in scheduled:
-            request.num_computed += len(chunk.token_ids)
+            self.scheduler.advance(request, len(chunk.token_ids))
         sampling = [r for r, c in scheduled if c.logits == "last"]
         if not sampling:
             return []
@@ -85,6 +110,7 @@ class Engine:
             else:
                 token, logprobs = int(device_ids[row]), None
             request.append(token)
+            self.stats.generated_tokens += 1
             if request.finished:
                 self.scheduler.finish(request)
             outputs.append(TokenOutput(request, token, logprobs, request.finish_reason))

@@ -10,7 +10,9 @@ from .sampling import Sampler, SamplingParams
 @dataclass(eq=False)
 class Request:
     """``num_computed`` counts the tokens whose K/V are in the cache; the tokens after
-    it are fed in the next step (the prompt, or the last sampled token)."""
+    it are fed in the next step (the prompt, or the last sampled token).
+    ``num_cached_tokens``: prompt tokens found in the prefix cache at admission (not
+    prefilled); ``block_keys``: prefix keys of the request's full blocks so far."""
 
     request_id: int
     prompt: List[int]
@@ -20,6 +22,8 @@ class Request:
     output: List[int] = field(default_factory=list)
     blocks: List[int] = field(default_factory=list)
     num_computed: int = 0
+    num_cached_tokens: int = 0
+    block_keys: List[bytes] = field(default_factory=list)
     finish_reason: Optional[str] = None
 
     def __post_init__(self):

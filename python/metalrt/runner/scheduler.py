@@ -6,22 +6,29 @@ requests are admitted while the budget and free cache blocks allow. A prompt lon
 than the budget is prefilled in chunks over several steps. A request is admitted
 only when blocks for its whole life (prompt + max_tokens - 1 tokens) are free, so a
 running request never runs out of cache and nothing is ever preempted.
+
+With ``prefix_caching``, an admitted request first takes the cached blocks of its
+prompt's longest cached prefix (``prefix_cache``) and prefills only the rest; every
+block it fills completely is then cached for later requests.
 """
 from __future__ import annotations
 
 from collections import deque
 from typing import Deque, List, Tuple
 
-from .batch import ScheduledChunk
+from .batch import BLOCK_SIZE, ScheduledChunk
 from .kv_cache import BlockAllocator, OutOfBlocksError, blocks_for
+from .prefix_cache import ROOT_KEY, BlockPool, block_key, prefix_keys
 from .request import Request
 
 
 class Scheduler:
-    def __init__(self, allocator: BlockAllocator, max_batched_tokens: int = 512):
+    def __init__(self, allocator: BlockAllocator, max_batched_tokens: int = 512,
+                 prefix_caching: bool = False):
         if max_batched_tokens < 1:
             raise ValueError(f"[scheduler] max_batched_tokens must be >= 1, got {max_batched_tokens}")
         self.allocator = allocator
+        self.pool = BlockPool(allocator, prefix_caching)
         self.max_batched_tokens = max_batched_tokens
         self.waiting: Deque[Request] = deque()
         self.running: List[Request] = []
@@ -38,7 +45,7 @@ class Scheduler:
         """Removes a finished (or aborted) request and frees its blocks."""
         if request in self.running:
             self.running.remove(request)
-            self.allocator.free(request.blocks)
+            self.pool.release(request.blocks)
             request.blocks = []
         elif request in self.waiting:
             self.waiting.remove(request)
@@ -63,16 +70,35 @@ class Scheduler:
             budget -= n
         while self.waiting and budget > 0:
             request = self.waiting[0]
-            needed = blocks_for(request.max_cached_tokens)
-            if needed > self.allocator.num_free:
+            # The last prompt token is always computed: its logits give the first token.
+            keys = prefix_keys(request.prompt[:-1]) if self.pool.caching else []
+            cached = self.pool.match(keys)
+            needed = blocks_for(request.max_cached_tokens) - len(cached)
+            if needed > self.pool.available_for(cached):
                 break  # first come, first served: later requests wait too
             self.waiting.popleft()
-            request.blocks = self.allocator.allocate(needed)
+            request.blocks = self.pool.acquire(cached, needed)
+            request.block_keys = keys[:len(cached)]
+            request.num_computed = request.num_cached_tokens = len(cached) * BLOCK_SIZE
             self.running.append(request)
-            n = min(budget, len(request.prompt))
+            n = min(budget, len(request.prompt) - request.num_computed)
             scheduled.append((request, self._chunk(request, n)))
             budget -= n
         return scheduled
+
+    def advance(self, request: Request, n: int) -> None:
+        """Records that a step put ``n`` more tokens of ``request`` in the cache, and
+        caches the blocks that became full."""
+        request.num_computed += n
+        if not self.pool.caching:
+            return
+        tokens = request.tokens
+        while len(request.block_keys) < request.num_computed // BLOCK_SIZE:
+            i = len(request.block_keys)
+            parent = request.block_keys[-1] if i else ROOT_KEY
+            key = block_key(parent, tokens[i * BLOCK_SIZE:(i + 1) * BLOCK_SIZE])
+            request.block_keys.append(key)
+            self.pool.register(request.blocks[i], key)
 
     @staticmethod
     def _chunk(request: Request, n: int) -> ScheduledChunk:

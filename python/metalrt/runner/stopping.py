@@ -1,7 +1,7 @@
-"""Stop strings over streamed text."""
+"""Stop strings over streamed text, and the text of a request as its tokens arrive."""
 from __future__ import annotations
 
-from typing import Iterable, Tuple
+from typing import Iterable, Optional, Sequence, Tuple
 
 
 class StopStrings:
@@ -32,3 +32,23 @@ class StopStrings:
         """The held-back text, when the generation ends for another reason."""
         out, self.pending = self.pending, ""
         return out
+
+
+class TextStream:
+    """Text of one request as tokens arrive: streaming detokenization (never a partial
+    UTF-8 character), eos text left out, stop strings cut off."""
+
+    def __init__(self, tokenizer, stop: Optional[Sequence[str]]):
+        self.detokenizer = tokenizer.detokenizer()
+        self.eos = set(tokenizer.eos_token_ids)
+        self.stops = StopStrings([stop] if isinstance(stop, str) else (stop or ()))
+
+    def add(self, token: int, finished: bool):
+        """(new text, whether a stop string ended the request)."""
+        piece = "" if token in self.eos else self.detokenizer.add_token(token)
+        if finished:
+            piece += self.detokenizer.finalize()
+        text, stopped = self.stops.feed(piece)
+        if finished and not stopped:
+            text += self.stops.flush()
+        return text, stopped

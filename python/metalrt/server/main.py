@@ -1,0 +1,94 @@
+"""Settings and start-up of ``metalrt serve`` (and ``python -m metalrt.server``)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional
+
+DEFAULT_PORT = 8080
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The server's command-line settings (shared by ``metalrt serve`` and
+    ``python -m metalrt.server``)."""
+    parser.add_argument("--model", metavar="PATH", default=None,
+                        help="a .gguf file or a Hugging Face model directory; default: "
+                             "SmolLM2-135M-Instruct Q4_1, downloaded on first use")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind; anything but loopback exposes the model to "
+                             "the network, without authentication (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help="TCP port (default: %(default)s)")
+    parser.add_argument("--device", choices=("auto", "cpu", "metal"), default="auto",
+                        help="where the model runs, as for `metalrt generate` "
+                             "(default: %(default)s)")
+    parser.add_argument("--kv-cache-tokens", type=int, default=8192, metavar="N",
+                        help="tokens the paged KV cache holds, shared by all running "
+                             "requests; a request reserves prompt + max_tokens at admission "
+                             "and waits while they are not free (default: %(default)s)")
+    parser.add_argument("--max-batched-tokens", type=int, default=512, metavar="N",
+                        help="token budget of one forward step: decodes first, then prompt "
+                             "chunks (default: %(default)s)")
+    parser.add_argument("--max-queue", type=int, default=64, metavar="N",
+                        help="requests that may wait for admission; more get HTTP 503 "
+                             "(default: %(default)s)")
+    parser.add_argument("--max-tokens", type=int, default=512, metavar="N",
+                        help="max_tokens of a request that does not set it "
+                             "(default: %(default)s)")
+    parser.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
+                        help="do not reuse the KV cache of repeated prompt prefixes")
+    parser.add_argument("--log-level", default="info",
+                        choices=("critical", "error", "warning", "info", "debug"),
+                        help="uvicorn's log level (default: %(default)s)")
+
+
+def model_id(path: Optional[str]) -> str:
+    """The id ``/v1/models`` reports: the model file or directory name without .gguf."""
+    from ..default_model import FILENAME
+
+    name = os.path.basename(os.path.normpath(path)) if path else FILENAME
+    return name[:-len(".gguf")] if name.endswith(".gguf") else name
+
+
+def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens: int = 8192,
+              max_batched_tokens: int = 512, max_queue: int = 64, max_tokens: int = 512,
+              prefix_cache: bool = True):
+    """Loads the model and returns the FastAPI application serving it (its engine loop
+    stops when the application shuts down). The settings are those of ``metalrt serve``;
+    this is also the builder a host such as Ray Serve calls in each replica
+    (docs/serving.md). Raises ValueError for a setting out of range, before loading."""
+    for name, value, least in (("kv_cache_tokens", kv_cache_tokens, 1),
+                               ("max_batched_tokens", max_batched_tokens, 1),
+                               ("max_tokens", max_tokens, 1), ("max_queue", max_queue, 0)):
+        if value < least:
+            raise ValueError(f"[serve] --{name.replace('_', '-')} must be >= {least}, got {value}")
+    import metalrt
+
+    from ..runner import blocks_for
+    from .app import create_app
+    from .engine_loop import EngineLoop
+
+    loaded, tokenizer = metalrt.load(model, device=device)
+    loop = EngineLoop(loaded, tokenizer, blocks_for(kv_cache_tokens), max_batched_tokens,
+                      max_queue, prefix_cache)
+    return create_app(loop, model_id(model), max_tokens)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """``metalrt serve``: builds the application and runs uvicorn until interrupted."""
+    if not 0 < args.port < 65536:
+        raise ValueError(f"[serve] --port must be in 1-65535, got {args.port}")
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"metalrt: warning: binding {args.host}: the API has no authentication",
+              file=sys.stderr)
+    try:
+        import uvicorn
+    except ImportError:
+        print("metalrt: error: the server needs its extra: pip install 'metalrt[serve]'",
+              file=sys.stderr)
+        return 1
+    app = build_app(args.model, args.device, args.kv_cache_tokens, args.max_batched_tokens,
+                    args.max_queue, args.max_tokens, args.prefix_cache)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0

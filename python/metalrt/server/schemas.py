@@ -1,0 +1,97 @@
+"""Request bodies of the OpenAI endpoints, validated by pydantic.
+
+Field names, types and ranges follow OpenAI's API reference (Chat Completions and the
+legacy Completions). Fields OpenAI defines that this server does not implement are
+refused (``extra="forbid"`` names them) rather than silently ignored, except those
+that only label or shape a request without changing the tokens (``user``,
+``metadata``, ``store``...).
+"""
+from __future__ import annotations
+
+from typing import List, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+
+_IGNORED = ("user", "metadata", "store", "service_tier", "parallel_tool_calls")
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_labels(cls, data):
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if k not in _IGNORED}
+        return data
+
+
+class StreamOptions(_Body):
+    include_usage: StrictBool = False
+
+
+class TextPart(_Body):
+    """A text content part: ``{"type": "text", "text": ...}`` (images are refused)."""
+
+    type: Literal["text"]
+    text: str
+
+
+class Message(_Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Union[str, List[TextPart], None] = None
+    name: Optional[str] = None
+
+    @property
+    def text(self) -> str:
+        """The message content as one string (text parts joined)."""
+        if isinstance(self.content, list):
+            return "".join(part.text for part in self.content)
+        return self.content or ""
+
+
+class _Sampling(_Body):
+    """What chat and text completions share: the model, sampling and stop settings.
+    ``max_tokens`` None = the server's default (capped by the context length)."""
+
+    model: str
+    max_tokens: Optional[StrictInt] = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: Optional[StrictInt] = Field(None, ge=0)
+    stop: Union[str, List[str], None] = None
+    stream: StrictBool = False
+    stream_options: Optional[StreamOptions] = None
+    n: StrictInt = Field(1, ge=1, le=1)   # one choice per request
+    frequency_penalty: float = Field(0.0, ge=0.0, le=0.0)   # not implemented: only 0
+    presence_penalty: float = Field(0.0, ge=0.0, le=0.0)
+
+    @property
+    def stops(self) -> List[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or ())
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: List[Message] = Field(min_length=1)
+    max_completion_tokens: Optional[StrictInt] = Field(None, ge=1)
+    logprobs: StrictBool = False
+    top_logprobs: Optional[StrictInt] = Field(None, ge=0, le=20)
+
+    @property
+    def token_limit(self) -> Optional[int]:
+        """``max_completion_tokens`` (OpenAI's newer name), else ``max_tokens``."""
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_Sampling):
+    prompt: Union[str, List[StrictInt]]
+    logprobs: Optional[StrictInt] = Field(None, ge=0, le=20)
+    echo: Literal[False] = False
+
+    @property
+    def token_limit(self) -> Optional[int]:
+        return self.max_tokens

@@ -1,0 +1,28 @@
+"""Smoke test of ``python -m bench.serving --quick``: one client against metalrt serve
+(and llama.cpp's server when the peers' venv has it, else a row with the reason); its
+JSON holds positive figures. No speed is asserted."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_quick_serving_bench_json(tmp_path):
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "-m", "bench.serving", "--quick", "--out-dir", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [path] = list(out.glob("serving-*.json"))
+    result = json.loads(path.read_text())
+    assert result["quick"] is True and "Serving:" in proc.stdout
+    rows = {r["engine"]: r for r in result["rows"]}
+    assert set(rows) == {"metalrt", "llama.cpp"}
+    [level] = rows["metalrt"]["levels"]
+    assert (level["clients"], level["requests"]) == (1, 2)
+    assert level["requests_per_s"] > 0 and 0 < level["ttft_s"]["min"] <= level["ttft_s"]["max"]
+    peer = rows["llama.cpp"]
+    assert peer["levels"] or peer["reason"]      # measured, or says why not
+    for level in peer["levels"]:
+        assert level["requests_per_s"] > 0
