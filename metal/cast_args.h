@@ -1,13 +1,13 @@
 // Arguments and tuning constants of the cast kernels (metal/cast.metal), shared by the
 // host dispatch (cpp/gpu/cast.cpp) and MSL. One thread per element.
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_CAST_ARGS_H_
 #define METALRT_METAL_CAST_ARGS_H_
+#include "metal_constants.h"
 #ifndef __METAL_VERSION__
 #include <cstdint>
 #endif
 
-constexpr uint32_t kCastThreads = 256;
+METALRT_CONSTANT uint32_t kCastThreads = 256;
 
 struct CastArgs {
   uint32_t n;        // elements

@@ -1,14 +1,14 @@
 // Arguments and tuning constants of the elementwise kernels (metal/elementwise.metal,
 // metal/silu_and_mul.metal), shared by their host dispatch (cpp/gpu/elementwise.cpp,
 // cpp/gpu/silu_and_mul.cpp) and MSL. One thread per output element.
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_ELEMENTWISE_ARGS_H_
 #define METALRT_METAL_ELEMENTWISE_ARGS_H_
+#include "metal_constants.h"
 #ifndef __METAL_VERSION__
 #include <cstdint>
 #endif
 
-constexpr uint32_t kElementwiseThreads = 256;
+METALRT_CONSTANT uint32_t kElementwiseThreads = 256;
 
 struct ElementwiseArgs {
   uint32_t n;       // output elements

@@ -1,9 +1,9 @@
 // Arguments and tuning constants of the paged attention kernels
 // (metal/paged_attention.metal), shared by the host dispatch (cpp/gpu/paged_attention.cpp)
 // and MSL so grid math and kernel code cannot disagree.
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_PAGED_ATTENTION_ARGS_H_
 #define METALRT_METAL_PAGED_ATTENTION_ARGS_H_
+#include "metal_constants.h"
 #ifndef __METAL_VERSION__
 #include <cstdint>
 #endif
@@ -11,21 +11,21 @@
 // head_dim is the function constant of this index (set per pipeline, so the feature
 // loops are specialised); the kernels serve 1 <= head_dim <= kAttentionMaxHeadDim and
 // the host declines larger heads.
-constexpr uint32_t kAttentionHeadDimConstant = 0;
-constexpr int32_t kAttentionSimdWidth = 32;
-constexpr int32_t kAttentionMaxHeadDim = 128;
+METALRT_CONSTANT uint32_t kAttentionHeadDimConstant = 0;
+METALRT_CONSTANT int32_t kAttentionSimdWidth = 32;
+METALRT_CONSTANT int32_t kAttentionMaxHeadDim = 128;
 // Lane l of a query row's SIMD-group holds features l, l + 32, l + 64, l + 96.
-constexpr int32_t kAttentionMaxDimsPerLane = kAttentionMaxHeadDim / kAttentionSimdWidth;
+METALRT_CONSTANT int32_t kAttentionMaxDimsPerLane = kAttentionMaxHeadDim / kAttentionSimdWidth;
 // Context positions staged per step in threadgroup memory: K and V tiles of
 // [kAttentionKeyTile][head_dim] f32, 2 x 16 x 128 x 4 = 16 KiB at most.
-constexpr int32_t kAttentionKeyTile = 16;
+METALRT_CONSTANT int32_t kAttentionKeyTile = 16;
 // Decode: one threadgroup per (request, kv head) holds up to this many query heads of
 // the GQA group, one SIMD-group each; larger groups take several threadgroups.
-constexpr int32_t kDecodeMaxSimdgroups = 8;
+METALRT_CONSTANT int32_t kDecodeMaxSimdgroups = 8;
 // Prefill: one threadgroup per (tile of kPrefillQueryTile queries of one request, head),
 // one SIMD-group per query.
-constexpr int32_t kPrefillQueryTile = 8;
-constexpr int32_t kPrefillThreads = kPrefillQueryTile * kAttentionSimdWidth;
+METALRT_CONSTANT int32_t kPrefillQueryTile = 8;
+METALRT_CONSTANT int32_t kPrefillThreads = kPrefillQueryTile * kAttentionSimdWidth;
 
 struct PagedAttentionArgs {
   int32_t heads;          // query heads

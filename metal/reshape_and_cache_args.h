@@ -2,14 +2,14 @@
 // (metal/reshape_and_cache.metal), shared by the host dispatch
 // (cpp/gpu/reshape_and_cache.cpp) and MSL. A 2-D grid: x runs along a token's
 // kv_heads * head_dim row, y over the tokens.
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_RESHAPE_AND_CACHE_ARGS_H_
 #define METALRT_METAL_RESHAPE_AND_CACHE_ARGS_H_
+#include "metal_constants.h"
 #ifndef __METAL_VERSION__
 #include <cstdint>
 #endif
 
-constexpr uint32_t kReshapeAndCacheThreads = 256;
+METALRT_CONSTANT uint32_t kReshapeAndCacheThreads = 256;
 
 struct ReshapeAndCacheArgs {
   int64_t num_slots;   // num_blocks * block_size; slots outside [0, num_slots) are skipped

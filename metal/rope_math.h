@@ -14,7 +14,6 @@
 // up to 2^24, and grows gently (to ~1e-6 turns) towards 2^31. The reduction relies on
 // IEEE evaluation order, which fast math's re-association would break: the metallib is
 // built with -fno-fast-math (docs/apple-validation.md).
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_ROPE_MATH_H_
 #define METALRT_METAL_ROPE_MATH_H_
 #include <metal_stdlib>

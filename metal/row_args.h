@@ -1,15 +1,15 @@
 // Arguments and tuning constants of the row kernels (rms_norm, greedy_argmax, and the other
 // one-threadgroup-per-row ops), shared by host dispatch (cpp/gpu/<op>.cpp) and MSL.
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_ROW_ARGS_H_
 #define METALRT_METAL_ROW_ARGS_H_
+#include "metal_constants.h"
 #ifndef __METAL_VERSION__
 #include <cstdint>
 #endif
 
 // One threadgroup per row of kRowThreads threads (kRowSimdgroups SIMD-groups of 32).
-constexpr int32_t kRowThreads = 256;
-constexpr int32_t kRowSimdgroups = kRowThreads / 32;
+METALRT_CONSTANT int32_t kRowThreads = 256;
+METALRT_CONSTANT int32_t kRowSimdgroups = kRowThreads / 32;
 
 struct RmsNormArgs {
   int32_t cols;

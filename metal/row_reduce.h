@@ -3,7 +3,6 @@
 // order, so all threads get the same result with a single barrier. Each reduction of a
 // kernel takes its own `partials` array (kRowSimdgroups floats), so no second barrier
 // is needed before the next one.
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_ROW_REDUCE_H_
 #define METALRT_METAL_ROW_REDUCE_H_
 #include <metal_stdlib>

@@ -76,11 +76,16 @@ std::string CacheDir() {
   return std::string(home && *home ? home : "/tmp") + "/.cache/metalrt/kernels";
 }
 
-std::string ShimContents(const std::string& dir) {
+// Names and contents of the files of `dir` whose names end with `suffix`, sorted.
+std::string DirContents(const std::string& dir, const std::string& suffix = "") {
   std::vector<std::string> names;
   if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') names.push_back(e->d_name);
+    while (dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n[0] != '.' && n.size() >= suffix.size() &&
+          n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+        names.push_back(n);
+    }
     closedir(d);
   }
   std::sort(names.begin(), names.end());
@@ -113,8 +118,9 @@ std::string BuildKernelModule(const std::string& source) {
   // it) wins over a compiler or wrapper that defaults to unsigned char.
   const std::string flags = "-std=c++17 -O2 -fsigned-char -fPIC -shared -fvisibility=hidden -Wno-attributes";
   uint64_t h = Hash(source);
-  h = Hash(ReadFile(tc.generator), h);
-  h = Hash(ShimContents(tc.shim_dir), h);
+  // The generator imports its sibling modules: all of them are part of the key.
+  h = Hash(DirContents(tc.generator.substr(0, tc.generator.find_last_of('/')), ".py"), h);
+  h = Hash(DirContents(tc.shim_dir), h);
   h = Hash(cxx + flags, h);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));

@@ -6,6 +6,8 @@
 option(METALRT_SIM_TSAN "Build the simulated device with ThreadSanitizer (races between GPU threads of a threadgroup)" OFF)
 
 set(METALRT_MSL_GENERATOR ${CMAKE_CURRENT_SOURCE_DIR}/python/metalrt/_sim/msl_to_cpp.py)
+# The generator and the modules it imports (preprocessor pass, restrictions, ...).
+file(GLOB METALRT_MSL_GENERATOR_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/python/metalrt/_sim/*.py)
 set(METALRT_SHIM_DIR ${CMAKE_CURRENT_SOURCE_DIR}/metal/shim)
 # What every compile of the shim needs to match MSL's C++ dialect: MSL `char` is
 # signed, C++ leaves it to the target (unsigned on arm64 Linux). kernel_compiler.cpp
@@ -38,8 +40,8 @@ function(metalrt_add_msl target)
     add_custom_command(
       OUTPUT ${out}
       COMMAND ${Python_EXECUTABLE} ${METALRT_MSL_GENERATOR} ${metal} ${out} --mode builtin
-              --depfile ${out}.d
-      DEPENDS ${metal} ${METALRT_MSL_GENERATOR}
+              --depfile ${out}.d --cxx ${CMAKE_CXX_COMPILER}
+      DEPENDS ${metal} ${METALRT_MSL_GENERATOR_SOURCES}
       DEPFILE ${out}.d
       COMMENT "MSL -> C++ ${rel}"
       VERBATIM)

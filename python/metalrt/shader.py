@@ -15,15 +15,15 @@ Shading Language Specification and Metal's ``dispatchThreads`` /
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 
 import numpy as np
 
 from . import _metalrt
-from ._sim.msl_to_cpp import MslError, function_constant_types
-from .tensor import check_int_range
+from ._sim.msl_to_cpp import MslError, describe
+from .shader_args import bind_argument, from_python
+from .shader_source import build_source
 
 # numpy scalar types a function constant may take, with FunctionConstant::Type codes
 # (cpp/gpu/gpu_device.h: kBool, kInt16, kUInt16, kInt32, kUInt32, kFloat, kHalf).
@@ -52,32 +52,41 @@ def _use_installed_toolchain() -> None:
     _toolchain_set = True
 
 
-def compile_shader(source: str) -> "ShaderLibrary":
+def compile_shader(source: str, *, defines=None, headers=None) -> "ShaderLibrary":
     """Compiles Metal Shading Language source; its kernels become attributes.
 
     Args:
         source: MSL source text (``#include <metal_stdlib>``, ``kernel void`` functions
             and explicit template instantiations named with ``[[host_name("...")]]``).
+        defines: preprocessor macros, ``{name: value}`` with a str, int or float value,
+            or None for ``1`` (Metal's ``MTLCompileOptions.preprocessorMacros``).
+        headers: the files quoted includes (``#include "name.h"``) resolve to: a dict
+            ``{name: text}`` or a directory path. An include found in neither is a
+            compile error.
 
     Returns:
-        A :class:`ShaderLibrary`. The declared types of its function constants are read
-        from ``source`` (``constant T name [[function_constant(i)]];``), so that
-        Python values given for them are converted to those types.
+        A :class:`ShaderLibrary`. The declared types of its function constants and of
+        its kernels' ``constant`` parameters are read from the source, so that Python
+        values given for them are converted to (and sized against) those types.
 
     Raises:
-        TypeError: ``source`` is not a str.
+        TypeError: ``source`` is not a str, or defines/headers have the wrong type.
+        ValueError: a macro name that is not an identifier, a missing headers directory.
         RuntimeError: no Metal device is available, or compilation failed; the
-            message carries the compiler's diagnostics with ``shader.metal:line``.
+            message carries the compiler's diagnostics with ``shader.metal:line``
+            (MSL that Metal rejects, e.g. ``double``, is rejected on the simulated
+            device too, with the MSL specification section).
     """
     if not isinstance(source, str):
         raise TypeError(f"[compile_shader] source must be a str, got {type(source).__name__}")
+    full = build_source(source, defines, headers)
     _use_installed_toolchain()
-    native = _metalrt._compile_shader(source)
+    native = _metalrt._compile_shader(full)
     try:
-        declared = function_constant_types(source)
+        constants, kernels = describe(full)
     except MslError:
-        declared = {}   # a declaration only Metal understands: Python values use the defaults
-    return ShaderLibrary(native, declared)
+        constants, kernels = {}, {}   # only Metal understands it: Python values use the defaults
+    return ShaderLibrary(native, constants, kernels)
 
 
 def _size3(value, what: str, kernel: str) -> list[int]:
@@ -109,7 +118,7 @@ def _constant(kernel: str, index, value, declared: dict) -> tuple[int, int, byte
     target = _MSL_CONSTANT_TYPES.get(msl_type)
     what = f"[{kernel}] function constant {index}" + (f" ({msl_type})" if msl_type else "")
     if type(value) in _PYTHON_DEFAULT_TYPES:
-        value = _from_python(value, target or _PYTHON_DEFAULT_TYPES[type(value)], what)
+        value = from_python(value, target or _PYTHON_DEFAULT_TYPES[type(value)], what)
     elif type(value) in _CONSTANT_TYPES and target is not None and type(value) is not target:
         raise TypeError(f"{what} takes {np.dtype(target).name} values, got a numpy "
                         f"{type(value).__name__} (pass a Python number or "
@@ -119,32 +128,6 @@ def _constant(kernel: str, index, value, declared: dict) -> tuple[int, int, byte
                         f"uint16, int32, uint32, float32 or float16 scalar, got "
                         f"{type(value).__name__}")
     return int(index), _CONSTANT_TYPES[type(value)], value.tobytes()
-
-
-def _from_python(value, target: type, what: str) -> np.generic:
-    """A Python bool/int/float as the numpy scalar type ``target``: a bool only as bool,
-    an int as an integer type in its range, an int or float as float32/float16 when it
-    stays finite. TypeError for a kind that would change (float -> int, int -> bool),
-    ValueError for a value out of range."""
-    name = np.dtype(target).name
-    if target is np.bool_ or isinstance(value, bool):
-        if not (target is np.bool_ and isinstance(value, bool)):
-            raise TypeError(f"{what} takes {name} values, got {type(value).__name__}")
-        return np.bool_(value)
-    if np.issubdtype(target, np.integer):
-        if not isinstance(value, int):
-            raise TypeError(f"{what} takes {name} values, got float {value!r}")
-        check_int_range(value, value, name, what)
-        return target(value)
-    try:
-        with np.errstate(over="ignore"):
-            converted = target(float(value))
-    except OverflowError:   # an int beyond float64
-        converted = target(np.inf)
-    if np.isinf(converted) and not (isinstance(value, float) and math.isinf(value)):
-        raise ValueError(f"{what}: {value!r} does not fit in {name} "
-                         f"(largest finite {float(np.finfo(target).max)!r})")
-    return converted
 
 
 class ShaderKernel:
@@ -158,11 +141,16 @@ class ShaderKernel:
         """Encodes one dispatch of the kernel on the Metal device.
 
         Args:
-            *args: bound in order to ``[[buffer(0)]]``, ``[[buffer(1)]]``, ...: a
-                ``metalrt.Tensor`` on the metal device binds its buffer at the tensor's
-                byte offset (element 0 of a view or slice is at index 0); a numpy scalar
-                (``np.uint32(7)``, ``np.float32(0.5)``, ``np.float16``, ...) binds its
-                bytes, as ``setBytes`` does.
+            *args: bound in order to ``[[buffer(0)]]``, ``[[buffer(1)]]``, ...
+                (explicit or Metal's implicit indices): a ``metalrt.Tensor`` on the
+                metal device binds its buffer at the tensor's byte offset (element 0
+                of a view or slice is at index 0). Anything else is copied as bytes, as
+                ``setBytes`` does: a numpy scalar (``np.uint32(7)``) or small array (a
+                ``constant uint2&`` takes a 2-element uint32 array), ``bytes`` (a
+                struct by its byte layout), or a Python bool/int/float converted to
+                the parameter's declared scalar type with a range check. Where the
+                declared type's size is known (scalars and vectors), the bytes must
+                have exactly that size.
             threads: grid size in threads (x[, y[, z]]); edge threadgroups are partial
                 (Metal's ``dispatchThreads``).
             threadgroups: grid size in whole threadgroups (``dispatchThreadgroups``).
@@ -178,7 +166,7 @@ class ShaderKernel:
                 and must have the declared type.
 
         Raises:
-            TypeError: an argument is neither a metalrt.Tensor nor a numpy scalar, or a
+            TypeError: an argument is none of the above, or a
                 constant has an unsupported type or one that does not match its
                 declaration (a float for an int constant, an int for a bool one).
             ValueError: a tensor is not on the metal device (or not in a Metal
@@ -186,7 +174,9 @@ class ShaderKernel:
                 uses is not bound, a function constant does not match the kernel's, or
                 the kernel uses a function constant without a value (only one it tests
                 with ``is_function_constant_defined`` may be left out, as on Metal), or
-                a Python value does not fit the constant's declared type.
+                a Python value does not fit the constant's declared type, or an
+                argument's byte size is not its parameter's (the message names the
+                parameter type, expected and given bytes).
         """
         kernel = self.name
         if (threads is None) == (threadgroups is None):
@@ -196,6 +186,7 @@ class ShaderKernel:
         grid = _size3(threads if threads is not None else threadgroups,
                       "threads" if threads is not None else "threadgroups", kernel)
         group = _size3(group_size, "group_size", kernel)
+        params = self._library._kernel_params.get(kernel, {})
         bound = []
         for i, a in enumerate(args):
             if isinstance(a, _metalrt.Tensor):
@@ -205,11 +196,8 @@ class ShaderKernel:
                     raise ValueError(f"[{kernel}] argument {i} must be contiguous, got a strided "
                                      f"view of shape {tuple(a.shape)} (t.to(t.device) copies it)")
                 bound.append(a)
-            elif isinstance(a, np.generic) and not isinstance(a, (np.object_, np.str_, np.bytes_)):
-                bound.append(a.tobytes())
             else:
-                raise TypeError(f"[{kernel}] argument {i} must be a metalrt.Tensor or a numpy scalar "
-                                f"(e.g. np.uint32), got {type(a).__name__}")
+                bound.append(bind_argument(kernel, i, a, params.get(i)))
         if constants is not None and not isinstance(constants, dict):
             raise TypeError(f"[{kernel}] constants must be a dict {{index: value}}, "
                             f"got {type(constants).__name__}")
@@ -226,10 +214,11 @@ class ShaderLibrary:
     names of template instantiations that are not identifiers are reached with
     ``lib["name"]``."""
 
-    def __init__(self, native, constant_types: dict[int, str]):
+    def __init__(self, native, constant_types: dict[int, str], kernel_params: dict[str, dict[int, str]]):
         self._native = native
         self._names = tuple(native.function_names())
         self._constant_types = constant_types   # function-constant index -> declared MSL type
+        self._kernel_params = kernel_params     # kernel -> buffer index -> declared parameter type
 
     @property
     def function_names(self) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """The MSL -> C++ generator of the simulated device (metalrt/_sim/msl_to_cpp.py):
 which kernels it registers, how it binds every parameter attribute, the rewrites
 it makes (lines preserved), and its errors at file.metal:line."""
+import pathlib
 import re
 
 import pytest
@@ -177,7 +178,8 @@ def test_instantiations_made_by_macros_are_registered(tmp_path):
                     **{"fill.h": header})
     assert set(kernel_rows(text)) == {"fill_f32_1", "fill_i32_1", "fill_u8_3"}
     assert "fill<uchar, 3>(" in text
-    assert "[[" not in text.split('#line 1')[2].split("#define")[1]   # attributes blanked in the macro
+    code = text.split('#line 1 "', 1)[1]
+    assert "#define" not in code and "[[" not in code   # expanded before translation, attributes blanked
 
 
 def test_shared_mode_exports_the_module_entry(tmp_path):
@@ -186,7 +188,10 @@ def test_shared_mode_exports_the_module_entry(tmp_path):
 
 
 @pytest.mark.parametrize("source, line, message", [
-    ("kernel void f(device float* x) {}", 1, "parameter 'x' has no [[buffer(n)]]"),
+    ("kernel void f(device float* x, uint i) {}", 1,
+     "parameter 'i' is neither in the device, constant or threadgroup address space"),
+    ("kernel void f(device float* x [[buffer(N)]]) {}", 1,
+     "[[buffer(N)]] needs an integer constant expression"),
     ("\nkernel void f(device float* x [[buffer(0)]],\n  uint q [[quad_lane_id]]) {}", 2,
      "unsupported attribute [[quad_lane_id]] on parameter 'q'"),
     ("kernel void f(device float* x [[buffer(31)]]) {}", 1, "past Metal's 31 bindings"),
@@ -211,7 +216,110 @@ def test_errors_name_the_file_and_line(tmp_path, source, line, message):
 
 def test_command_line_reports_errors_on_stderr(tmp_path, capsys):
     bad = tmp_path / "bad.metal"
-    bad.write_text("\n\nkernel void f(device float* x) {}\n")
+    bad.write_text("\n\nkernel void f(device float* x, uint i) {}\n")
     assert msl_to_cpp.main([str(bad), str(tmp_path / "out.cpp")]) == 1
     assert f"{bad}:3: error:" in capsys.readouterr().err
     assert not (tmp_path / "out.cpp").exists()
+
+
+# ---- issue #20: discovery on preprocessed source ----
+
+def test_kernels_are_found_after_the_preprocessor_resolves_if_else(tmp_path):
+    """Two definitions of a kernel in the two branches of #if/#else are one kernel
+    (the text-based generator reported "defined twice")."""
+    rows = kernel_rows(generate(tmp_path, """#define USE_FAST 1
+#if USE_FAST
+kernel void k(device float* x [[buffer(0)]]) { x[0] = 1; }
+#else
+kernel void k(device float* x [[buffer(1)]]) { x[0] = 2; }
+#endif
+"""))
+    assert rows == {"k": ("{0u, -1}", 0)}
+
+
+def test_attribute_indices_are_integer_constant_expressions(tmp_path):
+    """[[function_constant(FC_UNARY + 0)]] and [[buffer(BASE + 1)]]: macros expanded,
+    the expression evaluated (the text-based generator: "needs an integer index")."""
+    text = generate(tmp_path, """#define FC_UNARY 1200
+#define BASE 2
+constant short FC_unary_op [[function_constant(FC_UNARY + 0)]];
+constant bool FC_unary_cnt [[function_constant(FC_UNARY + (3 << 1) / 2)]];
+kernel void k(device float* x [[buffer(BASE + 1)]], device float* y [[buffer(0x1)]],
+              device float* z [[buffer(BASE * 3 - 1), function_constant(FC_unary_cnt)]]) {
+  x[0] = FC_unary_op;
+}
+""")
+    assert '{1200u, "FC_unary_op", 2u,' in text
+    assert '{1203u, "FC_unary_cnt", 1u,' in text
+    assert kernel_rows(text)["k"] == ("{3u, -1}, {1u, -1}, {5u, 1203}", 0)
+
+
+def test_unattributed_buffer_parameters_get_metals_implicit_indices(tmp_path):
+    """device/constant (threadgroup) parameters without [[buffer(n)]] ([[threadgroup(n)]])
+    take the lowest index no other parameter of the kernel has, in order (the
+    text-based generator: "parameter 'args' has no [[buffer(n)]]")."""
+    rows = kernel_rows(generate(tmp_path, """struct Args { int n; };
+kernel void k(constant Args& args, device const float* a, device float* out [[buffer(1)]],
+              device float* b, threadgroup float* s, threadgroup float* t [[threadgroup(0)]],
+              uint i [[thread_position_in_grid]]) {}
+"""))
+    assert rows["k"] == ("{0u, -1}, {2u, -1}, {1u, -1}, {3u, -1}", (1 << 1) | (1 << 0))
+
+
+def test_ggml_style_typedef_decltype_instantiations_are_registered(tmp_path):
+    """`typedef decltype(f<...>) name; template [[host_name("n")]] kernel name f<...>;`
+    as ggml-metal writes them, made by a macro."""
+    text = generate(tmp_path, """#include <metal_stdlib>
+using namespace metal;
+template <typename T>
+kernel void kernel_scale(constant float& s, device const T* src, device T* dst,
+                         uint i [[thread_position_in_grid]]) { dst[i] = src[i] * T(s); }
+typedef decltype(kernel_scale<float>) kernel_scale_t;
+#define INSTANTIATE(name, T) template [[host_name(name)]] kernel kernel_scale_t kernel_scale<T>;
+INSTANTIATE("kernel_scale_f32", float)
+#if 0
+INSTANTIATE("kernel_scale_f16", half)
+#endif
+""")
+    assert kernel_rows(text) == {"kernel_scale_f32": ("{0u, -1}, {1u, -1}, {2u, -1}", 0)}
+    assert "kernel_scale<float>(" in text
+
+
+def test_errors_inside_headers_and_macros_point_at_the_original_line(tmp_path):
+    with pytest.raises(msl_to_cpp.MslError) as e:
+        generate(tmp_path, '#include "h.h"\n', **{"h.h": "\n\n#define K(n) kernel void n(uint i) {}\nK(f)\n"})
+    assert str(e.value).startswith(f"{tmp_path / 'h.h'}:4: error:")
+
+
+def test_defines_and_include_dirs_reach_the_preprocessor(tmp_path):
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "tile.h").write_text("#define TILE_INDEX (SLOT + 1)\n")
+    path = tmp_path / "k.metal"
+    path.write_text('#include "tile.h"\nkernel void k(device float* x [[buffer(TILE_INDEX)]]) {}\n')
+    text, files = msl_to_cpp.generate(str(path), defines={"SLOT": "4"},
+                                      include_dirs=[str(tmp_path / "inc")])
+    assert kernel_rows(text)["k"] == ("{5u, -1}", 0)
+    assert str(tmp_path / "inc" / "tile.h") in files   # the depfile lists it
+    with pytest.raises(msl_to_cpp.MslError, match=r"k\.metal:2: error: kernel 'k': \[\[buffer\(\(SLOT \+ 1\)\)\]\] needs an integer "
+                       r"constant expression: 'SLOT' is neither an integer literal nor a macro"):
+        msl_to_cpp.generate(str(path), include_dirs=[str(tmp_path / "inc")])
+
+
+def test_every_kernel_file_of_the_package_passes_the_strict_translator():
+    root = pathlib.Path(__file__).resolve().parents[2]
+    files = sorted((root / "metal").glob("*.metal")) + sorted((root / "tests" / "msl").glob("*.metal"))
+    assert len(files) > 20
+    for path in files:
+        text, deps = msl_to_cpp.generate(str(path))
+        assert "metalrt_kernels[]" in text and str(path) in deps
+
+
+def test_depfile_lists_every_project_header_read_and_no_metal_header(tmp_path):
+    (tmp_path / "a.h").write_text('#pragma once\n#include <metal_stdlib>\n#include "b.h"\n')
+    (tmp_path / "b.h").write_text("#define B 1\n")
+    (tmp_path / "k.metal").write_text('#include "a.h"\nkernel void k(device float* x [[buffer(B)]]) {}\n')
+    out, dep = tmp_path / "k.cpp", tmp_path / "k.cpp.d"
+    assert msl_to_cpp.main([str(tmp_path / "k.metal"), str(out), "--depfile", str(dep)]) == 0
+    target, deps = dep.read_text().split(": ", 1)
+    assert target == str(out)
+    assert deps.split() == [str(tmp_path / n) for n in ("k.metal", "a.h", "b.h")]

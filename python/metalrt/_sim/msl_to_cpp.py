@@ -1,9 +1,12 @@
 """Metal Shading Language source -> one C++ translation unit for the simulated device.
 
-The output includes the MSL shim (``metal/shim``), then a line-preserving copy of
-the ``.metal`` file (``#line`` directives keep compiler errors at ``file.metal:line``;
-project headers included with quotes are copied in place the same way), rewritten
-only where MSL is not C++:
+The ``.metal`` file is first preprocessed as Apple's compiler preprocesses it
+(``msl_preprocess``: the C++ compiler's ``-E`` with Metal's predefined macros, the
+Metal standard headers left to the shim), so kernels, attributes and function
+constants are found with macros expanded and ``#if`` resolved. The output includes
+the MSL shim (``metal/shim``), then the preprocessed text with ``#line`` directives
+back to the original files (errors stay at ``file.metal:line`` / ``header.h:line``),
+rewritten only where MSL is not C++:
 
 * ``[[attribute]]`` spellings of MSL are blanked (columns preserved);
 * a declaration starting with ``constant`` gets C++ ``const`` (program-scope
@@ -17,22 +20,44 @@ only where MSL is not C++:
   whether the pipeline defined it; each kernel lists the constants it requires
   (uses without testing them), which a pipeline must give values for.
 
+What Metal rejects and C++ accepts (``double``, program-scope variables outside
+``constant``, ...) is an error naming the MSL specification section
+(``msl_restrictions``). Attribute indices are integer constant expressions
+(``msl_int_expr``); buffer and threadgroup parameters without one get the index
+Metal assigns.
+
 It then registers every kernel -- each non-template ``kernel void f(...)`` and each
 explicit instantiation ``template [[host_name("n")]] [[kernel]] ... f<...>...;`` --
 with an entry that binds every parameter by its attribute (MSL specification §5.2,
 "Attributes for kernel function input arguments").
 
-Standard library only: it runs at build time (CMake) and at run time
-(``compile_shader``). Usage:
-``python msl_to_cpp.py INPUT.metal OUTPUT.cpp [--mode builtin|shared] [--depfile F]``.
+Standard library only (plus the C++ compiler's preprocessor): it runs at build time
+(CMake) and at run time (``compile_shader``). Usage:
+``python msl_to_cpp.py INPUT.metal OUTPUT.cpp [--mode builtin|shared] [--depfile F]
+[--cxx CXX] [-D NAME[=VALUE]]... [-I DIR]...``.
 """
 from __future__ import annotations
 
 import argparse
+import bisect
 import os
 import re
 import sys
+import tempfile
 from dataclasses import dataclass, field
+
+if __package__:
+    from . import msl_restrictions
+    from .msl_int_expr import evaluate
+    from .msl_preprocess import Preprocessed, preprocess
+    from .msl_restrictions import MslError
+    from .msl_text import attribute_items, blank_attributes, mask, match_close, split_top
+else:   # run as a script (CMake, compile_shader): its directory is on sys.path
+    import msl_restrictions
+    from msl_int_expr import evaluate
+    from msl_preprocess import Preprocessed, preprocess
+    from msl_restrictions import MslError
+    from msl_text import attribute_items, blank_attributes, mask, match_close, split_top
 
 # Attributes of kernel parameters: name -> (ThreadContext field, components).
 _POSITIONS = {
@@ -57,16 +82,13 @@ _FC_TYPES = {"bool": 1, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "half": 
              "int32_t": 4, "uint32_t": 4}
 
 
-class MslError(Exception):
-    """A construct the generator cannot translate, reported at ``file:line``."""
-
-
 @dataclass
 class Param:
     name: str
     kind: str          # "buffer", "threadgroup" or a _POSITIONS key
-    index: int = 0     # buffer/threadgroup index
+    index: int | None = 0   # buffer/threadgroup index; None until Metal's implicit one is given
     components: int = 0
+    type: str = ""     # the declared type, e.g. "constant uint2&"
     guard: str | None = None   # function-constant name guarding a buffer
 
 
@@ -100,11 +122,6 @@ class State:
     kernels: dict[str, KernelDef] = field(default_factory=dict)
     instantiations: list[Instantiation] = field(default_factory=list)
     constants: dict[str, FunctionConstant] = field(default_factory=dict)
-    system_includes: list[str] = field(default_factory=list)
-    files: list[str] = field(default_factory=list)
-    once: set[str] = field(default_factory=set)
-    rewritten: dict[str, str] = field(default_factory=dict)
-    macros: dict[str, tuple[list[str], str]] = field(default_factory=dict)
     threadgroup_slots: int = 0
     # Per function name (overloads and template specialisations merged): the
     # identifiers its body names and the function constants it tests with
@@ -112,112 +129,24 @@ class State:
     functions: dict[str, tuple[set[str], set[str]]] = field(default_factory=dict)
 
 
-# ---- source masking: comments, literals and preprocessor lines out of the way ----
-
-def _mask(text: str, keep_directives: bool = False, keep_literals: bool = False) -> str:
-    """Same length as ``text``; comments, string/char literal bodies (unless
-    ``keep_literals``) and preprocessor lines (unless ``keep_directives``) replaced
-    by spaces, newlines kept."""
-    out = list(text)
-    i, n = 0, len(text)
-    line_start = True
-    while i < n:
-        c = text[i]
-        if c == "\n":
-            line_start = True
-            i += 1
-            continue
-        if line_start and c == "#" and not keep_directives:
-            j = i
-            while j < n and not (text[j] == "\n" and text[j - 1] != "\\"):
-                j += 1
-            for k in range(i, j):
-                if out[k] != "\n":
-                    out[k] = " "
-            i = j
-            continue
-        if not c.isspace():
-            line_start = False
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out[i:j] = " " * (j - i)
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            for k in range(i, j):
-                if out[k] != "\n":
-                    out[k] = " "
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            if not keep_literals:
-                for k in range(i + 1, min(j, n)):
-                    out[k] = " "
-            i = j + 1
-        else:
-            i += 1
-    return "".join(out)
-
-
-def _line_of(text: str, pos: int) -> int:
-    return text.count("\n", 0, pos) + 1
-
-
-def _match_close(masked: str, start: int, open_c: str, close_c: str) -> int:
-    """Index of the bracket closing the one at ``start``."""
-    depth = 0
-    for i in range(start, len(masked)):
-        if masked[i] == open_c:
-            depth += 1
-        elif masked[i] == close_c:
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
-
-def _split_top(text: str, sep: str = ",") -> list[str]:
-    """Split at ``sep`` outside (), [], {} and <>."""
-    parts, depth, cur = [], 0, []
-    for c in text:
-        if c in "([{<":
-            depth += 1
-        elif c in ")]}>":
-            depth -= 1
-        if c == sep and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-    parts.append("".join(cur))
-    return parts
-
-
-def _attribute_items(body: str) -> list[tuple[str, str]]:
-    """``buffer(0), function_constant(x)`` -> [("buffer", "0"), ("function_constant", "x")]."""
-    items = []
-    for part in _split_top(body):
-        m = re.fullmatch(r"\s*([A-Za-z_][\w:]*)\s*(?:\((.*)\))?\s*", part, re.S)
-        if m:
-            items.append((m.group(1), (m.group(2) or "").strip()))
-    return items
-
-
 class _File:
-    """One source file being rewritten: its text, the masked text and edits."""
+    """The preprocessed source being rewritten: its text, the masked text, edits, and
+    the (file, line) each of its lines came from."""
 
-    def __init__(self, path: str, text: str):
-        self.path = path
-        self.text = text
-        self.masked = _mask(text)
+    def __init__(self, pre: Preprocessed):
+        self.pre = pre
+        self.text = "\n".join(pre.lines)
+        self.masked = mask(self.text)
         self.edits: list[tuple[int, int, str]] = []
+        self._starts = [0]
+        for line in pre.lines[:-1]:
+            self._starts.append(self._starts[-1] + len(line) + 1)
 
     def where(self, pos: int) -> str:
-        return f"{self.path}:{_line_of(self.text, pos)}"
+        if not self.pre.locations:
+            return f"{self.pre.files[0] if self.pre.files else '?'}:1"
+        path, line = self.pre.locations[bisect.bisect_right(self._starts, pos) - 1]
+        return f"{path}:{line}"
 
     def error(self, pos: int, message: str) -> MslError:
         return MslError(f"{self.where(pos)}: error: {message}")
@@ -225,7 +154,9 @@ class _File:
     def replace(self, start: int, end: int, new: str) -> None:
         """Replace [start, end) keeping the number of newlines (lines stay put)."""
         lost = self.text.count("\n", start, end) - new.count("\n")
-        self.edits.append((start, end, new + "\n" * max(lost, 0)))
+        if lost < 0:
+            raise self.error(start, "a rewrite adds lines (generator bug)")
+        self.edits.append((start, end, new + "\n" * lost))
 
     def blank(self, start: int, end: int) -> None:
         self.replace(start, end, re.sub(r"[^\n]", " ", self.text[start:end]))
@@ -248,7 +179,7 @@ def _attributes(f: _File):
     """(start, end, items) of every [[...]] in the file."""
     for m in re.finditer(r"\[\[(.*?)\]\]", f.masked, re.S):
         body = f.text[m.start(1):m.end(1)]
-        yield m.start(), m.end(), _attribute_items(body)
+        yield m.start(), m.end(), attribute_items(body)
 
 
 def _statement_start(masked: str, pos: int) -> int:
@@ -275,7 +206,7 @@ def _parse_params(f: _File, open_paren: int, close_paren: int, kernel: str) -> l
     masked = f.masked[open_paren + 1:close_paren]
     offset = open_paren + 1
     pos = 0
-    for part in _split_top(masked):
+    for part in split_top(masked):
         start = offset + pos
         original = text[pos:pos + len(part)]
         pos += len(part) + 1
@@ -288,14 +219,12 @@ def _parse_params(f: _File, open_paren: int, close_paren: int, kernel: str) -> l
             raise f.error(start, f"kernel '{kernel}': cannot read parameter '{decl}'")
         name = name_m.group(1)
         type_text = decl[:name_m.start()].strip()
-        items = [item for a in attrs for item in _attribute_items(a)]
+        items = [item for a in attrs for item in attribute_items(a)]
         param = None
         guard = None
         for key, arg in items:
             if key in ("buffer", "threadgroup"):
-                if not re.fullmatch(r"\d+", arg):
-                    raise f.error(start, f"kernel '{kernel}': [[{key}({arg})]] needs an integer index")
-                param = Param(name, key, int(arg))
+                param = Param(name, key, _index(f, start, f"kernel '{kernel}': [[{key}({arg})]]", arg))
             elif key in _POSITIONS:
                 vector = re.search(r"([234])\s*>?\s*$", type_text)
                 components = int(vector.group(1)) if vector else 1
@@ -305,19 +234,52 @@ def _parse_params(f: _File, open_paren: int, close_paren: int, kernel: str) -> l
             else:
                 raise f.error(start, f"kernel '{kernel}': unsupported attribute [[{key}]] "
                                      f"on parameter '{name}'")
+        words = re.findall(r"\w+", type_text)
+        if param is None and ("device" in words or "constant" in words):
+            param = Param(name, "buffer", None)        # Metal assigns the index
+        elif param is None and "threadgroup" in words:
+            param = Param(name, "threadgroup", None)
         if param is None:
-            raise f.error(start, f"kernel '{kernel}': parameter '{name}' has no "
-                                 "[[buffer(n)]], [[threadgroup(n)]] or position attribute")
-        if param.kind == "buffer" and param.index >= 31 or \
-           param.kind == "threadgroup" and param.index >= 31:
+            raise f.error(start, f"kernel '{kernel}': parameter '{name}' is neither in the device, "
+                                 "constant or threadgroup address space nor has a position "
+                                 "attribute")
+        if param.index is not None and param.index >= 31:
             raise f.error(start, f"kernel '{kernel}': [[{param.kind}({param.index})]] is "
                                  "past Metal's 31 bindings")
         if guard is not None and param.kind != "buffer":
             raise f.error(start, f"kernel '{kernel}': function_constant on a non-buffer "
                                  f"parameter '{name}' is not supported")
         param.guard = guard
+        param.type = " ".join(type_text.split())
         params.append(param)
+    _assign_implicit_indices(f, open_paren, kernel, params)
     return params
+
+
+def _assign_implicit_indices(f: _File, where: int, kernel: str, params: list[Param]) -> None:
+    """A buffer (threadgroup) parameter without [[buffer(n)]] ([[threadgroup(n)]]) gets
+    the lowest index no other parameter of its kind has taken, in declaration order
+    (MSL §5.2.1: Metal assigns unassigned argument indices itself)."""
+    for kind in ("buffer", "threadgroup"):
+        taken = {p.index for p in params if p.kind == kind and p.index is not None}
+        for p in params:
+            if p.kind == kind and p.index is None:
+                p.index = min(set(range(32)) - taken)
+                taken.add(p.index)
+                if p.index >= 31:
+                    raise f.error(where, f"kernel '{kernel}': parameter '{p.name}' is past "
+                                         f"Metal's 31 {kind} bindings")
+
+
+def _index(f: _File, pos: int, what: str, expr: str) -> int:
+    """The value of an attribute's integer constant expression (macros expanded)."""
+    try:
+        value = evaluate(expr)
+    except ValueError as e:
+        raise f.error(pos, f"{what} needs an integer constant expression: {e}") from None
+    if value < 0:
+        raise f.error(pos, f"{what} is negative ({value})")
+    return value
 
 
 def _find_kernels(f: _File, state: State) -> None:
@@ -328,7 +290,7 @@ def _find_kernels(f: _File, state: State) -> None:
         prefix = f.masked[start:m.start()]
         name = m.group(2)
         open_paren = m.end() - 1
-        close_paren = _match_close(f.masked, open_paren, "(", ")")
+        close_paren = match_close(f.masked, open_paren, "(", ")")
         if close_paren < 0:
             raise f.error(m.start(), f"kernel '{name}': unbalanced parentheses")
         after = f.masked[close_paren + 1:].lstrip()
@@ -352,13 +314,13 @@ def _parse_instantiation(statement: str) -> tuple[str, str, str] | str:
     host = re.search(r'host_name\s*\(\s*((?:"[^"]*"\s*)+)\)', statement)
     if not host:
         return "explicit kernel instantiation needs [[host_name(\"...\")]]"
-    body = re.sub(r"\[\[.*?\]\]", lambda a: " " * len(a.group()), statement, flags=re.S)
+    body = blank_attributes(statement)
     base = body.find("decltype") + len("decltype") if "decltype" in body else 0
     target = re.search(r"(\w+)\s*<", body[base:])
     if not target:
         return "cannot find the instantiated kernel in this statement"
     lt = base + target.end() - 1
-    gt = _match_close(body, lt, "<", ">")
+    gt = match_close(body, lt, "<", ">")
     if gt < 0:
         return "unbalanced template arguments"
     name = "".join(re.findall(r'"([^"]*)"', host.group(1)))   # adjacent literals join
@@ -367,7 +329,7 @@ def _parse_instantiation(statement: str) -> tuple[str, str, str] | str:
 
 def _find_instantiations(f: _File, state: State) -> None:
     """Explicit kernel instantiations written out in the file."""
-    code = _mask(f.text, keep_literals=True)
+    code = mask(f.text, keep_literals=True)
     for m in re.finditer(r"\btemplate\s*(?=\[\[)", f.masked):
         end = f.masked.find(";", m.end())
         if end < 0:
@@ -376,98 +338,26 @@ def _find_instantiations(f: _File, state: State) -> None:
         if isinstance(parsed, str):
             raise f.error(m.start(), parsed)
         state.instantiations.append(Instantiation(*parsed[:2], parsed[2], f.where(m.start())))
-        statement = re.sub(r"\[\[.*?\]\]", lambda a: " " * len(a.group()), f.masked[m.start():end],
-                           flags=re.S)
+        statement = blank_attributes(f.masked[m.start():end])
         kernel_word = re.search(r"\bkernel\b", statement)
         if kernel_word:
             f.blank(m.start() + kernel_word.start(), m.start() + kernel_word.end())
 
 
-def _macros(f: _File, state: State) -> None:
-    """Records the file's function-like macros, blanking MSL attributes in their
-    bodies (clang rejects an attribute list where an instantiation puts it)."""
-    directives = _mask(f.text, keep_directives=True, keep_literals=True)
-    for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)",
-                         directives, re.M):
-        params = [p.strip() for p in m.group(2).split(",") if p.strip()]
-        state.macros[m.group(1)] = (params, m.group(3).replace("\\\n", " "))
-        for a in re.finditer(r"\[\[(.*?)\]\]", directives[m.start(3):m.end(3)], re.S):
-            items = _attribute_items(a.group(1))
-            if not (items and all(key in _CXX_ATTRIBUTES for key, _ in items)):
-                f.blank(m.start(3) + a.start(), m.start(3) + a.end())
-
-
-def _expand(text: str, macros: dict, depth: int = 0) -> str:
-    """``text`` with the recorded function-like macros expanded (parameters,
-    ``#param`` and ``a ## b``), as far as needed to see the instantiations."""
-    if depth > 16 or not macros:
-        return text
-    pattern = re.compile(r"\b(" + "|".join(map(re.escape, macros)) + r")\s*\(")
-    out, last = [], 0
-    for m in pattern.finditer(text):
-        if m.start() < last:
-            continue
-        close = _match_close(text, m.end() - 1, "(", ")")
-        if close < 0:
-            break
-        params, body = macros[m.group(1)]
-        values = dict(zip(params, _split_top_parens(text[m.end():close])))
-        paste = "\x00"
-        expanded = re.sub(r"\s*##\s*", paste, body)
-        expanded = re.sub(r"#\s*(\w+)", lambda t: f'"{values[t.group(1)]}"' if t.group(1) in values
-                          else t.group(0), expanded)
-        expanded = re.sub(r"\b\w+\b", lambda t: values.get(t.group(0), t.group(0)), expanded)
-        expanded = expanded.replace(paste, "")
-        out.append(text[last:m.start()])
-        out.append(_expand(expanded, macros, depth + 1))
-        last = close + 1
-    out.append(text[last:])
-    return "".join(out)
-
-
-def _split_top_parens(text: str) -> list[str]:
-    """Macro arguments: split at commas outside parentheses (as the preprocessor does)."""
-    parts, depth, cur = [], 0, []
-    for c in text:
-        depth += c == "("
-        depth -= c == ")"
-        if c == "," and depth == 0:
-            parts.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(c)
-    parts.append("".join(cur).strip())
-    return parts
-
-
-def _find_macro_instantiations(f: _File, state: State) -> None:
-    """Explicit instantiations a macro invocation of this file produces."""
-    if not state.macros:
-        return
-    code = _mask(f.text, keep_literals=True)
-    pattern = re.compile(r"\b(" + "|".join(map(re.escape, state.macros)) + r")\s*\(")
-    last = 0
-    for m in pattern.finditer(code):
-        if m.start() < last or f.masked.count("{", 0, m.start()) > f.masked.count("}", 0, m.start()):
-            continue   # inside an earlier invocation, or in a function body
-        close = _match_close(code, m.end() - 1, "(", ")")
-        if close < 0:
-            raise f.error(m.start(), f"unbalanced invocation of macro {m.group(1)}")
-        last = close + 1
-        expanded = _expand(code[m.start():close + 1], state.macros)
-        for t in re.finditer(r"\btemplate\s*(?=\[\[)", expanded):
-            end = expanded.find(";", t.end())
-            parsed = _parse_instantiation(expanded[t.start():end if end >= 0 else len(expanded)])
-            if isinstance(parsed, str):
-                raise f.error(m.start(), f"in the expansion of {m.group(1)}(...): {parsed}")
-            state.instantiations.append(Instantiation(*parsed[:2], parsed[2], f.where(m.start())))
+def _previous_char(masked: str, pos: int) -> str:
+    """The last non-space character before ``pos``, or "\\0" at the start of the text.
+    No slicing: a preprocessed source with all its headers is large, and this runs
+    once per keyword."""
+    i = pos - 1
+    while i >= 0 and masked[i].isspace():
+        i -= 1
+    return masked[i] if i >= 0 else "\0"
 
 
 def _rewrite_threadgroup_declarations(f: _File, state: State) -> None:
     """``threadgroup float x[2][32];`` in a body -> runtime-provided storage."""
     for m in re.finditer(r"(?<![\w.])threadgroup\s+(?=[A-Za-z_])", f.masked):
-        before = f.masked[:m.start()].rstrip()
-        if not before or before[-1] not in ";{}":
+        if _previous_char(f.masked, m.start()) not in ";{}":
             continue   # a parameter, cast or pointer type, not a declaration
         if f.masked.count("{", 0, m.start()) <= f.masked.count("}", 0, m.start()):
             continue   # namespace scope
@@ -478,7 +368,7 @@ def _rewrite_threadgroup_declarations(f: _File, state: State) -> None:
             continue   # `threadgroup T* p = ...;` is a pointer variable, not storage
         if re.search(r"[=({]", outside_dims):
             raise f.error(m.start(), "a threadgroup variable cannot have an initializer")
-        declarators = _split_top(decl)
+        declarators = split_top(decl)
         first = re.fullmatch(r"\s*(.*?)\b(\w+)\s*((?:\[[^\]]*\]\s*)*)", declarators[0], re.S)
         if not first or not first.group(1).strip():
             raise f.error(m.start(), f"cannot read threadgroup declaration '{decl.strip()}'")
@@ -513,7 +403,7 @@ def _check_subscripts(f: _File, name: str, rank: int, start: int, where: str) ->
     for m in use.finditer(f.masked, start, end):
         open_bracket = m.end() - 1
         for dim in range(rank):
-            close = _match_close(f.masked, open_bracket, "[", "]")
+            close = match_close(f.masked, open_bracket, "[", "]")
             if close < 0:
                 raise f.error(open_bracket, f"unbalanced subscript of threadgroup array '{name}'")
             f.replace(open_bracket + 1, open_bracket + 1,
@@ -539,15 +429,14 @@ def _rewrite_function_constants(f: _File, state: State) -> None:
         semi = f.masked.find(";", end)
         if f.masked[end:semi].strip():
             raise f.error(start, "a function constant declaration takes no initializer")
-        if not re.fullmatch(r"\d+", fc[0]):
-            raise f.error(start, f"[[function_constant({fc[0]})]] needs an integer index")
+        index = _index(f, start, f"[[function_constant({fc[0]})]]", fc[0])
         type_text = " ".join(decl.group(1).split())
         if type_text not in _FC_TYPES:
             raise f.error(start, f"function constant type '{type_text}' is not supported "
                                  f"(supported: {', '.join(sorted(_FC_TYPES))})")
         name = decl.group(2)
         slot = len(state.constants)
-        state.constants[name] = FunctionConstant(int(fc[0]), name, type_text, slot)
+        state.constants[name] = FunctionConstant(index, name, type_text, slot)
         f.replace(stmt, semi + 1,
                   f" {type_text} metalrt_fc_value_{slot}{{}}; bool metalrt_fc_defined_{slot} = false; "
                   f"const {type_text}& {name} = metalrt_fc_value_{slot};")
@@ -585,7 +474,7 @@ def _record_function_uses(f: _File, state: State) -> None:
         name = re.search(r"(\w+)\s*$", f.masked[max(0, i - 200):max(i, 0)])
         if i < 0 or not name or name.group(1) in _NOT_FUNCTIONS:
             continue   # a lambda, a control statement or not a function
-        end = _match_close(f.masked, brace.start(), "{", "}")
+        end = match_close(f.masked, brace.start(), "{", "}")
         body = f.masked[brace.start():end if end >= 0 else len(f.masked)]
         names, tested = state.functions.setdefault(name.group(1), (set(), set()))
         tested.update(_TESTED.findall(body))
@@ -619,8 +508,7 @@ def _rewrite_program_constants(f: _File) -> None:
     the shim's ``constant`` qualifier expands to nothing."""
     taken = [(s, e) for s, e, _ in f.edits]
     for m in re.finditer(r"(?<![\w.])constant(?=\s+[A-Za-z_])", f.masked):
-        before = f.masked[:m.start()].rstrip()
-        if before and before[-1] not in ";{}":
+        if _previous_char(f.masked, m.start()) not in ";{}\0":
             continue   # a parameter or a cast
         if any(s <= m.start() < e for s, e in taken):
             continue   # a function constant, rewritten already
@@ -637,46 +525,42 @@ def _blank_msl_attributes(f: _File) -> None:
         f.blank(start, end)
 
 
-def _process(path: str, state: State, stack: tuple[str, ...] = ()) -> str:
-    """Rewritten text of ``path`` with its quoted project includes copied in place."""
-    real = os.path.realpath(path)
-    if real in stack:
-        raise MslError(f"{path}:1: error: recursive #include")
-    if real in state.rewritten:
-        # Included again: the preprocessor's guards decide; kernels count once.
-        return "" if real in state.once else state.rewritten[real]
-    state.files.append(real)
-    with open(path, encoding="utf-8") as fh:
-        f = _File(path, fh.read())
-    if re.search(r"^\s*#\s*pragma\s+once", f.text, re.M):
-        state.once.add(real)
+def _translate(pre: Preprocessed, state: State) -> str:
+    """The rewritten preprocessed source, with ``#line`` directives back to the
+    original files (see _with_line_directives)."""
+    f = _File(pre)
     _rewrite_threadgroup_declarations(f, state)
     _rewrite_function_constants(f, state)
     _rewrite_program_constants(f)
     _find_kernels(f, state)
     _find_instantiations(f, state)
     _record_function_uses(f, state)
-    directives = _mask(f.text, keep_directives=True)
-    for m in re.finditer(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^">]+)[">][^\n]*', directives, re.M):
-        name = f.text[m.start(2):m.end(2)]
-        line = _line_of(f.text, m.start())
-        if m.group(1) == "<":
-            # System/shim headers go ahead of the copied source (outside its
-            # namespace); here the repeated include is a no-op.
-            if name not in state.system_includes:
-                state.system_includes.append(name)
-            continue
-        header = os.path.join(os.path.dirname(path), name)
-        if not os.path.exists(header):
-            raise f.error(m.start(), f"cannot find included file '{name}'")
-        body = _process(header, state, stack + (real,))
-        f.replace(m.start(), m.end(),
-                  f'#line 1 "{_c_string(header)}"\n{body}\n#line {line + 1} "{_c_string(path)}"')
-    _macros(f, state)   # after the includes: a header's macros are invoked here
-    _find_macro_instantiations(f, state)
+    msl_restrictions.check(f.masked, f.where)
     _blank_msl_attributes(f)
-    state.rewritten[real] = f.result()
-    return state.rewritten[real]
+    return _with_line_directives(f.result().split("\n"), pre)
+
+
+def _with_line_directives(lines: list[str], pre: Preprocessed) -> str:
+    """``lines`` (one per preprocessed line) placed at their original lines: a short gap
+    within a file is filled with empty lines, anything else gets a ``#line``; entering
+    a header starts it at ``#line 1``. The caller has put the main file at line 1."""
+    out: list[str] = []
+    main = pre.locations[0][0] if pre.locations else ""
+    cur_file, cur_line = main, 0
+    for text, (path, line), entered in zip(lines, pre.locations, pre.entered):
+        continues = path == cur_file and cur_line < line <= cur_line + 8
+        if not entered and not continues and not text.strip():
+            continue   # back from a header: the #line goes on the next line with code
+        if entered and line <= 8:
+            out.append(f'#line 1 "{_c_string(path)}"')
+            out.extend([""] * (line - 1))
+        elif continues and not entered:
+            out.extend([""] * (line - cur_line - 1))
+        else:
+            out.append(f'#line {line} "{_c_string(path)}"')
+        out.append(text)
+        cur_file, cur_line = path, line
+    return "\n".join(out)
 
 
 def _c_string(s: str) -> str:
@@ -706,11 +590,10 @@ def _entry(index: int, callee: str, kernel: KernelDef) -> str:
             f"}}\n")
 
 
-def generate(source_path: str, mode: str = "builtin") -> tuple[str, list[str]]:
-    """Returns (C++ translation unit, files read)."""
-    state = State()
-    body = _process(source_path, state)
-    registered: list[tuple[str, str, KernelDef, str]] = []   # host name, callee, def, where
+def _registered(state: State, source_path: str) -> list[tuple[str, str, KernelDef, str]]:
+    """(host name, callee, definition, location) of every kernel the module registers:
+    the non-template kernels and the explicit instantiations."""
+    registered = []
     for k in state.kernels.values():
         if not k.is_template:
             registered.append((k.host_name or k.name, k.name, k, k.location))
@@ -724,12 +607,38 @@ def generate(source_path: str, mode: str = "builtin") -> tuple[str, list[str]]:
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise MslError(f"{source_path}:1: error: kernel name(s) registered twice: {sorted(dup)}")
+    return registered
+
+
+def generate(source_path: str, mode: str = "builtin", defines: dict | None = None,
+             include_dirs: list[str] | None = None, cxx: str | None = None
+             ) -> tuple[str, list[str]]:
+    """Translates the MSL file ``source_path``.
+
+    Args:
+        source_path: the ``.metal`` file.
+        mode: "builtin" (a kernel file of the package) or "shared" (compile_shader).
+        defines: preprocessor macros, name -> value or None (see msl_preprocess).
+        include_dirs: directories searched for quoted includes.
+        cxx: the C++ compiler whose preprocessor runs (default ``$CXX`` or ``c++``).
+
+    Returns:
+        (C++ translation unit, the source and every project header it included).
+
+    Raises:
+        MslError: at ``file:line``, for MSL the generator cannot translate or that
+            Metal's compiler rejects (msl_restrictions).
+    """
+    state = State()
+    pre = preprocess(source_path, defines, include_dirs, cxx)
+    body = _translate(pre, state)
+    registered = _registered(state, source_path)
 
     # sim_module.h (standard headers) goes first: the shim's address-space macros
     # (`device`, `thread`, ...) would break standard headers included after them.
     out = [f"// Generated by metalrt/_sim/msl_to_cpp.py from {source_path}. Do not edit.",
            '#include "sim_module.h"', "#include <metal_stdlib>"]
-    out += [f"#include <{name}>" for name in state.system_includes if name != "metal_stdlib"]
+    out += [f"#include <{name}>" for name in pre.system_includes if name != "metal_stdlib"]
     out += ["namespace {",
             f'#line 1 "{_c_string(source_path)}"', body, "", "}  // namespace",
             "namespace {"]
@@ -772,17 +681,32 @@ def generate(source_path: str, mode: str = "builtin") -> tuple[str, list[str]]:
     out.append("}  // namespace")
     macro = "METALRT_SIM_BUILTIN_MODULE" if mode == "builtin" else "METALRT_SIM_SHARED_MODULE"
     out.append(f"{macro}(metalrt_module)")
-    return "\n".join(out) + "\n", state.files
+    return "\n".join(out) + "\n", pre.files
+
+
+def describe(source: str) -> tuple[dict[int, str], dict[str, dict[int, str]]]:
+    """What ``compile_shader`` needs to convert Python values, read from MSL source
+    text (preprocessed, no include paths) as the generator reads it:
+    ``({function-constant index: declared MSL type},
+    {kernel host name: {buffer index: declared parameter type}})``, a type as written
+    with spaces normalised (``"constant uint2&"``). Raises MslError for source the
+    generator rejects."""
+    with tempfile.TemporaryDirectory(prefix="metalrt-msl-") as d:
+        path = os.path.join(d, "shader.metal")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(source)
+        state = State()
+        _translate(preprocess(path), state)
+        registered = _registered(state, path)
+    kernels = {host: {p.index: p.type for p in k.params if p.kind == "buffer"}
+               for host, _, k, _ in registered}
+    return {fc.index: fc.type for fc in state.constants.values()}, kernels
 
 
 def function_constant_types(source: str) -> dict[int, str]:
     """``{index: declared MSL type}`` of the ``constant T name [[function_constant(i)]];``
-    declarations in MSL source text (not in the headers it includes), as the
-    generator reads them. ``compile_shader`` uses it to convert Python values to the
-    declared type. Raises MslError for a declaration the generator cannot translate."""
-    state = State()
-    _rewrite_function_constants(_File("shader.metal", source), state)
-    return {fc.index: fc.type for fc in state.constants.values()}
+    declarations of MSL source text (see describe)."""
+    return describe(source)[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -791,9 +715,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output")
     parser.add_argument("--mode", choices=("builtin", "shared"), default="builtin")
     parser.add_argument("--depfile")
+    parser.add_argument("--cxx", help="C++ compiler whose preprocessor runs (default $CXX or c++)")
+    parser.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
+    parser.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
     args = parser.parse_args(argv)
+    defines = dict((d.split("=", 1) + [None])[:2] for d in args.defines)
     try:
-        text, files = generate(args.source, args.mode)
+        text, files = generate(args.source, args.mode, defines, args.include_dirs, args.cxx)
     except MslError as e:
         print(e, file=sys.stderr)
         return 1
