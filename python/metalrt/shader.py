@@ -71,7 +71,8 @@ def compile_shader(source: str, *, defines=None, headers=None) -> "ShaderLibrary
 
     Raises:
         TypeError: ``source`` is not a str, or defines/headers have the wrong type.
-        ValueError: a macro name that is not an identifier, a missing headers directory.
+        ValueError: a macro name that is not an identifier or a multi-line value, a
+            missing headers directory, headers that include each other without end.
         RuntimeError: no Metal device is available, or compilation failed; the
             message carries the compiler's diagnostics with ``shader.metal:line``
             (MSL that Metal rejects, e.g. ``double``, is rejected on the simulated

@@ -161,11 +161,14 @@ TEST_CASE("sim device: libraries") {
   std::set<std::string> names;
   for (const auto& n : dev->default_library().function_names()) CHECK(names.insert(n).second);
   try {
-    dev->compile_library("kernel void f(device float* x) {}\n");
+    dev->compile_library("kernel void f(device float* x, uint q) {}\n");
     FAIL("expected a compile error");
   } catch (const std::runtime_error& e) {
     const std::string what = e.what();
     CHECK(what.rfind("[compile_library]", 0) == 0);
-    CHECK(what.find("shader.metal:1: error: kernel 'f': parameter 'x' has no") != std::string::npos);
+    CHECK(what.find("shader.metal:1: error: kernel 'f': parameter 'q' is neither") != std::string::npos);
   }
+  // A device parameter without [[buffer(n)]] takes Metal's implicit index 0.
+  CHECK(dev->compile_library("kernel void f(device float* x) {}\n")->function_names() ==
+        std::vector<std::string>{"f"});
 }
