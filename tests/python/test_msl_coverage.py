@@ -232,7 +232,37 @@ def case_rope_norm(directory, header, rng):
     assert np.sum((got - want) ** 2) / np.sum(want ** 2) < 1e-10
 
 
-CASES = {f.__name__: f for f in (case_unary_scale, case_rms_norm, case_mul_mv_q8_0, case_rope_norm)}
+def case_soft_max(directory, header, rng):
+    """kernel_soft_max_f32 with an f32 mask (-inf on a causal triangle) and scale, 64
+    threads (two SIMD-groups, through the threadgroup buffer): softmax(x * scale +
+    mask) per row; masked elements exactly 0, the rest NMSE < 1e-12 vs float64."""
+    ne00, ne01 = 100, 7
+    x = (3 * rng.standard_normal((ne01, ne00))).astype(np.float32)
+    mask = np.where(np.arange(ne00)[None, :] > 90 + np.arange(ne01)[:, None], -np.inf, 0.0)
+    mask = (mask + rng.uniform(-1, 1, (ne01, ne00))).astype(np.float32)
+    scale = np.float32(0.5)
+    row = 4 * ne00
+    args = kargs(header, "ggml_metal_kargs_soft_max", ne00=ne00, ne01=ne01, ne02=1, nb01=row,
+                 nb02=row * ne01, nb03=row * ne01, ne11=ne01, ne12=1, ne13=1, nb11=row,
+                 nb12=row * ne01, nb13=row * ne01, nb1=row, nb2=row * ne01, nb3=row * ne01,
+                 scale=scale, max_bias=0.0, m0=0.0, m1=0.0, n_head_log2=0)
+    lib = compile_library(directory, "softmax")
+    src = _device(x)
+    out = _poisoned(x.nbytes)
+    # src2 bound to src0 means "no attention sinks" (the kernel compares the pointers).
+    lib["kernel_soft_max_f32"](args, src, _device(mask), src, out, threadgroups=(ne01, 1, 1),
+                               group_size=(64, 1, 1), threadgroup_memory={0: 32 * 4})
+    z = x.astype(np.float64) * float(scale) + mask
+    want = np.exp(z - z.max(axis=1, keepdims=True))
+    want /= want.sum(axis=1, keepdims=True)
+    got = out.numpy().reshape(ne01, ne00).astype(np.float64)
+    assert np.all(np.isfinite(got))
+    assert np.all(got[np.isinf(mask)] == 0.0)
+    assert np.sum((got - want) ** 2) / np.sum(want ** 2) < 1e-12
+
+
+CASES = {f.__name__: f for f in (case_unary_scale, case_rms_norm, case_mul_mv_q8_0, case_rope_norm,
+                                  case_soft_max)}
 
 
 def run_case(name: str) -> None:
