@@ -2,6 +2,7 @@
 // dispatched on the Metal backend's command stream. The Python-facing API and its
 // docs are python/metalrt/shader.py, which converts and checks the arguments.
 #include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -28,9 +29,11 @@ gpu::Size3 ToSize3(const std::vector<uint32_t>& v) { return {v.at(0), v.at(1), v
 
 // args: Tensor (bound at its buffer and byte offset) or bytes (copied, set_bytes),
 // one per [[buffer(i)]]. constants: (index, FunctionConstant::Type, 4 value bytes).
+// threadgroup_memory: (index, length) of [[threadgroup(index)]] parameters.
 void Dispatch(ShaderLibrary& lib, const std::string& kernel, const nb::list& args,
               const std::vector<uint32_t>& grid, const std::vector<uint32_t>& group,
-              bool grid_is_threads, const std::vector<std::tuple<uint32_t, int, nb::bytes>>& constants) {
+              bool grid_is_threads, const std::vector<std::tuple<uint32_t, int, nb::bytes>>& constants,
+              const std::vector<std::pair<uint32_t, uint64_t>>& threadgroup_memory) {
   gpu::FunctionConstants fcs;
   for (const auto& [index, type, bytes] : constants) {
     gpu::FunctionConstant c;
@@ -53,6 +56,7 @@ void Dispatch(ShaderLibrary& lib, const std::string& kernel, const nb::list& arg
                       " must be a metalrt.Tensor or bytes");
     }
   }
+  for (const auto& [index, length] : threadgroup_memory) launch.threadgroup_memory(index, length);
   if (grid_is_threads) launch.threads(ToSize3(grid), ToSize3(group));
   else launch.threadgroups(ToSize3(grid), ToSize3(group));
 }
@@ -64,7 +68,7 @@ void BindShader(nb::module_& m) {
   nb::class_<ShaderLibrary>(m, "_ShaderLibrary")
       .def("function_names", [](const ShaderLibrary& l) { return l.library->function_names(); })
       .def("dispatch", &Dispatch, "kernel"_a, "args"_a, "grid"_a, "group"_a, "grid_is_threads"_a,
-           "constants"_a);
+           "constants"_a, "threadgroup_memory"_a);
   m.def(
       "_compile_shader",
       [](const std::string& source) {

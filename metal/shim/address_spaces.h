@@ -1,6 +1,9 @@
 // MSL address-space qualifiers and the `kernel` function qualifier (MSL spec §4
 // "Address spaces", §5.1 "Function qualifiers"). On the CPU all memory is one
-// address space, so they expand to nothing; `[[attribute]]`s need no macro (the
+// address space, so they expand to nothing, except `constant`: the constant address
+// space is read-only (§4.2), so `constant T*` points to const T and accepts the
+// address of a `constant` program-scope array (ggml passes its `constexpr constant`
+// lookup tables to `constant float*` parameters). `[[attribute]]`s need no macro (the
 // generated TUs compile with -Wno-attributes, so C++ ignores them).
 //
 // Included last by metal_stdlib: these macros would break any standard header
@@ -8,7 +11,7 @@
 #pragma once
 
 #define device
-#define constant
+#define constant const
 #define thread
 #define threadgroup
 #define threadgroup_imageblock

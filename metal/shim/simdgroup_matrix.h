@@ -56,7 +56,8 @@ using simdgroup_float8x8 = simdgroup_matrix<float, 8, 8>;
 using simdgroup_half8x8 = simdgroup_matrix<half, 8, 8>;
 using simdgroup_bfloat8x8 = simdgroup_matrix<bfloat, 8, 8>;
 
-template <class T, int Cols, int Rows>
+// Rows defaults to Cols, as in MSL §6.7 (`make_filled_simdgroup_matrix<float, 8>(0.f)`).
+template <class T, int Cols, int Rows = Cols>
 simdgroup_matrix<T, Cols, Rows> make_filled_simdgroup_matrix(T value) {
   simdgroup_matrix<T, Cols, Rows> m;
   m.thread_elements() = vec<T, 2>(value);

@@ -90,6 +90,20 @@ def compile_shader(source: str, *, defines=None, headers=None) -> "ShaderLibrary
     return ShaderLibrary(native, constants, kernels)
 
 
+def _threadgroup_memory(kernel: str, lengths) -> list[tuple[int, int]]:
+    if lengths is None:
+        return []
+    if not isinstance(lengths, dict) or not all(
+            isinstance(k, (int, np.integer)) and not isinstance(k, bool) and
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for k, v in lengths.items()):
+        raise TypeError(f"[{kernel}] threadgroup_memory must be a dict {{index: bytes}} of ints, "
+                        f"got {lengths!r}")
+    if any(k < 0 or k > 30 or v < 0 for k, v in lengths.items()):
+        raise ValueError(f"[{kernel}] threadgroup_memory: indices are 0..30 and lengths "
+                         f"non-negative, got {lengths!r}")
+    return [(int(k), int(v)) for k, v in lengths.items()]
+
+
 def _size3(value, what: str, kernel: str) -> list[int]:
     if isinstance(value, (int, np.integer)):
         value = (value,)
@@ -138,7 +152,8 @@ class ShaderKernel:
         self._library = library
         self.name = name
 
-    def __call__(self, *args, threads=None, threadgroups=None, group_size=None, constants=None) -> None:
+    def __call__(self, *args, threads=None, threadgroups=None, group_size=None, constants=None,
+                 threadgroup_memory=None) -> None:
         """Encodes one dispatch of the kernel on the Metal device.
 
         Args:
@@ -165,6 +180,10 @@ class ShaderKernel:
                 bool -> bool, int -> int32, float -> float32. A numpy scalar
                 (bool_/int16/uint16/int32/uint32/float32/float16) is passed as it is
                 and must have the declared type.
+            threadgroup_memory: ``{index: bytes}``, the length of each
+                ``[[threadgroup(index)]]`` parameter (Metal's
+                ``setThreadgroupMemoryLength:atIndex:``): a multiple of 16, at most
+                32 KiB in all.
 
         Raises:
             TypeError: an argument is none of the above, or a
@@ -177,7 +196,8 @@ class ShaderKernel:
                 with ``is_function_constant_defined`` may be left out, as on Metal), or
                 a Python value does not fit the constant's declared type, or an
                 argument's byte size is not its parameter's (the message names the
-                parameter type, expected and given bytes).
+                parameter type, expected and given bytes), or a threadgroup memory
+                length is not a multiple of 16 or exceeds 32 KiB.
         """
         kernel = self.name
         if (threads is None) == (threadgroups is None):
@@ -204,7 +224,8 @@ class ShaderKernel:
                             f"got {type(constants).__name__}")
         fcs = [_constant(kernel, k, v, self._library._constant_types)
                for k, v in (constants or {}).items()]
-        self._library._native.dispatch(kernel, bound, grid, group, threads is not None, fcs)
+        memory = _threadgroup_memory(kernel, threadgroup_memory)
+        self._library._native.dispatch(kernel, bound, grid, group, threads is not None, fcs, memory)
 
     def __repr__(self) -> str:
         return f"<metalrt kernel {self.name}>"

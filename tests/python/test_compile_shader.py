@@ -259,3 +259,30 @@ def test_undeclared_constants_default_to_bool_int32_float32():
     with pytest.raises(ValueError, match=r"kernel 'axpy' has no function constant 9"):
         lib.axpy(x, x, np.float32(1), np.uint32(8), threads=8, group_size=8,
                  constants={0: True, 9: 5})
+
+
+REVERSE = r"""
+#include <metal_stdlib>
+using namespace metal;
+kernel void reverse_in_group(device const float* x, device float* y,
+                             threadgroup float* stage [[threadgroup(0)]],
+                             uint i [[thread_position_in_grid]],
+                             uint t [[thread_index_in_threadgroup]],
+                             uint n [[threads_per_threadgroup]]) {
+  stage[t] = x[i];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  y[i] = stage[n - 1 - t];
+}
+"""
+
+
+def test_threadgroup_memory_sizes_threadgroup_parameters():
+    lib = metalrt.compile_shader(REVERSE)
+    x = np.arange(64, dtype=np.float32)
+    y = metalrt.asarray(np.full(64, np.nan, np.float32), device="metal")
+    lib.reverse_in_group(metal(x), y, threads=64, group_size=32, threadgroup_memory={0: 32 * 4})
+    np.testing.assert_array_equal(y.numpy(), np.concatenate([x[31::-1], x[:31:-1]]))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        lib.reverse_in_group(metal(x), y, threads=64, group_size=32, threadgroup_memory={0: 24})
+    with pytest.raises(TypeError, match="threadgroup_memory must be a dict"):
+        lib.reverse_in_group(metal(x), y, threads=64, group_size=32, threadgroup_memory=[128])
