@@ -3,6 +3,7 @@
 
 #include <nanobind/stl/string.h>
 
+#include "gpu/metal_backend.h"
 #include "metalrt/device.h"
 
 namespace metalrt::python {
@@ -21,7 +22,8 @@ void BindDevice(nb::module_& m) {
         "Raises ValueError for an unknown device name.");
   m.def("device_info",
         [](const std::string& device) {
-          Backend& backend = GetBackend(DeviceTypeFromName(device));
+          const DeviceType type = DeviceTypeFromName(device);
+          Backend& backend = GetBackend(type);
           nb::list dtypes;
           for (DType d : backend.SupportedDTypes()) dtypes.append(DTypeName(d));
           nb::dict info;
@@ -30,11 +32,13 @@ void BindDevice(nb::module_& m) {
           info["capability"] = backend.Capability();
           info["dtypes"] = dtypes;
           info["graph_capture"] = backend.SupportsGraphCapture();
+          info["simulated"] = type == DeviceType::kMETAL && gpu::ActiveMetalBackend().device().is_simulated();
           return info;
         },
         nb::arg("device"),
         "Describes `device`: dict(name: str, unified_memory: bool, capability: str,\n"
-        "dtypes: list of dtype names, preferred first, graph_capture: bool).\n"
+        "dtypes: list of dtype names, preferred first, graph_capture: bool, simulated: bool,\n"
+        "true for the simulated Metal device).\n"
         "Raises ValueError for an unknown device name, RuntimeError when unavailable.");
 }
 
