@@ -22,7 +22,7 @@ sampled token), commits beyond one come only from the dispatch cap, and a decode
 after warm-up allocates 0 bytes. It is checked
 by counting causes, not by a bound: in the warmed-up decode step every commit is at
 the cap except exactly one, the synchronize before the host read of the sampled ids,
-and none is at a flush (the runner never flushes). A step whose dispatch count were a
+and none is at a flush (only a prefill flushes, once per layer). A step whose dispatch count were a
 multiple of the cap would commit its last command buffer at the cap and synchronize
 with nothing open (no synchronize commit); the goal then reads False, to be looked
 at, rather than passing by a looser rule.

@@ -70,9 +70,11 @@ kernel void matmul_gemm(device const T* a [[buffer(0)]],
       simdgroup_matrix<float, 8, 8> ma[2], mb[2];
       for (int i = 0; i < 2; ++i)
         simdgroup_load(ma[i], a_tile, kGemmTileK, ulong2(kk, sg_row + 8 * i));
-      // b_tile holds B^T rows; the transposed load yields the K x N operand.
+      // b_tile holds B^T rows; the transposed load yields the K x N operand. The
+      // offset is in the pointer and the origin is 0: Apple's doc does not say in
+      // which coordinates a transposed load reads a non-zero origin.
       for (int j = 0; j < 2; ++j)
-        simdgroup_load(mb[j], b_tile, kGemmTileK, ulong2(sg_col + 8 * j, kk), true);
+        simdgroup_load(mb[j], b_tile + (sg_col + 8 * j) * kGemmTileK + kk, kGemmTileK, ulong2(0, 0), true);
       for (int i = 0; i < 2; ++i)
         for (int j = 0; j < 2; ++j) simdgroup_multiply_accumulate(acc[i][j], ma[i], mb[j], acc[i][j]);
     }

@@ -43,8 +43,10 @@ ResolvedPointer AllocationRegistry::Resolve(const void* ptr, size_t bytes, const
     --it;
     const size_t offset = static_cast<size_t>(p - it->first);
     const size_t length = it->second->length();
+    // An empty view binds at offset 0: it reads nothing, and offset == length (an
+    // empty slice at the end) is an out-of-range binding to Metal's validation layer.
     if (offset <= length && bytes <= length - offset && (offset < length || bytes == 0))
-      return {it->second, offset};
+      return {it->second, bytes == 0 ? 0 : offset};
   }
   throw std::invalid_argument(std::string(what) + ": " + Describe(ptr, bytes) +
                               " is not allocated by the Metal backend");

@@ -28,7 +28,8 @@ class AllocationRegistry {
   // std::invalid_argument when `base` is not the base of a live allocation.
   std::shared_ptr<GpuBuffer> Remove(const void* base);
   // The allocation holding [ptr, ptr + bytes), O(log n). A zero-byte range may sit
-  // one past the end of its allocation (an empty slice). Throws std::invalid_argument
+  // one past the end of its allocation (an empty slice); it resolves to offset 0,
+  // the one offset valid for any buffer. Throws std::invalid_argument
   // ("<what>: ... not allocated by the Metal backend") when no live allocation holds it.
   ResolvedPointer Resolve(const void* ptr, size_t bytes, const char* what) const;
   size_t size() const;

@@ -99,6 +99,10 @@ class GpuDevice {
                                                         std::function<void()> deallocator) = 0;
   // The project's kernels (metalrt.metallib on Apple, the compiled-in kernels on the sim).
   virtual GpuLibrary& default_library() = 0;
+  // Where default_library() comes from, loading it first: "metallib at <path>",
+  // "compiled at run time from embedded sources in <s> s", or the sim's compiled-in
+  // kernels. Throws what default_library() throws.
+  virtual std::string default_library_origin() = 0;
   // Compiles MSL source at run time; throws std::runtime_error with the compiler's
   // message on failure.
   virtual std::shared_ptr<GpuLibrary> compile_library(const std::string& source) = 0;

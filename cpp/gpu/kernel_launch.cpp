@@ -10,6 +10,8 @@ namespace metalrt::gpu {
 namespace {
 
 constexpr size_t kMaxSetBytes = 4096;   // Metal's limit for setBytes:length:atIndex:
+// setThreadgroupMemoryLength:atIndex: requires a multiple of 16 bytes (Apple's doc).
+constexpr size_t kThreadgroupMemoryGranule = 16;
 
 template <typename T>
 FunctionConstant MakeConstant(uint32_t index, FunctionConstant::Type type, T value) {
@@ -131,7 +133,7 @@ KernelLaunch& KernelLaunch::threadgroup_memory(uint32_t index, size_t length) {
   Binding b;
   b.kind = Binding::Kind::kThreadgroupMemory;
   b.index = index;
-  b.length = length;
+  b.length = (length + kThreadgroupMemoryGranule - 1) / kThreadgroupMemoryGranule * kThreadgroupMemoryGranule;
   bindings_.push_back(std::move(b));
   return *this;
 }

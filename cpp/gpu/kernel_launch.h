@@ -90,7 +90,8 @@ class KernelLaunch {
     return bytes(index, &value, sizeof(T));
   }
   KernelLaunch& bytes(uint32_t index, const void* data, size_t length);
-  // Dynamic threadgroup memory at [[threadgroup(index)]].
+  // Dynamic threadgroup memory at [[threadgroup(index)]]: `length` bytes rounded up
+  // to a multiple of 16, as setThreadgroupMemoryLength:atIndex: requires.
   KernelLaunch& threadgroup_memory(uint32_t index, size_t length);
 
   // Encodes a grid of whole threadgroups / a grid of threads (edge threadgroups

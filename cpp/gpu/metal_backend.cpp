@@ -8,8 +8,8 @@
 
 namespace metalrt::gpu {
 
-MetalBackend::MetalBackend(std::unique_ptr<GpuDevice> device)
-    : device_(std::move(device)), stream_(*device_, profiler_) {}
+MetalBackend::MetalBackend(std::unique_ptr<GpuDevice> device, std::string selection)
+    : device_(std::move(device)), selection_(std::move(selection)), stream_(*device_, profiler_) {}
 
 void* MetalBackend::Alloc(size_t bytes) {
   // Metal refuses zero-length buffers; one byte still gives Alloc(0) a distinct block.
@@ -59,7 +59,9 @@ void MetalBackend::Memset(void* dst, int value, size_t bytes) {
 
 namespace {
 std::unique_ptr<Backend> MakeMetalBackend() {
-  return std::make_unique<MetalBackend>(SelectGpuDevice());
+  std::string selection;
+  std::unique_ptr<GpuDevice> device = SelectGpuDevice(&selection);
+  return std::make_unique<MetalBackend>(std::move(device), std::move(selection));
 }
 }  // namespace
 

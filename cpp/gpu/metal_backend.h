@@ -23,7 +23,8 @@ namespace metalrt::gpu {
 class MetalBackend final : public Backend {
  public:
   static constexpr size_t kAlignment = 64;
-  explicit MetalBackend(std::unique_ptr<GpuDevice> device);
+  // `selection`: why this device serves (SelectGpuDevice's account).
+  explicit MetalBackend(std::unique_ptr<GpuDevice> device, std::string selection = "");
 
   DeviceType type() const override { return DeviceType::kMETAL; }
   std::string name() const override { return device_->name(); }
@@ -47,6 +48,7 @@ class MetalBackend final : public Backend {
   // Commits the open command buffer without waiting.
   void Flush() { stream_.Flush(); }
   GpuDevice& device() { return *device_; }
+  const std::string& selection() const { return selection_; }
   AllocationRegistry& allocations() { return allocations_; }
   CommandStream& stream() { return stream_; }
   Profiler& profiler() { return profiler_; }
@@ -56,6 +58,7 @@ class MetalBackend final : public Backend {
   // Declaration order is destruction order reversed: the stream drains in-flight
   // work before the buffers it retains and the device go away.
   std::unique_ptr<GpuDevice> device_;
+  std::string selection_;
   Profiler profiler_;
   BufferCache buffer_cache_;
   AllocationRegistry allocations_;

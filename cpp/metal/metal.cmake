@@ -1,43 +1,47 @@
 # The Apple GPU device (Apple only, included from CMakeLists.txt under if(APPLE)):
-# the project's kernels built into metalrt.metallib with Apple's Metal compiler, and
-# cpp/metal/*.mm (Metal.framework) linked into every binary that links metalrt_core.
-# The kernels are the same metal/*.metal files the simulated device compiles.
+# cpp/metal/*.mm (Metal.framework) linked into every binary that links metalrt_core,
+# and, when Apple's Metal compiler is installed, the project's kernels built into
+# metalrt.metallib. The kernels are the same metal/*.metal files the simulated device
+# compiles.
+#
+# The compiler is not always there: `xcrun` exists with only the Command Line Tools,
+# which have no `metal`, and Xcode 26 installs the Metal toolchain only on request. So
+# configure asks `xcrun -sdk macosx -f metal`; without it the build makes no metallib
+# and the native device compiles the embedded kernel sources (kernel_sources.cmake)
+# at run time, needing no Xcode.
 enable_language(OBJCXX)
 
-find_program(METALRT_XCRUN xcrun REQUIRED)
-file(GLOB METALRT_METAL_KERNELS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/metal/*.metal)
-set(METALRT_METALLIB ${CMAKE_BINARY_DIR}/metalrt.metallib)
-set(METALRT_AIR_FILES)
-foreach(src ${METALRT_METAL_KERNELS})
-  get_filename_component(stem ${src} NAME_WE)
-  set(air ${CMAKE_CURRENT_BINARY_DIR}/air/${stem}.air)
-  # -fno-fast-math: the rounding the CPU oracle and the simulated device reproduce.
-  add_custom_command(
-    OUTPUT ${air}
-    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_CURRENT_BINARY_DIR}/air
-    COMMAND ${METALRT_XCRUN} -sdk macosx metal -x metal -fno-fast-math
-            -I ${CMAKE_CURRENT_SOURCE_DIR}/metal -c ${src} -o ${air}
-    DEPENDS ${src}
-    COMMENT "metal ${stem}.metal"
-    VERBATIM)
-  list(APPEND METALRT_AIR_FILES ${air})
-endforeach()
+if(NOT DEFINED METALRT_METAL_COMPILER)
+  execute_process(COMMAND xcrun -sdk macosx -f metal
+                  OUTPUT_VARIABLE metal_path ERROR_VARIABLE metal_error
+                  RESULT_VARIABLE metal_result OUTPUT_STRIP_TRAILING_WHITESPACE)
+  execute_process(COMMAND xcrun -sdk macosx -f metallib
+                  OUTPUT_VARIABLE metallib_path RESULT_VARIABLE metallib_result
+                  OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(metal_result EQUAL 0 AND metallib_result EQUAL 0)
+    set(METALRT_METAL_COMPILER ${metal_path})
+    set(METALRT_METALLIB_TOOL ${metallib_path})
+  else()
+    set(METALRT_METAL_COMPILER "")
+    string(STRIP "${metal_error}" metal_error)
+    message(WARNING
+      "Apple's Metal compiler was not found (xcrun -sdk macosx -f metal: ${metal_error}). "
+      "metalrt builds without metalrt.metallib and compiles its kernels at run time "
+      "(metalrt.metal_library_info() says so). To build the metallib: install Xcode, "
+      "`sudo xcode-select -s /Applications/Xcode.app`, and on Xcode 26 "
+      "`xcodebuild -downloadComponent MetalToolchain` (docs/apple-validation.md).")
+  endif()
+endif()
 
-if(METALRT_AIR_FILES)
+if(METALRT_METAL_COMPILER)
+  include(${CMAKE_CURRENT_LIST_DIR}/metallib.cmake)
   # Output beside the test binary (build/tests) so the native device finds it there too.
-  add_custom_command(
-    OUTPUT ${METALRT_METALLIB}
-    COMMAND ${METALRT_XCRUN} -sdk macosx metallib ${METALRT_AIR_FILES} -o ${METALRT_METALLIB}
-    DEPENDS ${METALRT_AIR_FILES}
-    COMMENT "metallib metalrt.metallib"
-    VERBATIM)
-  add_custom_target(metalrt_metallib ALL DEPENDS ${METALRT_METALLIB})
+  set(METALRT_METALLIB ${CMAKE_BINARY_DIR}/metalrt.metallib)
+  metalrt_add_metallib(metalrt_metallib ${METALRT_METALLIB} ${CMAKE_CURRENT_SOURCE_DIR}/metal)
   if(METALRT_BUILD_PYTHON)
     # The native device loads it from the extension's directory.
     install(FILES ${METALRT_METALLIB} DESTINATION metalrt)
   endif()
-else()
-  message(WARNING "no metal/*.metal kernels: metalrt.metallib is not built")
 endif()
 
 file(GLOB METALRT_OBJC_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cpp/metal/*.mm)

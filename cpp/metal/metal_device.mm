@@ -3,11 +3,22 @@
 // the device-neutral backend in cpp/gpu does the rest. On Linux CI this file is
 // syntax/type-checked against tests/objc/include and its selectors are checked
 // against metal-cpp's table (tests/objc/check_objc.py).
+//
+// Autorelease pools: Python's threads have none, so every method that receives an
+// autoreleased object (a command buffer, an encoder, a string, an NSError) drains its
+// own @autoreleasepool; objects kept beyond it are held by strong ivars. The checker
+// flags a message returning an object outside a pool block.
 #import <Metal/Metal.h>
+
+#if !__has_feature(objc_arc)
+#error "metal_device.mm requires ARC (-fobjc-arc): its ivars and blocks rely on it"
+#endif
 
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -17,16 +28,27 @@
 
 #include "gpu/device_selection.h"
 #include "gpu/gpu_device.h"
+#include "metal/embedded_kernel_sources.h"
+#include "metal/metal_compile_options.h"
 
 namespace metalrt::metal {
 namespace {
 
-std::string ToString(NSString* text) { return text ? std::string([text UTF8String]) : std::string(); }
+std::string ToString(NSString* text) {
+  @autoreleasepool {   // UTF8String's buffer is autoreleased
+    return text ? std::string([text UTF8String]) : std::string();
+  }
+}
 
-NSString* ToNSString(const std::string& text) { return [NSString stringWithCString:text.c_str() encoding:NSUTF8StringEncoding]; }
+// Owned (+1), so no pool is needed around it.
+NSString* ToNSString(const std::string& text) {
+  return [[NSString alloc] initWithCString:text.c_str() encoding:NSUTF8StringEncoding];
+}
 
 std::string Describe(NSError* error) {
-  return error ? ToString([error localizedDescription]) : std::string("unknown Metal error");
+  @autoreleasepool {
+    return error ? ToString([error localizedDescription]) : std::string("unknown Metal error");
+  }
 }
 
 MTLSize ToMTLSize(gpu::Size3 size) { return MTLSizeMake(size.x, size.y, size.z); }
@@ -93,32 +115,51 @@ class MetalPipeline : public gpu::GpuPipeline {
   id<MTLComputePipelineState> state_;
 };
 
+// One GpuLibrary over one or more MTLLibrary objects: the metallib, or one library
+// per embedded kernel file when those are compiled at run time.
 class MetalLibrary : public gpu::GpuLibrary {
  public:
-  MetalLibrary(id<MTLDevice> device, id<MTLLibrary> library) : device_(device), library_(library) {}
+  MetalLibrary(id<MTLDevice> device, std::vector<id<MTLLibrary>> libraries)
+      : device_(device), libraries_(std::move(libraries)) {}
 
   std::vector<std::string> function_names() const override {
-    NSArray<NSString*>* names = [library_ functionNames];
-    std::vector<std::string> out;
-    for (NSUInteger i = 0; i < [names count]; ++i) out.push_back(ToString([names objectAtIndex:i]));
-    return out;
+    @autoreleasepool {
+      std::vector<std::string> out;
+      for (id<MTLLibrary> library : libraries_) {
+        NSArray<NSString*>* names = [library functionNames];
+        for (NSUInteger i = 0; i < [names count]; ++i) out.push_back(ToString([names objectAtIndex:i]));
+      }
+      return out;
+    }
   }
 
   gpu::GpuPipeline& pipeline(const std::string& name, const gpu::FunctionConstants& constants) override {
+    @autoreleasepool {   // NSError out-parameters are autoreleased
+      return Pipeline(name, constants);
+    }
+  }
+
+ private:
+  gpu::GpuPipeline& Pipeline(const std::string& name, const gpu::FunctionConstants& constants) {
     const std::string key = PipelineKey(name, constants);
     std::lock_guard<std::mutex> lock(mutex_);
     auto found = pipelines_.find(key);
     if (found != pipelines_.end()) return *found->second;
     NSError* error = nil;
+    NSString* ns_name = ToNSString(name);
+    id<MTLLibrary> library = nil;
     id<MTLFunction> function = nil;
-    if (constants.empty()) {
-      function = [library_ newFunctionWithName:ToNSString(name)];
-      if (!function) throw std::invalid_argument("[metal pipeline] no kernel named '" + name + "' in the library");
-    } else {
+    for (id<MTLLibrary> candidate : libraries_)
+      if ((function = [candidate newFunctionWithName:ns_name])) {
+        library = candidate;
+        break;
+      }
+    if (!function) throw std::invalid_argument("[metal pipeline] no kernel named '" + name + "' in the library");
+    if (!constants.empty()) {
       MTLFunctionConstantValues* values = [[MTLFunctionConstantValues alloc] init];
       for (const gpu::FunctionConstant& c : constants)
         [values setConstantValue:c.bytes.data() type:ToMTLDataType(c.type) atIndex:c.index];
-      function = [library_ newFunctionWithName:ToNSString(name) constantValues:values error:&error];
+      function = [library newFunctionWithName:ns_name constantValues:values error:&error];
       if (!function)
         throw std::invalid_argument("[metal pipeline] kernel '" + name + "' with these function constants: " +
                                     Describe(error));
@@ -130,9 +171,8 @@ class MetalLibrary : public gpu::GpuLibrary {
     return *slot;
   }
 
- private:
   id<MTLDevice> device_;
-  id<MTLLibrary> library_;
+  std::vector<id<MTLLibrary>> libraries_;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<MetalPipeline>> pipelines_;
 };
@@ -177,8 +217,15 @@ class MetalCommandBuffer : public gpu::GpuCommandBuffer {
   explicit MetalCommandBuffer(id<MTLCommandBuffer> command_buffer) : command_buffer_(command_buffer) {}
 
   gpu::GpuComputeEncoder& compute_encoder() override {
-    if (!encoder_) encoder_ = std::make_unique<MetalComputeEncoder>([command_buffer_ computeCommandEncoder]);
-    return *encoder_;
+    @autoreleasepool {   // the encoder is autoreleased; encoder_ keeps it
+      if (!encoder_) {
+        id<MTLComputeCommandEncoder> encoder = [command_buffer_ computeCommandEncoder];
+        // nil would turn every later dispatch into a silent no-op.
+        if (!encoder) throw std::runtime_error("[metal device] computeCommandEncoder returned nil");
+        encoder_ = std::make_unique<MetalComputeEncoder>(encoder);
+      }
+      return *encoder_;
+    }
   }
   void commit() override {
     // Metal requires the encoder ended before commit.
@@ -197,7 +244,11 @@ class MetalCommandBuffer : public gpu::GpuCommandBuffer {
     }
     return Status::kError;
   }
-  std::string error() const override { return Describe([command_buffer_ error]); }
+  std::string error() const override {
+    @autoreleasepool {
+      return Describe([command_buffer_ error]);
+    }
+  }
   double gpu_start_time() const override { return [command_buffer_ GPUStartTime]; }
   double gpu_end_time() const override { return [command_buffer_ GPUEndTime]; }
 
@@ -205,6 +256,17 @@ class MetalCommandBuffer : public gpu::GpuCommandBuffer {
   id<MTLCommandBuffer> command_buffer_;
   std::unique_ptr<MetalComputeEncoder> encoder_;
 };
+
+// The highest N with supportsFamily:MTLGPUFamilyAppleN, 0 for none (Intel, AMD).
+int HighestAppleFamily(id<MTLDevice> device) {
+  static const MTLGPUFamily kAppleFamilies[] = {MTLGPUFamilyApple1, MTLGPUFamilyApple2, MTLGPUFamilyApple3,
+                                                MTLGPUFamilyApple4, MTLGPUFamilyApple5, MTLGPUFamilyApple6,
+                                                MTLGPUFamilyApple7, MTLGPUFamilyApple8, MTLGPUFamilyApple9};
+  int highest = 0;
+  for (int n = 1; n <= 9; ++n)
+    if ([device supportsFamily:kAppleFamilies[n - 1]]) highest = n;
+  return highest;
+}
 
 // metalrt.metallib is installed beside the extension module this code is linked into.
 std::string DefaultLibraryPath() {
@@ -222,19 +284,17 @@ class MetalDevice : public gpu::GpuDevice {
     if (!queue_) throw std::runtime_error("[metal device] newCommandQueue failed");
   }
 
-  std::string name() const override { return ToString([device_ name]); }
+  std::string name() const override {
+    @autoreleasepool {
+      return ToString([device_ name]);
+    }
+  }
   bool is_simulated() const override { return false; }
   bool has_unified_memory() const override { return [device_ hasUnifiedMemory]; }
 
   std::string gpu_family() const override {
-    static const std::pair<MTLGPUFamily, const char*> kFamilies[] = {
-        {MTLGPUFamilyApple9, "apple9"}, {MTLGPUFamilyApple8, "apple8"}, {MTLGPUFamilyApple7, "apple7"},
-        {MTLGPUFamilyApple6, "apple6"}, {MTLGPUFamilyApple5, "apple5"}, {MTLGPUFamilyApple4, "apple4"},
-        {MTLGPUFamilyApple3, "apple3"}, {MTLGPUFamilyApple2, "apple2"}, {MTLGPUFamilyApple1, "apple1"},
-        {MTLGPUFamilyMac2, "mac2"}};
-    for (const auto& [family, label] : kFamilies)
-      if ([device_ supportsFamily:family]) return label;
-    return "unknown";
+    if (const int apple = HighestAppleFamily(device_)) return "apple" + std::to_string(apple);
+    return [device_ supportsFamily:MTLGPUFamilyMac2] ? "mac2" : "unknown";
   }
 
   size_t max_threadgroup_memory_length() const override { return [device_ maxThreadgroupMemoryLength]; }
@@ -257,6 +317,8 @@ class MetalDevice : public gpu::GpuDevice {
     if (!pointer || reinterpret_cast<uintptr_t>(pointer) % page != 0 || length % page != 0)
       throw std::invalid_argument("[new_buffer_no_copy] memory and length must be page-aligned (" +
                                   std::to_string(page) + " bytes)");
+    // The deallocator runs on whichever thread drops the buffer's last reference,
+    // often Metal's completion queue: it must be thread-safe.
     id<MTLBuffer> buffer = [device_ newBufferWithBytesNoCopy:pointer
                                                       length:length
                                                      options:MTLResourceStorageModeShared
@@ -267,46 +329,109 @@ class MetalDevice : public gpu::GpuDevice {
     return std::make_shared<MetalBuffer>(buffer);
   }
 
+  // metalrt.metallib beside the binary when the build had Apple's Metal compiler;
+  // else the embedded kernel sources, compiled here (cpp/metal/metal.cmake).
   gpu::GpuLibrary& default_library() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!default_library_) {
-      const std::string path = DefaultLibraryPath();
-      NSError* error = nil;
-      id<MTLLibrary> library = [device_ newLibraryWithURL:[NSURL fileURLWithPath:ToNSString(path)] error:&error];
-      if (!library) throw std::runtime_error("[metal device] cannot load " + path + ": " + Describe(error));
-      default_library_ = std::make_unique<MetalLibrary>(device_, library);
+    @autoreleasepool {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!default_library_) {
+        const std::string path = DefaultLibraryPath();
+        if (access(path.c_str(), R_OK) == 0) {
+          NSError* error = nil;
+          id<MTLLibrary> library = [device_ newLibraryWithURL:[NSURL fileURLWithPath:ToNSString(path)]
+                                                        error:&error];
+          if (!library)
+            throw std::runtime_error("[metal device] cannot load " + path + ": " + Describe(error));
+          default_library_ = std::make_unique<MetalLibrary>(device_, std::vector<id<MTLLibrary>>{library});
+          default_library_origin_ = "metallib at " + path;
+        } else {
+          const auto start = std::chrono::steady_clock::now();
+          std::vector<id<MTLLibrary>> libraries;
+          for (const EmbeddedKernelSource& kernel : EmbeddedKernelSources())
+            libraries.push_back(CompileSource(kernel.source, "[metal device] " + kernel.file));
+          default_library_ = std::make_unique<MetalLibrary>(device_, std::move(libraries));
+          const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+          char seconds[32];
+          std::snprintf(seconds, sizeof seconds, "%.2f", took.count());
+          default_library_origin_ = std::string("compiled at run time from embedded sources in ") + seconds +
+                                    " s (no metalrt.metallib at " + path + ")";
+        }
+      }
+      return *default_library_;
     }
-    return *default_library_;
+  }
+
+  std::string default_library_origin() override {
+    default_library();
+    std::lock_guard<std::mutex> lock(mutex_);
+    return default_library_origin_;
   }
 
   std::shared_ptr<gpu::GpuLibrary> compile_library(const std::string& source) override {
-    MTLCompileOptions* options = [[MTLCompileOptions alloc] init];
-    // Same rounding as the metallib (-fno-fast-math) and the simulated device.
-    [options setFastMathEnabled:NO];
-    NSError* error = nil;
-    id<MTLLibrary> library = [device_ newLibraryWithSource:ToNSString(source) options:options error:&error];
-    if (!library) throw std::runtime_error("[compile_library] " + Describe(error));
-    return std::make_shared<MetalLibrary>(device_, library);
+    @autoreleasepool {
+      id<MTLLibrary> library = CompileSource(source, "[compile_library]");
+      return std::make_shared<MetalLibrary>(device_, std::vector<id<MTLLibrary>>{library});
+    }
   }
 
   std::unique_ptr<gpu::GpuCommandBuffer> new_command_buffer() override {
-    id<MTLCommandBuffer> command_buffer = [queue_ commandBuffer];
-    if (!command_buffer) throw std::runtime_error("[metal device] commandBuffer failed");
-    return std::make_unique<MetalCommandBuffer>(command_buffer);
+    @autoreleasepool {   // the command buffer is autoreleased; MetalCommandBuffer keeps it
+      id<MTLCommandBuffer> command_buffer = [queue_ commandBuffer];
+      if (!command_buffer) throw std::runtime_error("[metal device] commandBuffer failed");
+      return std::make_unique<MetalCommandBuffer>(command_buffer);
+    }
   }
 
  private:
+  // The metallib's language version and safe math (metal_compile_options.h). Called
+  // inside a pool.
+  id<MTLLibrary> CompileSource(const std::string& source, const std::string& context) {
+    const MetalCompileOptions wanted = RuntimeCompileOptions();
+    MTLCompileOptions* options = [[MTLCompileOptions alloc] init];
+    [options setLanguageVersion:static_cast<MTLLanguageVersion>(wanted.mtl_language_version())];
+    if (@available(macOS 15.0, *)) {
+      [options setMathMode:wanted.fast_math ? MTLMathModeFast : MTLMathModeSafe];
+    } else {
+      [options setFastMathEnabled:wanted.fast_math ? YES : NO];
+    }
+    NSError* error = nil;
+    id<MTLLibrary> library = [device_ newLibraryWithSource:ToNSString(source) options:options error:&error];
+    if (!library) throw std::runtime_error(context + ": " + Describe(error));
+    return library;
+  }
+
   id<MTLDevice> device_;
   id<MTLCommandQueue> queue_;
   std::mutex mutex_;
   std::unique_ptr<MetalLibrary> default_library_;
+  std::string default_library_origin_;
 };
 
-// nullptr where there is no Apple GPU (e.g. a macOS VM): selection falls back to the sim.
-std::unique_ptr<gpu::GpuDevice> CreateMetalDevice() {
+gpu::NativeGpuCapabilities Capabilities(id<MTLDevice> device) {
+  @autoreleasepool {
+    gpu::NativeGpuCapabilities caps;
+    caps.name = ToString([device name]);
+    caps.apple_family = HighestAppleFamily(device);
+    const NSOperatingSystemVersion os = [[NSProcessInfo processInfo] operatingSystemVersion];
+    caps.os_major = static_cast<int>(os.majorVersion);
+    caps.os_minor = static_cast<int>(os.minorVersion);
+    caps.unified_memory = [device hasUnifiedMemory];
+    return caps;
+  }
+}
+
+// nullptr, saying why, where there is no GPU the kernels can run on: none, a macOS
+// VM's "Apple Paravirtual device" (apple5), Intel/AMD GPUs, macOS 13
+// (gpu::NativeGpuRefusal). Selection then falls back to the sim.
+std::unique_ptr<gpu::GpuDevice> CreateMetalDevice(std::string& unavailable) {
   @autoreleasepool {
     id<MTLDevice> device = MTLCreateSystemDefaultDevice();
-    if (!device) return nullptr;
+    if (!device) {
+      unavailable = "MTLCreateSystemDefaultDevice returned nil (no Metal GPU)";
+      return nullptr;
+    }
+    unavailable = gpu::NativeGpuRefusal(Capabilities(device));
+    if (!unavailable.empty()) return nullptr;
     return std::make_unique<MetalDevice>(device);
   }
 }

@@ -4,13 +4,19 @@
 #include <nanobind/stl/string.h>
 
 #include "gpu/metal_backend.h"
+#include "metal/embedded_kernel_sources.h"
 #include "metalrt/device.h"
 
 namespace metalrt::python {
 
 void BindDevice(nb::module_& m) {
   m.def("synchronize",
-        [](const std::string& device) { GetBackend(DeviceTypeFromName(device)).Synchronize(); },
+        [](const std::string& device) {
+          Backend& backend = GetBackend(DeviceTypeFromName(device));
+          // Other Python threads run while this one waits for the GPU.
+          nb::gil_scoped_release release;
+          backend.Synchronize();
+        },
         nb::arg("device") = "metal",
         "Waits until all work submitted to `device` (\"cpu\" or \"metal\") has completed.\n"
         "Raises ValueError for an unknown device name, RuntimeError when the device is\n"
@@ -40,6 +46,44 @@ void BindDevice(nb::module_& m) {
         "dtypes: list of dtype names, preferred first, graph_capture: bool, simulated: bool,\n"
         "true for the simulated Metal device).\n"
         "Raises ValueError for an unknown device name, RuntimeError when unavailable.");
+  m.def("metal_library_info",
+        [] {
+          gpu::MetalBackend& backend = gpu::ActiveMetalBackend();
+          std::string origin;
+          nb::list kernels;
+          {
+            // Loading may compile the embedded kernel sources (seconds).
+            nb::gil_scoped_release release;
+            origin = backend.device().default_library_origin();
+          }
+          for (const std::string& name : backend.device().default_library().function_names())
+            kernels.append(name);
+          kernels.sort();
+          nb::dict info;
+          info["device"] = backend.name();
+          info["selection"] = backend.selection();
+          info["library"] = origin;
+          info["kernels"] = kernels;
+          return info;
+        },
+        "Which device serves \"metal\" and where its kernels come from, loading them first:\n"
+        "dict(device: str, selection: str, library: str, kernels: sorted list of str).\n"
+        "selection says why: \"native: <GPU>\", \"sim: native unavailable: <reason>\" (e.g. a\n"
+        "GPU below family apple7, macOS below 14) or the METALRT_METAL override. library is\n"
+        "\"metallib at <path>\", \"compiled at run time from embedded sources in <s> s\" (a\n"
+        "build without Apple's Metal compiler) or the simulated device's compiled-in\n"
+        "kernels. Raises RuntimeError when no Metal device is available or the kernels\n"
+        "cannot be loaded or compiled.");
+  m.def("embedded_kernel_sources",
+        [] {
+          nb::dict sources;
+          for (const metal::EmbeddedKernelSource& k : metal::EmbeddedKernelSources())
+            sources[k.file.c_str()] = k.source;
+          return sources;
+        },
+        "The project's kernels as embedded in this build: dict(file name -> MSL source), one\n"
+        "self-contained string per metal/*.metal file with its project headers inlined\n"
+        "(what the native device compiles at run time when there is no metalrt.metallib).");
 }
 
 }  // namespace metalrt::python

@@ -3,7 +3,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <chrono>
 #include <string>
 #include <vector>
 
@@ -63,29 +62,23 @@ void BindDoctor(nb::module_& m) {
       "_metal_device_facts",
       [] {
         gpu::GpuDevice& device = gpu::ActiveMetalBackend().device();
-        double load_seconds = 0;
         gpu::GpuPipeline* pipeline = nullptr;
         {
-          // The first use loads the kernel library (on a Mac without a metallib it is
-          // compiled then, which takes seconds): time it, without holding the GIL.
+          // The first use of the kernel library may compile it (seconds, on a Mac
+          // without a metallib). Metal reports the thread limit per pipeline: that of
+          // a kernel with no threadgroup memory is the device's.
           nb::gil_scoped_release release;
-          const auto start = std::chrono::steady_clock::now();
-          // Metal reports the thread limit per pipeline: that of a kernel with no
-          // threadgroup memory is the device's.
           pipeline = &device.default_library().pipeline("add_f32");
-          load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         }
         nb::dict facts;
         facts["max_threadgroup_memory_bytes"] = device.max_threadgroup_memory_length();
         facts["max_threads_per_threadgroup"] = pipeline->max_total_threads_per_threadgroup();
         facts["simd_width"] = pipeline->thread_execution_width();
-        facts["library_load_seconds"] = load_seconds;
         return facts;
       },
       "Internal, for metalrt.doctor: dict(max_threadgroup_memory_bytes: int,\n"
-      "max_threads_per_threadgroup: int, simd_width: int, library_load_seconds: float, the\n"
-      "time this first use of the kernel library took). RuntimeError when no Metal device\n"
-      "is available.");
+      "max_threads_per_threadgroup: int, simd_width: int). RuntimeError when no Metal device\n"
+      "is available or its kernels cannot be loaded.");
 }
 
 }  // namespace metalrt::python

@@ -1,5 +1,7 @@
 // metalrt.Tensor and the numpy bridge. Every transfer goes through the backend's
 // Copy (tensor_copy.cpp), so on Metal a numpy export is a host read = a flush point.
+// Transfers release the GIL: a host read may wait for the GPU, and other Python
+// threads should run meanwhile (they touch no memory these copies own).
 #include "bind.h"
 
 #include <nanobind/ndarray.h>
@@ -44,10 +46,14 @@ nb::object ToNumpy(const Tensor& t) {
   nb::capsule owner(buffer, [](void* p) noexcept { delete[] static_cast<char*>(p); });
   if (t.dtype() == DType::kBF16) {
     std::vector<uint16_t> bits(count);
-    CopyToHost(t, bits.data());
+    {
+      nb::gil_scoped_release release;
+      CopyToHost(t, bits.data());
+    }
     auto* values = reinterpret_cast<float*>(buffer);
     for (size_t i = 0; i < count; ++i) values[i] = BF16ToF32(bits[i]);
   } else {
+    nb::gil_scoped_release release;
     CopyToHost(t, buffer);
   }
   std::vector<size_t> shape(t.shape().begin(), t.shape().end());
@@ -66,8 +72,11 @@ void WriteHost(const HostArray& array, const Tensor& t, const char* what) {
     const auto* values = static_cast<const float*>(array.data());
     std::vector<uint16_t> bits(array.size());
     for (size_t i = 0; i < bits.size(); ++i) bits[i] = F32ToBF16(values[i]);
+    nb::gil_scoped_release release;
     CopyFromHost(bits.data(), t);
   } else {
+    // The caller's reference keeps the array alive while the GIL is released.
+    nb::gil_scoped_release release;
     CopyFromHost(array.data(), t);
   }
 }
@@ -219,7 +228,9 @@ void BindTensor(nb::module_& m) {
            "reshape(*shape) or reshape(shape): a view with a new shape (one dim may be -1).\n"
            "ValueError when the element count differs or the tensor is not contiguous.")
       .def("to", [](const Tensor& t, const std::string& device) {
-             return CopyToDevice(t, DeviceTypeFromName(device));
+             const DeviceType target = DeviceTypeFromName(device);
+             nb::gil_scoped_release release;
+             return CopyToDevice(t, target);
            },
            nb::arg("device"), "A contiguous copy on `device` (\"cpu\" or \"metal\").")
       .def("astype",

@@ -3,6 +3,8 @@
 #include "sim/sim_device.h"
 
 namespace {
-metalrt::gpu::GpuDeviceRegistrar registrar(metalrt::gpu::GpuDeviceKind::kSim,
-                                           &metalrt::sim::CreateSimDevice);
+// The simulated device exists wherever it is built in.
+std::unique_ptr<metalrt::gpu::GpuDevice> CreateSim(std::string&) { return metalrt::sim::CreateSimDevice(); }
+
+metalrt::gpu::GpuDeviceRegistrar registrar(metalrt::gpu::GpuDeviceKind::kSim, &CreateSim);
 }  // namespace

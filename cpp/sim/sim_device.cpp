@@ -55,6 +55,11 @@ class SimDevice : public gpu::GpuDevice {
     return *default_library_;
   }
 
+  std::string default_library_origin() override {
+    return "the simulated device's kernels, compiled into the binary (" +
+           std::to_string(default_library().function_names().size()) + " kernels)";
+  }
+
   std::shared_ptr<gpu::GpuLibrary> compile_library(const std::string& source) override {
     const std::string path = BuildKernelModule(source);
     std::lock_guard<std::mutex> lock(mutex_);

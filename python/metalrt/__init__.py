@@ -7,6 +7,7 @@ device where there is none); `metalrt.ops` runs ops on the device of their input
 on this machine.
 """
 from ._metalrt import Tensor, device_info, flush, is_available, synchronize
+from ._metalrt import embedded_kernel_sources, metal_library_info
 from .tensor import DTYPES, asarray, empty, zeros
 from . import ops, profiler, providers
 from .shader import ShaderLibrary, compile_shader
@@ -15,7 +16,7 @@ from .doctor import doctor
 
 __all__ = [
     "DTYPES", "GenerationResponse", "ShaderLibrary", "Tensor", "asarray", "batch_generate",
-    "compile_shader", "device_info",
+    "compile_shader", "device_info", "embedded_kernel_sources", "metal_library_info",
     "empty", "flush", "generate", "is_available", "load", "ops", "profiler", "providers",
     "stream_generate", "synchronize", "zeros", "doctor",
 ]

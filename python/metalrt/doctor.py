@@ -2,7 +2,6 @@
 table to paste into an issue."""
 from __future__ import annotations
 
-import os
 import platform
 import subprocess
 import sys
@@ -15,41 +14,22 @@ from .generation import resolve_device
 from .shader import cxx_compiler
 
 
-def _metal_selection(simulated: bool) -> str:
-    """Why the "metal" device is the one it is."""
-    forced = os.environ.get("METALRT_METAL")
-    if forced:
-        return f"METALRT_METAL={forced}"
-    if not simulated:
-        return "an Apple GPU was found"
-    if sys.platform != "darwin":
-        return f"no Apple GPU on {sys.platform}"
-    return "no usable Apple GPU found"
-
-
 def _metal_facts() -> dict[str, Any]:
     if not _metalrt.is_available("metal"):
         return {"metal_device": None, "metal_selection": "no Metal device in this build"}
     info = _metalrt.device_info("metal")
+    library = _metalrt.metal_library_info()   # loads the kernels first
     facts = _metalrt._metal_device_facts()
-    metallib = os.path.join(os.path.dirname(_metalrt.__file__), "metalrt.metallib")
-    if info["simulated"]:
-        library = "compiled into the extension (simulated device)"
-    elif os.path.exists(metallib):
-        library = metallib
-    else:
-        library = "compiled at run time from the kernel sources"
     return {
         "metal_device": info["name"],
         "metal_device_kind": "simulated" if info["simulated"] else "Apple GPU",
-        "metal_selection": _metal_selection(info["simulated"]),
+        "metal_selection": library["selection"],
         "gpu_family": info["capability"],
         "unified_memory": info["unified_memory"],
         "max_threadgroup_memory_bytes": facts["max_threadgroup_memory_bytes"],
         "max_threads_per_threadgroup": facts["max_threads_per_threadgroup"],
         "simd_width": facts["simd_width"],
-        "kernel_library": library,
-        "kernel_library_load_seconds": round(facts["library_load_seconds"], 3),
+        "kernel_library": library["library"],
     }
 
 
@@ -70,16 +50,17 @@ def doctor() -> dict[str, Any]:
     ``models_run_on`` ("metal" or "cpu", where ``metalrt.load`` puts a model by
     default) and ``models_run_on_why``; for the Metal device (None values when there
     is none): ``metal_device`` (name), ``metal_device_kind`` ("Apple GPU" or
-    "simulated"), ``metal_selection`` (why that device), ``gpu_family`` (e.g.
-    "apple9"), ``unified_memory``, ``max_threadgroup_memory_bytes``,
-    ``max_threads_per_threadgroup``, ``simd_width``, ``kernel_library`` (the
-    metallib's path, or how the kernels were compiled) and
-    ``kernel_library_load_seconds`` (how long loading it took, when doctor loaded
-    it first); ``cpu_threads`` and ``cpu_features`` (the SIMD extensions the CPU
+    "simulated"), ``metal_selection`` (why that device, as
+    ``metalrt.metal_library_info()`` says), ``gpu_family`` (e.g. "apple9"),
+    ``unified_memory``, ``max_threadgroup_memory_bytes``,
+    ``max_threads_per_threadgroup``, ``simd_width`` and ``kernel_library`` (the
+    metallib's path, or how the kernels were compiled and in how many seconds);
+    ``cpu_threads`` and ``cpu_features`` (the SIMD extensions the CPU
     kernels were compiled for); ``cxx_compiler`` (what ``compile_shader`` builds
     kernels with on the simulated device: its path and version, or None) and
     ``cache_dir`` (downloaded models, and compiled kernels under ``kernels/``).
 
+    Loads the Metal device's kernels (on a Mac without a metallib that compiles them).
     Raises ValueError when an environment setting (METALRT_METAL, METALRT_SIM_*,
     METALRT_CPU_THREADS) is malformed; RuntimeError when the Metal device fails to
     load its kernels.
@@ -99,7 +80,7 @@ def doctor() -> dict[str, Any]:
     report.update({key: metal.get(key) for key in (
         "metal_device", "metal_device_kind", "metal_selection", "gpu_family", "unified_memory",
         "max_threadgroup_memory_bytes", "max_threads_per_threadgroup", "simd_width",
-        "kernel_library", "kernel_library_load_seconds")})
+        "kernel_library")})
     cpu = _metalrt._cpu_facts()
     report["cpu_threads"] = cpu["threads"]
     report["cpu_features"] = ", ".join(cpu["compiled_features"]) or "baseline only"

@@ -187,6 +187,7 @@ class FakeGpuDevice final : public gpu::GpuDevice {
     throw std::runtime_error("the fake device has no no-copy buffers");
   }
   gpu::GpuLibrary& default_library() override { return library; }
+  std::string default_library_origin() override { return "the fake device's host-callback kernels"; }
   std::shared_ptr<gpu::GpuLibrary> compile_library(const std::string&) override {
     throw std::runtime_error("the fake device cannot compile MSL");
   }

@@ -28,10 +28,13 @@ TEST_CASE("allocation registry: interior pointers resolve to (buffer, offset)") 
       CHECK(r.buffer.get() == b.get());
       CHECK(r.offset == offset);
     }
-    // The whole allocation, and an empty view one past its end (an empty slice).
+    // The whole allocation, and an empty view one past its end (an empty slice), which
+    // binds at offset 0 (offset == length is out of range to Metal's validation).
     CHECK(registry.Resolve(Base(b), n, "test").offset == 0);
     auto end = registry.Resolve(Base(b) + n, 0, "test");
-    CHECK(end.offset == n);
+    CHECK(end.buffer.get() == b.get());
+    CHECK(end.offset == 0);
+    CHECK(registry.Resolve(Base(b) + n / 2, 0, "test").offset == 0);
   }
 }
 

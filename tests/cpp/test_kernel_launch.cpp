@@ -82,6 +82,26 @@ TEST_CASE("bindings: buffer offsets, bytes, threadgroup memory, constants and th
   CHECK(seen.constants[3].index == 3);
 }
 
+TEST_CASE("bindings: threadgroup memory is rounded up to 16 bytes; an empty view binds at offset 0") {
+  FakeMetal m;
+  FakeDispatch seen;
+  m.device->library.add("probe", [&](const FakeDispatch& d) { seen = d; });
+  Tensor a = m.Floats({8, 4});
+  KernelLaunch(*m, "probe")
+      .input(0, a.Slice(0, 8, 8))   // empty, one past the end
+      .input(1, a.Slice(0, 2, 2))   // empty, inside
+      .threadgroup_memory(0, 1)
+      .threadgroup_memory(1, 20)
+      .threadgroup_memory(2, 32)
+      .threadgroups({1, 1, 1}, {32, 1, 1});
+  m->Synchronize();
+  CHECK(seen.buffers.at(0) == static_cast<char*>(a.data()));
+  CHECK(seen.buffers.at(1) == static_cast<char*>(a.data()));
+  CHECK(seen.threadgroup_memory.at(0) == 16);
+  CHECK(seen.threadgroup_memory.at(1) == 32);
+  CHECK(seen.threadgroup_memory.at(2) == 32);
+}
+
 TEST_CASE("bindings: a kernel from another library") {
   FakeMetal m;
   metalrt::testing::FakeLibrary other;
@@ -130,7 +150,7 @@ TEST_CASE("launch checks: duplicate indices, oversized groups and threadgroup me
   CHECK_THROWS_AS(KernelLaunch(*m, "affine_f32").threads({4, 1, 1}, {0, 1, 1}), std::invalid_argument);
   CHECK_THROWS_WITH_AS(
       KernelLaunch(*m, "affine_f32").threadgroup_memory(0, 32768).threadgroup_memory(1, 4).threads({4, 1, 1}, {4, 1, 1}),
-      "[affine_f32] 32772 bytes of threadgroup memory exceed the device's 32768", std::invalid_argument);
+      "[affine_f32] 32784 bytes of threadgroup memory exceed the device's 32768", std::invalid_argument);
   std::vector<uint8_t> big(4097);
   CHECK_THROWS_AS(KernelLaunch(*m, "affine_f32").bytes(2, big.data(), big.size()), std::invalid_argument);
   CHECK_THROWS_AS(KernelLaunch(*m, "no_such_kernel").threads({1, 1, 1}, {1, 1, 1}), std::invalid_argument);

@@ -12,6 +12,12 @@ can build.
    show this: it is ours, so a misspelt selector could be misdeclared there too.
    metal-cpp comes from the sdist of the PyPI package pymetal-cpp (fetched with pip,
    cached under build/metal-cpp).
+3. Autorelease pools: a message that returns an object (or an inner pointer such as
+   UTF8String) and is not of the owning alloc/new/copy/mutableCopy/init families
+   (Cocoa's memory-management naming rules) hands back an autoreleased object. Python
+   threads have no pool, so each such send must sit lexically inside an
+   @autoreleasepool block, or the object lives until the thread exits.
+4. ARC guard: each file must refuse to compile without -fobjc-arc (#error).
 
 Exits non-zero, naming the file and the problem, on any failure. tests/run.sh runs it.
 """
@@ -30,6 +36,12 @@ METAL_CPP_SDIST = "pymetal-cpp==0.1.5"   # vendors metal-cpp under thirdparty/me
 METAL_CPP_CACHE = ROOT / "build" / "metal-cpp"
 # Proves the selector check catches a selector that is not Apple's.
 WRONG_SELECTOR_FIXTURE = ROOT / "tests" / "objc" / "fixtures" / "wrong_selector.mm"
+# Proves the pool check catches an autoreleased result outside a pool, and only that.
+MISSING_POOL_FIXTURE = ROOT / "tests" / "objc" / "fixtures" / "missing_pool.mm"
+MISSING_POOL_EXPECTED = ["commandBuffer"]
+OWNING_FAMILY = re.compile(r"^_*(alloc|new|copy|mutableCopy|init)(?![a-z])")
+# Objective-C object pointers (id, id<P>, NSString *, NSArray<...> *) and C strings.
+RETURNS_OBJECT = re.compile(r"^(id\b|[A-Z]\w*\s*(<.*>)?\s*\*|const char \*)")
 SELECTOR_DEF = re.compile(r'_(?:NS|MTL|CA|MTLFX)_PRIVATE_DEF_SEL\(\s*\w+\s*,\s*"([^"]+)"')
 
 
@@ -50,25 +62,45 @@ def syntax_check(source):
     return "" if result.returncode == 0 else (result.stderr or result.stdout)
 
 
-def sent_selectors(source):
-    """The selectors of every Objective-C message `source` sends, from clang's AST."""
+def messages(source):
+    """(selector, return type, inside an @autoreleasepool) of every Objective-C message
+    `source` sends in namespace metalrt::metal, from clang's AST."""
     command = clang_command(source) + ["-fsyntax-only", "-Xclang", "-ast-dump=json",
                                        "-Xclang", "-ast-dump-filter=metalrt::metal"]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"[check_objc] {source}: clang AST dump failed:\n{result.stderr}")
-    selectors = set()
+    found = []
     decoder, text, at = json.JSONDecoder(), result.stdout, 0
     # One JSON document per matching declaration.
     while (at := text.find("{", at)) != -1:
         node, at = decoder.raw_decode(text, at)
-        stack = [node]
+        stack = [(node, False)]
         while stack:
-            node = stack.pop()
+            node, pooled = stack.pop()
             if node.get("kind") == "ObjCMessageExpr":
-                selectors.add(node["selector"])
-            stack.extend(node.get("inner", []))
-    return selectors
+                found.append((node["selector"], node.get("type", {}).get("qualType", ""), pooled))
+            pooled = pooled or node.get("kind") == "ObjCAutoreleasePoolStmt"
+            stack.extend((child, pooled) for child in node.get("inner", []))
+    return found
+
+
+def sent_selectors(source):
+    """The selectors of every Objective-C message `source` sends."""
+    return {selector for selector, _, _ in messages(source)}
+
+
+def unpooled_autoreleased(source):
+    """Selectors of sends returning an autoreleased result outside any pool block."""
+    return sorted(selector for selector, returns, pooled in messages(source)
+                  if not pooled and RETURNS_OBJECT.match(returns) and not OWNING_FAMILY.match(selector))
+
+
+def arc_guard_missing(source):
+    """True when `source` compiles without ARC (it must #error instead)."""
+    result = subprocess.run(clang_command(source) + ["-fsyntax-only", "-fno-objc-arc"],
+                            capture_output=True, text=True)
+    return result.returncode == 0 or "requires ARC" not in result.stderr
 
 
 def metal_cpp_dir():
@@ -129,6 +161,15 @@ def main():
             print(f"[check_objc] {source}: syntax/type check failed:\n{errors}", file=sys.stderr)
             continue
         print(f"[check_objc] {source.name}: syntax/type check passed")
+        if arc_guard_missing(source):
+            failed = True
+            print(f"[check_objc] {source}: compiles without ARC; add "
+                  f"#if !__has_feature(objc_arc) #error \"... requires ARC ...\"", file=sys.stderr)
+        unpooled = unpooled_autoreleased(source)
+        if unpooled:
+            failed = True
+            print(f"[check_objc] {source}: autoreleased results outside an @autoreleasepool block: "
+                  f"{', '.join(unpooled)}", file=sys.stderr)
         if args.syntax_only:
             continue
         published = published or published_selectors(metal_cpp_dir())
@@ -155,6 +196,13 @@ def main():
                   f"(found {sorted(unknown)}, expected ['waitUntilComplete'])", file=sys.stderr)
         else:
             print("[check_objc] the selector check rejects the fixture's wrong selector")
+        unpooled = unpooled_autoreleased(MISSING_POOL_FIXTURE)
+        if unpooled != MISSING_POOL_EXPECTED:
+            failed = True
+            print(f"[check_objc] the pool check found {unpooled} in {MISSING_POOL_FIXTURE.name}, "
+                  f"expected {MISSING_POOL_EXPECTED}", file=sys.stderr)
+        else:
+            print("[check_objc] the pool check flags the fixture's unpooled commandBuffer, only that")
     return 1 if failed else 0
 
 

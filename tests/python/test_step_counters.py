@@ -105,6 +105,21 @@ def test_bench_counters_equal_the_profiler(model, profiling):
     assert decode["ops"]["matmul_bt"]["provider"] == "metal_matmul_bt"
 
 
+def test_prefill_commits_after_every_layer(model, profiling):
+    """A prefill step commits each decoder layer's command buffer (a flush per layer),
+    so no command buffer holds more than one layer of prompt-sized GEMMs and attention;
+    the decode steps keep their counts (test_decode_step_makes_one_host_wait)."""
+    engine = engine_for(model, 2)
+    try:
+        engine.step()   # the prompt's prefill
+        total = profiler.rows()[-1]
+    finally:
+        engine.close()
+    assert total["commits_at_flush"] == model.num_layers
+    assert total["commits"] == total["commits_at_flush"] + total["commits_at_cap"] + \
+        total["commits_at_synchronize"]
+
+
 def test_decode_step_makes_one_host_wait(model, profiling):
     """Every op of a decode step runs natively on Metal, so the step's only host wait
     is the read of the sampled token ids, and every commit but the synchronize before

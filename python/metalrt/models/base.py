@@ -241,8 +241,15 @@ class CausalLM:
         """Runs one step, writing its K/V into ``cache``. Returns float32 logits
         [step.num_logit_rows, vocab] on the device, or None when no row wants logits."""
         h = self.embed(step)
+        # A prefill (more tokens than sequences) commits each layer's work: its GEMMs and
+        # attention are large, and the dispatch cap alone could keep one command buffer
+        # on the GPU long enough for macOS to abort it ("Impacting Interactivity").
+        # Decode steps stay batched at the cap.
+        prefill = step.token_ids.shape[0] > step.seq_lens.shape[0]
         for layer, keys, values in zip(self.layers, cache.keys, cache.values):
             h = layer(h, step, keys, values)
+            if prefill:
+                metalrt.flush(self.device)
         if step.num_logit_rows == 0:
             return None
         if step.logit_rows is not None:

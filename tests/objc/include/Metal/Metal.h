@@ -28,8 +28,19 @@ typedef NSUInteger NSStringEncoding;
 enum { NSUTF8StringEncoding = 4 };
 
 @interface NSString : NSObject
-+ (instancetype)stringWithCString:(const char*)bytes encoding:(NSStringEncoding)encoding;
+- (instancetype)initWithCString:(const char*)nullTerminatedCString encoding:(NSStringEncoding)encoding;
 - (const char*)UTF8String;
+@end
+
+typedef struct {
+  NSInteger majorVersion;
+  NSInteger minorVersion;
+  NSInteger patchVersion;
+} NSOperatingSystemVersion;
+
+@interface NSProcessInfo : NSObject
++ (NSProcessInfo*)processInfo;
+- (NSOperatingSystemVersion)operatingSystemVersion;
 @end
 
 @interface NSArray<ObjectType> : NSObject
@@ -101,8 +112,20 @@ typedef enum : NSUInteger {
 - (void)setConstantValue:(const void*)value type:(MTLDataType)type atIndex:(NSUInteger)index;
 @end
 
+typedef enum : NSUInteger {
+  MTLLanguageVersion3_1 = (3 << 16) + 1,
+} MTLLanguageVersion;
+
+typedef enum : NSInteger {
+  MTLMathModeSafe = 0,
+  MTLMathModeRelaxed = 1,
+  MTLMathModeFast = 2,
+} MTLMathMode;
+
 @interface MTLCompileOptions : NSObject
 - (void)setFastMathEnabled:(BOOL)enabled;
+- (void)setLanguageVersion:(MTLLanguageVersion)languageVersion;
+- (void)setMathMode:(MTLMathMode)mathMode;
 @end
 
 @protocol MTLLibrary <NSObject>

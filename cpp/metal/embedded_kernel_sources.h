@@ -1,0 +1,19 @@
+// The project's kernels as MSL source, one self-contained string per metal/*.metal
+// file (project headers inlined), generated at build time on every platform by
+// cpp/metal/embed_kernel_sources.py. The native device compiles them at run time when
+// the build had no Metal compiler (no metalrt.metallib); a gate compiles each on the
+// simulated device and checks it defines the same kernels as the built-in library.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace metalrt::metal {
+
+struct EmbeddedKernelSource {
+  std::string file;     // "rms_norm.metal"
+  std::string source;   // MSL, compilable on its own
+};
+
+const std::vector<EmbeddedKernelSource>& EmbeddedKernelSources();
+
+}  // namespace metalrt::metal
