@@ -9,11 +9,10 @@ import itertools
 
 import gguf
 import pytest
+import sentencepiece as spm   # a test dependency (pip install '.[test]')
 
 from metalrt.loaders.gguf_file import GGUFFile
 from metalrt.tokenizer import Tokenizer
-
-spm = pytest.importorskip("sentencepiece", reason="test dependency: pip install '.[test]'")
 
 WORDS = ("the quick brown fox jumps over lazy dogs while naïve café owners serve crème brûlée "
          "à la carte; señor Müller façade Ærø smörgåsbord 東京 大阪 日本語 晴れ 雨 こんにちは 世界 "
