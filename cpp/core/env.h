@@ -1,6 +1,6 @@
 // Integer settings read from environment variables (METALRT_CPU_THREADS,
-// METALRT_MAX_DISPATCHES, METALRT_SIM_THREADS): one parser, so every variable accepts
-// and rejects the same spellings.
+// METALRT_MAX_DISPATCHES, METALRT_SIM_THREADS, METALRT_SIM_STACK_KIB): one parser, so
+// every variable accepts and rejects the same spellings.
 #pragma once
 
 namespace metalrt {

@@ -12,21 +12,22 @@
 #include <unistd.h>
 
 namespace metalrt::cpu {
-namespace {
 
 // METALRT_CPU_THREADS (a positive integer) if set, else hardware_concurrency: the
 // benchmarks give metalrt and its peers the same number of threads.
-unsigned ThreadCount() {
+unsigned ParallelThreadCount() {
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
   return static_cast<unsigned>(PositiveIntFromEnv("METALRT_CPU_THREADS", hardware, 1024));
 }
 
-// A persistent pool of ThreadCount() - 1 workers; the caller runs chunk 0.
+namespace {
+
+// A persistent pool of ParallelThreadCount() - 1 workers; the caller runs chunk 0.
 // One parallel loop at a time; a loop started from inside a chunk runs inline.
 class Pool {
  public:
   Pool() {
-    const unsigned threads = ThreadCount();
+    const unsigned threads = ParallelThreadCount();
     for (unsigned i = 1; i < threads; ++i) workers_.emplace_back([this, i] { Work(i); });
   }
   ~Pool() {

@@ -12,4 +12,8 @@ namespace metalrt::cpu {
 // A loop started from inside a chunk runs inline.
 void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
 
+// The number of threads ParallelFor runs on (METALRT_CPU_THREADS, else
+// hardware_concurrency); std::invalid_argument for a bad METALRT_CPU_THREADS.
+unsigned ParallelThreadCount();
+
 }  // namespace metalrt::cpu

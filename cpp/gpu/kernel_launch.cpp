@@ -88,15 +88,20 @@ KernelLaunch& KernelLaunch::library(GpuLibrary& library) {
 }
 
 KernelLaunch& KernelLaunch::input(uint32_t index, const Tensor& tensor) {
-  return BindTensor(index, tensor, false);
+  return BindTensor(index, tensor, "input", false);
 }
 
 KernelLaunch& KernelLaunch::output(uint32_t index, const Tensor& tensor) {
-  return BindTensor(index, tensor, true);
+  return BindTensor(index, tensor, "output", true);
 }
 
-KernelLaunch& KernelLaunch::BindTensor(uint32_t index, const Tensor& tensor, bool output) {
-  const std::string what = std::string(output ? "output" : "input") + " at buffer " + std::to_string(index);
+KernelLaunch& KernelLaunch::argument(uint32_t index, const Tensor& tensor) {
+  return BindTensor(index, tensor, "argument", true);
+}
+
+KernelLaunch& KernelLaunch::BindTensor(uint32_t index, const Tensor& tensor, const char* role,
+                                       bool written) {
+  const std::string what = std::string(role) + " at buffer " + std::to_string(index);
   if (!tensor.defined()) Fail(what + " is an undefined tensor");
   if (tensor.device() != DeviceType::kMETAL)
     Fail(what + " must be on the metal device, got " + tensor.Describe());
@@ -107,7 +112,7 @@ KernelLaunch& KernelLaunch::BindTensor(uint32_t index, const Tensor& tensor, boo
   b.index = index;
   b.buffer = std::move(r.buffer);
   b.offset = r.offset;
-  b.written = output;   // the host must wait for it before reading (PrepareHostRead)
+  b.written = written;   // the host must wait for it before reading (PrepareHostRead)
   bindings_.push_back(std::move(b));
   return *this;
 }

@@ -79,6 +79,9 @@ class KernelLaunch {
   // allocation; input/output document the direction (outputs may alias inputs).
   KernelLaunch& input(uint32_t index, const Tensor& tensor);
   KernelLaunch& output(uint32_t index, const Tensor& tensor);
+  // A buffer of a user kernel (compile_shader), whose direction is not known: bound
+  // as written (the host waits for it before reading), named "argument" in errors.
+  KernelLaunch& argument(uint32_t index, const Tensor& tensor);
   // Copies a trivially copyable value (an argument struct, a scalar) into the
   // command buffer.
   template <typename T>
@@ -97,7 +100,7 @@ class KernelLaunch {
   void threads(Size3 threads, Size3 threads_per_threadgroup);
 
  private:
-  KernelLaunch& BindTensor(uint32_t index, const Tensor& tensor, bool output);
+  KernelLaunch& BindTensor(uint32_t index, const Tensor& tensor, const char* role, bool written);
   void Launch(bool per_thread, Size3 grid, Size3 group);
   [[noreturn]] void Fail(const std::string& message) const;
 

@@ -12,6 +12,7 @@ void BindDevice(nb::module_& m);     // synchronize, device_info, is_available
 void BindProviders(nb::module_& m);  // the op registry's providers and stats
 void BindProfiler(nb::module_& m);   // the Metal profiler, flush
 void BindShader(nb::module_& m);     // compile_shader: user MSL kernels
+void BindDoctor(nb::module_& m);     // device facts for metalrt.doctor
 
 // Op families, bound into the submodule _metalrt.ops; metalrt/ops/<family>.py wraps
 // each with argument conversion and the user-facing docstring.

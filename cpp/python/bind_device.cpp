@@ -28,7 +28,8 @@ void BindDevice(nb::module_& m) {
         "Raises ValueError for an unknown device name.");
   m.def("device_info",
         [](const std::string& device) {
-          Backend& backend = GetBackend(DeviceTypeFromName(device));
+          const DeviceType type = DeviceTypeFromName(device);
+          Backend& backend = GetBackend(type);
           nb::list dtypes;
           for (DType d : backend.SupportedDTypes()) dtypes.append(DTypeName(d));
           nb::dict info;
@@ -37,11 +38,13 @@ void BindDevice(nb::module_& m) {
           info["capability"] = backend.Capability();
           info["dtypes"] = dtypes;
           info["graph_capture"] = backend.SupportsGraphCapture();
+          info["simulated"] = type == DeviceType::kMETAL && gpu::ActiveMetalBackend().device().is_simulated();
           return info;
         },
         nb::arg("device"),
         "Describes `device`: dict(name: str, unified_memory: bool, capability: str,\n"
-        "dtypes: list of dtype names, preferred first, graph_capture: bool).\n"
+        "dtypes: list of dtype names, preferred first, graph_capture: bool, simulated: bool,\n"
+        "true for the simulated Metal device).\n"
         "Raises ValueError for an unknown device name, RuntimeError when unavailable.");
   m.def("metal_library_info",
         [] {

@@ -47,7 +47,7 @@ void Dispatch(ShaderLibrary& lib, const std::string& kernel, const nb::list& arg
   for (uint32_t i = 0; i < args.size(); ++i) {
     nb::handle a = args[i];
     if (nb::isinstance<Tensor>(a)) {
-      launch.output(i, nb::cast<const Tensor&>(a));
+      launch.argument(i, nb::cast<const Tensor&>(a));
     } else if (nb::isinstance<nb::bytes>(a)) {
       nb::bytes b = nb::borrow<nb::bytes>(a);
       launch.bytes(i, b.c_str(), b.size());

@@ -108,11 +108,15 @@ Tensor Filled(const Shape& shape, const std::string& dtype, const std::string& d
   return t;
 }
 
-// Applies one index (int or slice with a positive step) to dimension `d`; returns the
-// next dimension.
-int ApplyIndex(Tensor& t, int d, nb::handle key) {
+// Applies one index (int or slice with a positive step) to dimension `d` of the view
+// `t` of a tensor of rank `rank` (an int index removes its dimension from `t`);
+// returns the next dimension.
+int ApplyIndex(Tensor& t, int rank, int d, nb::handle key) {
+  if (key.is_none())
+    throw TypeError("[Tensor] None (numpy.newaxis) is not a supported index: views keep their rank "
+                    "or lose dimensions; add a dimension with t.reshape(1, *t.shape)");
   if (d >= t.ndim())
-    throw nb::index_error(("too many indices for a tensor of rank " + std::to_string(t.ndim())).c_str());
+    throw nb::index_error(("too many indices for a tensor of rank " + std::to_string(rank)).c_str());
   const int64_t size = t.shape()[d];
   if (PySlice_Check(key.ptr())) {
     Py_ssize_t start, stop, step;
@@ -142,17 +146,33 @@ Tensor GetItem(const Tensor& t, nb::handle key) {
   Tensor view = t;
   if (nb::isinstance<nb::tuple>(key)) {
     int d = 0;
-    for (nb::handle k : nb::borrow<nb::tuple>(key)) d = ApplyIndex(view, d, k);
+    for (nb::handle k : nb::borrow<nb::tuple>(key)) d = ApplyIndex(view, t.ndim(), d, k);
   } else {
-    ApplyIndex(view, 0, key);
+    ApplyIndex(view, t.ndim(), 0, key);
   }
   return view;
 }
 
+// reshape's dimensions: ints (not bools) that fit in int64; the range check against
+// the element count is Tensor::Reshape's.
 Shape ShapeArgs(const nb::args& args) {
+  nb::handle dims = args;
   if (args.size() == 1 && (nb::isinstance<nb::tuple>(args[0]) || nb::isinstance<nb::list>(args[0])))
-    return nb::cast<Shape>(args[0]);
-  return nb::cast<Shape>(args);
+    dims = args[0];
+  Shape shape;
+  for (nb::handle d : dims) {
+    if (PyBool_Check(d.ptr()) || !PyIndex_Check(d.ptr()))
+      throw TypeError(std::string("[reshape] dimensions must be ints, got ") + nb::type_name(d.type()).c_str());
+    nb::object index = nb::steal(PyNumber_Index(d.ptr()));
+    if (!index.is_valid()) throw nb::python_error();
+    int overflow = 0;
+    const long long value = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    if (overflow != 0)
+      throw std::invalid_argument("[reshape] dimension " + nb::cast<std::string>(nb::str(index)) +
+                                  " does not fit in int64");
+    shape.push_back(value);
+  }
+  return shape;
 }
 
 nb::tuple ShapeTuple(const Shape& shape) {
@@ -199,7 +219,7 @@ void BindTensor(nb::module_& m) {
            "numpy() returns for this dtype. On Metal a host write: pending GPU work is first\n"
            "waited for. ValueError for another shape or a non-contiguous tensor, TypeError\n"
            "for another element type.")
-      .def("__getitem__", &GetItem,
+      .def("__getitem__", &GetItem, nb::arg("key").none(),
            "t[i], t[a:b], t[a:b:step] (step > 0) or a tuple of those, one per leading dimension:\n"
            "a view into the same allocation (strided, so not contiguous, when step > 1 keeps\n"
            "more than one row); an int index removes its dimension. IndexError when out of\n"

@@ -10,6 +10,7 @@ NB_MODULE(_metalrt, m) {
   BindProviders(m);
   BindProfiler(m);
   BindShader(m);
+  BindDoctor(m);
   nb::module_ ops = m.def_submodule("ops", "Op entry points (wrapped by metalrt.ops).");
   BindElementwiseOps(ops);
   BindNormalizationOps(ops);

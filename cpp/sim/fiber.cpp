@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <new>
 #include <stdexcept>
@@ -18,7 +19,14 @@ extern "C" void AnnotateIgnoreWritesEnd(const char* file, int line);
 
 namespace metalrt::sim {
 
+namespace {
+std::atomic<bool> g_fail_stack_maps{false};
+}  // namespace
+
+void FailFiberStackMapsForTesting(bool fail) { g_fail_stack_maps = fail; }
+
 FiberStack::FiberStack(size_t bytes, unsigned color) {
+  if (g_fail_stack_maps) throw std::bad_alloc();
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   color_bytes_ = (color % (page / 64)) * 64;
   size_ = (bytes + page - 1) / page * page;

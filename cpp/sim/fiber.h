@@ -36,6 +36,11 @@ class FiberStack {
   size_t color_bytes_ = 0;
 };
 
+// Test hook: while `fail` is set, every FiberStack mapping fails with std::bad_alloc,
+// as an exhausted address space or vm.max_map_count would make mmap fail, so the
+// simulated device's handling of that can be gated without exhausting anything.
+void FailFiberStackMapsForTesting(bool fail);
+
 class Fiber {
  public:
   Fiber();

@@ -1,5 +1,6 @@
 #include "sim/fiber_order.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
@@ -20,9 +21,11 @@ bool TryParseFiberOrder(const std::string& spec, FiberOrder& order) {
   order.kind = FiberOrder::Kind::kShuffle;
   if (spec.size() == 7) return true;
   if (spec[7] != ':' || spec.size() == 8) return false;
-  char* end = nullptr;
-  order.seed = std::strtoull(spec.c_str() + 8, &end, 10);
-  return *end == '\0';
+  // strtoull alone would take "-1" (wrapping it), " 1" and "+1": digits only.
+  if (spec.find_first_not_of("0123456789", 8) != std::string::npos) return false;
+  errno = 0;
+  order.seed = std::strtoull(spec.c_str() + 8, nullptr, 10);
+  return errno != ERANGE;
 }
 }  // namespace
 

@@ -20,11 +20,12 @@ namespace {
 class SimDevice : public gpu::GpuDevice {
  public:
   SimDevice() : queue_(DefaultWorkerCount()) {
-    // METALRT_SIM_ORDER is checked here, where a bad value is an exception for
-    // the caller, and the process-wide order is initialised here too, so the first
-    // dispatch on the queue thread has nothing left to parse.
+    // METALRT_SIM_ORDER and METALRT_SIM_STACK_KIB are checked here, where a bad value
+    // is an exception for the caller, and the process-wide order is initialised here
+    // too, so the first dispatch on the queue thread has nothing left to parse.
     FiberOrderFromEnvironment();
     CurrentFiberOrder();
+    FiberStackBytes();
   }
 
   std::string name() const override {

@@ -1,5 +1,7 @@
 #include "sim/threadgroup.h"
 
+#include "core/env.h"
+
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -36,17 +38,15 @@ struct TsanIgnore {
 
 namespace metalrt::sim {
 
-namespace {
-thread_local ThreadgroupRunner* t_runner = nullptr;
-
-size_t StackBytes() {
-  static const size_t bytes = [] {
-    const char* env = std::getenv("METALRT_SIM_STACK_KIB");
-    const long kib = env ? std::atol(env) : 0;
-    return static_cast<size_t>(kib > 0 ? kib : 128) * 1024;
-  }();
+size_t FiberStackBytes() {
+  // A throwing initialiser is retried on the next call, so a bad value keeps failing.
+  static const size_t bytes =
+      static_cast<size_t>(PositiveIntFromEnv("METALRT_SIM_STACK_KIB", 128, 1024 * 1024)) * 1024;
   return bytes;
 }
+
+namespace {
+thread_local ThreadgroupRunner* t_runner = nullptr;
 
 constexpr size_t kArenaBytes = 2 * kMaxThreadgroupMemory;   // room for alignment and guards
 constexpr size_t kGuardBytes = 64;
@@ -109,7 +109,7 @@ void ThreadgroupRunner::SetUp(const Dispatch& d, const uint32_t group[3]) {
   }
 
   while (stacks_.size() < n)
-    stacks_.emplace_back(StackBytes(), static_cast<unsigned>(stacks_.size() * 7));
+    stacks_.emplace_back(FiberStackBytes(), static_cast<unsigned>(stacks_.size() * 7));
   count_ = n;
   simd_count_ = (n + kSimdWidth - 1) / kSimdWidth;
   for (uint32_t s = 0; s < simd_count_; ++s) {

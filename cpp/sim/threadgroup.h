@@ -20,6 +20,10 @@ constexpr uint32_t kSimdWidth = 32;
 constexpr uint32_t kMaxThreadsPerThreadgroup = 1024;
 constexpr size_t kMaxThreadgroupMemory = 32 * 1024;
 
+// Bytes of each GPU thread's fiber stack: METALRT_SIM_STACK_KIB KiB (1 to 1048576,
+// default 128). std::invalid_argument naming the variable for any other value.
+size_t FiberStackBytes();
+
 // The hook table every loaded module gets.
 const Hooks& RuntimeHooks();
 

@@ -3,7 +3,8 @@
 Tensors live on a device ("cpu", or "metal": an Apple GPU, or the simulated Metal
 device where there is none); `metalrt.ops` runs ops on the device of their inputs.
 `load`, `generate`, `stream_generate` and `batch_generate` run language models;
-`compile_shader` runs your own Metal kernels.
+`compile_shader` runs your own Metal kernels; `doctor()` reports what metalrt finds
+on this machine.
 """
 from ._metalrt import Tensor, device_info, flush, is_available, synchronize
 from ._metalrt import embedded_kernel_sources, metal_library_info
@@ -11,10 +12,11 @@ from .tensor import DTYPES, asarray, empty, zeros
 from . import ops, profiler, providers
 from .shader import ShaderLibrary, compile_shader
 from .generation import GenerationResponse, batch_generate, generate, load, stream_generate
+from .doctor import doctor
 
 __all__ = [
     "DTYPES", "GenerationResponse", "ShaderLibrary", "Tensor", "asarray", "batch_generate",
     "compile_shader", "device_info", "embedded_kernel_sources", "metal_library_info",
     "empty", "flush", "generate", "is_available", "load", "ops", "profiler", "providers",
-    "stream_generate", "synchronize", "zeros",
+    "stream_generate", "synchronize", "zeros", "doctor",
 ]

@@ -88,7 +88,25 @@ def build_parser() -> argparse.ArgumentParser:
                     "models) with continuous batching; see docs/serving.md.")
     add_serve_arguments(serve)
     serve.set_defaults(run=serve_main)
+    doc = commands.add_parser(
+        "doctor", help="report what metalrt finds on this machine",
+        description="Print metalrt's version, the device models run on and why, the Metal "
+                    "device's limits, where its kernels come from, the CPU backend's threads "
+                    "and features, the C++ compiler compile_shader uses on the simulated "
+                    "device and the cache directory: a table to paste into an issue.")
+    doc.add_argument("--json", action="store_true", help="print the report as JSON instead")
+    doc.set_defaults(run=_doctor)
     return parser
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import json
+
+    from .doctor import doctor, format_report
+
+    report = doctor()
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
 
 
 def _generate(args: argparse.Namespace) -> int:

@@ -10,7 +10,6 @@ string (the text is cut before it), or ``max_tokens``.
 from __future__ import annotations
 
 import collections.abc
-import numbers
 import resource
 import sys
 import time
@@ -25,7 +24,7 @@ from .loaders import load_model_files
 from .models import CausalLM, build_model
 from .runner import Engine, SamplingParams, blocks_for
 from .runner.stopping import TextStream
-from .tensor import check_int_range
+from .tensor import check_int_range, is_int
 
 Prompt = Union[str, Sequence[int]]
 
@@ -103,8 +102,7 @@ def prompt_ids(tokenizer, prompt: Prompt) -> List[int]:
     or an id outside int32 (the runner's id dtype)."""
     if isinstance(prompt, str):
         ids = tokenizer.encode(prompt)
-    elif isinstance(prompt, (collections.abc.Sequence, np.ndarray)) and all(
-            isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in prompt):
+    elif isinstance(prompt, (collections.abc.Sequence, np.ndarray)) and all(is_int(t) for t in prompt):
         ids = [int(t) for t in prompt]
     else:
         raise TypeError("[generate] the prompt must be a str or a sequence of int token ids, "
@@ -121,7 +119,7 @@ def token_budget(model: CausalLM, ids: Sequence[int], max_tokens: int) -> int:
     huge max_tokens cannot size a KV cache beyond what the model can attend to.
     TypeError for a max_tokens that is not an int; ValueError for max_tokens < 1 or a
     prompt that fills the context by itself."""
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, numbers.Integral):
+    if not is_int(max_tokens):
         raise TypeError(f"[generate] max_tokens must be an int, got {type(max_tokens).__name__}")
     if max_tokens < 1:
         raise ValueError(f"[generate] max_tokens must be >= 1, got {max_tokens}")

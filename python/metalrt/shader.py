@@ -6,7 +6,8 @@ its kernels on Metal tensors.
 
 On an Apple GPU the source is compiled by Metal; on the simulated Metal device it
 is translated to C++ (``metalrt/_sim/msl_to_cpp.py``) and built by the system C++
-compiler (``$CXX`` or ``c++``) once per source, cached by content hash under
+compiler (``$CXX`` or ``c++``; without one compile_shader raises RuntimeError saying
+what to install) once per source, cached by content hash under
 ``$METALRT_CACHE_DIR/kernels`` (default ``~/.cache/metalrt/kernels``). Dispatches
 join the Metal command stream like any op; reading a tensor (``.numpy()``) or
 ``metalrt.synchronize("metal")`` waits for them. Semantics follow the Metal
@@ -16,10 +17,13 @@ Shading Language Specification and Metal's ``dispatchThreads`` /
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import sys
 
 import numpy as np
 
+from .tensor import is_int
 from . import _metalrt
 from ._sim.msl_to_cpp import MslError, describe
 from .shader_args import bind_argument, from_python
@@ -38,11 +42,28 @@ _MSL_CONSTANT_TYPES = {"bool": np.bool_, "short": np.int16, "int16_t": np.int16,
 _PYTHON_DEFAULT_TYPES = {bool: np.bool_, int: np.int32, float: np.float32}
 _toolchain_set = False
 
+NO_CXX_COMPILER = (
+    "[compile_shader] the simulated Metal device builds kernels with a C++17 compiler and "
+    "none was found ($CXX, else c++ on PATH): install one (Debian/Ubuntu: apt-get install "
+    "g++; Fedora: dnf install gcc-c++; macOS: xcode-select --install) or set CXX to it")
+
+
+def cxx_compiler() -> str | None:
+    """Path of the C++ compiler the simulated Metal device builds ``compile_shader``
+    kernels with, or None when there is none: cpp/sim/kernel_compiler.cpp runs ``$CXX``
+    (a command line, e.g. ``ccache g++``), else ``c++``, so its first word is looked up
+    on PATH."""
+    words = shlex.split(os.environ.get("CXX") or "c++")
+    return shutil.which(words[0]) if words else None
+
 
 def _use_installed_toolchain() -> None:
     """Points the simulated device's kernel compiler at this package's generator
-    and shim headers (installed with the wheel) and at this interpreter."""
+    and shim headers (installed with the wheel) and at this interpreter; on the
+    simulated device, RuntimeError(NO_CXX_COMPILER) when there is no C++ compiler."""
     global _toolchain_set
+    if _metalrt.device_info("metal")["simulated"] and cxx_compiler() is None:
+        raise RuntimeError(NO_CXX_COMPILER)
     if _toolchain_set:
         return
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sim")
@@ -108,7 +129,7 @@ def _size3(value, what: str, kernel: str) -> list[int]:
     if isinstance(value, (int, np.integer)):
         value = (value,)
     if not isinstance(value, (tuple, list)) or not 1 <= len(value) <= 3 or \
-            not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
+            not all(is_int(v) for v in value):
         raise ValueError(f"[{kernel}] {what} must be an int or a tuple of 1 to 3 ints, got {value!r}")
     dims = [int(v) for v in value] + [1] * (3 - len(value))
     if any(d < 0 or d >= 2**32 for d in dims):
@@ -124,7 +145,7 @@ def _constant(kernel: str, index, value, declared: dict) -> tuple[int, int, byte
     not known (not found in the source), bool -> bool, int -> int32, float -> float32. A
     numpy scalar is passed as it is and must have the declared type.
     """
-    if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or index < 0:
+    if not is_int(index) or index < 0:
         raise ValueError(f"[{kernel}] function constant indices are non-negative ints, got {index!r}")
     msl_type = declared.get(int(index))
     if msl_type is not None and msl_type not in _MSL_CONSTANT_TYPES:

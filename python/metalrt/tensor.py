@@ -31,6 +31,12 @@ def dtype_name(dtype) -> str:
     raise TypeError(f"unsupported dtype {name or dtype!r}; expected one of {', '.join(DTYPES)}")
 
 
+def is_int(value) -> bool:
+    """Whether `value` is an integer (a Python int or a numpy integer) and not a bool,
+    which Python counts as an int: the test every int argument of metalrt uses."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
 def check_int_range(lo: int, hi: int, dtype: str, what: str) -> None:
     """ValueError "<what>: <value> does not fit in <dtype> [min, max]" when the smallest
     (lo) or largest (hi) of some integers is outside the range of the integer dtype."""
@@ -63,8 +69,7 @@ def _holds_only_ints(obj, array: np.ndarray) -> bool:
         return True
     if array.dtype.kind not in "fO" or array.size == 0:
         return False
-    return all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
-               for v in np.asarray(obj, dtype=object).flat)
+    return all(is_int(v) for v in np.asarray(obj, dtype=object).flat)
 
 
 def _check_whole_numbers_fit(array: np.ndarray, target: str, what: str) -> None:
@@ -130,7 +135,10 @@ def to_tensor(obj, device: str, dtype=None, int_dtype=None, what: str = "asarray
             from .ops import cast   # ops import this module
             obj = cast(obj, dtype)
         return obj if obj.device == device else obj.to(device)
-    array = np.asarray(obj)
+    try:
+        array = np.asarray(obj)
+    except ValueError as e:   # ragged nested lists, for one
+        raise ValueError(f"{what}: cannot make an array of the {type(obj).__name__} given: {e}") from None
     python_ints = not isinstance(obj, (np.ndarray, np.generic)) and _holds_only_ints(obj, array)
     if python_ints and array.dtype.kind not in "iu":
         array = np.asarray(obj, dtype=object)   # ints beyond int64: range-checked below

@@ -1,9 +1,10 @@
 """Tokenizers for metalrt models: a ``tokenizers.Tokenizer`` with bos/eos ids, a jinja2
 chat template and a streaming detokenizer.
 
-Built either from a GGUF file's ``tokenizer.ggml.*`` metadata (byte-level BPE, as
-llama.cpp's ``llama-vocab.cpp`` reads it) or from a Hugging Face ``tokenizer.json``
-with its ``tokenizer_config.json``. Chat templates are rendered the way
+Built either from a GGUF file's ``tokenizer.ggml.*`` metadata, as llama.cpp's
+``llama-vocab.cpp`` reads it (byte-level BPE, ``gpt2``; SentencePiece BPE with byte
+fallback, ``llama``: TinyLlama, Llama 2, Mistral, Gemma), or from a Hugging Face
+``tokenizer.json`` with its ``tokenizer_config.json``. Chat templates are rendered the way
 ``transformers`` renders them (``PreTrainedTokenizerBase.apply_chat_template``): a
 sandboxed jinja2 environment with ``trim_blocks``, ``lstrip_blocks`` and loop controls.
 """
@@ -17,11 +18,16 @@ from typing import Any, Iterable, Mapping, Sequence
 import jinja2
 import jinja2.sandbox
 import tokenizers
-from tokenizers import AddedToken, decoders, models, pre_tokenizers, processors
+from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, processors
 
-# llama.cpp's token types (``tokenizer.ggml.token_type``).
+# llama.cpp's token types (``tokenizer.ggml.token_type``, gguf.TokenType).
+_TOKEN_NORMAL = 1
+_TOKEN_UNKNOWN = 2
 _TOKEN_CONTROL = 3
 _TOKEN_USER_DEFINED = 4
+_TOKEN_BYTE = 6
+# SentencePiece's whitespace symbol, U+2581 LOWER ONE EIGHTH BLOCK.
+_SPM_SPACE = "\u2581"
 
 # ``tokenizer.ggml.pre`` values whose pre-tokenization we reproduce (llama.cpp's
 # ``llama-vocab.cpp`` gives each name its split regexes). GPT-2: the GPT-2 regex through
@@ -47,6 +53,77 @@ def _byte_level_pre_tokenizer(pre: str, source: str) -> pre_tokenizers.PreTokeni
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     raise ValueError(f"[tokenizer] {source}: tokenizer.ggml.pre is '{pre}'; supported: "
                      f"{', '.join(_GPT2_PRE + _DIGITS_FIRST_PRE + tuple(_SPLIT_PRE))}")
+
+
+def _require(metadata: Mapping[str, Any], key: str, source: str) -> Any:
+    if key not in metadata:
+        raise ValueError(f"[tokenizer] {source}: missing metadata key '{key}'")
+    return metadata[key]
+
+
+def _byte_level_bpe(metadata: Mapping[str, Any], tokens: Sequence[str], source: str) -> tokenizers.Tokenizer:
+    """GPT-2 style byte-level BPE: the GGUF's merges, its ``tokenizer.ggml.pre`` splits."""
+    merges = [tuple(m.split(" ", 1)) for m in _require(metadata, "tokenizer.ggml.merges", source)]
+    backend = tokenizers.Tokenizer(models.BPE(
+        vocab={tok: i for i, tok in enumerate(tokens)}, merges=merges, fuse_unk=False))
+    backend.pre_tokenizer = _byte_level_pre_tokenizer(
+        metadata.get("tokenizer.ggml.pre", "default"), source)
+    backend.decoder = decoders.ByteLevel()
+    return backend
+
+
+def _sentencepiece_merges(tokens: Sequence[str], scores: Sequence[float],
+                          types: Sequence[int]) -> list[tuple[str, str]]:
+    """SentencePiece BPE as merge rules. Its encoder (and llama.cpp's
+    ``llm_tokenizer_spm``) repeatedly joins the adjacent pair whose joined piece is a
+    normal (or user-defined) piece of the highest score, leftmost first; ``tokenizers``'
+    BPE applies the lowest-ranked merge first, leftmost first. So every split of such a
+    piece into two such pieces is a merge, ranked by the joined piece's score
+    (descending), then by its id."""
+    mergeable = {tok: i for i, tok in enumerate(tokens)
+                 if types[i] in (_TOKEN_NORMAL, _TOKEN_USER_DEFINED)}
+    ranked = []
+    for piece, i in mergeable.items():
+        for cut in range(1, len(piece)):
+            if piece[:cut] in mergeable and piece[cut:] in mergeable:
+                ranked.append((-float(scores[i]), i, cut))
+    ranked.sort()
+    return [(tokens[i][:cut], tokens[i][cut:]) for _, i, cut in ranked]
+
+
+def _sentencepiece_bpe(metadata: Mapping[str, Any], tokens: Sequence[str], source: str) -> tokenizers.Tokenizer:
+    """SentencePiece BPE from ``tokenizer.ggml.{tokens,scores,token_type}`` as llama.cpp
+    runs it: spaces become U+2581 with one prepended to the text and after every special
+    token (``tokenizer.ggml.add_space_prefix``, default true; Gemma sets it false); a
+    character no piece covers becomes its UTF-8 bytes (``<0xAB>`` pieces), else the
+    unknown piece. Scores default to minus the id, token types to normal."""
+    types = list(metadata.get("tokenizer.ggml.token_type", [_TOKEN_NORMAL] * len(tokens)))
+    scores = metadata.get("tokenizer.ggml.scores", [-float(i) for i in range(len(tokens))])
+    if len(types) != len(tokens) or len(scores) != len(tokens):
+        raise ValueError(f"[tokenizer] {source}: tokenizer.ggml.token_type ({len(types)}) and "
+                         f"tokenizer.ggml.scores ({len(scores)}) must have one entry per token "
+                         f"({len(tokens)})")
+    unknown = metadata.get("tokenizer.ggml.unknown_token_id",
+                           next((i for i, t in enumerate(types) if t == _TOKEN_UNKNOWN), None))
+    backend = tokenizers.Tokenizer(models.BPE(
+        vocab={tok: i for i, tok in enumerate(tokens)},
+        merges=_sentencepiece_merges(tokens, scores, types),
+        unk_token=tokens[unknown] if unknown is not None else None,
+        byte_fallback=_TOKEN_BYTE in types, fuse_unk=True))
+    space_prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", True))
+    escape = normalizers.Replace(" ", _SPM_SPACE)
+    backend.normalizer = (normalizers.Sequence([normalizers.Prepend(_SPM_SPACE), escape])
+                          if space_prefix else escape)
+    steps = [decoders.Replace(_SPM_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    if space_prefix:
+        steps.append(decoders.Strip(" ", 1, 0))   # the prepended space
+    backend.decoder = decoders.Sequence(steps)
+    return backend
+
+
+# tokenizer.ggml.model -> (backend builder, whether BOS is added by default, as in
+# llama.cpp: SentencePiece vocabularies add it, byte-level BPE ones do not).
+_GGUF_MODELS = {"gpt2": (_byte_level_bpe, False), "llama": (_sentencepiece_bpe, True)}
 
 
 def _token_content(entry: Any) -> str | None:
@@ -84,32 +161,27 @@ class Tokenizer:
 
     @classmethod
     def from_gguf_metadata(cls, metadata: Mapping[str, Any], source: str = "GGUF") -> "Tokenizer":
-        """Byte-level BPE from ``tokenizer.ggml.{model,pre,tokens,merges,token_type,
-        bos_token_id,eos_token_id,eot_token_id,eom_token_id,add_bos_token}`` and
+        """The tokenizer of a GGUF file from its ``tokenizer.ggml.*`` metadata:
+        ``model`` ``gpt2`` is byte-level BPE (``pre``, ``merges``), ``llama`` is
+        SentencePiece BPE (``scores``, ``add_space_prefix``, ``unknown_token_id``);
+        both read ``tokens``, ``token_type`` (control tokens become special tokens,
+        user-defined ones added tokens), ``bos/eos/eot/eom_token_id``,
+        ``add_bos_token`` (default: false for gpt2, true for llama, as llama.cpp) and
         ``tokenizer.chat_template``.
         Raises ValueError (naming ``source`` and the key) for other tokenizer models,
-        unknown pre-tokenizers or missing keys."""
-        def need(key: str) -> Any:
-            if key not in metadata:
-                raise ValueError(f"[tokenizer] {source}: missing metadata key '{key}'")
-            return metadata[key]
-
-        model = need("tokenizer.ggml.model")
-        if model != "gpt2":
-            raise ValueError(f"[tokenizer] {source}: tokenizer.ggml.model is '{model}'; only "
-                             f"'gpt2' (byte-level BPE) is supported")
-        tokens = need("tokenizer.ggml.tokens")
+        unknown pre-tokenizers, missing keys or per-token arrays of the wrong length."""
+        model = _require(metadata, "tokenizer.ggml.model", source)
+        if model not in _GGUF_MODELS:
+            raise ValueError(f"[tokenizer] {source}: tokenizer.ggml.model is '{model}'; supported: "
+                             f"'gpt2' (byte-level BPE), 'llama' (SentencePiece BPE)")
+        build_backend, bos_by_default = _GGUF_MODELS[model]
+        tokens = _require(metadata, "tokenizer.ggml.tokens", source)
         for key in ("bos", "eos", "eot", "eom"):
             token_id = metadata.get(f"tokenizer.ggml.{key}_token_id")
             if token_id is not None and not 0 <= token_id < len(tokens):
                 raise ValueError(f"[tokenizer] {source}: tokenizer.ggml.{key}_token_id is "
                                  f"{token_id}, outside the vocabulary of {len(tokens)} tokens")
-        merges = [tuple(m.split(" ", 1)) for m in need("tokenizer.ggml.merges")]
-        backend = tokenizers.Tokenizer(models.BPE(
-            vocab={tok: i for i, tok in enumerate(tokens)}, merges=merges, fuse_unk=False))
-        backend.pre_tokenizer = _byte_level_pre_tokenizer(
-            metadata.get("tokenizer.ggml.pre", "default"), source)
-        backend.decoder = decoders.ByteLevel()
+        backend = build_backend(metadata, tokens, source)
 
         types = metadata.get("tokenizer.ggml.token_type", ())
         backend.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
@@ -118,7 +190,7 @@ class Tokenizer:
                             for i, t in enumerate(types) if t == _TOKEN_USER_DEFINED])
 
         bos = metadata.get("tokenizer.ggml.bos_token_id")
-        if bos is not None and metadata.get("tokenizer.ggml.add_bos_token", False):
+        if bos is not None and metadata.get("tokenizer.ggml.add_bos_token", bos_by_default):
             backend.post_processor = processors.TemplateProcessing(
                 single=f"{tokens[bos]} $A", pair=f"{tokens[bos]} $A $B",
                 special_tokens=[(tokens[bos], bos)])

@@ -58,7 +58,8 @@ TEST_CASE("sim fiber orders") {
   CHECK(sim::FiberOrderName(sim::ParseFiberOrder("reverse")) == "reverse");
   CHECK(sim::FiberOrderName(sim::ParseFiberOrder("shuffle")) == "shuffle:0");
   CHECK(sim::FiberOrderName(sim::ParseFiberOrder("shuffle:42")) == "shuffle:42");
-  for (const char* bad : {"", "backward", "shuffle:", "shuffle:x", "shuffle42"})
+  for (const char* bad : {"", "backward", "shuffle:", "shuffle:x", "shuffle42", "shuffle:-1",
+                          "shuffle:+1", "shuffle: 1", "shuffle:18446744073709551616"})
     CHECK_THROWS_AS(sim::ParseFiberOrder(bad), std::invalid_argument);
 
   std::vector<uint32_t> order;
@@ -89,6 +90,8 @@ TEST_CASE("sim fiber orders") {
   CHECK_THROWS_WITH_AS(sim::CreateSimDevice(), doctest::Contains("METALRT_SIM_ORDER must be"),
                        std::invalid_argument);
   setenv("METALRT_SIM_ORDER", saved_env.c_str(), 1);
+  CHECK(sim::FiberOrderName(sim::ParseFiberOrder("shuffle:18446744073709551615")) ==
+        "shuffle:18446744073709551615");
 
   const sim::FiberOrder saved = sim::CurrentFiberOrder();
   sim::SetFiberOrder(sim::ParseFiberOrder("shuffle:3"));

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "metalrt/dtype.h"
+#include "sim/fiber.h"
 #include "sim_testing.h"
 
 using namespace metalrt;
@@ -435,6 +436,21 @@ TEST_CASE("sim MSL: rule-breaking kernels raise clear errors") {
   auto sum = run.Buffer(std::vector<float>{kNaN});
   REQUIRE(run.Run({"reduce_tree", {run.Buffer(std::vector<float>(4, 1.5f)), sum}, {1, 1, 1}, {4, 1, 1}, false}) == "");
   CHECK(SimRun::Read<float>(*sum)[0] == 6.0f);
+}
+
+TEST_CASE("sim MSL: fiber stacks that cannot be mapped are a command-buffer error") {
+  // A fresh device: its workers have mapped no stacks yet, so the dispatch needs new ones.
+  SimRun run;
+  auto out = run.Buffer(std::vector<uint32_t>(64 * 6, 0xDEADBEEFu));
+  sim::FailFiberStackMapsForTesting(true);
+  const std::string error = run.Run({"positions_scalar", {out}, {64, 1, 1}, {64, 1, 1}});
+  sim::FailFiberStackMapsForTesting(false);
+  CHECK(error.find("[sim] kernel 'positions_scalar'") == 0);
+  CHECK(error.find("could not map fiber stacks for a threadgroup of 64 threads") != std::string::npos);
+  CHECK(error.find("set METALRT_SIM_THREADS lower") != std::string::npos);
+  // The device recovers once stacks can be mapped again.
+  REQUIRE(run.Run({"positions_scalar", {out}, {64, 1, 1}, {64, 1, 1}}) == "");
+  CHECK(SimRun::Read<uint32_t>(*out)[63 * 6] == 63);
 }
 
 TEST_CASE("sim MSL: command buffers run asynchronously; a missing wait sees stale data") {

@@ -135,6 +135,11 @@ def test_unsupported_inputs_raise_type_error(obj):
         metalrt.asarray(obj)
 
 
+def test_ragged_lists_raise_value_error_prefixed_with_asarray():
+    with pytest.raises(ValueError, match=r"^asarray: cannot make an array of the list given: .*inhomogeneous"):
+        metalrt.asarray([[1, 2], [3]])
+
+
 def test_bad_dtype_and_device_arguments():
     with pytest.raises(TypeError, match="float64"):
         metalrt.asarray([1.0], dtype=np.float64)

@@ -6,8 +6,8 @@ import metalrt
 
 def test_cpu_device_info():
     info = metalrt.device_info("cpu")
-    assert set(info) == {"name", "unified_memory", "capability", "dtypes", "graph_capture"}
-    assert info["unified_memory"] is True and info["graph_capture"] is False
+    assert set(info) == {"name", "unified_memory", "capability", "dtypes", "graph_capture", "simulated"}
+    assert info["unified_memory"] is True and info["graph_capture"] is False and info["simulated"] is False
     assert info["capability"] == "cpu"
     assert "float32" in info["dtypes"]
     assert set(info["dtypes"]) <= set(metalrt.DTYPES)
@@ -35,6 +35,8 @@ def test_unavailable_metal_raises_runtime_error():
     if metalrt.is_available("metal"):
         info = metalrt.device_info("metal")
         assert info["unified_memory"] is True and info["graph_capture"] is False
+        # The simulated device exactly when it says so by name (an Apple GPU's is "Apple ...").
+        assert info["simulated"] is info["name"].startswith("metalrt simulated Metal device")
         return
     with pytest.raises(RuntimeError, match="metal"):
         metalrt.device_info("metal")

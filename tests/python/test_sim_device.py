@@ -25,15 +25,27 @@ def run_python(code, **env):
                           env={**os.environ, "METALRT_METAL": "sim", **env})
 
 
-def test_a_bad_sim_order_raises_value_error_instead_of_aborting():
-    proc = run_python(ONE_DISPATCH, METALRT_SIM_ORDER="sideways")
+@pytest.mark.parametrize("bad", ["sideways", "shuffle:-1"])
+def test_a_bad_sim_order_raises_value_error_instead_of_aborting(bad):
+    proc = run_python(ONE_DISPATCH, METALRT_SIM_ORDER=bad)
     assert proc.returncode == 1, f"exit {proc.returncode}: {proc.stderr}"   # -6 is the abort
     assert ("ValueError: METALRT_SIM_ORDER must be forward, reverse, shuffle or shuffle:<seed> "
-            "(a decimal seed), got 'sideways'") in proc.stderr
+            f"(a decimal seed), got '{bad}'") in proc.stderr
     for good in ("reverse", "shuffle:5"):
         proc = run_python(ONE_DISPATCH, METALRT_SIM_ORDER=good)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == ["78.0"]
+
+
+@pytest.mark.parametrize("bad", ["12x", "0", "-4", "1048577"])
+def test_a_bad_fiber_stack_size_is_refused_by_the_common_parser(bad):
+    # Before, atol read "12x" as 12 KiB stacks and "0" or "-4" as the default.
+    proc = run_python(ONE_DISPATCH, METALRT_SIM_STACK_KIB=bad)
+    assert proc.returncode == 1, f"exit {proc.returncode}: {proc.stderr}"
+    assert f"ValueError: METALRT_SIM_STACK_KIB must be an integer in [1, 1048576], got '{bad}'" in proc.stderr
+    proc = run_python(ONE_DISPATCH, METALRT_SIM_STACK_KIB="256")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["78.0"]
 
 
 WIDEN_CHARS = r"""

@@ -96,16 +96,21 @@ def test_bad_indices(device):
         t[4]
     with pytest.raises(IndexError):
         t[-5]
-    with pytest.raises(IndexError):
+    # The rank is the tensor's, not that of the view left after the first two indices.
+    with pytest.raises(IndexError, match=r"^too many indices for a tensor of rank 2$"):
         t[0, 0, 0]
+    with pytest.raises(IndexError, match=r"^too many indices for a tensor of rank 2$"):
+        t[:, :, 0]
     with pytest.raises(ValueError, match=r"^\[Tensor\] slice step must be positive, got -1"):
         t[::-1]
     with pytest.raises(ValueError, match="step cannot be zero"):
         t[::0]
     with pytest.raises(TypeError):
         t["a"]
-    with pytest.raises(TypeError):
-        t[None]
+    for key in (None, (0, None)):
+        with pytest.raises(TypeError, match=r"^\[Tensor\] None \(numpy.newaxis\) is not a supported "
+                                            r"index.*t\.reshape\(1, \*t\.shape\)"):
+            t[key]
     with pytest.raises(TypeError):
         t[1.0]
 
@@ -126,6 +131,19 @@ def test_reshape_is_a_view(device):
         t.reshape(5, 5)
     with pytest.raises(ValueError, match="contiguous"):
         t.reshape(4, 6)[:, 1:3].reshape(8)
+
+
+def test_reshape_bad_dimensions(device):
+    t = metalrt.asarray(np.arange(24, dtype=np.int32), device=device)
+    for shape in ((2**64,), (2**63, -1)):
+        with pytest.raises(ValueError, match=rf"^\[reshape\] dimension {shape[0]} does not fit in int64$"):
+            t.reshape(*shape)
+    with pytest.raises(ValueError, match=r"^\[reshape\] dimension -18446744073709551616 does not fit"):
+        t.reshape([-(2**64)])
+    for bad in ((2.0, 12), (True, 24), ("24",)):
+        with pytest.raises(TypeError, match=r"^\[reshape\] dimensions must be ints, got "):
+            t.reshape(*bad)
+    assert t.reshape(np.int64(4), 6).shape == (4, 6)   # numpy integers are ints
 
 
 def test_view_keeps_its_allocation_alive(device):
@@ -220,3 +238,9 @@ def test_whole_python_floats_convert_to_an_integer_dtype():
     assert t.dtype == "int32" and t.numpy().tolist() == [1, -3, 2**31 - 1]
     # numpy arrays keep numpy's astype semantics (documented): truncation, no check.
     assert metalrt.asarray(np.array([1.5]), dtype="int32").numpy().tolist() == [1]
+
+
+def test_is_int_is_an_integer_but_not_a_bool():
+    from metalrt.tensor import is_int
+    assert all(is_int(v) for v in (0, -3, 2**70, np.int8(1), np.uint64(5)))
+    assert not any(is_int(v) for v in (True, np.bool_(False), 1.0, np.float32(2), "1", None))

@@ -55,7 +55,8 @@ def test_add_bos_token_prepends_bos(tiny):
 
 
 @pytest.mark.parametrize("key,value,message", [
-    ("tokenizer.ggml.model", "llama", r"tokenizer\.ggml\.model is 'llama'; only 'gpt2'"),
+    ("tokenizer.ggml.model", "bert", r"tokenizer\.ggml\.model is 'bert'; supported: 'gpt2' \(byte-level "
+                                     r"BPE\), 'llama' \(SentencePiece BPE\)"),
     ("tokenizer.ggml.pre", "mystery", r"tokenizer\.ggml\.pre is 'mystery'; supported: gpt2"),
     ("tokenizer.ggml.bos_token_id", 1000, r"tokenizer\.ggml\.bos_token_id is 1000, outside "
                                           r"the vocabulary of 262 tokens"),

@@ -27,6 +27,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..tensor import is_int
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -57,7 +59,7 @@ class SamplingParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, kind):
                 raise TypeError(f"[sampling] {name} must be {what}, got {type(value).__name__}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral)):
+        if self.seed is not None and not is_int(self.seed):
             raise TypeError(f"[sampling] seed must be an int or None, got {type(self.seed).__name__}")
         checks = [(self.temp >= 0, "temp must be >= 0"),
                   (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
