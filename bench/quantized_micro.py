@@ -26,9 +26,9 @@ def random_weight(fmt: str, n: int, k: int, device: str, rng) -> metalrt.Quantiz
     if fmt in _BLOCKS:
         values, size = _BLOCKS[fmt]
         data = rng.integers(0, 256, (n, k // values, size), dtype=np.uint8)
-        data[:, :, 0:2] = np.float16(0.01).view(np.uint8)   # finite scales (and mins)
+        data[:, :, 0:2] = np.array([0.01], np.float16).view(np.uint8)   # finite scales (and mins)
         if fmt == "q4_1":
-            data[:, :, 2:4] = np.float16(-0.05).view(np.uint8)
+            data[:, :, 2:4] = np.array([-0.05], np.float16).view(np.uint8)
         return metalrt.quantized_tensor(fmt, (n, k), data.reshape(n, -1), device=device)
     words = rng.integers(0, 2 ** 32, (n, k // 8), dtype=np.uint32)
     scales = np.full((n, k // 64), 0.01, np.float16)

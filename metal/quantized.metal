@@ -7,7 +7,7 @@
 //   llama.cpp mul_mv_q (reference/quantization.md section 3): 2 SIMD-groups of 4 weight
 //   rows each, lanes strided along K one 8-value chunk at a time; each weight chunk is
 //   decoded once and reused by all m activation rows, each activation chunk loaded once
-//   and shared by the 4 rows; the chunk's sum of x is taken once, so the bias costs one
+//   (two 4-wide vector loads) and shared by the 4 rows; the chunk's sum of x is taken once, so the bias costs one
 //   multiply per chunk and row (scale * sum(c x) + bias * sum(x)); simd_sum at the end.
 //   Expected: bound by the weight bytes (the packed size, ~4.5-8.5 bits per weight) on
 //   Apple GPUs, within ~2x of MLX's qmv_fast, which also vectorises the activation loads.
@@ -43,12 +43,13 @@ kernel void quantized_matmul_bt_gemv(device const T* x [[buffer(0)]],
     for (int r = 0; r < kQuantGemvRows; ++r)
       if (row0 + r < args.n) w[r] = load_chunk<F>(data, scales, biases, long(row0 + r), k0, args);
     for (int32_t i = 0; i < args.m; ++i) {
-      float xs[8];
+      // Two 4-wide loads (the host declines an x not aligned for them); each x is
+      // widened to f32 before it is summed (MLX PR #4516 summed in the activation dtype).
+      device const vec<T, 4>* xv = (device const vec<T, 4>*)(x + long(i) * args.k + k0);
+      const float4 lo = float4(xv[0]), hi = float4(xv[1]);
+      const float xs[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
       float sum_x = 0.0f;
-      for (int j = 0; j < 8; ++j) {
-        xs[j] = float(x[long(i) * args.k + k0 + j]);
-        sum_x += xs[j];
-      }
+      for (int j = 0; j < 8; ++j) sum_x += xs[j];
       for (int r = 0; r < kQuantGemvRows; ++r) {
         if (row0 + r >= args.n) break;
         float dot = 0.0f;

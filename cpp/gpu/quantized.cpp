@@ -46,6 +46,9 @@ bool MetalQuantizedMatmulBT(const OpCall& call) {
   const int64_t m = x.dim(0);
   if (!FitsInt(m, w.rows, w.cols)) return false;
   const bool gemv = m <= kQuantGemvMaxM;
+  // The GEMV reads x with 4-wide vector loads; a view starting off that alignment
+  // declines to the reference tier (tensors the runtime allocates are 64-byte aligned).
+  if (gemv && reinterpret_cast<uintptr_t>(x.data()) % (4 * DTypeSize(x.dtype())) != 0) return false;
   KernelLaunch launch(KernelName("quantized_matmul_bt", std::string(gemv ? "gemv_" : "gemm_") + FormatToken(w),
                                  x.dtype()));
   launch.input(0, x);
