@@ -4,6 +4,8 @@ uses them, on one device.
 
 * GEMV (m = 1, decode) and GEMM (m = prefill tokens) of every projection through
   ``ops.matmul_bt``: GFLOP/s = 2 m n k / t, GB/s = 4 (m k + n k + m n) / t;
+* ``ops.quantized_matmul_bt`` GEMV and GEMM with Q4_1, Q8_0 and affine 4-bit weights
+  (``bench/quantized_micro.py``);
 * ``ops.rms_norm`` over [m, 576]: GB/s = 4 (2 m 576 + 576) / t;
 * ``ops.paged_attention`` decode (one query token, blocks of 16) at context 128,
   1024 and 4096: GFLOP/s = 4 heads ctx head_dim / t, GB/s = the K/V bytes read / t.
@@ -23,6 +25,8 @@ import numpy as np
 
 import metalrt
 from metalrt import ops
+
+from . import quantized_micro
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 576, 9, 3, 64, 1536, 49152
 BLOCK = 16
@@ -103,6 +107,8 @@ def run(device: str, quick: bool, repeats: int) -> List[Dict]:
     rows = matmul_rows(device, (1,), projections, repeats, rng)
     prefill_projections = {k: v for k, v in projections.items() if k != "lm_head"}
     rows += matmul_rows(device, (prefill,), prefill_projections, repeats, rng)
+    rows += quantized_micro.rows(device, projections, (1,), repeats, rng, _timed, _row)
+    rows += quantized_micro.rows(device, prefill_projections, (prefill,), repeats, rng, _timed, _row)
     rows += rms_norm_rows(device, (1, prefill), repeats, rng)
     rows += attention_rows(device, (128,) if quick else (128, 1024, 4096), repeats, rng)
     return rows

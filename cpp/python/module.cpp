@@ -11,6 +11,7 @@ NB_MODULE(_metalrt, m) {
   BindProfiler(m);
   BindShader(m);
   BindDoctor(m);
+  BindQuantized(m);
   nb::module_ ops = m.def_submodule("ops", "Op entry points (wrapped by metalrt.ops).");
   BindElementwiseOps(ops);
   BindNormalizationOps(ops);
@@ -19,4 +20,5 @@ NB_MODULE(_metalrt, m) {
   BindAttentionOps(ops);
   BindSelectionOps(ops);
   BindRopeOps(ops);
+  BindQuantizedOps(ops);
 }

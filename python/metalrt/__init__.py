@@ -6,17 +6,18 @@ device where there is none); `metalrt.ops` runs ops on the device of their input
 `compile_shader` runs your own Metal kernels; `doctor()` reports what metalrt finds
 on this machine.
 """
-from ._metalrt import Tensor, device_info, flush, is_available, synchronize
+from ._metalrt import QuantizedTensor, Tensor, device_info, flush, is_available, synchronize
 from ._metalrt import embedded_kernel_sources, metal_library_info
 from .tensor import DTYPES, asarray, empty, zeros
 from . import ops, profiler, providers
+from .ops.quantized import quantized_tensor
 from .shader import ShaderLibrary, compile_shader
 from .generation import GenerationResponse, batch_generate, generate, load, stream_generate
 from .doctor import doctor
 
 __all__ = [
-    "DTYPES", "GenerationResponse", "ShaderLibrary", "Tensor", "asarray", "batch_generate",
-    "compile_shader", "device_info", "embedded_kernel_sources", "metal_library_info",
-    "empty", "flush", "generate", "is_available", "load", "ops", "profiler", "providers",
-    "stream_generate", "synchronize", "zeros", "doctor",
+    "DTYPES", "GenerationResponse", "QuantizedTensor", "ShaderLibrary", "Tensor", "asarray",
+    "batch_generate", "compile_shader", "device_info", "doctor", "embedded_kernel_sources",
+    "empty", "flush", "generate", "is_available", "load", "metal_library_info", "ops",
+    "profiler", "providers", "quantized_tensor", "stream_generate", "synchronize", "zeros",
 ]
