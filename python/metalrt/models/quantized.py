@@ -1,0 +1,77 @@
+"""Quantized weights of a model on its device: upload without a copy, and stacking the
+rows of several projections (Q/K/V, gate/up) into one matrix.
+
+Stacking matters because a merged projection is one GEMV per decode step instead of
+several; it is free when the parts lie back to back in the mapped file (GGUF files
+written by llama.cpp order a layer's tensors by name, so ``ffn_gate`` is followed by
+``ffn_up``), and otherwise a copy of the quantized rows (never a float copy).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+import metalrt
+
+from ..loaders.quants import QuantizedWeight
+
+
+def to_device(w: QuantizedWeight, device: str) -> "metalrt.QuantizedTensor":
+    """``w`` as a ``metalrt.QuantizedTensor`` on ``device`` (the file's bytes wrapped
+    without a copy where the device addresses host memory)."""
+    return metalrt.quantized_tensor(w.format, w.shape, w.data, w.scales, w.biases,
+                                    bits=w.bits, group_size=w.group_size, device=device)
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _owner(a: np.ndarray):
+    """The object that owns an array's memory (e.g. the mmap of a file; np.frombuffer
+    puts a memoryview of it in between)."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a.obj if isinstance(a, memoryview) else a
+
+
+def _adjacent_rows(parts: Sequence[np.ndarray]) -> Optional[np.ndarray]:
+    """One view over row-major matrices of equal width that follow each other in
+    memory inside one owner (e.g. the mapping of the file), else None."""
+    first = parts[0]
+    owner = _owner(first)
+    if isinstance(owner, np.ndarray) or not all(p.flags.c_contiguous for p in parts):
+        return None
+    for before, after in zip(parts, parts[1:]):
+        if _owner(after) is not owner or _address(after) != _address(before) + before.nbytes:
+            return None
+    rows = sum(p.shape[0] for p in parts)
+    # Safe: the checks above prove the whole range lies inside first.base.
+    view = np.lib.stride_tricks.as_strided(first, (rows, first.shape[1]), first.strides,
+                                           writeable=False)
+    return view
+
+
+def stack(parts: Sequence[QuantizedWeight], copy: bool) -> Optional[QuantizedWeight]:
+    """The rows of ``parts`` (same format and parameters) as one ``QuantizedWeight``:
+    a view when they are adjacent in memory, else a copy of the quantized rows when
+    ``copy`` is true, else None (also None when the parts differ in kind)."""
+    if len(parts) == 1:
+        return parts[0]
+    if not all(parts[0].same_kind(p) for p in parts[1:]):
+        return None
+    fields = [[getattr(p, f) for p in parts] for f in ("data", "scales", "biases")]
+    stacked = []
+    for arrays in fields:
+        if arrays[0] is None:
+            stacked.append(None)
+            continue
+        view = _adjacent_rows(arrays)
+        if view is None and not copy:
+            return None
+        stacked.append(view if view is not None else np.concatenate(arrays))
+    first = parts[0]
+    return QuantizedWeight(first.format, (sum(p.shape[0] for p in parts), first.shape[1]),
+                           *stacked, bits=first.bits, group_size=first.group_size,
+                           source=" + ".join(p.source for p in parts))
