@@ -18,6 +18,11 @@ DeviceType DeviceTypeFromName(const std::string& name) {
 std::unique_ptr<Queue> Backend::CreateQueue() { return std::make_unique<Queue>(); }
 void Backend::DestroyQueue(std::unique_ptr<Queue> queue) { queue.reset(); }
 
+std::shared_ptr<void> Backend::AdoptExternal(void*, size_t, std::shared_ptr<void> keep_alive) {
+  if (type() == DeviceType::kCPU) return keep_alive;
+  throw std::invalid_argument("[external memory] " + name() + " cannot use host memory without a copy");
+}
+
 void Backend::BeginCapture() {
   throw std::runtime_error(name() + " does not support graph capture");
 }

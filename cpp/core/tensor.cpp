@@ -77,6 +77,14 @@ Tensor Tensor::FromBlob(void* data, const Shape& shape, DType dtype, DeviceType 
   return t;
 }
 
+Tensor Tensor::FromExternal(void* data, const Shape& shape, DType dtype, DeviceType device,
+                            std::shared_ptr<void> keep_alive) {
+  Tensor t = FromBlob(data, shape, dtype, device);
+  std::shared_ptr<void> owner = GetBackend(device).AdoptExternal(data, t.nbytes(), std::move(keep_alive));
+  t.storage_ = std::make_shared<Storage>(device, data, t.nbytes(), std::move(owner));
+  return t;
+}
+
 int64_t Tensor::dim(int d) const {
   const int n = ndim();
   if (d < -n || d >= n)

@@ -7,7 +7,9 @@
 // length; the profiler counts only the buffers the device newly creates. Work is batched by the command stream; every host access to device memory
 // (Copy, Memset) first synchronises, so the host never races pending GPU work.
 #pragma once
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,10 @@ class MetalBackend final : public Backend {
   // Synchronizes only when pending work writes the allocation holding the range
   // (std::invalid_argument when no live allocation holds it).
   void PrepareHostRead(const void* data, size_t bytes) override;
+  // Wraps the page-aligned range holding the memory as a no-copy buffer registered in
+  // the allocation registry (external_memory.cpp); memory inside a range wrapped
+  // earlier and still alive shares that wrapping.
+  std::shared_ptr<void> AdoptExternal(void* data, size_t bytes, std::shared_ptr<void> keep_alive) override;
   bool UnifiedMemory() const override { return device_->has_unified_memory(); }
   std::string Capability() const override { return device_->gpu_family(); }
   std::vector<DType> SupportedDTypes() const override {
@@ -60,6 +66,9 @@ class MetalBackend final : public Backend {
   BufferCache buffer_cache_;
   AllocationRegistry allocations_;
   CommandStream stream_;
+  // Live external wrappings by buffer base: the handle whose destruction unregisters it.
+  std::mutex external_mutex_;
+  std::map<const void*, std::weak_ptr<void>> external_;
 };
 
 // Registers the kMETAL backend factory (idempotent); called by

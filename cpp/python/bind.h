@@ -12,6 +12,7 @@ void BindDevice(nb::module_& m);     // synchronize, device_info, is_available
 void BindProviders(nb::module_& m);  // the op registry's providers and stats
 void BindProfiler(nb::module_& m);   // the Metal profiler, flush
 void BindShader(nb::module_& m);     // compile_shader: user MSL kernels
+void BindQuantized(nb::module_& m);  // QuantizedTensor, zero-copy tensors over host memory
 
 // Op families, bound into the submodule _metalrt.ops; metalrt/ops/<family>.py wraps
 // each with argument conversion and the user-facing docstring.
@@ -21,6 +22,7 @@ void BindMatmulOps(nb::module_& ops);          // matmul, matmul_bt
 void BindLayoutOps(nb::module_& ops);     // embedding, qkv_split, reshape_and_cache
 void BindAttentionOps(nb::module_& ops);  // paged_attention
 void BindSelectionOps(nb::module_& ops);  // greedy_argmax
+void BindQuantizedOps(nb::module_& ops);  // dequantize, quantized_matmul_bt, quantized_embedding
 void BindRopeOps(nb::module_& ops);       // rope_neox, rope_interleaved, rope caches, qk_norm_rope
 
 }  // namespace metalrt::python

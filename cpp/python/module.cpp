@@ -10,6 +10,7 @@ NB_MODULE(_metalrt, m) {
   BindProviders(m);
   BindProfiler(m);
   BindShader(m);
+  BindQuantized(m);
   nb::module_ ops = m.def_submodule("ops", "Op entry points (wrapped by metalrt.ops).");
   BindElementwiseOps(ops);
   BindNormalizationOps(ops);
@@ -18,4 +19,5 @@ NB_MODULE(_metalrt, m) {
   BindAttentionOps(ops);
   BindSelectionOps(ops);
   BindRopeOps(ops);
+  BindQuantizedOps(ops);
 }

@@ -5,15 +5,16 @@ device where there is none); `metalrt.ops` runs ops on the device of their input
 `load`, `generate`, `stream_generate` and `batch_generate` run language models;
 `compile_shader` runs your own Metal kernels.
 """
-from ._metalrt import Tensor, device_info, flush, is_available, synchronize
+from ._metalrt import QuantizedTensor, Tensor, device_info, flush, is_available, synchronize
 from .tensor import DTYPES, asarray, empty, zeros
 from . import ops, profiler, providers
+from .ops.quantized import quantized_tensor
 from .shader import ShaderLibrary, compile_shader
 from .generation import GenerationResponse, batch_generate, generate, load, stream_generate
 
 __all__ = [
-    "DTYPES", "GenerationResponse", "ShaderLibrary", "Tensor", "asarray", "batch_generate",
+    "DTYPES", "GenerationResponse", "QuantizedTensor", "ShaderLibrary", "Tensor", "asarray", "batch_generate",
     "compile_shader", "device_info",
     "empty", "flush", "generate", "is_available", "load", "ops", "profiler", "providers",
-    "stream_generate", "synchronize", "zeros",
+    "quantized_tensor", "stream_generate", "synchronize", "zeros",
 ]

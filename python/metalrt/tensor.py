@@ -98,8 +98,17 @@ def _round_to_bfloat16_grid(values: np.ndarray) -> np.ndarray:
         return (np.rint(x / quantum) * quantum).astype(np.float32)
 
 
-def asarray(obj, device: str = "cpu", dtype=None) -> Tensor:
+def asarray(obj, device: str = "cpu", dtype=None, copy: bool = True) -> Tensor:
     """Converts `obj` to a metalrt.Tensor on `device` ("cpu" or "metal").
+
+    copy=False wraps a C-contiguous numpy array (an np.memmap view of a model file
+    included) without copying it: the tensor keeps the array alive, and on Metal the
+    buffer the array lives in is wrapped once (page-aligned, unified memory) and shared
+    by every tensor inside it. The array's bytes are used as they are, so its element
+    type must store `dtype` (default: its own; "bfloat16" takes uint16 bit patterns).
+    It is still copied on a device whose memory the host cannot address. ValueError
+    for a non-contiguous array or something that is not a numpy array, TypeError for an
+    element type that does not store `dtype`.
 
     obj: a numpy array of any layout (it is copied into contiguous memory), a Python
     scalar or (nested) list, or a Tensor (returned unchanged when it already has the
@@ -117,7 +126,40 @@ def asarray(obj, device: str = "cpu", dtype=None) -> Tensor:
     number in it, and for an unknown device name;
     RuntimeError when the device is not available in this build.
     """
+    if not copy:
+        return _wrap_without_copy(obj, _device_name(device), dtype)
     return to_tensor(obj, device, dtype)
+
+
+def _wrap_without_copy(array, device: str, dtype) -> Tensor:
+    if isinstance(array, Tensor):
+        return array if array.device == device and (dtype is None or dtype_name(dtype) == array.dtype) \
+            else to_tensor(array, device, dtype)
+    if not isinstance(array, np.ndarray):
+        raise ValueError(f"asarray(copy=False): expected a numpy array, got {type(array).__name__}")
+    if not array.flags.c_contiguous:
+        raise ValueError("asarray(copy=False): the array must be C-contiguous to be wrapped "
+                         f"(strides {array.strides} for shape {array.shape})")
+    target = dtype_name(dtype) if dtype is not None else array.dtype.name
+    if device != "cpu" and not _metalrt.device_info(device)["unified_memory"]:
+        return to_tensor(array, device, dtype)
+    region = _whole_buffer(array)
+    return _metalrt._from_numpy_nocopy(array, target, device, region, array)
+
+
+def _whole_buffer(array: np.ndarray) -> np.ndarray:
+    """A uint8 view of the whole buffer `array` lives in (the mapping of an np.memmap,
+    the allocation of the array that owns its data), so one GPU wrapping serves every
+    tensor cut from it."""
+    root = array
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root.base is not None:
+        try:
+            return np.frombuffer(root.base, dtype=np.uint8)
+        except (TypeError, ValueError, BufferError):
+            pass   # not a buffer-protocol object: the owning array's own range below
+    return root.reshape(-1).view(np.uint8) if root.flags.c_contiguous else array.reshape(-1).view(np.uint8)
 
 
 def to_tensor(obj, device: str, dtype=None, int_dtype=None, what: str = "asarray") -> Tensor:

@@ -42,6 +42,13 @@ class Backend {
   // does, so reading an op's host-made index tensor costs no wait). Host memory: a
   // no-op.
   virtual void PrepareHostRead(const void* /*data*/, size_t /*bytes*/) {}
+  // Makes [data, data + bytes) -- host memory the runtime did not allocate (a
+  // memory-mapped file), kept alive by `keep_alive` -- usable by this device without a
+  // copy, and returns the owner a tensor over it holds. The CPU returns keep_alive; a
+  // unified-memory GPU wraps the page-aligned range holding it as a buffer. Throws
+  // std::invalid_argument where the device cannot address host memory.
+  virtual std::shared_ptr<void> AdoptExternal(void* data, size_t bytes,
+                                              std::shared_ptr<void> keep_alive);
 
   virtual std::unique_ptr<Queue> CreateQueue();
   virtual void DestroyQueue(std::unique_ptr<Queue> queue);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <tuple>
 
+#include "metalrt/quantized.h"
 #include "metalrt/tensor.h"
 
 namespace metalrt::ops {
@@ -48,6 +49,22 @@ Tensor Softmax(const Tensor& x, const OptTensor& out = std::nullopt);
 Tensor Matmul(const Tensor& a, const Tensor& b, const OptTensor& out = std::nullopt);
 // a [M, K] . b[N, K]^T -> [M, N] (b is a weight matrix in nn.Linear layout).
 Tensor MatmulBT(const Tensor& a, const Tensor& b, const OptTensor& out = std::nullopt);
+
+// ---- quantized weights (metalrt/quantized.h) -----------------------------------------
+// w [N, K] (any QuantFormat) -> [N, K] float `dtype`: every weight in f32 exactly as
+// gguf.quants.dequantize (GGUF) or scale * q + bias (MLX affine) computes it, then
+// rounded to `dtype`.
+Tensor Dequantize(const QuantizedTensor& w, DType dtype = DType::kF32,
+                  const OptTensor& out = std::nullopt);
+// x [M, K] float . dequantize(w)^T -> [M, N] in x's dtype (nn.Linear with a quantized
+// weight), accumulated in f32.
+Tensor QuantizedMatmulBT(const Tensor& x, const QuantizedTensor& w,
+                         const OptTensor& out = std::nullopt);
+// ids int32 [T] -> [T, K] float `dtype`: row ids[t] of dequantize(w), dequantizing only
+// the rows asked for. Ids outside [0, N) as Embedding: rejected where the host can read
+// them, else a zero row.
+Tensor QuantizedEmbedding(const Tensor& ids, const QuantizedTensor& w, DType dtype = DType::kF32,
+                          const OptTensor& out = std::nullopt);
 
 // ---- gathers and layout -----------------------------------------------------------
 // weight [V, D] any dtype, ids int32 [T] -> [T, D] with out[t] = weight[ids[t]].

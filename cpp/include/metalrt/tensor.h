@@ -42,6 +42,12 @@ class Tensor {
   static Tensor Empty(const Shape& shape, DType dtype, DeviceType device);
   // A non-owning view of memory the caller keeps alive (e.g. a host buffer).
   static Tensor FromBlob(void* data, const Shape& shape, DType dtype, DeviceType device);
+  // A contiguous tensor over host memory the runtime did not allocate (e.g. a
+  // memory-mapped file), without a copy: `keep_alive` owns the memory and lives until
+  // the last view dies. On Metal the memory is wrapped for the kernels
+  // (Backend::AdoptExternal); std::invalid_argument where the device cannot address it.
+  static Tensor FromExternal(void* data, const Shape& shape, DType dtype, DeviceType device,
+                             std::shared_ptr<void> keep_alive);
 
   bool defined() const { return data_ != nullptr || storage_ != nullptr; }
   void* data() const { return data_; }

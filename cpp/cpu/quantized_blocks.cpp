@@ -1,0 +1,163 @@
+// Block decoders of the CPU oracle. Layouts: ggml-common.h block structs; element
+// orders and formulas: ggml-quants.c dequantize_row_* and gguf-py's quants.py, whose
+// f32 rounding steps are reproduced one for one (a product, then a sum, never fused;
+// the build disables FMA contraction). docs/quantization.md lists the layouts.
+#include "cpu/quantized_blocks.h"
+
+#include <cstring>
+
+#include "cpu/float_rows.h"
+
+namespace metalrt::cpu {
+namespace {
+
+float Half(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, sizeof bits);
+  return F16ToF32(bits);
+}
+
+uint32_t Word(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Q4_0 / Q4_1: byte j holds element j (low nibble) and j + 16 (high nibble);
+// y = d * (q - 8), or d * q + m.
+void Q4Block(const uint8_t* b, bool has_min, float* y) {
+  const float d = Half(b), m = has_min ? Half(b + 2) : 0.0f;
+  const uint8_t* qs = b + (has_min ? 4 : 2);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = qs[j] & 15, hi = qs[j] >> 4;
+    if (has_min) {
+      y[j] = d * float(lo) + m;
+      y[j + 16] = d * float(hi) + m;
+    } else {
+      y[j] = d * float(lo - 8);
+      y[j + 16] = d * float(hi - 8);
+    }
+  }
+}
+
+// Q5_0 / Q5_1: as Q4 with a fifth bit, bit j of the uint32 qh for element j;
+// y = d * (q - 16), or d * q + m.
+void Q5Block(const uint8_t* b, bool has_min, float* y) {
+  const float d = Half(b), m = has_min ? Half(b + 2) : 0.0f;
+  const uint32_t qh = Word(b + (has_min ? 4 : 2));
+  const uint8_t* qs = b + (has_min ? 8 : 6);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (qs[j] & 15) | int((qh >> j) & 1) << 4;
+    const int hi = (qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
+    if (has_min) {
+      y[j] = d * float(lo) + m;
+      y[j + 16] = d * float(hi) + m;
+    } else {
+      y[j] = d * float(lo - 16);
+      y[j + 16] = d * float(hi - 16);
+    }
+  }
+}
+
+void Q8_0Block(const uint8_t* b, float* y) {
+  const float d = Half(b);
+  for (int j = 0; j < 32; ++j) y[j] = float(static_cast<int8_t>(b[2 + j])) * d;
+}
+
+// The 6-bit scale and min of sub-block j (ggml-quants.c get_scale_min_k4).
+void ScaleMinK4(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// Q4_K / Q5_K: 256 values as four 64-value chunks; chunk c is the low nibbles of
+// qs[32c..32c+31] (sub-block 2c) then their high nibbles (sub-block 2c + 1); Q5_K adds
+// bit j of qh[l] as the fifth bit of sub-block j. y = (d * sc) * q - (dmin * m).
+void QKBlock(const uint8_t* b, bool five_bit, float* y) {
+  const float d = Half(b), dmin = Half(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + (five_bit ? 48 : 16);
+  for (int j = 0; j < 8; ++j) {
+    int sc, m;
+    ScaleMinK4(scales, j, &sc, &m);
+    const float ds = d * float(sc), dm = dmin * float(m);
+    const uint8_t* q = qs + 32 * (j / 2);
+    const int shift = (j % 2) * 4;
+    for (int l = 0; l < 32; ++l) {
+      int code = (q[l] >> shift) & 15;
+      if (five_bit) code |= ((qh[l] >> j) & 1) << 4;
+      y[32 * j + l] = ds * float(code) - dm;
+    }
+  }
+}
+
+// Q6_K: halves of 128 values; element 128h + i takes its low 4 bits from
+// ql[64h + i % 64] (low nibble for i < 64, high above) and its top 2 bits from
+// qh[32h + i % 32] at bit 2 * (i / 32); y = (d * scales[i / 16]) * (q - 32).
+void Q6KBlock(const uint8_t* b, float* y) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = Half(b + 208);
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 128; ++i) {
+      const int lo = (ql[64 * h + i % 64] >> (i < 64 ? 0 : 4)) & 15;
+      const int hi = (qh[32 * h + i % 32] >> (2 * (i / 32))) & 3;
+      const float ds = d * float(scales[(128 * h + i) / 16]);
+      y[128 * h + i] = ds * float((lo | hi << 4) - 32);
+    }
+}
+
+void GgufBlock(QuantFormat format, const uint8_t* b, float* y) {
+  switch (format) {
+    case QuantFormat::kQ4_0: return Q4Block(b, false, y);
+    case QuantFormat::kQ4_1: return Q4Block(b, true, y);
+    case QuantFormat::kQ5_0: return Q5Block(b, false, y);
+    case QuantFormat::kQ5_1: return Q5Block(b, true, y);
+    case QuantFormat::kQ8_0: return Q8_0Block(b, y);
+    case QuantFormat::kQ4_K: return QKBlock(b, false, y);
+    case QuantFormat::kQ5_K: return QKBlock(b, true, y);
+    case QuantFormat::kQ6_K: return Q6KBlock(b, y);
+    case QuantFormat::kAffine: break;
+  }
+}
+
+// Code k of an affine row: bits [k * bits, (k + 1) * bits) of the row's LSB-first
+// bitstream of little-endian uint32 words (a 3/5/6-bit code may straddle two words).
+uint32_t AffineCode(const uint32_t* words, int64_t k, int bits) {
+  const int64_t bit = k * bits;
+  const int64_t word = bit / 32;
+  const int shift = static_cast<int>(bit % 32);
+  uint64_t v = words[word] >> shift;
+  if (shift + bits > 32) v |= static_cast<uint64_t>(words[word + 1]) << (32 - shift);
+  return static_cast<uint32_t>(v) & ((1u << bits) - 1);
+}
+
+}  // namespace
+
+void DequantizeRow(const QuantizedTensor& w, int64_t row, float* out) {
+  if (w.format == QuantFormat::kAffine) {
+    const int64_t groups = w.cols / w.group_size;
+    const uint32_t* words = w.data.data_as<uint32_t>() + row * (w.cols * w.bits / 32);
+    float scale[1], bias[1];
+    for (int64_t g = 0; g < groups; ++g) {
+      LoadRowF32(w.scales.data(), w.scales.dtype(), row * groups + g, 1, scale);
+      LoadRowF32(w.biases.data(), w.biases.dtype(), row * groups + g, 1, bias);
+      for (int64_t k = g * w.group_size; k < (g + 1) * w.group_size; ++k)
+        out[k] = scale[0] * float(AffineCode(words, k, w.bits)) + bias[0];
+    }
+    return;
+  }
+  const int64_t block_values = BlockValues(w.format), block_bytes = BlockBytes(w.format);
+  const int64_t blocks = w.cols / block_values;
+  const uint8_t* b = w.data.data_as<uint8_t>() + row * blocks * block_bytes;
+  for (int64_t i = 0; i < blocks; ++i) GgufBlock(w.format, b + i * block_bytes, out + i * block_values);
+}
+
+}  // namespace metalrt::cpu

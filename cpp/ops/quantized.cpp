@@ -1,0 +1,79 @@
+// Entry points of the quantized-weight ops: dequantize, quantized_matmul_bt and
+// quantized_embedding. The weight was validated by MakeQuantizedTensor; here the other
+// arguments are checked against it. Providers receive the weight as the call's params
+// and its tensors as inputs after the activations / ids.
+#include <string>
+
+#include "ops/op_common.h"
+
+namespace metalrt::ops {
+namespace {
+
+using namespace detail;
+
+std::vector<Tensor> WeightInputs(const QuantizedTensor& w) {
+  std::vector<Tensor> inputs{w.data};
+  if (w.scales.defined()) inputs.insert(inputs.end(), {w.scales, w.biases});
+  return inputs;
+}
+
+void CheckWeight(const QuantizedTensor& w, const char* op) {
+  CheckDefined(w.data, op, "w.data");
+}
+
+void CheckOutputDType(DType dtype, const char* op) {
+  CheckType(IsFloating(dtype), op,
+            std::string("dtype must be float32, float16 or bfloat16, got ") + DTypeName(dtype));
+}
+
+}  // namespace
+
+Tensor Dequantize(const QuantizedTensor& w, DType dtype, const OptTensor& out) {
+  constexpr const char* kOp = "dequantize";
+  CheckWeight(w, kOp);
+  CheckOutputDType(dtype, kOp);
+  const DeviceType device = w.device();
+  Tensor result = OutputOrNew(out, {w.rows, w.cols}, dtype, device, kOp);
+  RunOp(kOp, device, OpCall{WeightInputs(w), {result}, w});
+  return result;
+}
+
+Tensor QuantizedMatmulBT(const Tensor& x, const QuantizedTensor& w, const OptTensor& out) {
+  constexpr const char* kOp = "quantized_matmul_bt";
+  CheckWeight(w, kOp);
+  CheckRank(x, 2, kOp, "x");
+  CheckFloat(x, kOp, "x");
+  CheckContiguous(x, kOp, "x");
+  Check(x.dim(1) == w.cols, kOp,
+        "x must have K=" + std::to_string(w.cols) + " columns to match w " + w.Describe() + ", got " +
+            ShapeToString(x.shape()));
+  const DeviceType device = CommonDevice({&x, &w.data}, kOp);
+  Tensor result = OutputOrNew(out, {x.dim(0), w.rows}, x.dtype(), device, kOp);
+  CheckNoOverlap(result, x, kOp, "x");
+  std::vector<Tensor> inputs{x};
+  for (const Tensor& t : WeightInputs(w)) inputs.push_back(t);
+  RunOp(kOp, device, OpCall{inputs, {result}, w});
+  return result;
+}
+
+Tensor QuantizedEmbedding(const Tensor& ids, const QuantizedTensor& w, DType dtype, const OptTensor& out) {
+  constexpr const char* kOp = "quantized_embedding";
+  CheckWeight(w, kOp);
+  CheckOutputDType(dtype, kOp);
+  CheckRank(ids, 1, kOp, "ids");
+  CheckDType(ids, DType::kI32, kOp, "ids");
+  CheckContiguous(ids, kOp, "ids");
+  const DeviceType device = CommonDevice({&ids, &w.data}, kOp);
+  Tensor result = OutputOrNew(out, {ids.dim(0), w.cols}, dtype, device, kOp);
+  CheckNoOverlap(result, ids, kOp, "ids");
+  CheckIndicesInRange(ids, ids.dim(0), 0, w.rows, kOp, [&](int64_t id, int64_t t) {
+    return "id " + std::to_string(id) + " at position " + std::to_string(t) +
+           " is outside the vocabulary of size " + std::to_string(w.rows);
+  });
+  std::vector<Tensor> inputs{ids};
+  for (const Tensor& t : WeightInputs(w)) inputs.push_back(t);
+  RunOp(kOp, device, OpCall{inputs, {result}, w});
+  return result;
+}
+
+}  // namespace metalrt::ops

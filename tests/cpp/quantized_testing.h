@@ -1,0 +1,72 @@
+// Random quantized weights for the gates of the quantized ops: GGUF blocks of random
+// codes with finite random f16 scales (negative ones included), and MLX affine words
+// with random scales (negative included) and biases.
+#pragma once
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "metalrt/quantized.h"
+#include "op_testing.h"
+
+namespace metalrt::testing {
+
+struct WeightSpec {
+  QuantFormat format;
+  int bits = 0;        // affine only
+  int group_size = 0;  // affine only
+  DType scales = DType::kF16;   // affine only
+};
+
+inline bool IsAffine(const WeightSpec& s) { return s.format == QuantFormat::kAffine; }
+
+// "q4_1", "affine4g64bf16".
+inline std::string SpecName(const WeightSpec& s) {
+  if (!IsAffine(s)) return QuantFormatName(s.format);
+  return "affine" + std::to_string(s.bits) + "g" + std::to_string(s.group_size) + DTypeName(s.scales);
+}
+
+// Byte offsets of a GGUF block's f16 fields (d, and dmin / m where there is one).
+inline std::vector<int> HalfFields(QuantFormat f) {
+  switch (f) {
+    case QuantFormat::kQ4_1: case QuantFormat::kQ5_1: case QuantFormat::kQ4_K: case QuantFormat::kQ5_K:
+      return {0, 2};
+    case QuantFormat::kQ6_K: return {208};
+    default: return {0};
+  }
+}
+
+// The weight's tensors on the CPU: {data} (GGUF) or {data, scales, biases} (affine).
+inline std::vector<Tensor> RandomWeight(const WeightSpec& s, int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> magnitude(0.002, 0.05);
+  if (!IsAffine(s)) {
+    const int64_t blocks = k / BlockValues(s.format), block_bytes = BlockBytes(s.format);
+    Tensor data = RandomBits({n, blocks * block_bytes}, DType::kU8, seed);
+    auto* bytes = data.data_as<uint8_t>();
+    for (int64_t b = 0; b < n * blocks; ++b)
+      for (int offset : HalfFields(s.format)) {
+        const double v = magnitude(gen) * (gen() % 4 == 0 ? -1.0 : 1.0);
+        const uint16_t h = F32ToF16(static_cast<float>(v));
+        std::memcpy(bytes + b * block_bytes + offset, &h, 2);
+      }
+    return {data};
+  }
+  const int64_t groups = k / s.group_size;
+  Tensor data = RandomBits({n, k * s.bits / 32}, DType::kU32, seed);
+  std::vector<double> scales(static_cast<size_t>(n * groups)), biases(scales.size());
+  for (size_t i = 0; i < scales.size(); ++i) {
+    scales[i] = magnitude(gen) * (gen() % 3 == 0 ? -1.0 : 1.0);   // MLX stores negative scales
+    biases[i] = magnitude(gen) * 8.0 * (gen() % 2 ? -1.0 : 1.0);
+  }
+  return {data, MakeFloat({n, groups}, s.scales, scales), MakeFloat({n, groups}, s.scales, biases)};
+}
+
+// The QuantizedTensor over tensors[first ...] as RandomWeight laid them out.
+inline QuantizedTensor WeightOf(const WeightSpec& s, int64_t n, int64_t k, const std::vector<Tensor>& t,
+                                size_t first) {
+  if (!IsAffine(s)) return MakeQuantizedTensor(s.format, n, k, t[first]);
+  return MakeQuantizedTensor(s.format, n, k, t[first], t[first + 1], t[first + 2], s.bits, s.group_size);
+}
+
+}  // namespace metalrt::testing

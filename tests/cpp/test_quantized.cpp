@@ -1,0 +1,138 @@
+// Gates of the quantized weight (metalrt/quantized.h) and its CPU oracle
+// (cpp/cpu/quantized*.cpp): the validating constructor's errors, hand-decoded blocks
+// of each layout family, and the oracle's matmul and embedding against dequantize.
+// Bit-exactness against gguf.quants.dequantize on random data is gated in
+// tests/python/test_quantized.py, where the reference lives.
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include "metalrt/ops.h"
+#include "op_testing.h"
+#include "quantized_testing.h"
+
+using namespace metalrt;
+using namespace metalrt::testing;
+
+namespace {
+
+Tensor Bytes(std::vector<uint8_t> v, int64_t rows) {
+  const int64_t cols = static_cast<int64_t>(v.size()) / rows;
+  return MakeInts({rows, cols}, DType::kU8, v);
+}
+
+void PutHalf(std::vector<uint8_t>& b, size_t offset, float v) {
+  const uint16_t h = F32ToF16(v);
+  std::memcpy(b.data() + offset, &h, 2);
+}
+
+std::vector<double> Dequantized(const QuantizedTensor& w) { return ReadFloat(ops::Dequantize(w)); }
+
+}  // namespace
+
+TEST_CASE("quantized_tensor: the validating constructor names what was expected") {
+  const Tensor q41 = Tensor::Empty({2, 40}, DType::kU8, DeviceType::kCPU);   // K = 64: 2 blocks of 20 bytes
+  CHECK(MakeQuantizedTensor(QuantFormat::kQ4_1, 2, 64, q41).group_size == 32);
+  CheckThrows<std::invalid_argument>([&] { MakeQuantizedTensor(QuantFormat::kQ4_1, 2, 64, q41.Slice(1, 0, 39)); },
+                                     "[quantized_tensor] data must have shape [2, 40], got [2, 39] (truncated");
+  CheckThrows<std::invalid_argument>([&] { MakeQuantizedTensor(QuantFormat::kQ4_1, 2, 48, q41); },
+                                     "[quantized_tensor] q4_1 needs K divisible by its block of 32");
+  CheckThrows<std::invalid_argument>([&] { MakeQuantizedTensor(QuantFormat::kQ4_K, 2, 64, q41); },
+                                     "[quantized_tensor] q4_k needs K divisible by its block of 256");
+  CheckThrows<TypeError>(
+      [&] { MakeQuantizedTensor(QuantFormat::kQ8_0, 1, 32, Tensor::Empty({1, 34}, DType::kI8, DeviceType::kCPU)); },
+      "[quantized_tensor] data must be uint8");
+  CheckThrows<std::invalid_argument>([] { QuantFormatFromName("q2_k"); }, "[quantized_tensor] unknown format 'q2_k'");
+  CHECK(QuantFormatFromName("Q6_K") == QuantFormat::kQ6_K);
+
+  const WeightSpec s{QuantFormat::kAffine, 4, 64, DType::kF16};
+  const std::vector<Tensor> t = RandomWeight(s, 3, 128, 5);   // data [3, 16], scales [3, 2]
+  CHECK(WeightOf(s, 3, 128, t, 0).nbytes() == 3 * 16 * 4 + 2 * 3 * 2 * 2);
+  auto affine = [&](int bits, int gs, const Tensor& scales) {
+    return MakeQuantizedTensor(QuantFormat::kAffine, 3, 128, t[0], scales, t[2], bits, gs);
+  };
+  CheckThrows<std::invalid_argument>([&] { affine(7, 64, t[1]); },
+                                     "[quantized_tensor] affine bits must be one of 2, 3, 4, 5, 6, 8, got 7");
+  CheckThrows<std::invalid_argument>([&] { affine(4, 48, t[1]); },
+                                     "[quantized_tensor] affine group_size must be one of 32, 64, 128, got 48");
+  CheckThrows<std::invalid_argument>([&] { affine(8, 64, t[1]); },
+                                     "[quantized_tensor] data must have shape [3, 32], got [3, 16]");
+  CheckThrows<std::invalid_argument>([&] { affine(4, 32, t[1]); },
+                                     "[quantized_tensor] scales must have shape [3, 4], got [3, 2]");
+  CheckThrows<TypeError>([&] { affine(4, 64, Tensor::Empty({3, 2}, DType::kBF16, DeviceType::kCPU)); },
+                         "[quantized_tensor] biases must be bfloat16, got float16");
+  CheckThrows<std::invalid_argument>(
+      [&] { MakeQuantizedTensor(QuantFormat::kAffine, 3, 128, t[0], Tensor(), Tensor(), 4, 64); },
+      "[quantized_tensor] affine weights need scales and biases");
+}
+
+TEST_CASE("cpu dequantize: hand-decoded blocks of each layout") {
+  SUBCASE("q4_1: byte j holds elements j and j + 16; w = d * q + m") {
+    std::vector<uint8_t> b(20, 0);
+    PutHalf(b, 0, 0.5f);
+    PutHalf(b, 2, -1.0f);
+    b[4] = 0x3A;    // element 0 = 10, element 16 = 3
+    b[19] = 0xF1;   // element 15 = 1, element 31 = 15
+    const std::vector<double> w = Dequantized(MakeQuantizedTensor(QuantFormat::kQ4_1, 1, 32, Bytes(b, 1)));
+    CHECK(w[0] == 4.0);
+    CHECK(w[16] == 0.5);
+    CHECK(w[15] == -0.5);
+    CHECK(w[31] == 6.5);
+    CHECK(w[1] == -1.0);
+  }
+  SUBCASE("q8_0: w = int8 * d, negative d") {
+    std::vector<uint8_t> b(34, 0);
+    PutHalf(b, 0, -0.25f);
+    b[2] = 0x80;   // -128
+    b[33] = 7;
+    const std::vector<double> w = Dequantized(MakeQuantizedTensor(QuantFormat::kQ8_0, 1, 32, Bytes(b, 1)));
+    CHECK(w[0] == 32.0);
+    CHECK(w[31] == -1.75);
+  }
+  SUBCASE("q5_0: bit j of qh is element j's fifth bit; w = d * (q - 16)") {
+    std::vector<uint8_t> b(22, 0);
+    PutHalf(b, 0, 1.0f);
+    b[2 + 2] = 0x01;   // qh bit 16: element 16
+    b[6] = 0x21;       // element 0 low nibble 1, element 16 low nibble 2
+    const std::vector<double> w = Dequantized(MakeQuantizedTensor(QuantFormat::kQ5_0, 1, 32, Bytes(b, 1)));
+    CHECK(w[0] == -15.0);
+    CHECK(w[16] == 2.0);
+  }
+  SUBCASE("affine 3-bit: codes straddle uint32 words (LSB-first bitstream)") {
+    // Code 10 occupies bits 30..32: two bits at the top of word 0, one in word 1.
+    std::vector<uint32_t> words(3, 0);
+    words[0] = 0x3u << 30;   // code 10 low bits 11
+    words[1] = 0x1u;         // code 10 high bit 1 -> 7
+    const Tensor data = MakeInts({1, 3}, DType::kU32, words);
+    const Tensor scales = MakeFloat({1, 1}, DType::kF32, {-0.5});
+    const Tensor biases = MakeFloat({1, 1}, DType::kF32, {2.0});
+    const std::vector<double> w =
+        Dequantized(MakeQuantizedTensor(QuantFormat::kAffine, 1, 32, data, scales, biases, 3, 32));
+    CHECK(w[10] == -1.5);
+    CHECK(w[9] == 2.0);
+    CHECK(w[11] == 2.0);
+  }
+}
+
+TEST_CASE("cpu quantized_matmul_bt and quantized_embedding agree with dequantize") {
+  const WeightSpec s{QuantFormat::kQ4_K};
+  const std::vector<Tensor> t = RandomWeight(s, 6, 512, 11);
+  const QuantizedTensor w = WeightOf(s, 6, 512, t, 0);
+  const std::vector<double> dense = Dequantized(w);
+  const Tensor x = MakeFloat({3, 512}, DType::kF32, RandomValues(3 * 512, 12));
+  const std::vector<double> xs = ReadFloat(x), got = ReadFloat(ops::QuantizedMatmulBT(x, w));
+  std::vector<double> want(3 * 6, 0.0);
+  for (int i = 0; i < 3; ++i)
+    for (int n = 0; n < 6; ++n)
+      for (int k = 0; k < 512; ++k) want[i * 6 + n] += xs[i * 512 + k] * dense[n * 512 + k];
+  CHECK(Nmse(got, want) < 1e-12);
+  const std::vector<double> rows =
+      ReadFloat(ops::QuantizedEmbedding(MakeInts({2}, DType::kI32, std::vector<int32_t>{5, 0}), w));
+  CHECK(std::equal(rows.begin(), rows.begin() + 512, dense.begin() + 5 * 512));
+  CHECK(std::equal(rows.begin() + 512, rows.end(), dense.begin()));
+  CheckThrows<std::invalid_argument>(
+      [&] { ops::QuantizedEmbedding(MakeInts({1}, DType::kI32, std::vector<int32_t>{6}), w); },
+      "[quantized_embedding] id 6 at position 0 is outside the vocabulary of size 6");
+  CheckThrows<std::invalid_argument>([&] { ops::QuantizedMatmulBT(MakeFloat({1, 256}, DType::kF32, RandomValues(256, 1)), w); },
+                                     "[quantized_matmul_bt] x must have K=512 columns");
+}

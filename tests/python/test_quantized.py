@@ -1,0 +1,169 @@
+"""Quantized weights: dequantize bit-exact against gguf.quants.dequantize (GGUF) and
+scales * q + biases in float32 (MLX affine) on random data for every format and bit
+width, on each device; the zero-copy wrapping of numpy arrays and np.memmap views;
+the ops' results against numpy; and the errors for bad input."""
+import gc
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType, quants
+
+import metalrt
+from conftest import poisoned
+from metalrt import ops
+
+# format -> (values per block, bytes per block, offsets of the block's f16 fields)
+GGUF = {
+    "q4_0": (32, 18, (0,)), "q4_1": (32, 20, (0, 2)), "q5_0": (32, 22, (0,)),
+    "q5_1": (32, 24, (0, 2)), "q8_0": (32, 34, (0,)), "q4_k": (256, 144, (0, 2)),
+    "q5_k": (256, 176, (0, 2)), "q6_k": (256, 210, (208,)),
+}
+
+
+def random_blocks(fmt, n, k, seed):
+    """Random GGUF rows: random codes, finite random f16 scales (a quarter negative)."""
+    values, size, halves = GGUF[fmt]
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, size=(n, k // values, size), dtype=np.uint8)
+    for offset in halves:
+        d = rng.uniform(0.002, 0.05, size=data.shape[:2]) * rng.choice([-1, 1, 1, 1], size=data.shape[:2])
+        data[:, :, offset:offset + 2] = d.astype(np.float16)[..., None].view(np.uint8)
+    return data.reshape(n, -1)
+
+
+def random_affine(bits, group, n, k, seed, scale_dtype=np.float32):
+    """MLX affine: codes packed LSB first as a contiguous bitstream per row, scales of
+    both signs; returns (words, scales, biases, float32 reference)."""
+    rng = np.random.default_rng(seed)
+    q = rng.integers(0, 2 ** bits, size=(n, k), dtype=np.uint64)
+    bitplanes = ((q[..., None] >> np.arange(bits, dtype=np.uint64)) & 1).astype(np.uint8)
+    words = np.packbits(bitplanes.reshape(n, -1), axis=1, bitorder="little").view(np.uint32)
+    scales = (rng.uniform(0.002, 0.05, (n, k // group)) * rng.choice([-1, 1], (n, k // group))).astype(scale_dtype)
+    biases = rng.uniform(-0.4, 0.4, (n, k // group)).astype(scale_dtype)
+    s32 = np.repeat(scales.astype(np.float32), group, axis=1)
+    b32 = np.repeat(biases.astype(np.float32), group, axis=1)
+    return words, scales, biases, s32 * q.astype(np.float32) + b32
+
+
+def bits_of(t):
+    return np.asarray(t).view(np.uint32)
+
+
+@pytest.mark.parametrize("fmt", sorted(GGUF))
+def test_gguf_dequantize_is_bit_exact(fmt, device):
+    k = 512 if fmt.endswith("_k") else 96
+    data = random_blocks(fmt, 5, k, seed=len(fmt) + k)
+    reference = quants.dequantize(data, getattr(GGMLQuantizationType, fmt.upper()))
+    w = metalrt.quantized_tensor(fmt, (5, k), data, device=device)
+    out = poisoned((5, k), "float32", device)
+    result = ops.dequantize(w, out=out)
+    assert result.data_ptr() == out.data_ptr()
+    np.testing.assert_array_equal(bits_of(result), reference.view(np.uint32))
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_affine_dequantize_is_bit_exact(bits, group, device):
+    words, scales, biases, reference = random_affine(bits, group, 3, 384, seed=bits * group)
+    w = metalrt.quantized_tensor("affine", (3, 384), words, scales, biases, bits=bits, group_size=group,
+                                 device=device)
+    assert (w.format, w.shape, w.bits, w.group_size, w.device) == ("affine", (3, 384), bits, group, device)
+    assert w.nbytes == words.nbytes + scales.nbytes + biases.nbytes
+    np.testing.assert_array_equal(bits_of(ops.dequantize(w)), reference.view(np.uint32))
+
+
+@pytest.mark.parametrize("scale_dtype", ["float16", "bfloat16"])
+def test_affine_half_scales(scale_dtype, device):
+    words, scales, biases, _ = random_affine(4, 64, 2, 128, seed=3)
+    s = metalrt.asarray(scales, device=device, dtype=scale_dtype)
+    b = metalrt.asarray(biases, device=device, dtype=scale_dtype)
+    w = metalrt.quantized_tensor("affine", (2, 128), metalrt.asarray(words, device=device), s, b,
+                                 bits=4, group_size=64)
+    q = ((words[..., None] >> np.arange(0, 32, 4, dtype=np.uint32)) & 15).reshape(2, 128).astype(np.float32)
+    reference = np.repeat(np.asarray(s), 64, 1) * q + np.repeat(np.asarray(b), 64, 1)
+    np.testing.assert_array_equal(bits_of(ops.dequantize(w)), reference.view(np.uint32))
+
+
+def test_matmul_and_embedding_against_numpy(device):
+    data = random_blocks("q4_1", 7, 576, seed=1)
+    dense = quants.dequantize(data, GGMLQuantizationType.Q4_1).astype(np.float64)
+    w = metalrt.quantized_tensor("q4_1", (7, 576), data, device=device)
+    x = np.random.default_rng(2).uniform(-1, 1, (3, 576)).astype(np.float32)
+    for m in (1, 3):   # the GEMV on Metal; m > 8 is gated in the op-case table
+        got = np.asarray(ops.quantized_matmul_bt(metalrt.asarray(x[:m], device=device), w), np.float64)
+        reference = x[:m].astype(np.float64) @ dense.T
+        assert np.sum((got - reference) ** 2) / np.sum(reference ** 2) < 1e-12
+    rows = ops.quantized_embedding(metalrt.asarray(np.array([6, 0, 6], np.int32), device=device), w,
+                                   dtype="bfloat16")
+    assert rows.dtype == "bfloat16" and rows.shape == (3, 576)
+    expected = np.asarray(metalrt.asarray(dense[[6, 0, 6]].astype(np.float32), dtype="bfloat16"))
+    np.testing.assert_array_equal(np.asarray(rows), expected)
+
+
+def test_memmap_views_are_wrapped_without_a_copy(tmp_path, device):
+    data = random_blocks("q8_0", 4, 64, seed=9)
+    floats = np.random.default_rng(3).uniform(-1, 1, 40).astype(np.float32)
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"\0" * 24 + data.tobytes() + floats.tobytes())   # tensors inside one file
+    mapped = np.memmap(path, dtype=np.uint8, mode="r")
+    block_view = mapped[24:24 + data.nbytes].reshape(4, -1)
+    float_view = mapped[24 + data.nbytes:].view(np.float32)
+    w = metalrt.quantized_tensor("q8_0", (4, 64), block_view, device=device)
+    f = metalrt.asarray(float_view, device=device, copy=False)
+    assert w.data.data_ptr() == block_view.ctypes.data
+    assert f.data_ptr() == float_view.ctypes.data and f.dtype == "float32"
+    del mapped, block_view, float_view
+    gc.collect()   # the tensors keep the mapping alive
+    np.testing.assert_array_equal(np.asarray(f), floats)
+    reference = quants.dequantize(data, GGMLQuantizationType.Q8_0)
+    np.testing.assert_array_equal(bits_of(ops.dequantize(w)), reference.view(np.uint32))
+
+
+def test_asarray_without_copy_takes_bfloat16_bits_and_refuses_conversions(device):
+    values = np.array([1.0, -2.5, 3.0e38], np.float32)
+    bf16_bits = (values.view(np.uint32) >> 16).astype(np.uint16)
+    t = metalrt.asarray(bf16_bits, device=device, dtype="bfloat16", copy=False)
+    assert t.dtype == "bfloat16" and t.data_ptr() == bf16_bits.ctypes.data
+    np.testing.assert_array_equal(np.asarray(t), (bf16_bits.astype(np.uint32) << 16).view(np.float32))
+    with pytest.raises(TypeError, match="needs an array of float16"):
+        metalrt.asarray(values, device=device, dtype="float16", copy=False)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        metalrt.asarray(np.zeros((4, 4), np.float32)[:, 1], device=device, copy=False)
+
+
+def test_to_moves_every_part():
+    words, scales, biases, reference = random_affine(5, 32, 2, 64, seed=4)
+    w = metalrt.quantized_tensor("affine", (2, 64), words, scales, biases, bits=5, group_size=32)
+    if metalrt.is_available("metal"):
+        moved = w.to("metal")
+        assert moved.device == "metal" and moved.scales.device == "metal" and moved.biases.device == "metal"
+        np.testing.assert_array_equal(bits_of(ops.dequantize(moved)), reference.view(np.uint32))
+    assert w.to("cpu").data.data_ptr() == w.data.data_ptr()
+
+
+@pytest.mark.parametrize("args, kwargs, error, message", [
+    (("q4_1", (2, 64), np.zeros((2, 39), np.uint8)), {}, ValueError,
+     r"data must have shape \[2, 40\], got \[2, 39\] \(truncated"),
+    (("q2_k", (2, 256), np.zeros((2, 84), np.uint8)), {}, ValueError, "unknown format 'q2_k'"),
+    (("affine", (2, 64), np.zeros((2, 8), np.uint32), np.ones((2, 2), np.float16),
+      np.ones((2, 2), np.float16)), {"bits": 7, "group_size": 32}, ValueError, "bits must be one of"),
+    (("affine", (2, 96), np.zeros((2, 12), np.uint32), np.ones((2, 2), np.float16),
+      np.ones((2, 2), np.float16)), {"bits": 4, "group_size": 48}, ValueError, "group_size must be one of"),
+    (("affine", (2, 64), np.zeros((2, 8), np.uint32), np.ones((2, 1), np.float16),
+      np.ones((2, 1), np.float16)), {"bits": 4, "group_size": 32}, ValueError,
+     r"scales must have shape \[2, 2\], got \[2, 1\]"),
+    (("q8_0", (2, 32), [1, 2]), {}, TypeError, "data must be a metalrt.Tensor or a numpy array"),
+])
+def test_bad_input_is_a_clear_error(args, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        metalrt.quantized_tensor(*args, **kwargs)
+
+
+def test_ops_refuse_a_dense_weight_and_mismatched_x():
+    w = metalrt.quantized_tensor("q8_0", (2, 32), random_blocks("q8_0", 2, 32, seed=1))
+    with pytest.raises(TypeError, match=r"\[quantized_matmul_bt\] w must be a metalrt.QuantizedTensor"):
+        ops.quantized_matmul_bt(np.zeros((1, 32), np.float32), np.zeros((2, 32), np.float32))
+    with pytest.raises(ValueError, match=r"\[quantized_matmul_bt\] x must have K=32 columns"):
+        ops.quantized_matmul_bt(np.zeros((1, 64), np.float32), w)
+    with pytest.raises(TypeError, match=r"\[dequantize\] dtype must be float32"):
+        ops.dequantize(w, dtype="int32")
