@@ -62,6 +62,33 @@ def quantized_layers(model: TinyLlama) -> list[str]:
     return layers
 
 
+def quantize_hf_dir(directory, bits: int = 4, gs: int = 64) -> None:
+    """Turns a single-file Hugging Face directory into MLX format in place: every 2-D
+    weight of a Linear or embedding (``*_proj``, ``fc*``, ``embed_tokens``, ``lm_head``)
+    whose width is a multiple of ``gs`` becomes weight/scales/biases (f16)."""
+    from safetensors.numpy import load_file
+
+    path = os.path.join(directory, "model.safetensors")
+    tensors = load_file(path)
+    out = {}
+    for name, value in tensors.items():
+        layer = name[:-len(".weight")]
+        if name.endswith(".weight") and value.ndim == 2 and value.shape[1] % gs == 0 \
+                and "norm" not in name:
+            words, scales, biases, _ = affine_quantize(value.astype(np.float32), bits, gs)
+            out.update({name: words, layer + ".scales": scales.astype(np.float16),
+                        layer + ".biases": biases.astype(np.float16)})
+        else:
+            out[name] = value
+    save_file(out, path)
+    config_path = os.path.join(directory, "config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    config["quantization"] = {"group_size": gs, "bits": bits, "mode": "affine"}
+    with open(config_path, "w") as f:
+        json.dump(config, f)
+
+
 def write_mlx_dir(directory, model: TinyLlama, backend, *, bits: int = 4, gs: int = 64,
                   layer_bits: dict | None = None, overrides: dict | None = None,
                   scale_dtype=np.float16, quantization: dict | None = None,

@@ -11,6 +11,7 @@ layers quantized: see ``mlx_quant.py``.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import struct
 from typing import Any
@@ -78,19 +79,19 @@ _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.u
            "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
 
 
-def _mapped_tensor(path: str, name: str, entry: dict[str, Any], data_start: int) -> np.ndarray:
+def _mapped_tensor(path: str, mapping: mmap.mmap, name: str, entry: dict[str, Any],
+                   data_start: int) -> np.ndarray:
     if entry["dtype"] not in _DTYPES:
         raise ValueError(f"[safetensors] {path}: tensor '{name}' has dtype {entry['dtype']}; "
                          f"supported dtypes are {', '.join(_DTYPES)}")
     begin, end = entry["data_offsets"]
     dtype = np.dtype(_DTYPES[entry["dtype"]]).newbyteorder("<")
-    if end - begin != dtype.itemsize * int(np.prod(entry["shape"])):
+    count = int(np.prod(entry["shape"]))
+    if end - begin != dtype.itemsize * count:
         raise ValueError(f"[safetensors] {path}: tensor '{name}' has {end - begin} bytes for "
                          f"shape {entry['shape']} of {entry['dtype']}")
-    if end == begin:
-        return np.zeros(entry["shape"], dtype)
-    return np.memmap(path, dtype=dtype, mode="r", offset=data_start + begin,
-                     shape=tuple(entry["shape"]))
+    return np.frombuffer(mapping, dtype=dtype, count=count,
+                         offset=data_start + begin).reshape(entry["shape"])
 
 
 def read_safetensors(path: str) -> dict[str, tuple[np.ndarray, str]]:
@@ -106,7 +107,9 @@ def read_safetensors(path: str) -> dict[str, tuple[np.ndarray, str]]:
             pass
     except SafetensorError as e:
         raise ValueError(f"[safetensors] {path}: {e}") from None
-    return {name: (_mapped_tensor(path, name, entry, data_start), entry["dtype"])
+    with open(path, "rb") as f:   # one mapping per file: a device wraps it once
+        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return {name: (_mapped_tensor(path, mapping, name, entry, data_start), entry["dtype"])
             for name, entry in header.items()}
 
 

@@ -92,6 +92,15 @@ def dequantize(raw: np.ndarray, ggml_type: T, shape: tuple[int, ...]) -> np.ndar
     return gguf_quants.dequantize(flat, ggml_type).astype(np.float32).reshape(shape)
 
 
+def dequantize_weight(w: QuantizedWeight) -> np.ndarray:
+    """float32 [N, K] of a QuantizedWeight of either family (the reference the models'
+    quantized runs are compared with)."""
+    if w.format == "affine":
+        return dequantize_affine(w)
+    ggml_type = next(t for t, name in GGUF_FORMATS.items() if name == w.format)
+    return dequantize(w.data, ggml_type, w.shape)
+
+
 def dequantize_affine(w: QuantizedWeight) -> np.ndarray:
     """float32 [N, K] of an MLX affine weight: ``scale · q + bias`` per group, q the
     ``bits``-wide fields of the little-endian bit stream of each row (LSB first, as

@@ -8,6 +8,7 @@ written by llama.cpp order a layer's tensors by name, so ``ffn_gate`` is followe
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import numpy as np
@@ -53,25 +54,39 @@ def _adjacent_rows(parts: Sequence[np.ndarray]) -> Optional[np.ndarray]:
     return view
 
 
+def _copied_rows(fields: Sequence[Sequence[np.ndarray]]) -> list:
+    """Each field's parts concatenated along the rows, all inside one allocation (64-byte
+    aligned slots), so that a device wraps the copy once, not once per small array."""
+    sizes = [sum(a.nbytes for a in arrays) for arrays in fields]
+    slots = [-(-n // 64) * 64 for n in sizes]
+    buffer = np.empty(sum(slots), np.uint8)
+    out, start = [], 0
+    for arrays, size, slot in zip(fields, sizes, slots):
+        rows = sum(a.shape[0] for a in arrays)
+        view = buffer[start:start + size].view(arrays[0].dtype).reshape(rows, arrays[0].shape[1])
+        np.concatenate(arrays, out=view)
+        out.append(view)
+        start += slot
+    return out
+
+
 def stack(parts: Sequence[QuantizedWeight], copy: bool) -> Optional[QuantizedWeight]:
     """The rows of ``parts`` (same format and parameters) as one ``QuantizedWeight``:
-    a view when they are adjacent in memory, else a copy of the quantized rows when
-    ``copy`` is true, else None (also None when the parts differ in kind)."""
+    views when every field (data, scales, biases) is adjacent in memory, else a copy of
+    the quantized rows when ``copy`` is true, else None (also None when the parts
+    differ in kind)."""
     if len(parts) == 1:
         return parts[0]
     if not all(parts[0].same_kind(p) for p in parts[1:]):
         return None
-    fields = [[getattr(p, f) for p in parts] for f in ("data", "scales", "biases")]
-    stacked = []
-    for arrays in fields:
-        if arrays[0] is None:
-            stacked.append(None)
-            continue
-        view = _adjacent_rows(arrays)
-        if view is None and not copy:
+    names = [f for f in ("data", "scales", "biases") if getattr(parts[0], f) is not None]
+    fields = [[getattr(p, f) for p in parts] for f in names]
+    stacked = [_adjacent_rows(arrays) for arrays in fields]
+    if any(view is None for view in stacked):
+        if not copy:
             return None
-        stacked.append(view if view is not None else np.concatenate(arrays))
+        stacked = _copied_rows(fields)
     first = parts[0]
-    return QuantizedWeight(first.format, (sum(p.shape[0] for p in parts), first.shape[1]),
-                           *stacked, bits=first.bits, group_size=first.group_size,
-                           source=" + ".join(p.source for p in parts))
+    return dataclasses.replace(first, shape=(sum(p.shape[0] for p in parts), first.shape[1]),
+                               source=" + ".join(p.source for p in parts),
+                               **dict(zip(names, stacked)))
