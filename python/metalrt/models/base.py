@@ -78,16 +78,15 @@ class Weights:
         """The named matrices stacked along their first axis as one tensor (one GEMM
         instead of several for Q/K/V and gate/up). Quantized parts of one kind are
         stacked in place when adjacent in the file, else their quantized rows are
-        copied when ``copy``; returns None when they cannot be stacked (quantized
-        parts of different kinds, or adjacent-only stacking that failed). A mix of
-        float and quantized parts is a ValueError."""
+        copied when ``copy``; returns None when they cannot be stacked (float and
+        quantized parts, quantized parts of different kinds, or adjacent-only stacking
+        that failed)."""
         parts = [self.host(n, s) for n, s in zip(names, shapes)]
         kinds = {isinstance(p, QuantizedWeight) for p in parts}
         if kinds == {False}:
             return self.upload(np.concatenate(parts))
         if kinds != {True}:
-            raise ValueError(f"[{self.arch}] tensors {', '.join(names)} mix quantized and float "
-                             f"weights; expected all of one kind")
+            return None
         stacked = quantized.stack(parts, copy)
         return None if stacked is None else quantized.to_device(stacked, self.device)
 
@@ -113,8 +112,9 @@ class Linear:
         weight = w.merged([p + ".weight" for p in prefixes],
                           [(n, in_features) for n in out_features])
         if weight is None:
-            raise ValueError(f"[{w.arch}] {', '.join(prefixes)} are quantized differently and "
-                             f"cannot be merged into one projection")
+            raise ValueError(f"[{w.arch}] {', '.join(prefixes)} are stored differently (float "
+                             f"and quantized, or two quantized formats) and cannot be merged "
+                             f"into one projection")
         return cls(weight, cls._bias(w, prefixes, out_features, bias))
 
     @classmethod
