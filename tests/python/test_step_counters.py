@@ -113,6 +113,10 @@ def test_bench_counters_equal_the_profiler(model, profiling):
     assert sum(r["waits"] for r in decode["ops"].values()) + decode["waits_outside_ops"] == decode["waits"]
     op = projection_op(model)
     assert decode["ops"][op]["provider"] == f"metal_{op}"
+    # A decode step reads every weight once (the tied embedding whole, as the LM head)
+    # plus the one embedding row its token gathers.
+    table = model.embed_tokens.table
+    assert decode["weight_bytes"] == report["weight_bytes_resident"] + table.nbytes // table.shape[0]
 
 
 def test_decode_step_makes_one_host_wait(model, profiling):
