@@ -125,6 +125,7 @@ def test_gate_and_up_stack_in_place_when_adjacent_in_the_file():
     gate, up = files.weights[p + "gate_proj.weight"], files.weights[p + "up_proj.weight"]
     both = stack([gate, up], copy=False)
     assert both.shape == (3072, 576) and np.shares_memory(both.data, gate.data)
+    assert type(owner(both.data)).__name__ == "mmap"    # a view of the mapping itself
     np.testing.assert_array_equal(both.data, np.concatenate([gate.data, up.data]))
     q, k = files.weights["model.layers.3.self_attn.q_proj.weight"], \
         files.weights["model.layers.3.self_attn.k_proj.weight"]

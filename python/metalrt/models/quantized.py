@@ -39,7 +39,8 @@ def _owner(a: np.ndarray):
 
 def _adjacent_rows(parts: Sequence[np.ndarray]) -> Optional[np.ndarray]:
     """One view over row-major matrices of equal width that follow each other in
-    memory inside one owner (e.g. the mapping of the file), else None."""
+    memory inside one buffer object (e.g. the mapping of the file), made from that
+    buffer so that it stays a view of it; else None."""
     first = parts[0]
     owner = _owner(first)
     if isinstance(owner, np.ndarray) or not all(p.flags.c_contiguous for p in parts):
@@ -47,11 +48,9 @@ def _adjacent_rows(parts: Sequence[np.ndarray]) -> Optional[np.ndarray]:
     for before, after in zip(parts, parts[1:]):
         if _owner(after) is not owner or _address(after) != _address(before) + before.nbytes:
             return None
+    start = _address(first) - _address(np.frombuffer(owner, np.uint8))
     rows = sum(p.shape[0] for p in parts)
-    # Safe: the checks above prove the whole range lies inside first.base.
-    view = np.lib.stride_tricks.as_strided(first, (rows, first.shape[1]), first.strides,
-                                           writeable=False)
-    return view
+    return np.frombuffer(owner, first.dtype, rows * first.shape[1], start).reshape(rows, -1)
 
 
 def _copied_rows(fields: Sequence[Sequence[np.ndarray]]) -> list:
