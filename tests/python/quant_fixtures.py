@@ -11,8 +11,9 @@ machine in ``<metalrt cache>/quant-fixtures`` (never committed):
 Each fixture's reference is its own implementation's greedy continuation of PROMPT
 (llama.cpp for the GGUFs, mlx-lm for the MLX directories) with the top-2 logit margin
 of every step, stored as ``reference.json`` next to it. All of it runs in the bench's
-peers venv (``python -m bench --install-peers``); a fixture whose tools are missing
-raises FixtureUnavailable saying how to install them.
+peers venv, installed by its installer (``bench/peers.py``) on first use when a tool
+is missing; a fixture whose tool cannot be installed raises FixtureUnavailable with
+the reason.
 
     python tests/python/quant_fixtures.py [NAME ...]   # build ahead of the tests
 """
@@ -101,10 +102,14 @@ def fixture_dir() -> Path:
 
 
 def _peer_python(peer: str) -> str:
+    """The peers venv's python once ``peer`` imports there, installed by the bench's
+    installer when it does not (once per machine; llama-cpp-python builds llama.cpp)."""
     venv = peers.default_venv()
-    status = peers.availability(venv, [peer])[peer]
-    if not status["available"]:
-        raise FixtureUnavailable(f"[quant_fixtures] {peer} is needed: {status['reason']}")
+    if not peers.availability(venv, [peer])[peer]["available"]:
+        peers.install(venv, [peer])
+        status = peers.availability(venv, [peer])[peer]
+        if not status["available"]:
+            raise FixtureUnavailable(f"[quant_fixtures] {peer} is needed: {status['reason']}")
     return str(peers.python_of(venv))
 
 
