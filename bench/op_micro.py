@@ -4,9 +4,8 @@ uses them, on one device.
 
 * GEMV (m = 1, decode) and GEMM (m = prefill tokens) of every projection through
   ``ops.matmul_bt``: GFLOP/s = 2 m n k / t, GB/s = 4 (m k + n k + m n) / t;
-* the same through ``ops.quantized_matmul_bt`` with the weight in Q4_1 (the default
-  model's type), Q8_0 (its embedding / LM head) and MLX affine 4-bit g64, float32
-  activations: GB/s = (weight bytes + 4 (m k + m n)) / t;
+* ``ops.quantized_matmul_bt`` GEMV and GEMM with Q4_1, Q8_0 and affine 4-bit weights
+  (``bench/quantized_micro.py``);
 * ``ops.rms_norm`` over [m, 576]: GB/s = 4 (2 m 576 + 576) / t;
 * ``ops.paged_attention`` decode (one query token, blocks of 16) at context 128,
   1024 and 4096: GFLOP/s = 4 heads ctx head_dim / t, GB/s = the K/V bytes read / t.
@@ -23,11 +22,11 @@ import time
 from typing import Callable, Dict, List
 
 import numpy as np
-from gguf import GGMLQuantizationType
-from gguf import quants as gguf_quants
 
 import metalrt
 from metalrt import ops
+
+from . import quantized_micro
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 576, 9, 3, 64, 1536, 49152
 BLOCK = 16
@@ -72,37 +71,6 @@ def matmul_rows(device: str, m_values, projections, repeats: int, rng) -> List[D
     return rows
 
 
-QUANTIZED_FORMATS = ("q4_1", "q8_0", "affine")
-
-
-def _quantized(rng, fmt: str, n: int, k: int, device: str):
-    """A random [n, k] weight in ``fmt``: GGUF blocks by gguf's quantizer, MLX affine
-    4-bit g64 as random words with random scales and biases."""
-    if fmt == "affine":
-        words = rng.integers(0, 1 << 32, (n, k // 8), dtype=np.uint32)
-        scales, biases = (rng.standard_normal((n, k // 64)).astype(np.float16) for _ in range(2))
-        return metalrt.quantized_tensor("affine", (n, k), words, scales, biases, bits=4,
-                                        group_size=64, device=device)
-    floats = rng.standard_normal((n, k), dtype=np.float32) * 0.1
-    blocks = gguf_quants.quantize(floats, GGMLQuantizationType[fmt.upper()])
-    return metalrt.quantized_tensor(fmt, (n, k), blocks, device=device)
-
-
-def quantized_matmul_rows(device: str, m_values, projections, formats, repeats: int,
-                          rng) -> List[Dict]:
-    rows = []
-    for fmt in formats:
-        for label, (n, k) in projections.items():
-            w = _quantized(rng, fmt, n, k, device)
-            for m in m_values:
-                x = _rand(rng, (m, k), device)
-                times = _timed(lambda: ops.quantized_matmul_bt(x, w), device, repeats)
-                kind = "GEMV" if m == 1 else "GEMM"
-                rows.append(_row(f"{kind} {fmt} {label} {m}x{n}x{k}", "quantized_matmul_bt",
-                                 device, times, 2.0 * m * n * k, w.nbytes + 4.0 * (m * k + m * n)))
-    return rows
-
-
 def rms_norm_rows(device: str, m_values, repeats: int, rng) -> List[Dict]:
     weight = _rand(rng, (HIDDEN,), device)
     rows = []
@@ -139,9 +107,8 @@ def run(device: str, quick: bool, repeats: int) -> List[Dict]:
     rows = matmul_rows(device, (1,), projections, repeats, rng)
     prefill_projections = {k: v for k, v in projections.items() if k != "lm_head"}
     rows += matmul_rows(device, (prefill,), prefill_projections, repeats, rng)
-    formats = QUANTIZED_FORMATS if not quick else QUANTIZED_FORMATS[:1]
-    rows += quantized_matmul_rows(device, (1,), projections, formats, repeats, rng)
-    rows += quantized_matmul_rows(device, (prefill,), prefill_projections, formats, repeats, rng)
+    rows += quantized_micro.rows(device, projections, (1,), repeats, rng, _timed, _row)
+    rows += quantized_micro.rows(device, prefill_projections, (prefill,), repeats, rng, _timed, _row)
     rows += rms_norm_rows(device, (1, prefill), repeats, rng)
     rows += attention_rows(device, (128,) if quick else (128, 1024, 4096), repeats, rng)
     return rows

@@ -5,6 +5,7 @@
 #include "cpu/quantized_blocks.h"
 
 #include <cstring>
+#include <vector>
 
 #include "cpu/float_rows.h"
 
@@ -128,15 +129,14 @@ void GgufBlock(QuantFormat format, const uint8_t* b, float* y) {
   }
 }
 
-// Code k of an affine row: bits [k * bits, (k + 1) * bits) of the row's LSB-first
-// bitstream of little-endian uint32 words (a 3/5/6-bit code may straddle two words).
-uint32_t AffineCode(const uint32_t* words, int64_t k, int bits) {
-  const int64_t bit = k * bits;
-  const int64_t word = bit / 32;
-  const int shift = static_cast<int>(bit % 32);
-  uint64_t v = words[word] >> shift;
-  if (shift + bits > 32) v |= static_cast<uint64_t>(words[word + 1]) << (32 - shift);
-  return static_cast<uint32_t>(v) & ((1u << bits) - 1);
+// Values k .. k + 7 of an affine row: their 8 codes of `bits` bits are `bits` whole
+// bytes of the row's LSB-first bitstream of little-endian uint32 words, starting at
+// byte k * bits / 8 (a 3/5/6-bit code may straddle two words). w = scale * q + bias.
+void AffineChunk(const uint8_t* row, int64_t k, int bits, float scale, float bias, float* y) {
+  uint64_t v = 0;
+  std::memcpy(&v, row + k * bits / 8, static_cast<size_t>(bits));   // little-endian host
+  const uint64_t mask = (uint64_t{1} << bits) - 1;
+  for (int i = 0; i < 8; ++i) y[i] = scale * float(static_cast<uint32_t>((v >> (i * bits)) & mask)) + bias;
 }
 
 }  // namespace
@@ -144,14 +144,12 @@ uint32_t AffineCode(const uint32_t* words, int64_t k, int bits) {
 void DequantizeRow(const QuantizedTensor& w, int64_t row, float* out) {
   if (w.format == QuantFormat::kAffine) {
     const int64_t groups = w.cols / w.group_size;
-    const uint32_t* words = w.data.data_as<uint32_t>() + row * (w.cols * w.bits / 32);
-    float scale[1], bias[1];
-    for (int64_t g = 0; g < groups; ++g) {
-      LoadRowF32(w.scales.data(), w.scales.dtype(), row * groups + g, 1, scale);
-      LoadRowF32(w.biases.data(), w.biases.dtype(), row * groups + g, 1, bias);
-      for (int64_t k = g * w.group_size; k < (g + 1) * w.group_size; ++k)
-        out[k] = scale[0] * float(AffineCode(words, k, w.bits)) + bias[0];
-    }
+    const uint8_t* bytes = w.data.data_as<uint8_t>() + row * (w.cols * w.bits / 8);
+    std::vector<float> scales(static_cast<size_t>(groups)), biases(scales.size());
+    LoadRowF32(w.scales.data(), w.scales.dtype(), row * groups, groups, scales.data());
+    LoadRowF32(w.biases.data(), w.biases.dtype(), row * groups, groups, biases.data());
+    for (int64_t k = 0; k < w.cols; k += 8)
+      AffineChunk(bytes, k, w.bits, scales[k / w.group_size], biases[k / w.group_size], out + k);
     return;
   }
   const int64_t block_values = BlockValues(w.format), block_bytes = BlockBytes(w.format);

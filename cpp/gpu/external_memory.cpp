@@ -19,14 +19,16 @@ std::shared_ptr<void> MetalBackend::AdoptExternal(void* data, size_t bytes, std:
                                 " has no unified memory; copy the data to the device instead");
   std::lock_guard<std::mutex> lock(external_mutex_);
   try {
-    // Inside a live wrapping (another tensor of the same mapping): share it.
     const ResolvedPointer hit = allocations_.Resolve(data, bytes, "[external memory]");
     auto it = external_.find(hit.buffer->contents());
-    if (it != external_.end())
-      if (std::shared_ptr<void> wrapping = it->second.lock())
-        return std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(wrapping, keep_alive);
-    // Memory of a Metal allocation: its own owner keeps it registered.
-    return keep_alive;
+    if (it == external_.end()) return keep_alive;   // a Metal allocation: its owner keeps it registered
+    // Inside a live wrapping (another tensor of the same mapping): share it.
+    if (std::shared_ptr<void> wrapping = it->second.lock())
+      return std::make_shared<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>>(wrapping, keep_alive);
+    // A wrapping whose last tensor is going away on another thread: unregister it now
+    // (its handle's deleter then finds nothing to do) and wrap afresh below.
+    allocations_.Remove(it->first);
+    external_.erase(it);
   } catch (const std::invalid_argument&) {
     // Not registered yet: wrap it below.
   }
@@ -34,14 +36,16 @@ std::shared_ptr<void> MetalBackend::AdoptExternal(void* data, size_t bytes, std:
   const uintptr_t begin = reinterpret_cast<uintptr_t>(data) / page * page;
   const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + (bytes ? bytes : 1) + page - 1) / page * page;
   void* base = reinterpret_cast<void*>(begin);
-  std::shared_ptr<GpuBuffer> buffer = device_->new_buffer_no_copy(base, end - begin, [keep_alive] {});
   if (external_.count(base))
     throw std::invalid_argument("[external memory] the memory at " + std::to_string(begin) +
                                 " overlaps a shorter range wrapped earlier; wrap the whole mapping once");
+  std::shared_ptr<GpuBuffer> buffer = device_->new_buffer_no_copy(base, end - begin, [keep_alive] {});
   allocations_.Add(std::move(buffer));
   std::shared_ptr<void> wrapping(base, [this](void* p) {
     std::lock_guard<std::mutex> guard(external_mutex_);
-    external_.erase(p);
+    auto it = external_.find(p);
+    if (it == external_.end() || !it->second.expired()) return;   // already replaced (see above)
+    external_.erase(it);
     allocations_.Remove(p);
   });
   external_[base] = wrapping;

@@ -1,0 +1,96 @@
+// Metal dispatch of the quantized-weight ops (kernels: metal/quantized.metal): the
+// GEMV for m <= kQuantGemvMaxM, the tiled GEMM above it, and one thread per 8-value
+// chunk for dequantize and quantized_embedding. Kernel names are
+// <op>_<variant>_<format>_<dtype>, the affine format named with its scales' dtype
+// ("affine_bf16"). Buffers: activations or ids, data, scales, biases (GGUF binds data
+// there too: the kernels never read them), out, arguments.
+#include <cstdint>
+#include <string>
+
+#include "gpu/kernel_launch.h"
+#include "metalrt/op_registry.h"
+#include "metalrt/quantized.h"
+#include "quantized_args.h"
+
+namespace metalrt::gpu {
+namespace {
+
+uint32_t CeilDiv(int64_t x, int64_t d) { return static_cast<uint32_t>((x + d - 1) / d); }
+
+std::string FormatToken(const QuantizedTensor& w) {
+  if (w.format != QuantFormat::kAffine) return QuantFormatName(w.format);
+  return std::string("affine_") + KernelDTypeSuffix(w.scales.dtype());
+}
+
+QuantizedArgs ArgsOf(const QuantizedTensor& w, int64_t m) {
+  QuantizedArgs args{};
+  args.row_bytes = static_cast<int64_t>(w.data.dim(1) * DTypeSize(w.data.dtype()));
+  args.m = static_cast<int32_t>(m);
+  args.n = static_cast<int32_t>(w.rows);
+  args.k = static_cast<int32_t>(w.cols);
+  args.groups = w.format == QuantFormat::kAffine ? static_cast<int32_t>(w.cols / w.group_size) : 0;
+  args.group_size = w.group_size;
+  args.bits = w.bits;
+  return args;
+}
+
+// Binds the weight's tensors at buffers 1..3.
+KernelLaunch& BindWeight(KernelLaunch& launch, const QuantizedTensor& w) {
+  const bool affine = w.format == QuantFormat::kAffine;
+  return launch.input(1, w.data).input(2, affine ? w.scales : w.data).input(3, affine ? w.biases : w.data);
+}
+
+bool MetalQuantizedMatmulBT(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const QuantizedTensor& w = call.param<QuantizedTensor>();
+  const int64_t m = x.dim(0);
+  if (!FitsInt(m, w.rows, w.cols)) return false;
+  const bool gemv = m <= kQuantGemvMaxM;
+  // The GEMV reads x with 4-wide vector loads; a view starting off that alignment
+  // declines to the reference tier (tensors the runtime allocates are 64-byte aligned).
+  if (gemv && reinterpret_cast<uintptr_t>(x.data()) % (4 * DTypeSize(x.dtype())) != 0) return false;
+  KernelLaunch launch(KernelName("quantized_matmul_bt", std::string(gemv ? "gemv_" : "gemm_") + FormatToken(w),
+                                 x.dtype()));
+  launch.input(0, x);
+  BindWeight(launch, w).output(4, call.outputs[0]).bytes(5, ArgsOf(w, m));
+  if (gemv) {
+    launch.threadgroups({CeilDiv(w.rows, kQuantGemvRows * kQuantGemvSimdgroups), 1, 1},
+                        {kQuantGemvSimdgroups * kQuantSimdWidth, 1, 1});
+  } else {
+    launch.threadgroups({CeilDiv(w.rows, kQuantGemmTile), CeilDiv(m, kQuantGemmTile), 1},
+                        {kQuantGemmThreads, 1, 1});
+  }
+  return true;
+}
+
+// dequantize (ids undefined: row y is weight row y) and quantized_embedding.
+bool LaunchRows(const char* op, const char* variant, const Tensor& ids, const QuantizedTensor& w,
+                const Tensor& out, int64_t rows) {
+  if (!FitsInt(w.rows, w.cols) || !FitsUint(rows)) return false;
+  KernelLaunch launch(KernelName(op, std::string(variant) + "_" + FormatToken(w), out.dtype()));
+  launch.input(0, ids.defined() ? ids : w.data);
+  BindWeight(launch, w).output(4, out).bytes(5, ArgsOf(w, rows));
+  launch.threads({CeilDiv(w.cols, kQuantChunk), static_cast<uint32_t>(rows), 1}, {kQuantGatherThreads, 1, 1});
+  return true;
+}
+
+bool MetalDequantize(const OpCall& call) {
+  const QuantizedTensor& w = call.param<QuantizedTensor>();
+  return LaunchRows("dequantize", "rows", Tensor(), w, call.outputs[0], w.rows);
+}
+
+bool MetalQuantizedEmbedding(const OpCall& call) {
+  const Tensor& ids = call.inputs[0];
+  return LaunchRows("quantized_embedding", "gather", ids, call.param<QuantizedTensor>(), call.outputs[0],
+                    ids.dim(0));
+}
+
+}  // namespace
+
+METALRT_REGISTER_PROVIDER("quantized_matmul_bt", DeviceType::kMETAL, "metal_quantized_matmul_bt", 10,
+                          MetalQuantizedMatmulBT);
+METALRT_REGISTER_PROVIDER("dequantize", DeviceType::kMETAL, "metal_dequantize", 10, MetalDequantize);
+METALRT_REGISTER_PROVIDER("quantized_embedding", DeviceType::kMETAL, "metal_quantized_embedding", 10,
+                          MetalQuantizedEmbedding);
+
+}  // namespace metalrt::gpu

@@ -1,0 +1,178 @@
+// Quantized-weight kernels: every format decodes through the chunk decoders of
+// metal/quantized_blocks.h (8 values sharing one scale and one bias), activations and
+// accumulators in f32. Instantiated per op, variant, format and dtype as
+// <op>_<variant>_<format>_<dtype> (affine: <format> = affine_<scales dtype>), so the
+// profiler shows which ran:
+// * quantized_matmul_bt_gemv_* (m <= 8, decode and small batches). Design: MLX qmv /
+//   llama.cpp mul_mv_q (reference/quantization.md section 3): 2 SIMD-groups of 4 weight
+//   rows each, lanes strided along K one 8-value chunk at a time; each weight chunk is
+//   decoded once and reused by all m activation rows, each activation chunk loaded once
+//   (two 4-wide vector loads) and shared by the 4 rows; the chunk's sum of x is taken once, so the bias costs one
+//   multiply per chunk and row (scale * sum(c x) + bias * sum(x)); simd_sum at the end.
+//   Expected: bound by the weight bytes (the packed size, ~4.5-8.5 bits per weight) on
+//   Apple GPUs, within ~2x of MLX's qmv_fast, which also vectorises the activation loads.
+// * quantized_matmul_bt_gemm_* (m > 8, prefill). Design: MLX qmm_t: 32x32 output tiles,
+//   the weight tile dequantized into threadgroup memory (one chunk per thread), the
+//   activation tile staged as f32 (never half: activations beyond 65504 stay finite),
+//   four SIMD-groups of 2x2 8x8 simdgroup_multiply_accumulate. Expected: compute-bound
+//   like the dense matmul_bt_gemm, plus the decode of each weight tile once per 32 rows.
+// * dequantize_rows_* and quantized_embedding_gather_*: one thread per chunk of a row
+//   (the row of the grid's y, or of ids[y]); bit-exact with the CPU oracle. Expected:
+//   bound by the bytes written.
+#include <metal_stdlib>
+#include "quantized_blocks.h"
+using namespace metal;
+
+template <typename F, typename T, typename S>
+kernel void quantized_matmul_bt_gemv(device const T* x [[buffer(0)]],
+                                     device const uchar* data [[buffer(1)]],
+                                     device const S* scales [[buffer(2)]],
+                                     device const S* biases [[buffer(3)]],
+                                     device T* out [[buffer(4)]],
+                                     constant QuantizedArgs& args [[buffer(5)]],
+                                     uint group [[threadgroup_position_in_grid]],
+                                     uint simdgroup [[simdgroup_index_in_threadgroup]],
+                                     uint lane [[thread_index_in_simdgroup]]) {
+  const int32_t row0 = (int32_t(group) * kQuantGemvSimdgroups + int32_t(simdgroup)) * kQuantGemvRows;
+  if (row0 >= args.n) return;
+  float acc[kQuantGemvMaxM][kQuantGemvRows];
+  for (int i = 0; i < kQuantGemvMaxM; ++i)
+    for (int r = 0; r < kQuantGemvRows; ++r) acc[i][r] = 0.0f;
+  for (int32_t k0 = int32_t(lane) * kQuantChunk; k0 < args.k; k0 += kQuantSimdWidth * kQuantChunk) {
+    QuantChunk w[kQuantGemvRows];
+    for (int r = 0; r < kQuantGemvRows; ++r)
+      if (row0 + r < args.n) w[r] = load_chunk<F>(data, scales, biases, long(row0 + r), k0, args);
+    for (int32_t i = 0; i < args.m; ++i) {
+      // Two 4-wide loads (the host declines an x not aligned for them); each x is
+      // widened to f32 before it is summed (MLX PR #4516 summed in the activation dtype).
+      device const vec<T, 4>* xv = (device const vec<T, 4>*)(x + long(i) * args.k + k0);
+      const float4 lo = float4(xv[0]), hi = float4(xv[1]);
+      const float xs[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      float sum_x = 0.0f;
+      for (int j = 0; j < 8; ++j) sum_x += xs[j];
+      for (int r = 0; r < kQuantGemvRows; ++r) {
+        if (row0 + r >= args.n) break;
+        float dot = 0.0f;
+        for (int j = 0; j < 8; ++j) dot += w[r].c[j] * xs[j];
+        acc[i][r] += F::kHasBias ? w[r].scale * dot + w[r].bias * sum_x : w[r].scale * dot;
+      }
+    }
+  }
+  for (int32_t i = 0; i < args.m; ++i)
+    for (int r = 0; r < kQuantGemvRows; ++r) {
+      const float total = simd_sum(acc[i][r]);
+      if (lane == 0 && row0 + r < args.n) out[long(i) * args.n + row0 + r] = T(total);
+    }
+}
+
+template <typename F, typename T, typename S>
+kernel void quantized_matmul_bt_gemm(device const T* x [[buffer(0)]],
+                                     device const uchar* data [[buffer(1)]],
+                                     device const S* scales [[buffer(2)]],
+                                     device const S* biases [[buffer(3)]],
+                                     device T* out [[buffer(4)]],
+                                     constant QuantizedArgs& args [[buffer(5)]],
+                                     uint2 group [[threadgroup_position_in_grid]],
+                                     uint tid [[thread_index_in_threadgroup]],
+                                     uint simdgroup [[simdgroup_index_in_threadgroup]]) {
+  threadgroup float x_tile[kQuantGemmTile * kQuantGemmTileK];   // [row][k]
+  threadgroup float w_tile[kQuantGemmTile * kQuantGemmTileK];   // [weight row][k]
+  threadgroup float c_tile[kQuantGemmTile * kQuantGemmTile];    // [row][column]
+  const int32_t row0 = int32_t(group.y) * kQuantGemmTile;
+  const int32_t col0 = int32_t(group.x) * kQuantGemmTile;
+  const int32_t sg_row = int32_t(simdgroup / 2) * 16;
+  const int32_t sg_col = int32_t(simdgroup % 2) * 16;
+  simdgroup_matrix<float, 8, 8> acc[2][2];
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+
+  // K is a multiple of 32 in every format, so only the M and N edges need guards.
+  for (int32_t k0 = 0; k0 < args.k; k0 += kQuantGemmTileK) {
+    for (int32_t e = int32_t(tid); e < kQuantGemmTile * kQuantGemmTileK; e += kQuantGemmThreads) {
+      const int32_t r = e / kQuantGemmTileK, c = e % kQuantGemmTileK;
+      x_tile[e] = row0 + r < args.m ? float(x[long(row0 + r) * args.k + k0 + c]) : 0.0f;
+    }
+    {
+      // One chunk per thread: 32 weight rows x 4 chunks of 8.
+      const int32_t r = int32_t(tid) / 4, c0 = (int32_t(tid) % 4) * kQuantChunk;
+      threadgroup float* dst = w_tile + r * kQuantGemmTileK + c0;
+      if (col0 + r < args.n) {
+        const QuantChunk q = load_chunk<F>(data, scales, biases, long(col0 + r), k0 + c0, args);
+        for (int j = 0; j < 8; ++j) dst[j] = chunk_value<F>(q, j);
+      } else {
+        for (int j = 0; j < 8; ++j) dst[j] = 0.0f;
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int32_t kk = 0; kk < kQuantGemmTileK; kk += 8) {
+      simdgroup_matrix<float, 8, 8> ma[2], mb[2];
+      for (int i = 0; i < 2; ++i) simdgroup_load(ma[i], x_tile, kQuantGemmTileK, ulong2(kk, sg_row + 8 * i));
+      for (int j = 0; j < 2; ++j)
+        simdgroup_load(mb[j], w_tile, kQuantGemmTileK, ulong2(sg_col + 8 * j, kk), true);
+      for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 2; ++j) simdgroup_multiply_accumulate(acc[i][j], ma[i], mb[j], acc[i][j]);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j)
+      simdgroup_store(acc[i][j], c_tile, kQuantGemmTile, ulong2(sg_col + 8 * j, sg_row + 8 * i));
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (int32_t e = int32_t(tid); e < kQuantGemmTile * kQuantGemmTile; e += kQuantGemmThreads) {
+    const int32_t r = row0 + e / kQuantGemmTile, c = col0 + e % kQuantGemmTile;
+    if (r < args.m && c < args.n) out[long(r) * args.n + c] = T(c_tile[e]);
+  }
+}
+
+// Row y of the output is weight row y (dequantize) or ids[y] (quantized_embedding; an
+// id outside [0, n) gives a zero row).
+template <typename F, typename T, typename S, bool kGather>
+kernel void quantized_rows(device const int* ids [[buffer(0)]],
+                           device const uchar* data [[buffer(1)]],
+                           device const S* scales [[buffer(2)]],
+                           device const S* biases [[buffer(3)]],
+                           device T* out [[buffer(4)]],
+                           constant QuantizedArgs& args [[buffer(5)]],
+                           uint2 position [[thread_position_in_grid]]) {
+  const int32_t k0 = int32_t(position.x) * kQuantChunk;
+  if (k0 >= args.k) return;
+  const long row = kGather ? long(ids[position.y]) : long(position.y);
+  device T* dst = out + long(position.y) * args.k + k0;
+  if (row < 0 || row >= args.n) {
+    for (int j = 0; j < 8; ++j) dst[j] = T(0.0f);
+    return;
+  }
+  const QuantChunk q = load_chunk<F>(data, scales, biases, row, k0, args);
+  for (int j = 0; j < 8; ++j) dst[j] = T(chunk_value<F>(q, j));
+}
+
+#define METALRT_QUANTIZED(F, FNAME, T, TNAME, S)                                                         \
+  template [[host_name("quantized_matmul_bt_gemv_" FNAME "_" TNAME)]] kernel void                      \
+  quantized_matmul_bt_gemv<F, T, S>(device const T*, device const uchar*, device const S*,             \
+                                    device const S*, device T*, constant QuantizedArgs&, uint, uint, uint); \
+  template [[host_name("quantized_matmul_bt_gemm_" FNAME "_" TNAME)]] kernel void                      \
+  quantized_matmul_bt_gemm<F, T, S>(device const T*, device const uchar*, device const S*,             \
+                                    device const S*, device T*, constant QuantizedArgs&, uint2, uint, uint); \
+  template [[host_name("dequantize_rows_" FNAME "_" TNAME)]] kernel void                               \
+  quantized_rows<F, T, S, false>(device const int*, device const uchar*, device const S*,              \
+                                 device const S*, device T*, constant QuantizedArgs&, uint2);          \
+  template [[host_name("quantized_embedding_gather_" FNAME "_" TNAME)]] kernel void                    \
+  quantized_rows<F, T, S, true>(device const int*, device const uchar*, device const S*,               \
+                                device const S*, device T*, constant QuantizedArgs&, uint2);
+
+#define METALRT_QUANTIZED_DTYPES(F, FNAME, S)       \
+  METALRT_QUANTIZED(F, FNAME, float, "f32", S)     \
+  METALRT_QUANTIZED(F, FNAME, half, "f16", S)      \
+  METALRT_QUANTIZED(F, FNAME, bfloat, "bf16", S)
+
+METALRT_QUANTIZED_DTYPES(FormatQ4_0, "q4_0", half)
+METALRT_QUANTIZED_DTYPES(FormatQ4_1, "q4_1", half)
+METALRT_QUANTIZED_DTYPES(FormatQ5_0, "q5_0", half)
+METALRT_QUANTIZED_DTYPES(FormatQ5_1, "q5_1", half)
+METALRT_QUANTIZED_DTYPES(FormatQ8_0, "q8_0", half)
+METALRT_QUANTIZED_DTYPES(FormatQ4_K, "q4_k", half)
+METALRT_QUANTIZED_DTYPES(FormatQ5_K, "q5_k", half)
+METALRT_QUANTIZED_DTYPES(FormatQ6_K, "q6_k", half)
+METALRT_QUANTIZED_DTYPES(FormatAffine, "affine_f32", float)
+METALRT_QUANTIZED_DTYPES(FormatAffine, "affine_f16", half)
+METALRT_QUANTIZED_DTYPES(FormatAffine, "affine_bf16", bfloat)

@@ -1,0 +1,141 @@
+// Gates of the Metal quantized-weight kernels (metal/quantized.metal) in the op-case
+// table: quantized_matmul_bt (GEMV for m <= 8, GEMM above) against the CPU oracle with
+// NMSE <= 1e-6 for f32 activations (5e-4 for f16/bf16) plus a per-element bound, and
+// dequantize / quantized_embedding bit-exact, for every format and affine bit width and
+// group size, at the boundary shapes of issue #13 (K = 64 ... 896, not a multiple of 256
+// or 512; N = 1, 5, 8, 49152; m = 1..9, 33, 512). Random scales include negative ones.
+#include <doctest/doctest.h>
+
+#include "metal_op_testing.h"
+#include "metalrt/ops.h"
+#include "op_cases.h"
+#include "quantized_testing.h"
+
+using namespace metalrt;
+using namespace metalrt::testing;
+
+namespace {
+
+constexpr QuantFormat kGgufFormats[] = {QuantFormat::kQ4_1, QuantFormat::kQ8_0, QuantFormat::kQ4_K,
+                                        QuantFormat::kQ6_K, QuantFormat::kQ5_0, QuantFormat::kQ4_0,
+                                        QuantFormat::kQ5_K, QuantFormat::kQ5_1};
+
+bool IsKQuant(QuantFormat f) {
+  return f == QuantFormat::kQ4_K || f == QuantFormat::kQ5_K || f == QuantFormat::kQ6_K;
+}
+
+// The token of a weight's format in kernel names ("q4_1", "affine_bf16").
+std::string FormatToken(const WeightSpec& s) {
+  return IsAffine(s) ? std::string("affine_") + gpu::KernelDTypeSuffix(s.scales) : QuantFormatName(s.format);
+}
+
+OpCase MatmulCase(const WeightSpec& s, int64_t m, int64_t k, int64_t n, DType dtype, uint32_t seed) {
+  const Tensor x = MakeFloat({m, k}, dtype, RandomValuesOf(dtype, m * k, seed));
+  std::vector<Tensor> inputs{x};
+  for (const Tensor& t : RandomWeight(s, n, k, seed + 1)) inputs.push_back(t);
+  const std::string variant = m <= 8 ? "gemv_" : "gemm_";
+  OpCase c = SingleOutputCase(CaseName("quantized_matmul_bt", dtype, {m, k, n}, SpecName(s)),
+                              "quantized_matmul_bt",
+                              gpu::KernelName("quantized_matmul_bt", variant + FormatToken(s), dtype),
+                              inputs, {{m, n}, dtype}, {0.0, 0.0},
+                              [s, n, k](const Inputs& in, const Tensor& out) {
+                                ops::QuantizedMatmulBT(in[0], WeightOf(s, n, k, in, 1), out);
+                              });
+  // Both sides accumulate in f32 in different orders; f16/bf16 outputs may differ by a
+  // rounding step or two.
+  c.nmse = dtype == DType::kF32 ? 1e-6 : 5e-4;
+  c.max_rel = dtype == DType::kF32 ? 1e-5 : 4 * UnitRoundoff(dtype);
+  return c;
+}
+
+OpCase DequantizeCase(const WeightSpec& s, int64_t n, int64_t k, DType dtype, uint32_t seed) {
+  OpCase c = SingleOutputCase(CaseName("dequantize", dtype, {n, k}, SpecName(s)), "dequantize",
+                              gpu::KernelName("dequantize", "rows_" + FormatToken(s), dtype),
+                              RandomWeight(s, n, k, seed), {{n, k}, dtype}, {0.0, 0.0},
+                              [s, n, k, dtype](const Inputs& in, const Tensor& out) {
+                                ops::Dequantize(WeightOf(s, n, k, in, 0), dtype, out);
+                              });
+  return BitExact(c);
+}
+
+OpCase EmbeddingCase(const WeightSpec& s, int64_t n, int64_t k, DType dtype, uint32_t seed) {
+  std::vector<int32_t> ids{static_cast<int32_t>(n - 1), 0, static_cast<int32_t>(n / 2), 0};
+  std::vector<Tensor> inputs{MakeInts({4}, DType::kI32, ids)};
+  for (const Tensor& t : RandomWeight(s, n, k, seed)) inputs.push_back(t);
+  OpCase c = SingleOutputCase(CaseName("quantized_embedding", dtype, {4, n, k}, SpecName(s)),
+                              "quantized_embedding",
+                              gpu::KernelName("quantized_embedding", "gather_" + FormatToken(s), dtype),
+                              inputs, {{4, k}, dtype}, {0.0, 0.0},
+                              [s, n, k, dtype](const Inputs& in, const Tensor& out) {
+                                ops::QuantizedEmbedding(in[0], WeightOf(s, n, k, in, 1), dtype, out);
+                              });
+  return BitExact(c);
+}
+
+}  // namespace
+
+METALRT_OP_CASES(quantized_cases) {
+  std::vector<OpCase> cases;
+  uint32_t seed = 13000;
+  auto next = [&seed] { return seed += 7; };
+  // GGUF: the 32-value formats at K = 64, 576, 896, the K-quants (blocks of 256) at
+  // K = 256 and 768; m = 1..8 take the GEMV (N = 1, 5, 8 and ragged 13), m = 9, 33 and
+  // 512 the GEMM (big m at small N, K to keep the simulated time small).
+  for (QuantFormat f : kGgufFormats) {
+    const WeightSpec s{f};
+    const int64_t ks[] = {IsKQuant(f) ? 256 : 64, IsKQuant(f) ? 768 : 576, IsKQuant(f) ? 256 : 896};
+    cases.push_back(MatmulCase(s, 1, ks[0], 1, DType::kF32, next()));
+    cases.push_back(MatmulCase(s, 1, ks[1], 5, DType::kF32, next()));
+    cases.push_back(MatmulCase(s, 2, ks[2], 8, DType::kF32, next()));
+    cases.push_back(MatmulCase(s, 8, ks[1], 13, DType::kF32, next()));
+    cases.push_back(MatmulCase(s, 9, ks[0], 5, DType::kF32, next()));
+    cases.push_back(MatmulCase(s, 33, ks[2], 40, DType::kF32, next()));
+    cases.push_back(MatmulCase(s, 3, ks[1], 8, DType::kBF16, next()));
+    cases.push_back(MatmulCase(s, 33, ks[0], 8, DType::kF16, next()));
+    cases.push_back(DequantizeCase(s, 5, ks[1], DType::kF32, next()));
+    cases.push_back(DequantizeCase(s, 3, ks[0], DType::kBF16, next()));
+    cases.push_back(EmbeddingCase(s, 7, ks[2], DType::kF32, next()));
+  }
+  // The default model's formats at its shapes: every m of decode, a prefill of 512 rows
+  // at a small N, and the 49152-row vocabulary (m = 1 only: the simulated time).
+  for (QuantFormat f : {QuantFormat::kQ4_1, QuantFormat::kQ8_0}) {
+    const WeightSpec s{f};
+    for (int64_t m = 3; m <= 7; ++m) cases.push_back(MatmulCase(s, m, 576, 8, DType::kF32, next()));
+    cases.push_back(MatmulCase(s, 512, 64, 5, DType::kF32, next()));
+    cases.push_back(EmbeddingCase(s, 49152, 576, DType::kF32, next()));
+  }
+  cases.push_back(MatmulCase(WeightSpec{QuantFormat::kQ8_0}, 1, 576, 49152, DType::kF32, next()));
+  // MLX affine: every bit width at every group size, scales in each float dtype.
+  const DType scale_dtypes[] = {DType::kF16, DType::kBF16, DType::kF32};
+  int variant = 0;
+  for (int bits : {4, 8, 2, 3, 5, 6})
+    for (int gs : {32, 64, 128}) {
+      const WeightSpec s{QuantFormat::kAffine, bits, gs, scale_dtypes[variant++ % 3]};
+      const int64_t k = gs == 128 ? 896 : 576;
+      cases.push_back(MatmulCase(s, 1, k, 5, DType::kF32, next()));
+      cases.push_back(MatmulCase(s, 4, gs == 32 ? 64 : 128 * (gs / 64), 8, DType::kF32, next()));
+      cases.push_back(MatmulCase(s, 9, k, 5, DType::kF32, next()));
+      cases.push_back(DequantizeCase(s, 3, k, DType::kF32, next()));
+      cases.push_back(EmbeddingCase(s, 5, k, DType::kBF16, next()));
+    }
+  const WeightSpec affine4{QuantFormat::kAffine, 4, 64, DType::kBF16};
+  cases.push_back(MatmulCase(affine4, 2, 576, 8, DType::kBF16, next()));
+  cases.push_back(MatmulCase(affine4, 33, 576, 40, DType::kBF16, next()));
+  cases.push_back(MatmulCase(affine4, 512, 64, 5, DType::kBF16, next()));
+  cases.push_back(MatmulCase(affine4, 1, 64, 49152, DType::kF32, next()));
+  return cases;
+}
+
+TEST_CASE("metal quantized_matmul_bt: f32 activations beyond the half range stay finite in the GEMM") {
+  // A half-staged activation tile would overflow 65504 to inf (llama.cpp PR #26223).
+  const WeightSpec s{QuantFormat::kQ8_0};
+  const std::vector<Tensor> w = RandomWeight(s, 8, 64, 71);
+  std::vector<double> values(static_cast<size_t>(16 * 64), 1.0e5);
+  const Tensor x = MakeFloat({16, 64}, DType::kF32, values);
+  const Tensor ref = ops::QuantizedMatmulBT(x, WeightOf(s, 8, 64, w, 0));
+  std::vector<Tensor> metal_w{ToMetal(w[0])};
+  const Tensor out = ops::QuantizedMatmulBT(ToMetal(x), WeightOf(s, 8, 64, metal_w, 0));
+  const std::vector<double> got = ReadMetal(out), want = ReadFloat(ref);
+  for (double v : want) REQUIRE(std::isfinite(v));
+  CheckClose(got, want, {1e-5, 0.0}, "x = 1e5");
+}
