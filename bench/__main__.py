@@ -482,7 +482,7 @@ def run(args, path: Path, saved: List[bool]) -> int:
     started = time.time()
     # Absolute: the workers run in the repository's root.
     gguf = os.path.abspath(default_model_path())
-    # The tokenizer only: the GGUF's weights are dequantized when read, so none are.
+    # The tokenizer only: the GGUF's weights are views of its mapping, none is read.
     tokenizer = load_model_files(gguf).tokenizer
     result = {
         "quick": args.quick,

@@ -33,12 +33,14 @@ import json
 import os
 import sys
 from contextlib import contextmanager
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import metalrt
 from metalrt import ops, profiler, providers
+from metalrt.loaders.gguf_file import GGUFFile
 from metalrt.runner import Engine, SamplingParams, blocks_for
 
+from . import weight_bytes
 from .generation import emit
 
 DEFAULT_MAX_DISPATCHES = 48   # the command stream's cap unless METALRT_MAX_DISPATCHES is set
@@ -57,14 +59,17 @@ def _delta(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:
 
 
 class _Recorder:
-    """Profiler deltas of every op call and of every decoder layer during one step."""
+    """Profiler deltas of every op call and of every decoder layer during one step, and
+    the weight bytes the op calls read (``weight_bytes``)."""
 
-    def __init__(self):
+    def __init__(self, weights: Dict[int, object]):
         self.ops: Dict[str, Dict[str, int]] = {}
         self.layers: List[Dict[str, int]] = []
+        self.weights, self.weight_bytes = weights, 0
 
     def op(self, name, fn):
         def wrapped(*args, **kwargs):
+            self.weight_bytes += weight_bytes.bytes_read(name, args, kwargs, self.weights)
             before = _totals()
             result = fn(*args, **kwargs)
             d = _delta(before, _totals())
@@ -103,8 +108,8 @@ def _instrumented(model, recorder: _Recorder):
         model.layers = layers
 
 
-def _step(engine: Engine, model) -> Dict:
-    recorder = _Recorder()
+def _step(engine: Engine, model, weights: Dict[int, object]) -> Dict:
+    recorder = _Recorder(weights)
     providers.reset_stats()
     profiler.reset()
     with _instrumented(model, recorder):
@@ -121,21 +126,26 @@ def _step(engine: Engine, model) -> Dict:
         "waits_outside_ops": totals["waits"] - in_ops,
         "dispatches_per_layer": layer_dispatches[0] if len(layer_dispatches) == 1 else layer_dispatches,
         "waits_per_layer": recorder.layers[0]["waits"] if recorder.layers else 0,
+        "weight_bytes": recorder.weight_bytes,
         "ops": per_op,
     }
 
 
-def run(model, prompt_ids: Sequence[int], decode_steps: int = 3) -> Dict:
+def run(model, prompt_ids: Sequence[int], decode_steps: int = 3,
+        file_weight_bytes: Optional[int] = None) -> Dict:
     """Measures, for ``model`` on the Metal device, one prefill step of ``prompt_ids``
-    and ``decode_steps`` decode steps (the last is the warmed-up one the table shows)."""
+    and ``decode_steps`` decode steps (the last is the warmed-up one the table shows).
+    ``file_weight_bytes``: the tensor bytes of the model's file, which the weight
+    bytes read per decode step are compared with (at most 1.05x)."""
+    weights = weight_bytes.weight_tensors(model)
     cache = model.new_cache(blocks_for(len(prompt_ids) + decode_steps + 1))
     engine = Engine(model, cache, max_batched_tokens=max(len(prompt_ids), 1))
     engine.add_request(list(prompt_ids), SamplingParams(), max_tokens=decode_steps + 1)
     was = profiler.enabled()
     profiler.enable(True)
     try:
-        prefill = _step(engine, model)
-        decodes = [_step(engine, model) for _ in range(decode_steps)]
+        prefill = _step(engine, model, weights)
+        decodes = [_step(engine, model, weights) for _ in range(decode_steps)]
     finally:
         profiler.enable(was)
         engine.close()
@@ -151,7 +161,11 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3) -> Dict:
         "prefill": prefill,
         "decode": decode,
         "decode_warmup": decodes[:-1],
+        "weight_bytes_resident": weight_bytes.resident_bytes(weights),
+        "file_weight_bytes": file_weight_bytes,
         "goal": {
+            "decode_weight_bytes_within_1_05x_file": None if file_weight_bytes is None else
+            decode["weight_bytes"] <= 1.05 * file_weight_bytes,
             "one_wait_per_decode_step": decode["waits"] == 1,
             # The cap commits one command buffer per `cap` dispatches encoded.
             "decode_commits_from_cap": decode["dispatches"] // cap,
@@ -169,7 +183,9 @@ def main(argv: List[str]) -> int:
     with open(argv[0]) as f:
         spec = json.load(f)
     model, _ = metalrt.load(spec["gguf"], device="metal")
-    emit(run(model, spec["prompt"], decode_steps=spec["decode_steps"]))
+    file_bytes = sum(info.nbytes for info in GGUFFile(spec["gguf"]).tensors.values())
+    emit(run(model, spec["prompt"], decode_steps=spec["decode_steps"],
+             file_weight_bytes=file_bytes))
     return 0
 
 

@@ -173,6 +173,12 @@ def counter_table(result: Dict) -> str:
              f"({decode['waits']} waits); {commit_goal}; 0 bytes after warm-up: "
              f"{goal['zero_bytes_after_warmup']}",
              f"ops on the CPU reference tier: {', '.join(goal['reference_tier_ops']) or 'none'}"]
+    if c.get("file_weight_bytes"):     # results written before weight bytes were counted lack it
+        lines.append(f"weight bytes read per decode step: {decode['weight_bytes'] / 1e6:.2f} MB; "
+                     f"the file's tensor bytes: {c['file_weight_bytes'] / 1e6:.2f} MB "
+                     f"({decode['weight_bytes'] / c['file_weight_bytes']:.3f}x, goal <= 1.05x: "
+                     f"{goal['decode_weight_bytes_within_1_05x_file']}); resident weights "
+                     f"{c['weight_bytes_resident'] / 1e6:.2f} MB")
     return "\n".join(lines)
 
 

@@ -4,7 +4,8 @@ from a peers' venv that sees this interpreter's torch and transformers) on the
 Hugging Face export it writes, reports the peers that are not installed as such (with
 a reason) instead of dropping them, every figure it measures is positive, and the
 Metal-path counters meet their goals (one host wait per decode step, commits beyond
-one only at the dispatch cap, 0 bytes allocated after warm-up). No speed is asserted."""
+one only at the dispatch cap, 0 bytes allocated after warm-up, weight bytes read per
+decode step within 1.05x of the file's). No speed is asserted."""
 import json
 import math
 import os
@@ -73,7 +74,7 @@ def test_quick_benchmark_json(tmp_path):
         assert positive(r["seconds"]) and r["gbps"] > 0 and r["provider"], r
         assert r["gflops"] is None or r["gflops"] > 0
     ops = {r["op"] for r in result["ops"]}
-    assert ops == {"matmul_bt", "rms_norm", "paged_attention"}
+    assert ops == {"matmul_bt", "quantized_matmul_bt", "rms_norm", "paged_attention"}
 
     if metalrt.is_available("metal"):
         c = result["counters"]
@@ -85,3 +86,9 @@ def test_quick_benchmark_json(tmp_path):
         assert c["decode"]["waits"] == 1 and c["goal"]["one_wait_per_decode_step"] is True
         assert c["goal"]["commits_at_cap_but_one_synchronize"] is True
         assert c["goal"]["reference_tier_ops"] == []
+        # The default model runs from its Q4_1/Q8_0 blocks: a decode step reads each
+        # weight once (the tied Q8_0 embedding whole, as the LM head), about the file's
+        # tensor bytes; from float32 it read 5.5x.
+        assert c["file_weight_bytes"] == 96_576_768
+        assert 0.95 * c["file_weight_bytes"] < c["decode"]["weight_bytes"] <= 1.05 * c["file_weight_bytes"]
+        assert c["goal"]["decode_weight_bytes_within_1_05x_file"] is True

@@ -109,22 +109,33 @@ def test_default_model_loads_as_hf_state_dict():
     assert w["model.embed_tokens.weight"].shape == (49152, 576)
     assert w["model.layers.29.self_attn.k_proj.weight"].shape == (192, 576)
     assert w["model.layers.0.mlp.down_proj.weight"].shape == (576, 1536)
-    assert all(v.dtype == np.float32 and np.isfinite(v).all() for v in w.values())
+    norms = [v for n, v in w.items() if "norm" in n]
+    assert len(norms) == 1 + 30 * 2
+    assert all(v.dtype == np.float32 and np.isfinite(v).all() for v in norms)
 
 
-def test_default_model_load_holds_one_copy_of_the_weights():
-    """metalrt.load dequantizes each GGUF tensor when the model uploads it, so the host
-    never holds a second float32 copy of every weight: the peak resident set of a
-    fresh process that loads the default model on the CPU stays below 1 GB (its
-    float32 weights are 0.54 GB; holding them twice peaked at 1.31 GB)."""
+def test_default_model_load_holds_no_float_copy_of_the_weights():
+    """Loading keeps the GGUF's Q4_1/Q8_0 blocks as views of the mapped file, so
+    loading the default model on the CPU (what metalrt.load does: read the files, build
+    the model) reads no weight into anonymous memory: the peak resident set of a fresh
+    process stays below 0.35 GB (the mapped file is 98 MB; dequantized to float32 on
+    load the weights were 0.54 GB and the peak 0.77 GB), and building the model grows
+    its anonymous memory by less than 10% of the file's weight bytes (the float norms)."""
     import subprocess
     import sys
 
-    code = ("import metalrt\nmetalrt.load(None, device='cpu')\n"
-            "print(next(int(l.split()[1]) for l in open('/proc/self/status') "
-            "if l.startswith('VmHWM:')))")
+    code = ("import metalrt\n"
+            "from metalrt.loaders import load_model_files\n"
+            "from metalrt.models import build_model\n"
+            "def kib(key):\n"
+            "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith(key))\n"
+            "files = load_model_files(None)\n"
+            "before = kib('RssAnon:')\n"
+            "model = build_model(files.config, files.weights, 'cpu')\n"
+            "print(kib('VmHWM:'), kib('RssAnon:') - before)")
     if not sys.platform.startswith("linux"):
         pytest.skip("VmHWM is Linux's /proc accounting")
-    peak_kib = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                  check=True).stdout)
-    assert 0.54e9 < peak_kib * 1024 < 1.0e9, peak_kib
+    peak_kib, anon_kib = map(int, subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                                 text=True, check=True).stdout.split())
+    assert peak_kib * 1024 < 0.35e9, peak_kib
+    assert anon_kib * 1024 < 0.1 * 96_576_768, anon_kib

@@ -1,5 +1,6 @@
 """GGUF gates: dequantization against float64 references on synthetic blocks, the Llama
-Q/K un-permute, metadata → config, and every bad-file error. Files are written in the
+Q/K un-permute (a tool: the loader keeps the stored rows), metadata → config, and every
+bad-file error. Files are written in the
 test with the ``gguf`` package's writer."""
 import gguf
 import numpy as np
@@ -111,8 +112,12 @@ def test_llama_gguf_loads_as_hf_state_dict(tmp_path, tied):
     assert files.source == str(tmp_path / "m.gguf")
     assert set(files.weights) == set(written)
     assert ("lm_head.weight" in files.weights) == (not tied)
-    for name, value in written.items():  # Q/K rows back in HF order, the rest untouched
+    for name, value in written.items():  # Q/K rows as the file stores them (no copy)
+        if ".self_attn.q_proj." in name or ".self_attn.k_proj." in name:
+            heads = model.heads if ".q_proj." in name else model.kv_heads
+            value = llama_cpp_qk_rows(value, heads)
         np.testing.assert_array_equal(files.weights[name], value, err_msg=name)
+    assert files.config["rope_interleaved"] is True
     expected = model.hf_config()
     for key in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers",
                 "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
@@ -202,10 +207,11 @@ def test_unknown_architecture(tmp_path):
 def test_unsupported_quant_type(tmp_path):
     model = TinyLlama(layers=1)
     name = "blk.0.ffn_up.weight"
-    q4_0 = np.zeros((model.ffn, model.hidden // 32 * 18), np.uint8)  # Q4_0: 18-byte blocks
-    write_llama_gguf(tmp_path / "q.gguf", model, raw={name: (q4_0, T.Q4_0)})
+    iq4 = np.zeros((model.ffn, model.hidden // 32 * 18), np.uint8)  # IQ4_NL: 18-byte blocks
+    write_llama_gguf(tmp_path / "q.gguf", model, raw={name: (iq4, T.IQ4_NL)})
     with pytest.raises(ValueError, match=r"q\.gguf: tensor 'blk\.0\.ffn_up\.weight' has type "
-                                         r"Q4_0; supported types are F32, F16, BF16, Q8_0, Q4_1"):
+                                         r"IQ4_NL; supported types are F32, F16, BF16, Q4_0, Q4_1, "
+                                         r"Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K"):
         load_model_files(tmp_path / "q.gguf")
 
 

@@ -1,5 +1,5 @@
 """Metal-path counters of the runner (the goals of `python -m bench`) on a small random Llama on
-the Metal device: a warmed-up decode step allocates 0 device bytes (its inputs are
+the Metal device, with float32 weights and quantized to MLX 4-bit: a warmed-up decode step allocates 0 device bytes (its inputs are
 written into persistent tensors, its activations come from the buffer cache), makes
 exactly one host wait (the read of the sampled token ids) and commits every command
 buffer at the dispatch cap but the one committed by the synchronize before that read
@@ -14,6 +14,7 @@ import pytest
 
 import metalrt
 import tiny_hf
+import tiny_quant
 from metalrt import profiler
 from metalrt.runner import Engine, SamplingParams, StepBuffers, blocks_for
 
@@ -25,11 +26,19 @@ pytestmark = pytest.mark.skipif(not metalrt.is_available("metal"), reason="needs
 PROMPT = tiny_hf.prompt(9, 3)
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
+@pytest.fixture(scope="module", params=["float32", "mlx_4bit_g32"])
+def model(request, tmp_path_factory):
+    """The tiny Llama with float32 weights, and quantized to MLX affine 4-bit (every
+    projection, the embedding and the tied head through the quantized ops)."""
     directory = tmp_path_factory.mktemp("llama")
     tiny_hf.build("llama", directory)
+    if request.param != "float32":
+        tiny_quant.quantize_hf_dir(directory, bits=4, gs=32)
     return metalrt.load(str(directory), device="metal")[0]
+
+
+def projection_op(model) -> str:
+    return "matmul_bt" if isinstance(model.lm_head, metalrt.Tensor) else "quantized_matmul_bt"
 
 
 @pytest.fixture
@@ -102,7 +111,12 @@ def test_bench_counters_equal_the_profiler(model, profiling):
     assert decode["waits"] >= 1
     # Every wait is accounted for: in an op's calls, or the read of the sampled ids.
     assert sum(r["waits"] for r in decode["ops"].values()) + decode["waits_outside_ops"] == decode["waits"]
-    assert decode["ops"]["matmul_bt"]["provider"] == "metal_matmul_bt"
+    op = projection_op(model)
+    assert decode["ops"][op]["provider"] == f"metal_{op}"
+    # A decode step reads every weight once (the tied embedding whole, as the LM head)
+    # plus the one embedding row its token gathers.
+    table = model.embed_tokens.table
+    assert decode["weight_bytes"] == report["weight_bytes_resident"] + table.nbytes // table.shape[0]
 
 
 def test_prefill_commits_after_every_layer(model, profiling):

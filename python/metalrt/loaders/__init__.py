@@ -1,12 +1,11 @@
-"""Model files → Hugging Face config, float32 weights by ``transformers`` names, and the
-tokenizer; from a GGUF file or a Hugging Face model directory."""
+"""Model files → Hugging Face config, weights by ``transformers`` names (quantized ones
+stay quantized), and the tokenizer; from a GGUF file or a Hugging Face (or MLX)
+model directory."""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
-
-import numpy as np
 
 from ..tokenizer import Tokenizer
 from .gguf import load_gguf
@@ -21,15 +20,16 @@ class ModelFiles:
     num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
     intermediate_size, rms_norm_eps, rope_theta, tie_word_embeddings,
     max_position_embeddings, bos_token_id, eos_token_id, hidden_act, ...).
-    ``weights``: ``transformers`` state-dict names → float32 numpy arrays (integer
-    tensors keep their dtype); ``lm_head.weight`` is absent when the embeddings are
-    tied. Arrays may be read-only views of the file.
+    ``weights``: ``transformers`` state-dict names → numpy arrays (float32, or float16
+    for a GGUF F16 tensor; integer tensors keep their dtype) or ``QuantizedWeight``s
+    (GGUF block types, MLX affine layers); ``lm_head.weight`` is absent when the
+    embeddings are tied. Arrays and quantized data may be read-only views of the file.
     ``tokenizer``: the model's ``metalrt.tokenizer.Tokenizer``.
     ``source``: the file or directory read.
     """
 
     config: dict[str, Any]
-    weights: Mapping[str, np.ndarray]
+    weights: Mapping[str, Any]
     tokenizer: Tokenizer
     source: str
 

@@ -1,13 +1,17 @@
-"""Load a GGUF model file as a Hugging Face config + state dict (float32).
+"""Load a GGUF model file as a Hugging Face config + state dict whose tensors stay in
+the file: block types as ``QuantizedWeight`` (their block bytes, views of the one
+memory mapping of the file), F32 and F16 as numpy views in their own dtype, BF16
+widened to float32.
 
 Architectures: Llama (SmolLM2, Llama 3.0), Qwen2 (Q/K/V biases), Qwen3 (per-head Q/K
-RMSNorm). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``);
-quantized tensors are dequantized to float32 when read (``quants.py``). Llama GGUF files
-store the Q/K projection rows permuted for interleaved (GPT-J) RoPE — llama.cpp's
-``convert_hf_to_gguf.py`` moves row ``i`` of each head's second half next to row ``i``
-of its first half; Qwen files are converted without it — so those rows are put back in
-the Hugging Face (half-split, NeoX) order here, and the models apply half-split RoPE to
-every format alike.
+RMSNorm). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
+Llama GGUF files store the Q/K projection rows permuted for interleaved (GPT-J) RoPE —
+llama.cpp's ``convert_hf_to_gguf.py`` moves row ``i`` of each head's second half next
+to row ``i`` of its first half; Qwen files are converted without it. Putting the rows
+back would copy every Q/K matrix, so they are kept as stored and the config says
+``rope_interleaved: True``: interleaved RoPE on the permuted rows gives the permuted
+rows of half-split RoPE on the original ones, and since Q and K rows are permuted
+alike within every head, the attention scores are those of the Hugging Face model.
 """
 from __future__ import annotations
 
@@ -17,9 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from gguf import GGMLQuantizationType as T
 
 from .gguf_file import GGUFFile
-from .quants import SUPPORTED_TYPES, dequantize
+from .quants import (ACTIVATION_ONLY, FLOAT_TYPES, GGUF_FORMATS, SUPPORTED_TYPES, QuantizedWeight,
+                     bf16_to_float32, dequantize, row_bytes)
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,9 @@ def hf_name(gguf_name: str) -> str:
 
 def unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
     """Undo llama.cpp's Q/K row permutation: within each head of ``d`` rows, GGUF row
-    ``2i + j`` is Hugging Face row ``j·d/2 + i`` (j ∈ {0, 1}, i < d/2).
+    ``2i + j`` is Hugging Face row ``j·d/2 + i`` (j ∈ {0, 1}, i < d/2). The loader
+    keeps the stored order (see the module docstring); this is for tests and tools
+    that compare against Hugging Face weights.
 
     ``w``: ``[n_heads·d, ...]``; returns the same shape in Hugging Face row order.
     """
@@ -79,44 +87,64 @@ def unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
 
 def _check_supported(gf: GGUFFile, name: str) -> None:
     info = gf.tensors[name]
-    if info.ggml_type not in SUPPORTED_TYPES:
-        raise ValueError(
-            f"[gguf] {gf.path}: tensor '{name}' has type {info.ggml_type.name}; supported "
-            f"types are {', '.join(t.name for t in SUPPORTED_TYPES)}")
+    if info.ggml_type in SUPPORTED_TYPES:
+        return
+    why = (" (an activation format of llama.cpp's CPU dot products, never a weight)"
+           if info.ggml_type in ACTIVATION_ONLY else "")
+    raise ValueError(
+        f"[gguf] {gf.path}: tensor '{name}' has type {info.ggml_type.name}{why}; supported "
+        f"types are {', '.join(t.name for t in SUPPORTED_TYPES)}")
 
 
 def dequantize_tensor(gf: GGUFFile, name: str) -> np.ndarray:
-    """A GGUF tensor as a float32 numpy array in numpy (row-major) shape."""
+    """A GGUF tensor as a float32 numpy array in numpy (row-major) shape, in the
+    stored row order (the reference the quantized ops are checked against)."""
     _check_supported(gf, name)
     info = gf.tensors[name]
     return dequantize(gf.raw(name), info.ggml_type, info.shape)
 
 
-class DequantizedTensors(Mapping[str, np.ndarray]):
-    """The state dict of a checked GGUF file: Hugging Face name -> float32 array,
-    dequantized (and, for Llama files, Q/K rows put back in half-split order) each
-    time a tensor is read. Lazy so that a model's load holds one float32 tensor on the
-    host at a time besides the uploaded ones, not a second copy of every weight."""
+def tensor_of(gf: GGUFFile, name: str) -> np.ndarray | QuantizedWeight:
+    """A GGUF tensor without a float copy: a ``QuantizedWeight`` whose ``data`` is a
+    uint8 ``[rows, row_bytes]`` view of the mapping for block types (2-D only: only
+    matrices are quantized), a view in the stored dtype for F32/F16, float32 for BF16
+    (numpy has no bfloat16)."""
+    _check_supported(gf, name)
+    info = gf.tensors[name]
+    raw = gf.raw(name)
+    if info.ggml_type in FLOAT_TYPES:
+        flat = raw.view(FLOAT_TYPES[info.ggml_type])
+        return (bf16_to_float32(flat) if info.ggml_type == T.BF16 else flat).reshape(info.shape)
+    if len(info.shape) != 2:
+        raise ValueError(f"[gguf] {gf.path}: tensor '{name}' of type {info.ggml_type.name} has "
+                         f"shape {list(info.shape)}; quantized tensors must be matrices")
+    rows, cols = info.shape
+    return QuantizedWeight(GGUF_FORMATS[info.ggml_type], (rows, cols),
+                           raw.reshape(rows, row_bytes(info.ggml_type, cols)),
+                           source=f"{gf.path}: tensor '{name}'")
 
-    def __init__(self, gf: GGUFFile, config: dict[str, Any]):
-        self._gf, self._config = gf, config
+
+class GGUFTensors(Mapping[str, "np.ndarray | QuantizedWeight"]):
+    """The state dict of a checked GGUF file: Hugging Face name -> ``tensor_of`` the
+    GGUF tensor (views of the mapping, made when read)."""
+
+    def __init__(self, gf: GGUFFile):
+        self._gf = gf
         self._gguf_names = {hf_name(name): name for name in gf.tensors}
 
-    def __getitem__(self, name: str) -> np.ndarray:
-        gguf_name = self._gguf_names[name]
-        w = dequantize_tensor(self._gf, gguf_name)
-        if ARCHITECTURES[self._config["model_type"]].permuted_qk:
-            if gguf_name.endswith(".attn_q.weight"):
-                w = unpermute_qk(w, self._config["num_attention_heads"])
-            elif gguf_name.endswith(".attn_k.weight"):
-                w = unpermute_qk(w, self._config["num_key_value_heads"])
-        return w
+    def __getitem__(self, name: str) -> np.ndarray | QuantizedWeight:
+        return tensor_of(self._gf, self._gguf_names[name])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._gguf_names)
 
     def __len__(self) -> int:
         return len(self._gguf_names)
+
+    @property
+    def file_weight_bytes(self) -> int:
+        """Bytes of all tensor data in the file (the bench's 'file weight bytes')."""
+        return sum(info.nbytes for info in self._gf.tensors.values())
 
 
 def _require(gf: GGUFFile, key: str) -> Any:
@@ -143,7 +171,9 @@ def _float32_value(x: float) -> float:
 def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
     """Hugging Face ``config.json`` keys from the GGUF metadata (``general.*``,
     ``<arch>.*``, ``tokenizer.ggml.*``). Raises ValueError for an unknown architecture,
-    a missing required key, or head counts that do not fit together."""
+    a missing required key, or head counts that do not fit together. Besides the
+    Hugging Face keys, ``rope_interleaved`` says the Q/K rows are stored for
+    interleaved RoPE (Llama files, see the module docstring)."""
     arch = _require(gf, "general.architecture")
     if arch not in ARCHITECTURES:
         raise ValueError(f"[gguf] {gf.path}: general.architecture is '{arch}'; supported "
@@ -177,6 +207,7 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
         "hidden_act": "silu",
         "attention_bias": ARCHITECTURES[arch].qkv_bias,
         "mlp_bias": False,
+        "rope_interleaved": ARCHITECTURES[arch].permuted_qk,
     }
 
 
@@ -201,10 +232,11 @@ def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], DequantizedTensors, GGUFFile]:
+def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], GGUFTensors, GGUFFile]:
     """Read a GGUF model: returns ``(config, weights, gguf_file)`` where ``weights`` maps
-    Hugging Face names to float32 arrays (``DequantizedTensors``: dequantized when
-    read) and ``gguf_file.metadata`` holds the tokenizer.
+    Hugging Face names to the file's tensors (``GGUFTensors``: quantized ones stay
+    quantized, nothing is copied) and ``gguf_file.metadata`` holds the tokenizer.
+    ``config["rope_interleaved"]`` is True for Llama files (Q/K rows as stored).
 
     Raises ValueError naming the file and the tensor or key for a corrupt or truncated
     file, a wrong magic, an unknown architecture, inconsistent metadata, an unsupported
@@ -228,4 +260,4 @@ def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], DequantizedTenso
                              f"{config['model_type']} model with "
                              f"{config['num_hidden_layers']} layers")
         _check_supported(gf, name)
-    return config, DequantizedTensors(gf, config), gf
+    return config, GGUFTensors(gf), gf

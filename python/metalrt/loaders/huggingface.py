@@ -1,13 +1,17 @@
 """Load a Hugging Face model directory: ``config.json``, ``*.safetensors`` (one file or
 shards listed by ``model.safetensors.index.json``) and ``tokenizer.json``.
 
-Floating-point tensors become float32 numpy arrays under their ``transformers`` names.
-numpy has no bfloat16, so BF16 tensors are read as their uint16 bit patterns (straight
-from the file, located by the safetensors header) and widened exactly to float32.
+Tensors are read-only views of the files in their stored dtype under their
+``transformers`` names. numpy has no bfloat16, so BF16 tensors are read as their
+uint16 bit patterns (straight from the file, located by the safetensors header) and
+widened exactly to float32.
+MLX-format directories (``quantization`` in ``config.json``) keep their quantized
+layers quantized: see ``mlx_quant.py``.
 """
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import struct
 from typing import Any
@@ -15,7 +19,7 @@ from typing import Any
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from .quants import bf16_to_float32
+from .mlx_quant import group_quantized
 
 _INDEX = "model.safetensors.index.json"
 _SINGLE = "model.safetensors"
@@ -46,47 +50,82 @@ def safetensors_files(directory: str) -> list[str]:
     return [os.path.join(directory, n) for n in files]
 
 
-def _bf16_tensor(path: str, header: dict[str, Any], data_start: int, name: str) -> np.ndarray:
-    entry = header[name]
-    begin, end = entry["data_offsets"]
-    bits = np.memmap(path, dtype=np.uint16, mode="r", offset=data_start + begin,
-                     shape=((end - begin) // 2,))
-    return bf16_to_float32(bits).reshape(entry["shape"])
-
-
-def read_safetensors(path: str) -> dict[str, np.ndarray]:
-    """All tensors of one safetensors file; floating point ones as float32."""
-    out: dict[str, np.ndarray] = {}
+def _header(path: str) -> tuple[dict[str, Any], int]:
+    """(tensor name → header entry, byte offset of the data) of a safetensors file
+    (u64 header length, JSON header, then the data); every tensor's range is checked
+    against the file's size so that a truncated tensor is named."""
+    size = os.path.getsize(path)
     try:
-        with safe_open(path, framework="numpy") as f:
-            names = list(f.keys())
-            dtypes = {name: f.get_slice(name).get_dtype() for name in names}
-            for name in names:
-                if dtypes[name] != "BF16":
-                    t = f.get_tensor(name)
-                    out[name] = t.astype(np.float32) if t.dtype.kind == "f" else t
-    except SafetensorError as e:
-        raise ValueError(f"[safetensors] {path}: {e}") from None
-    if "BF16" in dtypes.values():
-        # The safetensors format: u64 header length, JSON header, then the data.
         with open(path, "rb") as f:
             (header_len,) = struct.unpack("<Q", f.read(8))
             header = json.loads(f.read(header_len))
-        for name in names:
-            if dtypes[name] == "BF16":
-                out[name] = _bf16_tensor(path, header, 8 + header_len, name)
-    return out
+    except (struct.error, ValueError) as e:
+        raise ValueError(f"[safetensors] {path}: not a safetensors file ({e})") from None
+    header.pop("__metadata__", None)
+    data_start = 8 + header_len
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        if data_start + end > size:
+            raise ValueError(f"[safetensors] {path}: tensor '{name}' needs bytes "
+                             f"[{data_start + begin}, {data_start + end}) but the file has "
+                             f"{size} bytes; it is truncated")
+    return header, data_start
 
 
-def load_huggingface(directory: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """``(config, weights)`` of a Hugging Face model directory. Raises ValueError naming
-    the directory or file when ``config.json`` or the weights are missing or corrupt."""
+# safetensors dtypes → numpy; every tensor is a read-only view of the file (BF16 as its
+# uint16 bits, widened to float32 after: numpy has no bfloat16).
+_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
+           "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
+           "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def _mapped_tensor(path: str, mapping: mmap.mmap, name: str, entry: dict[str, Any],
+                   data_start: int) -> np.ndarray:
+    if entry["dtype"] not in _DTYPES:
+        raise ValueError(f"[safetensors] {path}: tensor '{name}' has dtype {entry['dtype']}; "
+                         f"supported dtypes are {', '.join(_DTYPES)}")
+    begin, end = entry["data_offsets"]
+    dtype = np.dtype(_DTYPES[entry["dtype"]]).newbyteorder("<")
+    count = int(np.prod(entry["shape"]))
+    if end - begin != dtype.itemsize * count:
+        raise ValueError(f"[safetensors] {path}: tensor '{name}' has {end - begin} bytes for "
+                         f"shape {entry['shape']} of {entry['dtype']}")
+    return np.frombuffer(mapping, dtype=dtype, count=count,
+                         offset=data_start + begin).reshape(entry["shape"])
+
+
+def read_safetensors(path: str) -> dict[str, tuple[np.ndarray, str]]:
+    """All tensors of one safetensors file: name → (read-only view of the file in the
+    stored dtype, safetensors dtype name); BF16 tensors are their uint16 bit patterns
+    (``mlx_quant.group_quantized`` widens those that are not scales). The header is validated by the
+    ``safetensors`` library; the views are mapped here because it copies every tensor
+    it returns. Raises ValueError naming the file (and the tensor when one is truncated
+    or inconsistent)."""
+    header, data_start = _header(path)
+    try:
+        with safe_open(path, framework="numpy"):
+            pass
+    except SafetensorError as e:
+        raise ValueError(f"[safetensors] {path}: {e}") from None
+    with open(path, "rb") as f:   # one mapping per file: a device wraps it once
+        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return {name: (_mapped_tensor(path, mapping, name, entry, data_start), entry["dtype"])
+            for name, entry in header.items()}
+
+
+def load_huggingface(directory: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(config, weights)`` of a Hugging Face model directory; the layers of an MLX
+    quantized model are ``QuantizedWeight``s under ``<layer>.weight`` (see
+    ``mlx_quant.group_quantized``; their bf16 scales stay uint16 bit patterns), float
+    tensors are views in their stored dtype but BF16, widened to float32. Raises ValueError naming the directory or file (and
+    the tensor) when ``config.json`` or the weights are missing, corrupt or
+    inconsistent with the ``quantization`` entry."""
     directory = os.fspath(directory)
     config = _read_config(directory)
-    weights: dict[str, np.ndarray] = {}
+    weights: dict[str, tuple[str, np.ndarray, str]] = {}
     for path in safetensors_files(directory):
         if not os.path.exists(path):
             raise ValueError(f"[huggingface] {directory}: {_INDEX} lists "
                              f"{os.path.basename(path)}, which does not exist")
-        weights.update(read_safetensors(path))
-    return config, weights
+        weights.update((name, (path, *t)) for name, t in read_safetensors(path).items())
+    return config, group_quantized(config, weights, os.path.join(directory, "config.json"))

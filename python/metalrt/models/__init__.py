@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Mapping
 
-import numpy as np
-
 from .base import CausalLM
 from .llama import LlamaModel
 from .opt import OPTModel
@@ -18,10 +16,11 @@ from .qwen3 import Qwen3Model
 ARCHITECTURES = {cls.arch: cls for cls in (LlamaModel, Qwen2Model, Qwen3Model, OPTModel)}
 
 
-def build_model(config: Mapping, weights: Mapping[str, np.ndarray], device: str = "cpu",
+def build_model(config: Mapping, weights: Mapping[str, object], device: str = "cpu",
                 dtype: str = "float32") -> CausalLM:
     """Builds the model named by ``config["model_type"]`` from a Hugging Face state
-    dict (float32 numpy arrays), uploading every weight once to ``device``.
+    dict (numpy arrays, and ``QuantizedWeight``s that stay quantized), putting every
+    weight once on ``device``.
 
     Raises ValueError for an unknown architecture (naming it and the supported ones),
     a missing config key, or a missing or mis-shaped tensor.

@@ -15,9 +15,11 @@ import numpy as np
 import metalrt
 from metalrt import ops
 
+from ..loaders.quants import QuantizedWeight
 from ..runner.batch import ScheduledChunk, StepInputs, build_step
 from ..runner.kv_cache import PagedKVCache, blocks_for
 from ..tensor import check_int_range
+from . import quantized
 
 
 def require(config: Mapping, key: str, arch: str):
@@ -28,56 +30,126 @@ def require(config: Mapping, key: str, arch: str):
 
 
 class Weights:
-    """A Hugging Face state dict (name -> float32 numpy array) uploaded tensor by tensor
-    to ``device`` in ``dtype``; missing tensors and wrong shapes raise ValueError
-    naming the tensor and what was expected."""
+    """A Hugging Face state dict (name -> numpy array or ``QuantizedWeight``) put on
+    ``device`` tensor by tensor: floats in ``dtype``, quantized matrices as they are
+    (``quantized.to_device``). Missing tensors, wrong shapes and a quantized tensor
+    where a float one is needed raise ValueError naming the tensor."""
 
-    def __init__(self, tensors: Mapping[str, np.ndarray], device: str, dtype: str, arch: str):
+    def __init__(self, tensors: Mapping[str, object], device: str, dtype: str, arch: str):
         self.tensors, self.device, self.dtype, self.arch = tensors, device, dtype, arch
 
     def has(self, name: str) -> bool:
         return name in self.tensors
 
-    def host(self, name: str, shape: Sequence[int]) -> np.ndarray:
+    def host(self, name: str, shape: Sequence[int]):
+        """The tensor as the loader gave it (numpy array or QuantizedWeight), shape checked."""
         if name not in self.tensors:
             raise ValueError(f"[{self.arch}] missing tensor '{name}'")
-        array = np.asarray(self.tensors[name])
-        if tuple(array.shape) != tuple(shape):
-            raise ValueError(f"[{self.arch}] tensor '{name}' has shape {list(array.shape)}, "
+        tensor = self.tensors[name]
+        if not isinstance(tensor, QuantizedWeight):
+            tensor = np.asarray(tensor)
+        if tuple(tensor.shape) != tuple(shape):
+            raise ValueError(f"[{self.arch}] tensor '{name}' has shape {list(tensor.shape)}, "
                              f"expected {list(shape)}")
-        return array
+        return tensor
+
+    def float_host(self, name: str, shape: Sequence[int]) -> np.ndarray:
+        tensor = self.host(name, shape)
+        if isinstance(tensor, QuantizedWeight):
+            raise ValueError(f"[{self.arch}] tensor '{name}' is quantized ({tensor.format}); "
+                             f"metalrt needs it in floating point")
+        return tensor
 
     def upload(self, array: np.ndarray) -> "metalrt.Tensor":
         return metalrt.asarray(np.ascontiguousarray(array, dtype=np.float32),
                                device=self.device, dtype=self.dtype)
 
     def load(self, name: str, shape: Sequence[int]) -> "metalrt.Tensor":
-        return self.upload(self.host(name, shape))
+        return self.upload(self.float_host(name, shape))
 
-    def merged(self, names: Sequence[str], shapes: Sequence[Sequence[int]]) -> "metalrt.Tensor":
-        """The named tensors concatenated along their first axis, as one tensor (one
-        GEMM instead of several for Q/K/V and gate/up)."""
-        return self.upload(np.concatenate([self.host(n, s) for n, s in zip(names, shapes)]))
+    def matrix(self, name: str, shape: Sequence[int]):
+        """A weight matrix that may be quantized: a QuantizedTensor then, else a Tensor."""
+        tensor = self.host(name, shape)
+        if isinstance(tensor, QuantizedWeight):
+            return quantized.to_device(tensor, self.device)
+        return self.upload(tensor)
+
+    def merged(self, names: Sequence[str], shapes: Sequence[Sequence[int]], copy: bool = True):
+        """The named matrices stacked along their first axis as one tensor (one GEMM
+        instead of several for Q/K/V and gate/up). Quantized parts of one kind are
+        stacked in place when adjacent in the file, else their quantized rows are
+        copied when ``copy``; returns None when they cannot be stacked (float and
+        quantized parts, quantized parts of different kinds, or adjacent-only stacking
+        that failed)."""
+        parts = [self.host(n, s) for n, s in zip(names, shapes)]
+        kinds = {isinstance(p, QuantizedWeight) for p in parts}
+        if kinds == {False}:
+            return self.upload(np.concatenate(parts))
+        if kinds != {True}:
+            return None
+        stacked = quantized.stack(parts, copy)
+        return None if stacked is None else quantized.to_device(stacked, self.device)
+
+
+def project(x, weight):
+    """x W^T for a float Tensor or a QuantizedTensor W in nn.Linear layout [out, in]."""
+    if isinstance(weight, metalrt.Tensor):
+        return ops.matmul_bt(x, weight)
+    return ops.quantized_matmul_bt(x, weight)
 
 
 class Linear:
-    """y = x W^T (+ b) with W in nn.Linear layout [out, in]; several projections of
-    the same input may be merged into one W (their outputs side by side)."""
+    """y = x W^T (+ b) with W in nn.Linear layout [out, in], float or quantized; several
+    projections of the same input may be merged into one W (their outputs side by side)."""
 
-    def __init__(self, weight: "metalrt.Tensor", bias: Optional["metalrt.Tensor"]):
+    def __init__(self, weight, bias: Optional["metalrt.Tensor"]):
         self.weight, self.bias = weight, bias
 
     @classmethod
     def load(cls, w: Weights, prefixes: Sequence[str], out_features: Sequence[int],
              in_features: int, bias: bool) -> "Linear":
+        """One merged projection (quantized rows copied if they must be)."""
         weight = w.merged([p + ".weight" for p in prefixes],
                           [(n, in_features) for n in out_features])
-        b = w.merged([p + ".bias" for p in prefixes], [(n,) for n in out_features]) if bias else None
-        return cls(weight, b)
+        if weight is None:
+            raise ValueError(f"[{w.arch}] {', '.join(prefixes)} are stored differently (float "
+                             f"and quantized, or two quantized formats) and cannot be merged "
+                             f"into one projection")
+        return cls(weight, cls._bias(w, prefixes, out_features, bias))
+
+    @classmethod
+    def load_split(cls, w: Weights, prefixes: Sequence[str], out_features: Sequence[int],
+                   in_features: int, bias: bool) -> List["Linear"]:
+        """[one merged projection] when the parts merge without copying quantized rows,
+        else one projection per prefix (e.g. Q/K/V of a GGUF file, not adjacent there,
+        or of different types in a K-quant mix)."""
+        weight = w.merged([p + ".weight" for p in prefixes],
+                          [(n, in_features) for n in out_features], copy=False)
+        if weight is not None:
+            return [cls(weight, cls._bias(w, prefixes, out_features, bias))]
+        return [cls.load(w, [p], [n], in_features, bias) for p, n in zip(prefixes, out_features)]
+
+    @staticmethod
+    def _bias(w: Weights, prefixes, out_features, bias: bool):
+        return w.merged([p + ".bias" for p in prefixes], [(n,) for n in out_features]) if bias else None
 
     def __call__(self, x):
-        y = ops.matmul_bt(x, self.weight)
+        y = project(x, self.weight)
         return ops.add(y, self.bias, out=y) if self.bias is not None else y
+
+
+class Embedding:
+    """Token embedding table [vocab, hidden], float or quantized (a quantized table is
+    gathered and dequantized row by row, in the model's dtype); with tied embeddings
+    it is also the LM head."""
+
+    def __init__(self, w: Weights, name: str, vocab: int, hidden: int):
+        self.table, self.dtype = w.matrix(name, (vocab, hidden)), w.dtype
+
+    def __call__(self, ids):
+        if isinstance(self.table, metalrt.Tensor):
+            return ops.embedding(self.table, ids)
+        return ops.quantized_embedding(ids, self.table, dtype=self.dtype)
 
 
 class RMSNorm:
@@ -131,14 +203,18 @@ def llama3_inv_freq(theta: float, rotary_dim: int, scaling: Mapping) -> np.ndarr
 
 
 class Rope:
-    """NeoX (half-split) rotary embedding of q and k (Su et al. 2021), as the Hugging
-    Face Llama family applies it. Plain RoPE runs ``ops.rope_neox``; Llama 3 scaled
-    frequencies go through a cos|sin table built on the host for positions up to
-    the largest one seen (doubled as needed) and ``ops.rope_from_cache``."""
+    """Rotary embedding of q and k (Su et al. 2021): NeoX (half-split) pairs as the
+    Hugging Face Llama family applies it, or interleaved (GPT-J) pairs when the config
+    says ``rope_interleaved`` (Llama GGUF files, whose Q/K rows are stored permuted for
+    it; see ``loaders/gguf.py``). Plain RoPE runs ``ops.rope_neox`` /
+    ``ops.rope_interleaved``; Llama 3 scaled frequencies go through a cos|sin table
+    built on the host for positions up to the largest one seen (doubled as needed)
+    and ``ops.rope_from_cache``."""
 
     def __init__(self, config: Mapping, rotary_dim: int, device: str, arch: str):
         self.base, scaling = rope_parameters(config, arch)
         self.rotary_dim, self.device = rotary_dim, device
+        self.neox = not config.get("rope_interleaved", False)
         self.inv_freq = llama3_inv_freq(self.base, rotary_dim, scaling) if scaling else None
         self.table, self.table_rows = None, 0
 
@@ -152,33 +228,41 @@ class Rope:
         return self.table
 
     def __call__(self, q, k, step: StepInputs):
-        # In place: q and k are fresh outputs of qkv_split.
+        # In place: q and k are fresh outputs of the projection (or of qkv_split).
         if self.inv_freq is None:
-            return (ops.rope_neox(q, step.positions, self.rotary_dim, self.base, out=q),
-                    ops.rope_neox(k, step.positions, self.rotary_dim, self.base, out=k))
+            rope = ops.rope_neox if self.neox else ops.rope_interleaved
+            return (rope(q, step.positions, self.rotary_dim, self.base, out=q),
+                    rope(k, step.positions, self.rotary_dim, self.base, out=k))
         table = self.cos_sin_table(step.max_position)
-        return (ops.rope_from_cache(q, table, step.positions, out=q),
-                ops.rope_from_cache(k, table, step.positions, out=k))
+        return (ops.rope_from_cache(q, table, step.positions, self.neox, out=q),
+                ops.rope_from_cache(k, table, step.positions, self.neox, out=k))
 
 
 class Attention:
     """Multi-head self-attention with grouped-query heads over the paged KV cache:
-    one merged QKV projection, ``ops.qkv_split``, position encoding (a callable
-    ``(q, k, step) -> (q, k)`` or None), cache write, variable-length paged
-    attention, output projection."""
+    the Q/K/V projection (one merged projection split by ``ops.qkv_split``, or three),
+    position encoding (a callable ``(q, k, step) -> (q, k)`` or None), cache write,
+    variable-length paged attention, output projection."""
 
-    def __init__(self, qkv: Linear, out: Linear, heads: int, kv_heads: int, head_dim: int,
-                 positional: Optional[Callable]):
+    def __init__(self, qkv: Sequence[Linear], out: Linear, heads: int, kv_heads: int,
+                 head_dim: int, positional: Optional[Callable]):
         if heads % kv_heads:
             raise ValueError(f"[attention] {heads} heads are not a multiple of {kv_heads} kv heads")
-        self.qkv, self.out, self.positional = qkv, out, positional
+        if len(qkv) not in (1, 3):
+            raise ValueError(f"[attention] expected 1 merged or 3 Q/K/V projections, got {len(qkv)}")
+        self.qkv, self.out, self.positional = list(qkv), out, positional
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.scale = head_dim ** -0.5
 
+    def project_qkv(self, x):
+        if len(self.qkv) == 3:
+            return tuple(proj(x) for proj in self.qkv)
+        q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return ops.qkv_split(self.qkv[0](x), q_width, kv_width, kv_width)
+
     def __call__(self, x, step: StepInputs, key_cache, value_cache):
         tokens = x.shape[0]
-        q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        q, k, v = ops.qkv_split(self.qkv(x), q_width, kv_width, kv_width)
+        q, k, v = self.project_qkv(x)
         q = q.reshape(tokens, self.heads, self.head_dim)
         k = k.reshape(tokens, self.kv_heads, self.head_dim)
         v = v.reshape(tokens, self.kv_heads, self.head_dim)
@@ -187,7 +271,7 @@ class Attention:
         ops.reshape_and_cache(k, v, key_cache, value_cache, step.slot_mapping)
         attn = ops.paged_attention(q, key_cache, value_cache, step.block_tables, step.seq_lens,
                                    step.query_start_loc, self.scale)
-        return self.out(attn.reshape(tokens, q_width))
+        return self.out(attn.reshape(tokens, self.heads * self.head_dim))
 
 
 class GatedMLP:
@@ -216,9 +300,10 @@ class PreNormLayer:
 class CausalLM:
     """A decoder-only language model on one device.
 
-    Subclasses set ``arch`` and build ``embed_tokens``, ``layers``, ``final_norm`` and
-    ``lm_head`` in ``__init__(config, weights, device, dtype)``; ``embed`` may be
-    overridden (OPT adds learned positions).
+    Subclasses set ``arch`` and build ``embed_tokens`` (an ``Embedding``), ``layers``,
+    ``final_norm`` and ``lm_head`` (a float Tensor or QuantizedTensor [vocab, hidden])
+    in ``__init__(config, weights, device, dtype)``; ``embed`` may be overridden (OPT
+    adds learned positions).
     """
 
     arch = "model"
@@ -235,7 +320,7 @@ class CausalLM:
         return len(self.layers)
 
     def embed(self, step: StepInputs):
-        return ops.embedding(self.embed_tokens, step.token_ids)
+        return self.embed_tokens(step.token_ids)
 
     def forward(self, step: StepInputs, cache: PagedKVCache):
         """Runs one step, writing its K/V into ``cache``. Returns float32 logits
@@ -254,7 +339,7 @@ class CausalLM:
             return None
         if step.logit_rows is not None:
             h = ops.embedding(h, step.logit_rows)  # gather: only sampled rows reach the head
-        logits = ops.matmul_bt(self.final_norm(h), self.lm_head)
+        logits = project(self.final_norm(h), self.lm_head)
         return logits if self.dtype == "float32" else ops.cast(logits, "float32")
 
     def new_cache(self, num_blocks: int) -> PagedKVCache:

@@ -1,15 +1,16 @@
 """Llama (Touvron et al. 2023; Llama 3, SmolLM2): pre-RMSNorm decoder layers, NeoX
 RoPE (optionally with Llama 3.1 frequency scaling), grouped-query attention, SwiGLU
 MLP, optionally tied input/output embeddings. Weight names are Hugging Face's
-``LlamaForCausalLM`` state dict."""
+``LlamaForCausalLM`` state dict; any matrix (projections, embedding, LM head) may be
+quantized, the norms are float."""
 from __future__ import annotations
 
 from typing import Mapping
 
 import numpy as np
 
-from .base import (Attention, CausalLM, GatedMLP, Linear, PreNormLayer, RMSNorm, Rope,
-                   Weights, require)
+from .base import (Attention, CausalLM, Embedding, GatedMLP, Linear, PreNormLayer, RMSNorm,
+                   Rope, Weights, require)
 
 
 class LlamaModel(CausalLM):
@@ -31,7 +32,7 @@ class LlamaModel(CausalLM):
         super().__init__(config, device, dtype, kv_heads, head_dim, vocab)
 
         w = Weights(weights, device, dtype, arch)
-        self.embed_tokens = w.load("model.embed_tokens.weight", (vocab, hidden))
+        self.embed_tokens = Embedding(w, "model.embed_tokens.weight", vocab, hidden)
         qkv_bias = config.get("attention_bias")
         qkv_bias = self.qkv_bias_default if qkv_bias is None else bool(qkv_bias)
         mlp_bias = bool(config.get("mlp_bias") or False)
@@ -39,9 +40,9 @@ class LlamaModel(CausalLM):
         self.layers = []
         for i in range(require(config, "num_hidden_layers", arch)):
             p = f"model.layers.{i}."
-            qkv = Linear.load(w, [p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"],
-                              [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim],
-                              hidden, qkv_bias)
+            qkv = Linear.load_split(
+                w, [p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"],
+                [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], hidden, qkv_bias)
             out = Linear.load(w, [p + "self_attn.o_proj"], [hidden], heads * head_dim,
                               qkv_bias and self.out_bias_follows_qkv)
             attention = Attention(qkv, out, heads, kv_heads, head_dim,
@@ -56,7 +57,8 @@ class LlamaModel(CausalLM):
         self.final_norm = RMSNorm(w, "model.norm.weight", hidden, eps)
         tied = config.get("tie_word_embeddings")
         tied = self.tied_default if tied is None else bool(tied)
-        self.lm_head = self.embed_tokens if tied else w.load("lm_head.weight", (vocab, hidden))
+        self.lm_head = (self.embed_tokens.table if tied
+                        else w.matrix("lm_head.weight", (vocab, hidden)))
 
     def positional(self, config, w: Weights, prefix: str, head_dim: int, eps: float):
         """Position encoding of one layer: shared RoPE (Qwen3 adds q/k norms)."""

@@ -10,7 +10,8 @@ import numpy as np
 
 from metalrt import ops
 
-from .base import Attention, CausalLM, LayerNorm, Linear, PreNormLayer, Weights, require
+from .base import (Attention, CausalLM, Embedding, LayerNorm, Linear, PreNormLayer, Weights,
+                   require)
 
 POSITION_OFFSET = 2
 
@@ -49,15 +50,16 @@ class OPTModel(CausalLM):
 
         w = Weights(weights, device, dtype, arch)
         d = "model.decoder."
-        self.embed_tokens = w.load(d + "embed_tokens.weight", (vocab, hidden))
+        self.embed_tokens = Embedding(w, d + "embed_tokens.weight", vocab, hidden)
         # Dropping the first two rows once makes position p index row p directly.
-        positions = w.host(d + "embed_positions.weight", (max_pos + POSITION_OFFSET, hidden))
+        positions = w.float_host(d + "embed_positions.weight", (max_pos + POSITION_OFFSET, hidden))
         self.embed_positions = w.upload(positions[POSITION_OFFSET:])
         self.layers = []
         for i in range(require(config, "num_hidden_layers", arch)):
             p = f"{d}layers.{i}."
             a = p + "self_attn."
-            qkv = Linear.load(w, [a + "q_proj", a + "k_proj", a + "v_proj"], [hidden] * 3, hidden, True)
+            qkv = Linear.load_split(w, [a + "q_proj", a + "k_proj", a + "v_proj"], [hidden] * 3, hidden,
+                                   True)
             attention = Attention(qkv, Linear.load(w, [a + "out_proj"], [hidden], hidden, True),
                                   heads, heads, head_dim, None)
             mlp = ReluMLP(Linear.load(w, [p + "fc1"], [ffn], hidden, True),
@@ -67,8 +69,8 @@ class OPTModel(CausalLM):
                                             LayerNorm(w, p + "final_layer_norm", hidden, 1e-5),
                                             mlp))
         self.final_norm = LayerNorm(w, d + "final_layer_norm", hidden, 1e-5)
-        self.lm_head = self.embed_tokens
+        self.lm_head = self.embed_tokens.table
 
     def embed(self, step):
-        return ops.add(ops.embedding(self.embed_tokens, step.token_ids),
+        return ops.add(self.embed_tokens(step.token_ids),
                        ops.embedding(self.embed_positions, step.positions))

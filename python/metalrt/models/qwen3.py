@@ -26,6 +26,7 @@ class Qwen3Model(LlamaModel):
     arch = "qwen3"
 
     def positional(self, config, w, prefix, head_dim, eps):
-        if self.rope.inv_freq is not None:
-            raise ValueError("[qwen3] RoPE scaling is not supported with q/k norm")
+        if self.rope.inv_freq is not None or not self.rope.neox:
+            raise ValueError("[qwen3] RoPE scaling and interleaved RoPE are not supported with "
+                             "q/k norm")
         return QkNormRope(w, prefix, head_dim, eps, self.rope)

@@ -1,0 +1,108 @@
+"""MLX-format quantized checkpoints (what ``mlx_lm.convert -q`` writes, e.g. the
+mlx-community models): which layers are quantized, with which bits and group size.
+
+Format (mlx-lm ``utils.py``, ``save_config`` and ``load_model``): ``config.json`` holds
+``"quantization": {"group_size": 64, "bits": 4, "mode": "affine"}``, duplicated as
+``"quantization_config"``; files older than the ``mode`` key are affine. Keys named
+by a module path (``"model.layers.3.mlp.down_proj": {"group_size": 64, "bits": 6}``)
+override the defaults for that layer. A layer is quantized exactly when its
+``<layer>.scales`` tensor exists; its ``<layer>.weight`` is then uint32
+``[N, K·bits/32]`` with ``scales`` and ``biases`` ``[N, K/group_size]``. Mixed exports
+put some tensors at other bits than the config says without an override (e.g. an 8-bit
+embedding under a 4-bit default), so bits are inferred from the shapes,
+``bits = 32·weight.shape[-1] / (scales.shape[-1]·group_size)``, and checked.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from .quants import AFFINE_BITS, AFFINE_GROUP_SIZES, QuantizedWeight, bf16_to_float32
+
+_SUFFIX = ".scales"
+
+
+def quantization_entry(config: Mapping[str, Any], config_path: str) -> dict | None:
+    """The ``quantization`` (else ``quantization_config``) entry of ``config``, or None
+    for a float model. Raises ValueError for an entry that is not MLX affine (another
+    ``mode``, or another tool's ``quant_method`` such as GPTQ)."""
+    entry = config.get("quantization") or config.get("quantization_config")
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or "quant_method" in entry and "bits" not in entry:
+        raise ValueError(f"[mlx] {config_path}: quantization {entry!r} is not an MLX "
+                         f"quantization entry (expected group_size, bits, mode)")
+    mode = entry.get("mode", "affine")
+    if mode != "affine":
+        raise ValueError(f"[mlx] {config_path}: quantization mode '{mode}' is not supported "
+                         f"(supported: affine)")
+    return entry
+
+
+def _layer_params(entry: dict, layer: str, config_path: str) -> dict:
+    override = entry.get(layer)
+    if isinstance(override, dict):
+        return {**entry, **override}
+    if override is False:
+        raise ValueError(f"[mlx] {config_path}: quantization says layer '{layer}' is not "
+                         f"quantized, but its {layer}{_SUFFIX} exists")
+    return entry
+
+
+def _affine(layer: str, params: dict, weight, scales, biases, where: str) -> QuantizedWeight:
+    """One quantized layer, its shapes checked against each other and ``params``."""
+    gs = params.get("group_size", 64)
+    if gs not in AFFINE_GROUP_SIZES:
+        raise ValueError(f"[mlx] {where}: tensor '{layer}.weight' has group_size {gs!r}; "
+                         f"supported group sizes are {', '.join(map(str, AFFINE_GROUP_SIZES))}")
+    if weight is None or weight.dtype != np.uint32 or weight.ndim != 2:
+        got = "missing" if weight is None else f"{weight.dtype} {list(weight.shape)}"
+        raise ValueError(f"[mlx] {where}: tensor '{layer}.weight' must be a uint32 matrix of "
+                         f"packed values next to its scales, got {got}")
+    if biases is None:
+        raise ValueError(f"[mlx] {where}: tensor '{layer}.biases' is missing (affine "
+                         f"quantization has a bias per group)")
+    n, words = weight.shape
+    if scales.ndim != 2 or scales.shape[0] != n or biases.shape != scales.shape:
+        raise ValueError(f"[mlx] {where}: tensor '{layer}.scales' has shape {list(scales.shape)} "
+                         f"and '{layer}.biases' {list(biases.shape)}; for the packed weight "
+                         f"{list(weight.shape)} both must be [{n}, K/{gs}]")
+    bits, rest = divmod(32 * words, scales.shape[1] * gs)
+    if rest or bits not in AFFINE_BITS:
+        raise ValueError(
+            f"[mlx] {where}: tensor '{layer}.weight' {list(weight.shape)} with scales "
+            f"{list(scales.shape)} and group_size {gs} means {32 * words / (scales.shape[1] * gs):g} "
+            f"bits; supported bits are {', '.join(map(str, AFFINE_BITS))}")
+    return QuantizedWeight("affine", (n, scales.shape[1] * gs), weight, scales, biases,
+                           bits=bits, group_size=gs, source=f"{where}: tensor '{layer}.weight'")
+
+
+def group_quantized(config: Mapping[str, Any],
+                    tensors: Mapping[str, tuple[str, np.ndarray, str]],
+                    config_path: str) -> dict[str, Any]:
+    """The state dict of a Hugging Face directory: ``tensors`` (name → (file, array,
+    safetensors dtype), BF16 arrays as uint16 bits) with each quantized layer's weight,
+    scales and biases replaced by one ``QuantizedWeight`` under ``<layer>.weight``
+    (bf16 scales and biases stay uint16 bit patterns, as ``metalrt.quantized_tensor``
+    takes them); every other tensor as it is, BF16 widened to float32.
+
+    Raises ValueError naming the file and the tensor for scales without a
+    ``quantization`` entry, an unknown mode, a missing weight or biases, shapes that do
+    not fit together, bits outside 2/3/4/5/6/8 or a group size outside 32/64/128.
+    """
+    arrays = {name: array for name, (_, array, _) in tensors.items()}
+    layers = [name[:-len(_SUFFIX)] for name in arrays if name.endswith(_SUFFIX)]
+    entry = quantization_entry(config, config_path)
+    if layers and entry is None:
+        raise ValueError(f"[mlx] {tensors[layers[0] + _SUFFIX][0]}: tensor "
+                         f"'{layers[0]}{_SUFFIX}' exists but {config_path} has no "
+                         f"quantization entry")
+    for layer in layers:
+        where = tensors[layer + _SUFFIX][0]
+        arrays[layer + ".weight"] = _affine(
+            layer, _layer_params(entry, layer, config_path), arrays.get(layer + ".weight"),
+            arrays.pop(layer + _SUFFIX), arrays.pop(layer + ".biases", None), where)
+    # Left are the float tensors and the QuantizedWeights (whose stored dtype is U32).
+    return {name: bf16_to_float32(a) if tensors[name][2] == "BF16" else a
+            for name, a in arrays.items()}
