@@ -203,8 +203,8 @@ class ShaderKernel:
                 and must have the declared type.
             threadgroup_memory: ``{index: bytes}``, the length of each
                 ``[[threadgroup(index)]]`` parameter (Metal's
-                ``setThreadgroupMemoryLength:atIndex:``): a multiple of 16, at most
-                32 KiB in all.
+                ``setThreadgroupMemoryLength:atIndex:``), rounded up to a multiple
+                of 16 bytes as that call requires; at most 32 KiB in all.
 
         Raises:
             TypeError: an argument is none of the above, or a
@@ -217,8 +217,8 @@ class ShaderKernel:
                 with ``is_function_constant_defined`` may be left out, as on Metal), or
                 a Python value does not fit the constant's declared type, or an
                 argument's byte size is not its parameter's (the message names the
-                parameter type, expected and given bytes), or a threadgroup memory
-                length is not a multiple of 16 or exceeds 32 KiB.
+                parameter type, expected and given bytes), or the threadgroup memory
+                exceeds 32 KiB.
         """
         kernel = self.name
         if (threads is None) == (threadgroups is None):

@@ -283,7 +283,13 @@ def test_threadgroup_memory_sizes_threadgroup_parameters():
     y = metalrt.asarray(np.full(64, np.nan, np.float32), device="metal")
     lib.reverse_in_group(metal(x), y, threads=64, group_size=32, threadgroup_memory={0: 32 * 4})
     np.testing.assert_array_equal(y.numpy(), np.concatenate([x[31::-1], x[:31:-1]]))
-    with pytest.raises(ValueError, match="multiple of 16"):
-        lib.reverse_in_group(metal(x), y, threads=64, group_size=32, threadgroup_memory={0: 24})
+    # Lengths are rounded up to 16 bytes, as setThreadgroupMemoryLength:atIndex: requires.
+    y = metalrt.asarray(np.full(64, np.nan, np.float32), device="metal")
+    lib.reverse_in_group(metal(x), y, threads=64, group_size=32, threadgroup_memory={0: 32 * 4 - 8})
+    np.testing.assert_array_equal(y.numpy(), np.concatenate([x[31::-1], x[:31:-1]]))
+    # A length too small for the group is an overrun the sim reports at the next host read.
+    lib.reverse_in_group(metal(x), y, threads=64, group_size=32, threadgroup_memory={0: 24})
+    with pytest.raises(RuntimeError, match=r"\[\[threadgroup\(0\)\]\] buffer was written past its end"):
+        y.numpy()
     with pytest.raises(TypeError, match="threadgroup_memory must be a dict"):
         lib.reverse_in_group(metal(x), y, threads=64, group_size=32, threadgroup_memory=[128])
