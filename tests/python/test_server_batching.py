@@ -73,6 +73,16 @@ def test_disconnected_stream_frees_its_blocks(server):
     assert stats["generated_tokens"] - generated < 500        # cancelled, not finished
 
 
+def test_client_gone_before_a_full_answer_cancels_it(server):
+    free = server.wait_for(lambda s: s["running"] == 0)["kv_blocks_free"]
+    generated = server.stats()["generated_tokens"]
+    with pytest.raises(openai.APITimeoutError):     # the client gives up and hangs up
+        server.client(timeout=2).completions.create(model=MODEL_ID, prompt=STORY,
+                                                    max_tokens=500, temperature=0)
+    stats = server.wait_for(lambda s: s["running"] == 0 and s["kv_blocks_free"] == free)
+    assert stats["generated_tokens"] - generated < 500
+
+
 def test_200_sequential_requests_keep_memory_flat(server):
     client = server.client()
     process = psutil.Process(server.proc.pid)

@@ -8,12 +8,13 @@ forward step fails.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from typing import List, Optional, Union
 
 import jinja2
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
@@ -23,6 +24,9 @@ from ..runner import SamplingParams
 from .engine_loop import EngineLoop, Event, QueueFullError
 from .openai_format import Response, error_body
 from .schemas import ChatCompletionRequest, CompletionRequest
+
+
+DISCONNECT_POLL_SECONDS = 0.25   # how often a non-streamed request checks for its client
 
 
 class APIError(Exception):
@@ -87,14 +91,28 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
             raise APIError(400, str(e), param="messages" if hasattr(body, "messages")
                            else "prompt", code="context_length_exceeded") from None
 
-    async def answer(response: Response, generation, stream: bool, include_usage: bool):
+    async def collect(generation) -> List[Event]:
+        events: List[Event] = []
+        async for event in generation.events():
+            if event.error:
+                raise APIError(500, event.error, "server_error")
+            events.append(event)
+        return events
+
+    async def answer(http: Request, response: Response, generation, stream: bool,
+                     include_usage: bool):
         if not stream:
-            events: List[Event] = []
-            async for event in generation.events():
-                if event.error:
-                    raise APIError(500, event.error, "server_error")
-                events.append(event)
-            return JSONResponse(response.full(events))
+            # A client that goes away before the whole answer is ready cancels it (its
+            # KV blocks are freed), as a dropped stream does.
+            task = asyncio.ensure_future(collect(generation))
+            while not (await asyncio.wait({task}, timeout=DISCONNECT_POLL_SECONDS))[0]:
+                if await http.is_disconnected():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                    return JSONResponse(error_body("the client disconnected", "cancelled"),
+                                        status_code=499)
+            return JSONResponse(response.full(task.result()))
 
         def sse(obj) -> str:
             return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
@@ -117,7 +135,7 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                                  headers={"Cache-Control": "no-cache"})
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest):
+    async def chat_completions(body: ChatCompletionRequest, http: Request):
         check_model(body.model)
         messages = [{"role": m.role, "content": m.text} for m in body.messages]
         try:
@@ -128,18 +146,18 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
         ids = tokenizer.encode(text, add_special_tokens=False)
         top = body.top_logprobs if body.logprobs else None
         generation = submit(body, ids, top, body.logprobs)
-        return await answer(Response(True, model_id), generation, body.stream,
+        return await answer(http, Response(True, model_id), generation, body.stream,
                             body.include_usage)
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest):
+    async def completions(body: CompletionRequest, http: Request):
         check_model(body.model)
         try:
             ids = prompt_ids(tokenizer, body.prompt)
         except (TypeError, ValueError) as e:
             raise APIError(400, str(e), param="prompt") from None
         generation = submit(body, ids, body.logprobs, body.logprobs is not None)
-        return await answer(Response(False, model_id), generation, body.stream,
+        return await answer(http, Response(False, model_id), generation, body.stream,
                             body.include_usage)
 
     @app.get("/v1/models")
