@@ -176,7 +176,7 @@ class Tokenizer:
                              f"'gpt2' (byte-level BPE), 'llama' (SentencePiece BPE)")
         build_backend, bos_by_default = _GGUF_MODELS[model]
         tokens = _require(metadata, "tokenizer.ggml.tokens", source)
-        for key in ("bos", "eos", "eot", "eom"):
+        for key in ("bos", "eos", "eot", "eom", "unknown"):
             token_id = metadata.get(f"tokenizer.ggml.{key}_token_id")
             if token_id is not None and not 0 <= token_id < len(tokens):
                 raise ValueError(f"[tokenizer] {source}: tokenizer.ggml.{key}_token_id is "

@@ -138,9 +138,14 @@ def test_without_a_space_prefix_as_gemma(reference):
     assert tok.decode(ids) == "the fox"
 
 
-def test_per_token_arrays_must_match_the_vocabulary():
+def test_per_token_arrays_and_the_unknown_id_must_match_the_vocabulary():
     meta = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["<unk>", "a", "b"],
             "tokenizer.ggml.scores": [0.0, -1.0], "tokenizer.ggml.token_type": [2, 1, 1]}
     with pytest.raises(ValueError, match=r"\[tokenizer\] src: tokenizer\.ggml\.token_type \(3\) and "
                                          r"tokenizer\.ggml\.scores \(2\) must have one entry per token \(3\)"):
+        Tokenizer.from_gguf_metadata(meta, "src")
+    meta["tokenizer.ggml.scores"] = [0.0, -1.0, -2.0]
+    meta["tokenizer.ggml.unknown_token_id"] = 3
+    with pytest.raises(ValueError, match=r"\[tokenizer\] src: tokenizer\.ggml\.unknown_token_id is 3, "
+                                         r"outside the vocabulary of 3 tokens"):
         Tokenizer.from_gguf_metadata(meta, "src")
