@@ -23,6 +23,8 @@
 #include "quantized_blocks.h"
 using namespace metal;
 
+// Decode GEMV: MLX qmv's shape (rows per SIMD-group, shared activation loads, the sum
+// of x for the bias); expected to reach the weight-bandwidth bound (see the top).
 template <typename F, typename T, typename S>
 kernel void quantized_matmul_bt_gemv(device const T* x [[buffer(0)]],
                                      device const uchar* data [[buffer(1)]],
@@ -65,6 +67,8 @@ kernel void quantized_matmul_bt_gemv(device const T* x [[buffer(0)]],
     }
 }
 
+// Prefill GEMM: MLX qmm_t's shape (dequantized weight tile in threadgroup memory, f32
+// activation tile, simdgroup matrices); expected compute-bound like matmul_bt_gemm.
 template <typename F, typename T, typename S>
 kernel void quantized_matmul_bt_gemm(device const T* x [[buffer(0)]],
                                      device const uchar* data [[buffer(1)]],
@@ -124,6 +128,7 @@ kernel void quantized_matmul_bt_gemm(device const T* x [[buffer(0)]],
   }
 }
 
+// Row gather / dequantize: one thread per chunk, bound by the bytes written.
 // Row y of the output is weight row y (dequantize) or ids[y] (quantized_embedding; an
 // id outside [0, n) gives a zero row).
 template <typename F, typename T, typename S, bool kGather>

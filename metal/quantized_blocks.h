@@ -163,10 +163,12 @@ inline QuantChunk load_chunk(device const uchar* data, device const S* scales, d
   return chunk_affine(row, scales, biases, row_index, k0, args);
 }
 
-// The weight of code i: scale * c + bias, rounded as the oracle rounds it.
+// The weight of code i: scale * c + bias, rounded as the oracle rounds it: the
+// product is its own statement, so -ffp-contract=on cannot fuse it with the sum.
 template <typename F>
 inline float chunk_value(thread const QuantChunk& q, int i) {
-  return F::kHasBias ? q.scale * q.c[i] + q.bias : q.scale * q.c[i];
+  const float product = q.scale * q.c[i];
+  return F::kHasBias ? product + q.bias : product;
 }
 
 #endif  // METALRT_METAL_QUANTIZED_BLOCKS_H_

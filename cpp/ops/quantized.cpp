@@ -17,8 +17,20 @@ std::vector<Tensor> WeightInputs(const QuantizedTensor& w) {
   return inputs;
 }
 
+// A weight assembled by hand (not by MakeQuantizedTensor) is validated again, so a
+// provider never sees an inconsistent one.
 void CheckWeight(const QuantizedTensor& w, const char* op) {
   CheckDefined(w.data, op, "w.data");
+  MakeQuantizedTensor(w.format, w.rows, w.cols, w.data, w.scales, w.biases, w.bits, w.group_size);
+}
+
+// The output may not overlap any of the weight's tensors.
+void CheckNoOverlapWeight(const Tensor& out, const QuantizedTensor& w, const char* op) {
+  CheckNoOverlap(out, w.data, op, "w.data");
+  if (w.scales.defined()) {
+    CheckNoOverlap(out, w.scales, op, "w.scales");
+    CheckNoOverlap(out, w.biases, op, "w.biases");
+  }
 }
 
 void CheckOutputDType(DType dtype, const char* op) {
@@ -34,6 +46,7 @@ Tensor Dequantize(const QuantizedTensor& w, DType dtype, const OptTensor& out) {
   CheckOutputDType(dtype, kOp);
   const DeviceType device = w.device();
   Tensor result = OutputOrNew(out, {w.rows, w.cols}, dtype, device, kOp);
+  CheckNoOverlapWeight(result, w, kOp);
   RunOp(kOp, device, OpCall{WeightInputs(w), {result}, w});
   return result;
 }
@@ -50,6 +63,7 @@ Tensor QuantizedMatmulBT(const Tensor& x, const QuantizedTensor& w, const OptTen
   const DeviceType device = CommonDevice({&x, &w.data}, kOp);
   Tensor result = OutputOrNew(out, {x.dim(0), w.rows}, x.dtype(), device, kOp);
   CheckNoOverlap(result, x, kOp, "x");
+  CheckNoOverlapWeight(result, w, kOp);
   std::vector<Tensor> inputs{x};
   for (const Tensor& t : WeightInputs(w)) inputs.push_back(t);
   RunOp(kOp, device, OpCall{inputs, {result}, w});
@@ -66,6 +80,7 @@ Tensor QuantizedEmbedding(const Tensor& ids, const QuantizedTensor& w, DType dty
   const DeviceType device = CommonDevice({&ids, &w.data}, kOp);
   Tensor result = OutputOrNew(out, {ids.dim(0), w.cols}, dtype, device, kOp);
   CheckNoOverlap(result, ids, kOp, "ids");
+  CheckNoOverlapWeight(result, w, kOp);
   CheckIndicesInRange(ids, ids.dim(0), 0, w.rows, kOp, [&](int64_t id, int64_t t) {
     return "id " + std::to_string(id) + " at position " + std::to_string(t) +
            " is outside the vocabulary of size " + std::to_string(w.rows);

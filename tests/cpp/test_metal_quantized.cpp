@@ -105,6 +105,11 @@ METALRT_OP_CASES(quantized_cases) {
     cases.push_back(EmbeddingCase(s, 49152, 576, DType::kF32, next()));
   }
   cases.push_back(MatmulCase(WeightSpec{QuantFormat::kQ8_0}, 1, 576, 49152, DType::kF32, next()));
+  // K = 32, one block or group per row: the GEMM's single K step (llama.cpp PR #3542
+  // kept mul_mm away from K < 64).
+  cases.push_back(MatmulCase(WeightSpec{QuantFormat::kQ8_0}, 17, 32, 9, DType::kF32, next()));
+  cases.push_back(MatmulCase(WeightSpec{QuantFormat::kAffine, 4, 32, DType::kF16}, 17, 32, 9, DType::kF32, next()));
+  cases.push_back(MatmulCase(WeightSpec{QuantFormat::kQ4_0}, 1, 32, 3, DType::kF32, next()));
   // MLX affine: every bit width at every group size, scales in each float dtype.
   const DType scale_dtypes[] = {DType::kF16, DType::kBF16, DType::kF32};
   int variant = 0;

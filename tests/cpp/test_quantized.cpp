@@ -64,6 +64,13 @@ TEST_CASE("quantized_tensor: the validating constructor names what was expected"
   CheckThrows<std::invalid_argument>(
       [&] { MakeQuantizedTensor(QuantFormat::kAffine, 3, 128, t[0], Tensor(), Tensor(), 4, 64); },
       "[quantized_tensor] affine weights need scales and biases");
+  // A weight assembled by hand is validated again by every op.
+  QuantizedTensor edited = WeightOf(s, 3, 128, t, 0);
+  edited.group_size = 32;
+  CheckThrows<std::invalid_argument>([&] { ops::Dequantize(edited); },
+                                     "[quantized_tensor] scales must have shape [3, 4], got [3, 2]");
+  CheckThrows<std::invalid_argument>([&] { ops::Dequantize(WeightOf(s, 3, 128, t, 0), DType::kF32, t[1]); },
+                                     "[dequantize] out must");
 }
 
 TEST_CASE("cpu dequantize: hand-decoded blocks of each layout") {
