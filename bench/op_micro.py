@@ -107,8 +107,12 @@ def run(device: str, quick: bool, repeats: int) -> List[Dict]:
     rows = matmul_rows(device, (1,), projections, repeats, rng)
     prefill_projections = {k: v for k, v in projections.items() if k != "lm_head"}
     rows += matmul_rows(device, (prefill,), prefill_projections, repeats, rng)
-    rows += quantized_micro.rows(device, projections, (1,), repeats, rng, _timed, _row)
-    rows += quantized_micro.rows(device, prefill_projections, (prefill,), repeats, rng, _timed, _row)
+    # --quick: one format at the smallest projection (the simulated GEMM is slow).
+    quantized = {"o_proj": PROJECTIONS["o_proj"]} if quick else projections
+    formats = ("q4_1",) if quick else quantized_micro.FORMATS
+    rows += quantized_micro.rows(device, quantized, (1,), repeats, rng, _timed, _row, formats)
+    quantized_prefill = {k: v for k, v in quantized.items() if k != "lm_head"}
+    rows += quantized_micro.rows(device, quantized_prefill, (prefill,), repeats, rng, _timed, _row, formats)
     rows += rms_norm_rows(device, (1, prefill), repeats, rng)
     rows += attention_rows(device, (128,) if quick else (128, 1024, 4096), repeats, rng)
     return rows

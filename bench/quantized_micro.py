@@ -36,10 +36,11 @@ def random_weight(fmt: str, n: int, k: int, device: str, rng) -> metalrt.Quantiz
                                     group_size=64, device=device)
 
 
-def rows(device: str, projections: Dict, m_values, repeats: int, rng, timed, row) -> List[Dict]:
+def rows(device: str, projections: Dict, m_values, repeats: int, rng, timed, row,
+         formats=FORMATS) -> List[Dict]:
     """One row per (format, projection, m); `timed` and `row` are op_micro's helpers."""
     result = []
-    for fmt in FORMATS:
+    for fmt in formats:
         for label, (n, k) in projections.items():
             w = random_weight(fmt, n, k, device, rng)
             for m in m_values:

@@ -5,9 +5,8 @@
 #include "cpu/quantized_blocks.h"
 
 #include <cstring>
-#include <vector>
 
-#include "cpu/float_rows.h"
+#include "metalrt/dtype.h"
 
 namespace metalrt::cpu {
 namespace {
@@ -132,25 +131,39 @@ void GgufBlock(QuantFormat format, const uint8_t* b, float* y) {
 // Values k .. k + 7 of an affine row: their 8 codes of `bits` bits are `bits` whole
 // bytes of the row's LSB-first bitstream of little-endian uint32 words, starting at
 // byte k * bits / 8 (a 3/5/6-bit code may straddle two words). w = scale * q + bias.
-void AffineChunk(const uint8_t* row, int64_t k, int bits, float scale, float bias, float* y) {
+template <int kBits>
+void AffineChunk(const uint8_t* row, int64_t k, float scale, float bias, float* y) {
   uint64_t v = 0;
-  std::memcpy(&v, row + k * bits / 8, static_cast<size_t>(bits));   // little-endian host
-  const uint64_t mask = (uint64_t{1} << bits) - 1;
-  for (int i = 0; i < 8; ++i) y[i] = scale * float(static_cast<uint32_t>((v >> (i * bits)) & mask)) + bias;
+  std::memcpy(&v, row + k * kBits / 8, kBits);   // little-endian host
+  constexpr uint64_t kMask = (uint64_t{1} << kBits) - 1;
+  for (int i = 0; i < 8; ++i) y[i] = scale * float(static_cast<uint32_t>((v >> (i * kBits)) & kMask)) + bias;
+}
+
+// One affine row, the code width a template argument so the chunk loads inline.
+template <int kBits>
+void AffineRow(const QuantizedTensor& w, int64_t row, float* out) {
+  const int64_t groups = w.cols / w.group_size;
+  const uint8_t* bytes = w.data.data_as<uint8_t>() + row * (w.cols * kBits / 8);
+  for (int64_t g = 0; g < groups; ++g) {
+    const float scale = LoadAsF32(w.scales.data(), w.scales.dtype(), row * groups + g);
+    const float bias = LoadAsF32(w.biases.data(), w.biases.dtype(), row * groups + g);
+    for (int64_t k = g * w.group_size; k < (g + 1) * w.group_size; k += 8)
+      AffineChunk<kBits>(bytes, k, scale, bias, out + k);
+  }
 }
 
 }  // namespace
 
 void DequantizeRow(const QuantizedTensor& w, int64_t row, float* out) {
   if (w.format == QuantFormat::kAffine) {
-    const int64_t groups = w.cols / w.group_size;
-    const uint8_t* bytes = w.data.data_as<uint8_t>() + row * (w.cols * w.bits / 8);
-    std::vector<float> scales(static_cast<size_t>(groups)), biases(scales.size());
-    LoadRowF32(w.scales.data(), w.scales.dtype(), row * groups, groups, scales.data());
-    LoadRowF32(w.biases.data(), w.biases.dtype(), row * groups, groups, biases.data());
-    for (int64_t k = 0; k < w.cols; k += 8)
-      AffineChunk(bytes, k, w.bits, scales[k / w.group_size], biases[k / w.group_size], out + k);
-    return;
+    switch (w.bits) {
+      case 2: return AffineRow<2>(w, row, out);
+      case 3: return AffineRow<3>(w, row, out);
+      case 4: return AffineRow<4>(w, row, out);
+      case 5: return AffineRow<5>(w, row, out);
+      case 6: return AffineRow<6>(w, row, out);
+      default: return AffineRow<8>(w, row, out);   // MakeQuantizedTensor allows no other width
+    }
   }
   const int64_t block_values = BlockValues(w.format), block_bytes = BlockBytes(w.format);
   const int64_t blocks = w.cols / block_values;

@@ -70,7 +70,8 @@ json.dump({"prompt": PROMPT, "ids": ids, "margins": margins}, open(sys.argv[2], 
 _LLAMA_CPP_REFERENCE = """
 import json, sys, llama_cpp
 PROMPT, STEPS = json.loads(sys.argv[3]), int(sys.argv[4])
-llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, n_threads=2, verbose=False)
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, n_threads=2, logits_all=True,
+                      verbose=False)
 def step(token):
     llm.eval(PROMPT if token is None else [token])
     return llm.scores[llm.n_tokens - 1]
