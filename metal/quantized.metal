@@ -111,8 +111,11 @@ kernel void quantized_matmul_bt_gemm(device const T* x [[buffer(0)]],
     for (int32_t kk = 0; kk < kQuantGemmTileK; kk += 8) {
       simdgroup_matrix<float, 8, 8> ma[2], mb[2];
       for (int i = 0; i < 2; ++i) simdgroup_load(ma[i], x_tile, kQuantGemmTileK, ulong2(kk, sg_row + 8 * i));
+      // The offset is in the pointer and the origin is 0: Apple's doc does not say in
+      // which coordinates a transposed load reads a non-zero origin.
       for (int j = 0; j < 2; ++j)
-        simdgroup_load(mb[j], w_tile, kQuantGemmTileK, ulong2(sg_col + 8 * j, kk), true);
+        simdgroup_load(mb[j], w_tile + (sg_col + 8 * j) * kQuantGemmTileK + kk, kQuantGemmTileK,
+                       ulong2(0, 0), true);
       for (int i = 0; i < 2; ++i)
         for (int j = 0; j < 2; ++j) simdgroup_multiply_accumulate(acc[i][j], ma[i], mb[j], acc[i][j]);
     }
