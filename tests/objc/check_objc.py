@@ -18,6 +18,10 @@ can build.
    threads have no pool, so each such send must sit lexically inside an
    @autoreleasepool block, or the object lives until the thread exits.
 4. ARC guard: each file must refuse to compile without -fobjc-arc (#error).
+5. Nil results: a command buffer or compute encoder that Metal fails to make is nil,
+   and every message to nil is a silent no-op (dispatches would vanish). So each send
+   of those selectors must initialise a variable that the code then tests (`!v`,
+   `v == nil`, `v != nil`).
 
 Exits non-zero, naming the file and the problem, on any failure. tests/run.sh runs it.
 """
@@ -42,6 +46,10 @@ MISSING_POOL_EXPECTED = ["commandBuffer"]
 OWNING_FAMILY = re.compile(r"^_*(alloc|new|copy|mutableCopy|init)(?![a-z])")
 # Objective-C object pointers (id, id<P>, NSString *, NSArray<...> *) and C strings.
 RETURNS_OBJECT = re.compile(r"^(id\b|[A-Z]\w*\s*(<.*>)?\s*\*|const char \*)")
+# Proves the nil check catches an unchecked compute encoder, and only that.
+MISSING_NIL_CHECK_FIXTURE = ROOT / "tests" / "objc" / "fixtures" / "missing_nil_check.mm"
+MISSING_NIL_CHECK_EXPECTED = ["computeCommandEncoder"]
+MUST_NIL_CHECK = {"commandBuffer", "computeCommandEncoder"}
 SELECTOR_DEF = re.compile(r'_(?:NS|MTL|CA|MTLFX)_PRIVATE_DEF_SEL\(\s*\w+\s*,\s*"([^"]+)"')
 
 
@@ -62,19 +70,36 @@ def syntax_check(source):
     return "" if result.returncode == 0 else (result.stderr or result.stdout)
 
 
-def messages(source):
-    """(selector, return type, inside an @autoreleasepool) of every Objective-C message
-    `source` sends in namespace metalrt::metal, from clang's AST."""
+def ast_roots(source):
+    """clang's JSON AST of the declarations in namespace metalrt::metal of `source`."""
     command = clang_command(source) + ["-fsyntax-only", "-Xclang", "-ast-dump=json",
                                        "-Xclang", "-ast-dump-filter=metalrt::metal"]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"[check_objc] {source}: clang AST dump failed:\n{result.stderr}")
-    found = []
+    roots = []
     decoder, text, at = json.JSONDecoder(), result.stdout, 0
     # One JSON document per matching declaration.
     while (at := text.find("{", at)) != -1:
         node, at = decoder.raw_decode(text, at)
+        roots.append(node)
+    return roots
+
+
+def walk(node):
+    """Every node of the AST below (and including) `node`."""
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.get("inner", []))
+
+
+def messages(source):
+    """(selector, return type, inside an @autoreleasepool) of every Objective-C message
+    `source` sends in namespace metalrt::metal, from clang's AST."""
+    found = []
+    for node in ast_roots(source):
         stack = [(node, False)]
         while stack:
             node, pooled = stack.pop()
@@ -94,6 +119,26 @@ def unpooled_autoreleased(source):
     """Selectors of sends returning an autoreleased result outside any pool block."""
     return sorted(selector for selector, returns, pooled in messages(source)
                   if not pooled and RETURNS_OBJECT.match(returns) and not OWNING_FAMILY.match(selector))
+
+
+def unchecked_nil_results(source):
+    """Selectors of MUST_NIL_CHECK sends whose result is not held in a variable that a
+    `!`, `==` or `!=` expression then tests."""
+    roots = ast_roots(source)
+    tested = set()   # ids of declarations referenced under a !, == or !=
+    for root in roots:
+        for node in walk(root):
+            if node.get("opcode") in ("!", "==", "!="):
+                tested.update(n["referencedDecl"]["id"] for n in walk(node)
+                              if n.get("kind") == "DeclRefExpr")
+    checked, sends = set(), []
+    for root in roots:
+        for node in walk(root):
+            if node.get("kind") == "ObjCMessageExpr" and node["selector"] in MUST_NIL_CHECK:
+                sends.append(node)
+            if node.get("kind") == "VarDecl" and node.get("id") in tested:
+                checked.update(id(n) for n in walk(node) if n.get("kind") == "ObjCMessageExpr")
+    return sorted(n["selector"] for n in sends if id(n) not in checked)
 
 
 def arc_guard_missing(source):
@@ -170,6 +215,11 @@ def main():
             failed = True
             print(f"[check_objc] {source}: autoreleased results outside an @autoreleasepool block: "
                   f"{', '.join(unpooled)}", file=sys.stderr)
+        unchecked = unchecked_nil_results(source)
+        if unchecked:
+            failed = True
+            print(f"[check_objc] {source}: results that may be nil are not tested: "
+                  f"{', '.join(unchecked)}", file=sys.stderr)
         if args.syntax_only:
             continue
         published = published or published_selectors(metal_cpp_dir())
@@ -203,6 +253,13 @@ def main():
                   f"expected {MISSING_POOL_EXPECTED}", file=sys.stderr)
         else:
             print("[check_objc] the pool check flags the fixture's unpooled commandBuffer, only that")
+        unchecked = unchecked_nil_results(MISSING_NIL_CHECK_FIXTURE)
+        if unchecked != MISSING_NIL_CHECK_EXPECTED:
+            failed = True
+            print(f"[check_objc] the nil check found {unchecked} in {MISSING_NIL_CHECK_FIXTURE.name}, "
+                  f"expected {MISSING_NIL_CHECK_EXPECTED}", file=sys.stderr)
+        else:
+            print("[check_objc] the nil check flags the fixture's untested computeCommandEncoder, only that")
     return 1 if failed else 0
 
 
