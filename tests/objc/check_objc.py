@@ -239,27 +239,22 @@ def main():
             failed = True
             print(f"[check_objc] {WRONG_SELECTOR_FIXTURE} must type-check", file=sys.stderr)
         published = published or published_selectors(metal_cpp_dir())
-        unknown = sent_selectors(WRONG_SELECTOR_FIXTURE) - published
-        if unknown != {"waitUntilComplete"}:
-            failed = True
-            print(f"[check_objc] the selector check missed the fixture's wrong selector "
-                  f"(found {sorted(unknown)}, expected ['waitUntilComplete'])", file=sys.stderr)
-        else:
-            print("[check_objc] the selector check rejects the fixture's wrong selector")
-        unpooled = unpooled_autoreleased(MISSING_POOL_FIXTURE)
-        if unpooled != MISSING_POOL_EXPECTED:
-            failed = True
-            print(f"[check_objc] the pool check found {unpooled} in {MISSING_POOL_FIXTURE.name}, "
-                  f"expected {MISSING_POOL_EXPECTED}", file=sys.stderr)
-        else:
-            print("[check_objc] the pool check flags the fixture's unpooled commandBuffer, only that")
-        unchecked = unchecked_nil_results(MISSING_NIL_CHECK_FIXTURE)
-        if unchecked != MISSING_NIL_CHECK_EXPECTED:
-            failed = True
-            print(f"[check_objc] the nil check found {unchecked} in {MISSING_NIL_CHECK_FIXTURE.name}, "
-                  f"expected {MISSING_NIL_CHECK_EXPECTED}", file=sys.stderr)
-        else:
-            print("[check_objc] the nil check flags the fixture's untested computeCommandEncoder, only that")
+        fixture_checks = [
+            ("selector", sorted(sent_selectors(WRONG_SELECTOR_FIXTURE) - published),
+             WRONG_SELECTOR_FIXTURE, ["waitUntilComplete"]),
+            ("pool", unpooled_autoreleased(MISSING_POOL_FIXTURE), MISSING_POOL_FIXTURE,
+             MISSING_POOL_EXPECTED),
+            ("nil", unchecked_nil_results(MISSING_NIL_CHECK_FIXTURE), MISSING_NIL_CHECK_FIXTURE,
+             MISSING_NIL_CHECK_EXPECTED),
+        ]
+        for check, found, fixture, expected in fixture_checks:
+            if found != expected:
+                failed = True
+                print(f"[check_objc] the {check} check found {found} in {fixture.name}, "
+                      f"expected {expected}", file=sys.stderr)
+            else:
+                print(f"[check_objc] the {check} check flags {fixture.name}'s {', '.join(expected)}, "
+                      "only that")
     return 1 if failed else 0
 
 
