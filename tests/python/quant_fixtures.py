@@ -1,7 +1,7 @@
 """Quantized variants of the default model and their reference outputs, made once per
 machine in ``<metalrt cache>/quant-fixtures`` (never committed):
 
-* ``q8_0`` and ``q4_k_m``: GGUFs requantized from the default Q4_1 file by llama.cpp's
+* ``q8_0``, ``q4_k_m``, ``q4_0``, ``q5_1`` and ``q5_k_m``: GGUFs requantized from the default Q4_1 file by llama.cpp's
   quantizer (``llama_model_quantize`` of ``llama-cpp-python``, ``allow_requantize``:
   it dequantizes to float32 first). With K = 576 the Q4_K_M recipe falls back to
   Q5_0 / Q8_0 for most tensors; ffn_down (K = 1536) gets Q4_K / Q6_K.
@@ -36,9 +36,12 @@ PROMPT = [6403, 1980, 253, 655]     # "Once upon a time"
 STEPS = 16
 REFERENCE = "reference.json"
 # llama.cpp's llama_ftype values (include/llama.h).
-GGUF_FTYPES = {"q8_0": 7, "q4_k_m": 15}
+GGUF_FTYPES = {"q8_0": 7, "q4_k_m": 15, "q4_0": 2, "q5_1": 9, "q5_k_m": 17}
 MLX_BITS = {"mlx_4bit_g64": (4, 64), "mlx_8bit_g64": (8, 64)}
-FIXTURES = (*GGUF_FTYPES, *MLX_BITS)
+# Continued against their reference by test_quantized_models; with the default Q4_1
+# file, the other GGUFs complete the real-file dequantize gate's set of block types.
+FIXTURES = ("q8_0", "q4_k_m", *MLX_BITS)
+REAL_FILE_GGUFS = ("q8_0", "q4_k_m", "q4_0", "q5_1", "q5_k_m")
 
 
 class FixtureUnavailable(RuntimeError):
@@ -163,6 +166,6 @@ def fixture(name: str) -> tuple[Path, dict]:
 
 
 if __name__ == "__main__":
-    for fixture_name in sys.argv[1:] or FIXTURES:
+    for fixture_name in sys.argv[1:] or (*FIXTURES, *REAL_FILE_GGUFS[2:]):
         path, ref = fixture(fixture_name)
         print(fixture_name, path, ref["ids"], [round(m, 2) for m in ref["margins"]])

@@ -9,17 +9,21 @@
   test_step_counters.py, whose model fixture includes an MLX 4-bit one);
 * the Q8_0 and Q4_K_M GGUFs and the MLX 4-bit and 8-bit directories made from the
   default model (``quant_fixtures``) continue the prompt as their own reference
-  implementation does (llama.cpp, mlx-lm) wherever its top-2 margin is clear.
+  implementation does (llama.cpp, mlx-lm) wherever its top-2 margin is clear;
+* every GGUF block type, as llama.cpp's quantizer wrote it into a real file, dequantizes
+  bit-exactly as gguf.quants.dequantize does, on every device.
 """
+import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
 import metalrt
 import quant_fixtures
-from conftest import nmse
+from conftest import nmse, poisoned
 from metalrt import providers
 from metalrt.loaders import load_model_files
+from metalrt.default_model import default_model_path
 from metalrt.loaders.quants import QuantizedWeight, dequantize_weight
 from metalrt.models import build_model
 from metalrt.tokenizer import Tokenizer
@@ -154,3 +158,34 @@ def test_quantized_files_hold_the_expected_mix(name, formats):
     found = {w.format if w.format != "affine" else (w.format, w.bits, w.group_size)
              for w in weights.values() if isinstance(w, QuantizedWeight)}
     assert found == formats
+
+
+BLOCK_TYPES = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"}
+
+
+@pytest.fixture(scope="module")
+def real_file_tensors():
+    """format -> (file name, tensor name, the first 64 rows of its blocks [rows, row
+    bytes], K): the smallest tensor of every block type across the default model and
+    llama.cpp's requantizations of it."""
+    paths = [default_model_path()] + [_parity(name)[0] for name in quant_fixtures.REAL_FILE_GGUFS]
+    found = {}
+    for path in paths:
+        for t in gguf.GGUFReader(path).tensors:
+            fmt = t.tensor_type.name.lower()
+            if fmt in BLOCK_TYPES and (fmt not in found or t.n_elements < found[fmt][4]):
+                rows = np.asarray(t.data).reshape(int(np.prod(t.shape[1:])), -1)[:64]
+                found[fmt] = (path.name, t.name, np.ascontiguousarray(rows), int(t.shape[0]),
+                              int(t.n_elements))
+    assert set(found) == BLOCK_TYPES, sorted(found)      # the files hold every type
+    return found
+
+
+@pytest.mark.parametrize("fmt", sorted(BLOCK_TYPES))
+def test_dequantize_is_bit_exact_on_real_files(real_file_tensors, fmt, device):
+    file, name, rows, k, _ = real_file_tensors[fmt]
+    reference = gguf.quants.dequantize(rows, getattr(T, fmt.upper()))
+    w = metalrt.quantized_tensor(fmt, (rows.shape[0], k), rows, device=device)
+    result = metalrt.ops.dequantize(w, out=poisoned((rows.shape[0], k), "float32", device))
+    np.testing.assert_array_equal(np.asarray(result).view(np.uint32), reference.view(np.uint32),
+                                  err_msg=f"{file}: {name}")
