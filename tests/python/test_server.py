@@ -172,6 +172,15 @@ def test_bad_input_is_a_4xx_in_openai_shape(server, client):
     assert (status, error["code"]) == (400, "context_length_exceeded")
     assert "context length is 8192" in error["message"]
 
+    # A token id outside the vocabulary is the client's error, found before the engine
+    # (it used to fail the shared forward step: a 500 for every request batched with it).
+    for bad in (49152, -1):
+        status, error = error_of(lambda: client.completions.create(
+            model=MODEL_ID, prompt=[1, bad], max_tokens=1))
+        assert (status, error["param"]) == (400, "prompt")
+        assert error["message"] == (f"prompt token id {bad} is outside the model's "
+                                    "vocabulary [0, 49152)")
+
     status, body = server.request("POST", "/v1/chat/completions", b'{"model": "x", "messages": [')
     assert status == 400 and "not valid JSON" in body["error"]["message"]
     assert body["error"]["type"] == "invalid_request_error"
