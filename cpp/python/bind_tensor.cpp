@@ -98,6 +98,10 @@ void CopyFromNumpy(const Tensor& t, const HostArray& array) {
                                 ", the tensor " + ShapeToString(t.shape()));
   if (!t.is_contiguous())
     throw std::invalid_argument("copy_from: the tensor must be contiguous, got " + t.Describe());
+  // Writing a view of read-only memory (np.memmap mode="r") would fault.
+  if (t.storage() && t.storage()->read_only())
+    throw std::invalid_argument("copy_from: the tensor is a view of read-only memory (e.g. an "
+                                "np.memmap opened with mode='r')");
   WriteHost(array, t, "copy_from");
 }
 

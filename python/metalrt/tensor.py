@@ -149,7 +149,10 @@ def _wrap_without_copy(array, device: str, dtype) -> Tensor:
     if device != "cpu" and not _metalrt.device_info(device)["unified_memory"]:
         return to_tensor(array, device, dtype)
     region = _whole_buffer(array)
-    return _metalrt._from_numpy_nocopy(array, target, device, region, array)
+    # A non-writeable array (np.memmap mode="r", bytes) gives a read-only tensor: ops
+    # refuse it as out= and copy_from refuses it, instead of faulting on the mapping.
+    return _metalrt._from_numpy_nocopy(array, target, device, region, array,
+                                       not array.flags.writeable)
 
 
 def _whole_buffer(array: np.ndarray) -> np.ndarray:

@@ -131,6 +131,28 @@ def test_asarray_without_copy_takes_bfloat16_bits_and_refuses_conversions(device
         metalrt.asarray(np.zeros((4, 4), np.float32)[:, 1], device=device, copy=False)
 
 
+def test_read_only_memory_wrapped_without_copy_is_never_written(tmp_path, device):
+    # Before, a read-only np.memmap wrapped with copy=False was an ordinary tensor:
+    # out= or copy_from wrote the read-only mapping and the interpreter died (SIGSEGV).
+    path = tmp_path / "ro.bin"
+    np.arange(16, dtype=np.float32).tofile(path)
+    ro = metalrt.asarray(np.memmap(path, np.float32, mode="r", shape=(1, 16)), device=device, copy=False)
+    x = metalrt.asarray(np.ones((1, 16), np.float32), device=device)
+    with pytest.raises(ValueError, match=r"^\[relu\] out is a view of read-only memory"):
+        ops.relu(x, out=ro)
+    with pytest.raises(ValueError, match=r"^\[add\] out is a view of read-only memory"):
+        ops.add(x, x, out=ro[0:1])      # views keep the flag
+    with pytest.raises(ValueError, match=r"^copy_from: the tensor is a view of read-only memory"):
+        ro.copy_from(np.zeros((1, 16), np.float32))
+    np.testing.assert_array_equal(ro.numpy(), np.arange(16, dtype=np.float32)[None])
+    np.testing.assert_array_equal(ops.relu(ro).numpy(), np.arange(16, dtype=np.float32)[None])
+    rw = metalrt.asarray(np.memmap(path, np.float32, mode="r+", shape=(1, 16)), device=device, copy=False)
+    negative = metalrt.asarray(-np.ones((1, 16), np.float32), device=device)
+    ops.relu(negative, out=rw)       # a writable mapping is still an out
+    metalrt.synchronize(device)
+    np.testing.assert_array_equal(np.fromfile(path, np.float32), np.zeros(16, np.float32))
+
+
 def test_to_moves_every_part():
     words, scales, biases, reference = random_affine(5, 32, 2, 64, seed=4)
     w = metalrt.quantized_tensor("affine", (2, 64), words, scales, biases, bits=5, group_size=32)
