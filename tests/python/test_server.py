@@ -195,6 +195,21 @@ def test_bad_input_is_a_4xx_in_openai_shape(server, client):
     assert server.wait_for(lambda s: s["running"] == 0 and s["waiting"] == 0)
 
 
+def test_a_port_in_use_fails_before_loading():
+    # Before, the model loaded first and uvicorn then exited with status 3 and its own
+    # "ERROR: [Errno 98] error while attempting to bind" line.
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "metalrt.server", "--port", str(port),
+                               "--device", "cpu"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == (f"metalrt: error: [serve] cannot listen on 127.0.0.1:{port}: "
+                           "Address already in use\n")
+
+
 @pytest.mark.parametrize("flag, value", [("--kv-cache-tokens", "0"), ("--max-queue", "-1"),
                                          ("--port", "0")])
 def test_bad_settings_fail_before_loading(flag, value):
