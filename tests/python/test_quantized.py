@@ -153,6 +153,37 @@ def test_read_only_memory_wrapped_without_copy_is_never_written(tmp_path, device
     np.testing.assert_array_equal(np.fromfile(path, np.float32), np.zeros(16, np.float32))
 
 
+def test_read_only_caches_and_kernel_outputs_are_refused(tmp_path):
+    # Before, reshape_and_cache into a read-only memmap, or a compile_shader kernel
+    # writing one, died with SIGSEGV.
+    path = tmp_path / "ro.bin"
+    np.zeros(2 * 16 * 1 * 4, np.float32).tofile(path)
+    mapped = np.memmap(path, np.float32, mode="r", shape=(2, 16, 1, 4))
+    writable = np.zeros((2, 16, 1, 4), np.float32)
+    kv = np.ones((1, 1, 4), np.float32)
+    for dev in ("cpu", "metal"):
+        ro = metalrt.asarray(mapped, device=dev, copy=False)
+        assert ro.read_only and ro[0].read_only
+        assert not metalrt.asarray(writable, device=dev, copy=False).read_only
+        rw = metalrt.asarray(writable, device=dev)
+        k = metalrt.asarray(kv, device=dev)
+        with pytest.raises(ValueError, match=r"^\[reshape_and_cache\] key_cache is a view of read-only memory"):
+            ops.reshape_and_cache(k, k, ro, rw, [3])
+        with pytest.raises(ValueError, match=r"^\[reshape_and_cache\] value_cache is a view of read-only memory"):
+            ops.reshape_and_cache(k, k, rw, ro, [3])
+    lib = metalrt.compile_shader(
+        "kernel void copy(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],\n"
+        "                 uint i [[thread_position_in_grid]]) { y[i] = x[i] + 1.0f; }\n")
+    ro = metalrt.asarray(mapped.reshape(-1), device="metal", copy=False)
+    y = metalrt.asarray(np.full(128, np.nan, np.float32), device="metal")
+    with pytest.raises(ValueError, match=r"^\[copy\] argument 1 is a view of read-only memory .*"
+                                         r"its parameter \(device float\*\) is writable"):
+        lib.copy(y, ro, threads=128, group_size=32)
+    lib.copy(ro, y, threads=128, group_size=32)      # read through a const parameter
+    np.testing.assert_array_equal(y.numpy(), np.ones(128, np.float32))
+    np.testing.assert_array_equal(np.fromfile(path, np.float32), np.zeros(128, np.float32))
+
+
 def test_to_moves_every_part():
     words, scales, biases, reference = random_affine(5, 32, 2, 64, seed=4)
     w = metalrt.quantized_tensor("affine", (2, 64), words, scales, biases, bits=5, group_size=32)
