@@ -184,6 +184,24 @@ def test_read_only_caches_and_kernel_outputs_are_refused(tmp_path):
     np.testing.assert_array_equal(np.fromfile(path, np.float32), np.zeros(128, np.float32))
 
 
+def test_out_of_range_sizes_and_foreign_byte_order_are_clear_errors():
+    # Before, each was nanobind's "incompatible function arguments" TypeError listing
+    # the private binding's signature.
+    blocks = np.zeros((2, 18), np.uint8)
+    with pytest.raises(ValueError, match=r"^\[quantized_tensor\] shape must be \[N >= 1, K >= 1\], "
+                                         r"got \[1180591620717411303424, 32\]"):
+        metalrt.quantized_tensor("q4_0", (2**70, 32), blocks)
+    with pytest.raises(ValueError, match=r"^\[quantized_tensor\] bits 1099511627776 is not a supported bits"):
+        metalrt.quantized_tensor("affine", (2, 64), np.zeros((2, 8), np.uint32), np.ones((2, 1), np.float32),
+                                 np.zeros((2, 1), np.float32), bits=2**40, group_size=64)
+    with pytest.raises(TypeError, match=r"^asarray\(copy=False\): the array's elements are in non-native "
+                                        r"byte order \(>f4\)"):
+        metalrt.asarray(np.zeros(4, ">f4"), copy=False)
+    with pytest.raises(TypeError, match=r"non-native byte order \(>f4\)"):
+        metalrt.quantized_tensor("affine", (2, 64), np.zeros((2, 8), np.uint32), np.ones((2, 1), ">f4"),
+                                 np.zeros((2, 1), np.float32), bits=4, group_size=64)
+
+
 def test_to_moves_every_part():
     words, scales, biases, reference = random_affine(5, 32, 2, 64, seed=4)
     w = metalrt.quantized_tensor("affine", (2, 64), words, scales, biases, bits=5, group_size=32)
