@@ -78,10 +78,11 @@ Tensor Tensor::FromBlob(void* data, const Shape& shape, DType dtype, DeviceType 
 }
 
 Tensor Tensor::FromExternal(void* data, const Shape& shape, DType dtype, DeviceType device,
-                            std::shared_ptr<void> keep_alive) {
+                            std::shared_ptr<void> keep_alive, bool read_only) {
   Tensor t = FromBlob(data, shape, dtype, device);
   std::shared_ptr<void> owner = GetBackend(device).AdoptExternal(data, t.nbytes(), std::move(keep_alive));
   t.storage_ = std::make_shared<Storage>(device, data, t.nbytes(), std::move(owner));
+  t.storage_->read_only_ = read_only;
   return t;
 }
 

@@ -75,6 +75,10 @@ Tensor OutputOrNew(const OptTensor& out, const Shape& shape, DType dtype, Device
         std::string("out must be on ") + DeviceTypeName(device) + ", got " +
             DeviceTypeName(out->device()));
   CheckContiguous(*out, op, "out");
+  // A view of read-only memory (np.memmap mode="r") would fault when written.
+  Check(!(out->storage() && out->storage()->read_only()), op,
+        "out is a view of read-only memory (e.g. an np.memmap opened with mode='r'); "
+        "pass a writable tensor");
   return *out;
 }
 

@@ -31,6 +31,11 @@ void ReshapeAndCache(const Tensor& key, const Tensor& value, const Tensor& key_c
   CheckContiguous(key_cache, kOp, "key_cache");
   CheckContiguous(value_cache, kOp, "value_cache");
   CheckContiguous(slot_mapping, kOp, "slot_mapping");
+  // The caches are written in place: a view of read-only memory would fault.
+  for (const Tensor* cache : {&key_cache, &value_cache})
+    Check(!(cache->storage() && cache->storage()->read_only()), kOp,
+          std::string(cache == &key_cache ? "key_cache" : "value_cache") +
+              " is a view of read-only memory (e.g. an np.memmap opened with mode='r')");
   const DeviceType device =
       CommonDevice({&key, &value, &key_cache, &value_cache, &slot_mapping}, kOp);
   // Negative slots are padding (skipped); the rest must lie inside the cache.

@@ -55,7 +55,7 @@ bool StoresDType(const nb::dlpack::dtype& given, DType dtype) {
 // buffer the array lives in, e.g. the mapped file) is what a GPU wraps, once for all
 // the tensors inside it; `owner` keeps the memory alive.
 Tensor FromNumpyNoCopy(const HostBytes& array, const std::string& dtype_name, const std::string& device_name,
-                       const HostBytes& region, nb::handle owner) {
+                       const HostBytes& region, nb::handle owner, bool read_only) {
   const DType dtype = DTypeFromName(dtype_name);
   if (!StoresDType(array.dtype(), dtype))
     throw TypeError("asarray(copy=False): a " + dtype_name + " tensor needs an array of " +
@@ -75,7 +75,7 @@ Tensor FromNumpyNoCopy(const HostBytes& array, const std::string& dtype_name, co
                                       DType::kU8, device, keep_alive)
                      .storage();
   }
-  return Tensor::FromExternal(const_cast<char*>(begin), shape, dtype, device, std::move(keep_alive));
+  return Tensor::FromExternal(const_cast<char*>(begin), shape, dtype, device, std::move(keep_alive), read_only);
 }
 
 nb::tuple ShapeOf(const QuantizedTensor& w) { return nb::make_tuple(w.rows, w.cols); }
@@ -86,7 +86,7 @@ nb::object OrNone(const Tensor& t) { return t.defined() ? nb::cast(t) : nb::none
 
 void BindQuantized(nb::module_& m) {
   m.def("_from_numpy_nocopy", &FromNumpyNoCopy, nb::arg("array"), nb::arg("dtype"), nb::arg("device"),
-        nb::arg("region"), nb::arg("owner"));
+        nb::arg("region"), nb::arg("owner"), nb::arg("read_only"));
   nb::class_<QuantizedTensor>(m, "QuantizedTensor",
                               "A quantized weight [N, K]: packed codes plus their scales, in the\n"
                               "layout of the file they came from (GGUF blocks, or MLX affine\n"

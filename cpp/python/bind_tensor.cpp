@@ -98,6 +98,10 @@ void CopyFromNumpy(const Tensor& t, const HostArray& array) {
                                 ", the tensor " + ShapeToString(t.shape()));
   if (!t.is_contiguous())
     throw std::invalid_argument("copy_from: the tensor must be contiguous, got " + t.Describe());
+  // Writing a view of read-only memory (np.memmap mode="r") would fault.
+  if (t.storage() && t.storage()->read_only())
+    throw std::invalid_argument("copy_from: the tensor is a view of read-only memory (e.g. an "
+                                "np.memmap opened with mode='r')");
   WriteHost(array, t, "copy_from");
 }
 
@@ -196,6 +200,10 @@ void BindTensor(nb::module_& m) {
                    "\"cpu\" or \"metal\".")
       .def_prop_ro("ndim", &Tensor::ndim, "Number of dimensions.")
       .def_prop_ro("nbytes", &Tensor::nbytes, "Bytes of the elements this tensor covers.")
+      .def_prop_ro("read_only",
+                   [](const Tensor& t) { return t.storage() != nullptr && t.storage()->read_only(); },
+                   "True for a view of read-only memory (asarray(copy=False) of a read-only\n"
+                   "array, e.g. an np.memmap opened with mode='r'): nothing may write it.")
       .def("__len__",
            [](const Tensor& t) {
              if (t.ndim() == 0) throw TypeError("len() of a 0-d tensor");

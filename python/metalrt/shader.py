@@ -237,6 +237,13 @@ class ShaderKernel:
                 if not a.is_contiguous():
                     raise ValueError(f"[{kernel}] argument {i} must be contiguous, got a strided "
                                      f"view of shape {tuple(a.shape)} (t.to(t.device) copies it)")
+                # A kernel may write a buffer it does not declare const: one over
+                # read-only memory (np.memmap mode="r") would fault the process.
+                declared = params.get(i)
+                if a.read_only and declared is not None and "const" not in declared.split("*")[0]:
+                    raise ValueError(f"[{kernel}] argument {i} is a view of read-only memory (e.g. an "
+                                     f"np.memmap opened with mode='r'); its parameter ({declared}) "
+                                     "is writable: declare it const or pass a writable copy")
                 bound.append(a)
             else:
                 bound.append(bind_argument(kernel, i, a, params.get(i)))

@@ -7,11 +7,17 @@ The preprocessor still decides everything else (``#if``, include guards, macros)
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[^\n]*$', re.M)
 _PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once\b", re.M)
+# The classic include guard: `#ifndef G` then `#define G` before anything but
+# whitespace and comments. Re-entering such a header from inside itself (a.h includes
+# b.h, which includes a.h) is empty, as the preprocessor finds G defined.
+_GUARD = re.compile(r"\A(?:\s|//[^\n]*\n|/\*.*?\*/)*#[ \t]*ifndef[ \t]+(\w+)[ \t]*(?://[^\n]*)?\n"
+                    r"(?:\s|//[^\n]*\n|/\*.*?\*/)*#[ \t]*define[ \t]+\1\b", re.S)
 _MAX_DEPTH = 32
 
 
@@ -30,8 +36,13 @@ def _define_lines(defines) -> list[str]:
         elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise TypeError(f"[compile_shader] macro {name} must be a str, int, float or None, "
                             f"got {type(value).__name__}")
-        elif "\n" in str(value):
+        elif "\n" in str(value) or "\r" in str(value) or str(value).rstrip().endswith("\\"):
+            # A lone CR ends a line for the preprocessor too, and a final backslash
+            # continues the #define over the line after it (the #line below).
             raise ValueError(f"[compile_shader] macro {name} must be one line, got {value!r}")
+        elif isinstance(value, float) and not math.isfinite(value):
+            # str() gives "nan"/"inf": names, not numbers, in MSL
+            raise ValueError(f"[compile_shader] macro {name} must be a finite number, got {value!r}")
         else:
             lines.append(f"#define {name} {value}")
     return lines
@@ -76,12 +87,14 @@ def build_source(source: str, defines=None, headers=None) -> str:
     read = _header_reader(headers)
     once: set[str] = set()
 
-    def inline(text: str, file: str, depth: int) -> str:
+    def inline(text: str, file: str, depth: int, stack: tuple = ()) -> str:
         def include(m: re.Match) -> str:
             name = m.group(1)
             body = read(name)
             if body is None:
                 return m.group(0)
+            if name in stack and _GUARD.match(body):
+                return ""   # its guard is defined by now: the preprocessor would skip it
             if depth >= _MAX_DEPTH:
                 raise ValueError(f"[compile_shader] headers include each other more than "
                                  f"{_MAX_DEPTH} deep (at {name!r})")
@@ -90,7 +103,7 @@ def build_source(source: str, defines=None, headers=None) -> str:
             if _PRAGMA_ONCE.search(body):
                 once.add(name)
             line = text.count("\n", 0, m.start()) + 1
-            return (f'#line 1 "{name}"\n{inline(body, name, depth + 1)}\n'
+            return (f'#line 1 "{name}"\n{inline(body, name, depth + 1, stack + (name,))}\n'
                     f'#line {line + 1} "{file}"')
         return _INCLUDE.sub(include, text)
 

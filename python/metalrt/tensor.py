@@ -145,11 +145,18 @@ def _wrap_without_copy(array, device: str, dtype) -> Tensor:
     if not array.flags.c_contiguous:
         raise ValueError("asarray(copy=False): the array must be C-contiguous to be wrapped "
                          f"(strides {array.strides} for shape {array.shape})")
+    if not array.dtype.isnative:
+        # nanobind takes native byte order only; say why instead of its argument listing
+        raise TypeError(f"asarray(copy=False): the array's elements are in non-native byte "
+                        f"order ({array.dtype.str}); without a copy no conversion is possible")
     target = dtype_name(dtype) if dtype is not None else array.dtype.name
     if device != "cpu" and not _metalrt.device_info(device)["unified_memory"]:
         return to_tensor(array, device, dtype)
     region = _whole_buffer(array)
-    return _metalrt._from_numpy_nocopy(array, target, device, region, array)
+    # A non-writeable array (np.memmap mode="r", bytes) gives a read-only tensor: ops
+    # refuse it as out= and copy_from refuses it, instead of faulting on the mapping.
+    return _metalrt._from_numpy_nocopy(array, target, device, region, array,
+                                       not array.flags.writeable)
 
 
 def _whole_buffer(array: np.ndarray) -> np.ndarray:

@@ -124,6 +124,48 @@ def test_bad_compile_options_raise():
         metalrt.compile_shader('#include "a.h"\n', headers={"a.h": '#include "a.h"\n'})
 
 
+@pytest.mark.parametrize("value", ["1\r#error injected", "1 \\", "1 \\  ", float("nan"), float("inf")])
+def test_a_define_that_is_not_one_finite_line_is_refused(value):
+    # Before: a CR passed the one-line check (so a second line, "#error injected",
+    # reached the compiler), a final backslash swallowed the #line after the macro, and
+    # nan/inf became the names `nan`/`inf`; each a confusing compile error at best.
+    with pytest.raises(ValueError, match=r"^\[compile_shader\] macro X must be (one line|a finite number)"):
+        metalrt.compile_shader(DIMS, defines={"X": value})
+
+
+GUARDED_A = """// a.h
+#ifndef A_H
+#define A_H
+#include "b.h"
+#define AV 3.0f
+#endif
+"""
+GUARDED_B = """#ifndef B_H  // b.h
+/* b's guard */
+#define B_H
+#include "a.h"
+#define BV 4.0f
+#endif
+"""
+
+
+@pytest.mark.parametrize("headers", ["dict", "directory"])
+def test_guarded_headers_that_include_each_other_compile(headers, tmp_path):
+    # Legal MSL (Apple's compiler stops at the guards); before, build_source inlined
+    # the cycle until its depth limit: "headers include each other more than 32 deep".
+    files = {"a.h": GUARDED_A, "b.h": GUARDED_B}
+    if headers == "directory":
+        for name, text in files.items():
+            (tmp_path / name).write_text(text)
+        files = str(tmp_path)
+    lib = metalrt.compile_shader('#include "a.h"\nkernel void k(device float* y [[buffer(0)]], '
+                                 'uint i [[thread_position_in_grid]]) { y[i] = AV * BV + float(i); }\n',
+                                 headers=files)
+    y = metal(np.full(4, np.nan, np.float32))
+    lib.k(y, threads=4, group_size=4)
+    np.testing.assert_array_equal(y.numpy(), np.array([12, 13, 14, 15], np.float32))
+
+
 def test_metal_rejections_reach_compile_shader_with_the_spec_section():
     with pytest.raises(RuntimeError, match=r"shader\.metal:2: error: the double type is not supported in Metal "
                                            r"\(MSL 3\.1 §2\.1"):

@@ -127,6 +127,17 @@ def test_bad_arguments(llama):
         model.logits([tiny_hf.VOCAB])
 
 
+def test_a_prompt_id_outside_the_vocabulary_is_refused_before_any_step(llama):
+    # Before the check, the id reached the embedding inside the shared forward step, so
+    # one bad prompt failed every request batched with it (the server's 500 for all).
+    model, tokenizer = llama
+    for bad in (tiny_hf.VOCAB, -1):
+        with pytest.raises(ValueError, match=rf"^\[engine\] prompt token id {bad} is outside "
+                                             rf"the model's vocabulary \[0, {tiny_hf.VOCAB}\)"):
+            metalrt.batch_generate(model, tokenizer, [[1, 2], [3, bad]], max_tokens=2)
+    assert metalrt.generate(model, tokenizer, [1, tiny_hf.VOCAB - 1], max_tokens=1) is not None
+
+
 @pytest.mark.parametrize("prompt", [None, [1.5, 2], [True, 2], 7])
 def test_a_prompt_that_is_neither_text_nor_ids_is_a_type_error(llama, prompt):
     model, tokenizer = llama

@@ -131,6 +131,77 @@ def test_asarray_without_copy_takes_bfloat16_bits_and_refuses_conversions(device
         metalrt.asarray(np.zeros((4, 4), np.float32)[:, 1], device=device, copy=False)
 
 
+def test_read_only_memory_wrapped_without_copy_is_never_written(tmp_path, device):
+    # Before, a read-only np.memmap wrapped with copy=False was an ordinary tensor:
+    # out= or copy_from wrote the read-only mapping and the interpreter died (SIGSEGV).
+    path = tmp_path / "ro.bin"
+    np.arange(16, dtype=np.float32).tofile(path)
+    ro = metalrt.asarray(np.memmap(path, np.float32, mode="r", shape=(1, 16)), device=device, copy=False)
+    x = metalrt.asarray(np.ones((1, 16), np.float32), device=device)
+    with pytest.raises(ValueError, match=r"^\[relu\] out is a view of read-only memory"):
+        ops.relu(x, out=ro)
+    with pytest.raises(ValueError, match=r"^\[add\] out is a view of read-only memory"):
+        ops.add(x, x, out=ro[0:1])      # views keep the flag
+    with pytest.raises(ValueError, match=r"^copy_from: the tensor is a view of read-only memory"):
+        ro.copy_from(np.zeros((1, 16), np.float32))
+    np.testing.assert_array_equal(ro.numpy(), np.arange(16, dtype=np.float32)[None])
+    np.testing.assert_array_equal(ops.relu(ro).numpy(), np.arange(16, dtype=np.float32)[None])
+    rw = metalrt.asarray(np.memmap(path, np.float32, mode="r+", shape=(1, 16)), device=device, copy=False)
+    negative = metalrt.asarray(-np.ones((1, 16), np.float32), device=device)
+    ops.relu(negative, out=rw)       # a writable mapping is still an out
+    metalrt.synchronize(device)
+    np.testing.assert_array_equal(np.fromfile(path, np.float32), np.zeros(16, np.float32))
+
+
+def test_read_only_caches_and_kernel_outputs_are_refused(tmp_path):
+    # Before, reshape_and_cache into a read-only memmap, or a compile_shader kernel
+    # writing one, died with SIGSEGV.
+    path = tmp_path / "ro.bin"
+    np.zeros(2 * 16 * 1 * 4, np.float32).tofile(path)
+    mapped = np.memmap(path, np.float32, mode="r", shape=(2, 16, 1, 4))
+    writable = np.zeros((2, 16, 1, 4), np.float32)
+    kv = np.ones((1, 1, 4), np.float32)
+    for dev in ("cpu", "metal"):
+        ro = metalrt.asarray(mapped, device=dev, copy=False)
+        assert ro.read_only and ro[0].read_only
+        assert not metalrt.asarray(writable, device=dev, copy=False).read_only
+        rw = metalrt.asarray(writable, device=dev)
+        k = metalrt.asarray(kv, device=dev)
+        with pytest.raises(ValueError, match=r"^\[reshape_and_cache\] key_cache is a view of read-only memory"):
+            ops.reshape_and_cache(k, k, ro, rw, [3])
+        with pytest.raises(ValueError, match=r"^\[reshape_and_cache\] value_cache is a view of read-only memory"):
+            ops.reshape_and_cache(k, k, rw, ro, [3])
+    lib = metalrt.compile_shader(
+        "kernel void copy(device const float* x [[buffer(0)]], device float* y [[buffer(1)]],\n"
+        "                 uint i [[thread_position_in_grid]]) { y[i] = x[i] + 1.0f; }\n")
+    ro = metalrt.asarray(mapped.reshape(-1), device="metal", copy=False)
+    y = metalrt.asarray(np.full(128, np.nan, np.float32), device="metal")
+    with pytest.raises(ValueError, match=r"^\[copy\] argument 1 is a view of read-only memory .*"
+                                         r"its parameter \(device float\*\) is writable"):
+        lib.copy(y, ro, threads=128, group_size=32)
+    lib.copy(ro, y, threads=128, group_size=32)      # read through a const parameter
+    np.testing.assert_array_equal(y.numpy(), np.ones(128, np.float32))
+    np.testing.assert_array_equal(np.fromfile(path, np.float32), np.zeros(128, np.float32))
+
+
+def test_out_of_range_sizes_and_foreign_byte_order_are_clear_errors():
+    # Before, each was nanobind's "incompatible function arguments" TypeError listing
+    # the private binding's signature.
+    blocks = np.zeros((2, 18), np.uint8)
+    with pytest.raises(ValueError, match=r"^\[quantized_tensor\] shape must be \[N >= 1, K >= 1\], "
+                                         r"got \[1180591620717411303424, 32\]"):
+        metalrt.quantized_tensor("q4_0", (2**70, 32), blocks)
+    with pytest.raises(ValueError, match=r"^\[quantized_tensor\] bits 1099511627776 is not a supported bits"):
+        metalrt.quantized_tensor("affine", (2, 64), np.zeros((2, 8), np.uint32), np.ones((2, 1), np.float32),
+                                 np.zeros((2, 1), np.float32), bits=2**40, group_size=64)
+    with pytest.raises(TypeError, match=r"^asarray\(copy=False\): the array's elements are in non-native "
+                                        r"byte order \(>f4\)"):
+        metalrt.asarray(np.zeros(4, ">f4"), copy=False)
+    with pytest.raises(TypeError, match=r"non-native byte order \(>f4\)"):
+        metalrt.quantized_tensor("affine", (2, 64), np.zeros((2, 8), np.uint32), np.ones((2, 1), ">f4"),
+                                 np.zeros((2, 1), np.float32), bits=4, group_size=64)
+
+
 def test_to_moves_every_part():
     words, scales, biases, reference = random_affine(5, 32, 2, 64, seed=4)
     w = metalrt.quantized_tensor("affine", (2, 64), words, scales, biases, bits=5, group_size=32)

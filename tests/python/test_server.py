@@ -172,6 +172,15 @@ def test_bad_input_is_a_4xx_in_openai_shape(server, client):
     assert (status, error["code"]) == (400, "context_length_exceeded")
     assert "context length is 8192" in error["message"]
 
+    # A token id outside the vocabulary is the client's error, found before the engine
+    # (it used to fail the shared forward step: a 500 for every request batched with it).
+    for bad in (49152, -1):
+        status, error = error_of(lambda: client.completions.create(
+            model=MODEL_ID, prompt=[1, bad], max_tokens=1))
+        assert (status, error["param"]) == (400, "prompt")
+        assert error["message"] == (f"prompt token id {bad} is outside the model's "
+                                    "vocabulary [0, 49152)")
+
     status, body = server.request("POST", "/v1/chat/completions", b'{"model": "x", "messages": [')
     assert status == 400 and "not valid JSON" in body["error"]["message"]
     assert body["error"]["type"] == "invalid_request_error"
@@ -184,6 +193,21 @@ def test_bad_input_is_a_4xx_in_openai_shape(server, client):
     reply = client.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=2, temperature=0)
     assert reply.usage.completion_tokens == 2
     assert server.wait_for(lambda s: s["running"] == 0 and s["waiting"] == 0)
+
+
+def test_a_port_in_use_fails_before_loading():
+    # Before, the model loaded first and uvicorn then exited with status 3 and its own
+    # "ERROR: [Errno 98] error while attempting to bind" line.
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "metalrt.server", "--port", str(port),
+                               "--device", "cpu"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == (f"metalrt: error: [serve] cannot listen on 127.0.0.1:{port}: "
+                           "Address already in use\n")
 
 
 @pytest.mark.parametrize("flag, value", [("--kv-cache-tokens", "0"), ("--max-queue", "-1"),

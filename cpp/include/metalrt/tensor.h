@@ -27,12 +27,17 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   DeviceType device() const { return device_; }
+  // Memory that must not be written (a read-only np.memmap, an immutable buffer):
+  // writing it would fault or change what the owner promised not to change.
+  bool read_only() const { return read_only_; }
 
  private:
+  friend class Tensor;
   DeviceType device_;
   void* data_;
   size_t bytes_;
   std::shared_ptr<void> keep_alive_;  // set when the memory is not ours to free
+  bool read_only_ = false;
 };
 
 class Tensor {
@@ -46,8 +51,9 @@ class Tensor {
   // memory-mapped file), without a copy: `keep_alive` owns the memory and lives until
   // the last view dies. On Metal the memory is wrapped for the kernels
   // (Backend::AdoptExternal); std::invalid_argument where the device cannot address it.
+  // `read_only`: the memory may not be written; ops refuse such a tensor as `out`.
   static Tensor FromExternal(void* data, const Shape& shape, DType dtype, DeviceType device,
-                             std::shared_ptr<void> keep_alive);
+                             std::shared_ptr<void> keep_alive, bool read_only = false);
 
   bool defined() const { return data_ != nullptr || storage_ != nullptr; }
   void* data() const { return data_; }

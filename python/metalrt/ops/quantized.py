@@ -39,6 +39,13 @@ def quantized_tensor(format: str, shape, data, scales=None, biases=None, *, bits
         rows, cols = (integer("quantized_tensor", "shape", d) for d in shape)
     except (TypeError, ValueError):
         raise ValueError(f"[quantized_tensor] shape must be (N, K), got {shape!r}") from None
+    # Beyond the native int64 (int for bits/group_size) nanobind would refuse the call
+    # with its "incompatible function arguments" listing instead of saying what is wrong.
+    if not all(-2**63 <= d < 2**63 for d in (rows, cols)):
+        raise ValueError(f"[quantized_tensor] shape must be [N >= 1, K >= 1], got [{rows}, {cols}]")
+    for name, value in (("bits", bits), ("group_size", group_size)):
+        if value is not None and not -2**31 <= integer("quantized_tensor", name, value) < 2**31:
+            raise ValueError(f"[quantized_tensor] {name} {value} is not a supported {name}")
     given = [t for t in (data, scales, biases) if isinstance(t, Tensor)]
     if device is None:
         device = given[0].device if given else "cpu"

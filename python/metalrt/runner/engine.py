@@ -65,7 +65,15 @@ class Engine:
 
     def add_request(self, prompt: Iterable[int], params: SamplingParams, max_tokens: int,
                     eos_ids: Iterable[int] = ()) -> Request:
-        request = Request(next(self._ids), [int(t) for t in prompt], params, max_tokens,
+        ids = [int(t) for t in prompt]
+        # Checked here, not in the step: an id outside the embedding would fail the
+        # shared forward step, and with it every other request batched into it.
+        vocab = self.model.vocab_size
+        bad = next((t for t in ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ValueError(f"[engine] prompt token id {bad} is outside the model's "
+                             f"vocabulary [0, {vocab})")
+        request = Request(next(self._ids), ids, params, max_tokens,
                           frozenset(int(t) for t in eos_ids))
         self.scheduler.add(request)
         return request

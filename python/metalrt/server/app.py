@@ -156,6 +156,13 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
             ids = prompt_ids(tokenizer, body.prompt)
         except (TypeError, ValueError) as e:
             raise APIError(400, str(e), param="prompt") from None
+        # A client's id outside the vocabulary is its own error (400), found before the
+        # engine thread, where it could only be reported as a 500.
+        vocab = engine_loop.model.vocab_size
+        bad = next((t for t in ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise APIError(400, f"prompt token id {bad} is outside the model's vocabulary "
+                                f"[0, {vocab})", param="prompt")
         generation = submit(body, ids, body.logprobs, body.logprobs is not None)
         return await answer(http, Response(False, model_id), generation, body.stream,
                             body.include_usage)

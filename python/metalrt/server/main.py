@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from typing import Optional
 
@@ -75,6 +76,19 @@ def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens
     return create_app(loop, model_id(model), max_tokens)
 
 
+def _check_can_listen(host: str, port: int) -> None:
+    """ValueError when ``host:port`` cannot be bound (in use, an unknown host), checked
+    before the model loads: uvicorn would find out only after loading it, and exit with
+    its own log line and status 3 instead of ``metalrt: error:`` and 1."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as uvicorn binds
+            probe.bind(address)
+    except OSError as e:
+        raise ValueError(f"[serve] cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
 def serve(args: argparse.Namespace) -> int:
     """``metalrt serve``: builds the application and runs uvicorn until interrupted."""
     if not 0 < args.port < 65536:
@@ -88,6 +102,7 @@ def serve(args: argparse.Namespace) -> int:
         print("metalrt: error: the server needs its extra: pip install 'metalrt[serve]'",
               file=sys.stderr)
         return 1
+    _check_can_listen(args.host, args.port)
     app = build_app(args.model, args.device, args.kv_cache_tokens, args.max_batched_tokens,
                     args.max_queue, args.max_tokens, args.prefix_cache)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
