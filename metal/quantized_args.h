@@ -3,14 +3,11 @@
 // Every kernel works on chunks of kQuantChunk consecutive values of one weight row:
 // all formats have K divisible by 32, and a chunk never straddles a GGUF block,
 // sub-block or affine group, so it shares one scale and one bias.
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_QUANTIZED_ARGS_H_
 #define METALRT_METAL_QUANTIZED_ARGS_H_
-#ifdef __METAL_VERSION__
-#define METALRT_QUANT_CONSTANT constant constexpr
-#else
+#include "metal_constants.h"
+#ifndef __METAL_VERSION__
 #include <cstdint>
-#define METALRT_QUANT_CONSTANT constexpr
 #endif
 
 struct QuantizedArgs {
@@ -24,19 +21,19 @@ struct QuantizedArgs {
 };
 static_assert(sizeof(QuantizedArgs) == 32, "QuantizedArgs must match between host and MSL");
 
-METALRT_QUANT_CONSTANT int32_t kQuantChunk = 8;
-METALRT_QUANT_CONSTANT int32_t kQuantSimdWidth = 32;
+METALRT_CONSTANT int32_t kQuantChunk = 8;
+METALRT_CONSTANT int32_t kQuantSimdWidth = 32;
 // GEMV (m <= kQuantGemvMaxM): kQuantGemvRows weight rows per SIMD-group,
 // kQuantGemvSimdgroups SIMD-groups per threadgroup.
-METALRT_QUANT_CONSTANT int32_t kQuantGemvMaxM = 8;
-METALRT_QUANT_CONSTANT int32_t kQuantGemvRows = 4;
-METALRT_QUANT_CONSTANT int32_t kQuantGemvSimdgroups = 2;
+METALRT_CONSTANT int32_t kQuantGemvMaxM = 8;
+METALRT_CONSTANT int32_t kQuantGemvRows = 4;
+METALRT_CONSTANT int32_t kQuantGemvSimdgroups = 2;
 // GEMM (m > kQuantGemvMaxM): kQuantGemmTile x kQuantGemmTile outputs per threadgroup,
 // K in steps of kQuantGemmTileK, four SIMD-groups in a 2x2 layout.
-METALRT_QUANT_CONSTANT int32_t kQuantGemmTile = 32;
-METALRT_QUANT_CONSTANT int32_t kQuantGemmTileK = 32;
-METALRT_QUANT_CONSTANT int32_t kQuantGemmThreads = 128;
+METALRT_CONSTANT int32_t kQuantGemmTile = 32;
+METALRT_CONSTANT int32_t kQuantGemmTileK = 32;
+METALRT_CONSTANT int32_t kQuantGemmThreads = 128;
 // dequantize / quantized_embedding: threads per threadgroup along a row's chunks.
-METALRT_QUANT_CONSTANT int32_t kQuantGatherThreads = 64;
+METALRT_CONSTANT int32_t kQuantGatherThreads = 64;
 
 #endif  // METALRT_METAL_QUANTIZED_ARGS_H_
