@@ -4,7 +4,6 @@
 // the sign of a zero product as the reference does). The f32 operations that build
 // scale and bias are the CPU oracle's (cpp/cpu/quantized_blocks.cpp), so dequantize is
 // bit-exact with it. Layouts: ggml-common.h (GGUF), mlx/ops.cpp (affine).
-// An include guard, not #pragma once: the sim generator copies this header in place.
 #ifndef METALRT_METAL_QUANTIZED_BLOCKS_H_
 #define METALRT_METAL_QUANTIZED_BLOCKS_H_
 #include <metal_stdlib>
