@@ -143,7 +143,9 @@ std::string BuildKernelModule(const std::string& source) {
     throw std::runtime_error("[compile_library] " + output);
   const std::string tmp = dir + "/module." + tag + ".so";
   output.clear();
-  if (Run(Quote(cxx) + " " + flags + " -I" + Quote(tc.shim_dir) + " " + Quote(cpp) + " -o " +
+  // $CXX is a command line (`ccache g++`), as make and the generator's preprocessor
+  // (msl_preprocess.compiler) read it: not quoted.
+  if (Run(cxx + " " + flags + " -I" + Quote(tc.shim_dir) + " " + Quote(cpp) + " -o " +
               Quote(tmp),
           output) != 0) {
     std::remove(cpp.c_str());

@@ -17,7 +17,6 @@ Shading Language Specification and Metal's ``dispatchThreads`` /
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import sys
 
@@ -25,6 +24,7 @@ import numpy as np
 
 from .tensor import is_int
 from . import _metalrt
+from ._sim import msl_preprocess
 from ._sim.msl_to_cpp import MslError, describe
 from .shader_args import bind_argument, from_python
 from .shader_source import build_source
@@ -53,7 +53,7 @@ def cxx_compiler() -> str | None:
     kernels with, or None when there is none: cpp/sim/kernel_compiler.cpp runs ``$CXX``
     (a command line, e.g. ``ccache g++``), else ``c++``, so its first word is looked up
     on PATH."""
-    words = shlex.split(os.environ.get("CXX") or "c++")
+    words = msl_preprocess.compiler()
     return shutil.which(words[0]) if words else None
 
 

@@ -293,3 +293,20 @@ def test_threadgroup_memory_sizes_threadgroup_parameters():
         y.numpy()
     with pytest.raises(TypeError, match="threadgroup_memory must be a dict"):
         lib.reverse_in_group(metal(x), y, threads=64, group_size=32, threadgroup_memory=[128])
+
+
+def test_cxx_is_a_command_line(monkeypatch):
+    """$CXX is a command line (`ccache g++`), for the generator's preprocessor as for
+    the kernel compile: `env c++` must work (one executable named 'env c++' did not)."""
+    monkeypatch.setenv("CXX", "env c++")
+    lib = metalrt.compile_shader(r"""
+#include <metal_stdlib>
+using namespace metal;
+kernel void negate_for_cxx_gate(device const float* x [[buffer(0)]],
+                                device float* y [[buffer(1)]],
+                                uint i [[thread_position_in_grid]]) { y[i] = -x[i]; }
+""")
+    x = np.arange(8, dtype=np.float32)
+    y = metalrt.asarray(np.full(8, np.nan, np.float32), device="metal")
+    lib.negate_for_cxx_gate(metal(x), y, threads=8, group_size=8)
+    np.testing.assert_array_equal(y.numpy(), -x)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -74,13 +75,15 @@ def _stubs() -> str:
     return _stub_dir
 
 
-def compiler() -> str:
-    """The C++ compiler whose preprocessor runs: ``$CXX``, else ``c++``."""
-    return os.environ.get("CXX") or "c++"
+def compiler(cxx: str | None = None) -> list[str]:
+    """The command words of the C++ compiler whose preprocessor runs: ``cxx`` (a path,
+    CMake's compiler), else ``$CXX``, else ``c++``. ``$CXX`` is a command line (e.g.
+    ``ccache g++``), as cpp/sim/kernel_compiler.cpp runs it."""
+    return [cxx] if cxx else shlex.split(os.environ.get("CXX") or "c++")
 
 
 def _command(path: str, defines: dict, include_dirs: list[str], cxx: str | None) -> list[str]:
-    cmd = [cxx or compiler(), "-E", "-x", "c++", "-std=c++17", "-undef", "-nostdinc",
+    cmd = [*compiler(cxx), "-E", "-x", "c++", "-std=c++17", "-undef", "-nostdinc",
            "-isystem", _stubs()]
     for name, value in {**METAL_PREDEFINED, **defines}.items():
         cmd.append(f"-D{name}" if value is None else f"-D{name}={value}")
