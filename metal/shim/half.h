@@ -1,10 +1,15 @@
 // MSL `half`: IEEE 754 binary16 (MSL spec §2.1; 1 sign, 5 exponent, 10 mantissa
-// bits; subnormals supported), software-emulated per soft_float.h.
+// bits; subnormals supported): g++'s `_Float16`, else software-emulated
+// (soft_float.h says which and why).
 #pragma once
 #pragma GCC system_header
 #include "soft_float.h"
 
 namespace metal {
+
+#ifdef METAL_HALF_IS_FLOAT16
+using half = _Float16;
+#else
 namespace detail {
 
 struct binary16 {
@@ -47,8 +52,14 @@ struct binary16 {
 }  // namespace detail
 
 using half = soft_float<detail::binary16>;
+#endif
 static_assert(sizeof(half) == 2 && alignof(half) == 2, "MSL half is 2 bytes");
 static_assert(std::is_trivially_copyable_v<half>, "half must be usable in buffers");
+
+namespace detail {
+// The half whose binary16 encoding is `bits` (numeric_limits, tests).
+constexpr half half_from_bits(uint16_t bits) { return __builtin_bit_cast(half, bits); }
+}  // namespace detail
 
 // MSL half literals: `1.0h` (the `h` suffix, MSL §2.1).
 constexpr half operator""h(long double v) { return half(static_cast<float>(v)); }

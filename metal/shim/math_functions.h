@@ -21,7 +21,7 @@ namespace detail {
 
 template <class X>
 inline constexpr bool is_float_element_v =
-    std::is_floating_point_v<element_t<X>> || is_soft_float_v<element_t<X>>;
+    std::is_floating_point_v<element_t<X>> || is_float16_v<element_t<X>>;
 
 // Float functions: enabled when every argument is a float scalar/vector (or an
 // arithmetic scalar mixed with one); the result has the common type.

@@ -24,14 +24,14 @@ class numeric_limits<metal::half> {
                         is_iec559 = true, is_bounded = true;
   static constexpr int digits = 11, digits10 = 3, max_digits10 = 5, radix = 2,
                        min_exponent = -13, max_exponent = 16;
-  static constexpr H min() { return H::from_bits(0x0400); }   // 2^-14
-  static constexpr H max() { return H::from_bits(0x7bff); }   // 65504
-  static constexpr H lowest() { return H::from_bits(0xfbff); }
-  static constexpr H epsilon() { return H::from_bits(0x1400); }   // 2^-10
-  static constexpr H denorm_min() { return H::from_bits(0x0001); }   // 2^-24
-  static constexpr H infinity() { return H::from_bits(0x7c00); }
-  static constexpr H quiet_NaN() { return H::from_bits(0x7e00); }
-  static constexpr H round_error() { return H::from_bits(0x3800); }   // 0.5
+  static constexpr H min() { return metal::detail::half_from_bits(0x0400); }   // 2^-14
+  static constexpr H max() { return metal::detail::half_from_bits(0x7bff); }   // 65504
+  static constexpr H lowest() { return metal::detail::half_from_bits(0xfbff); }
+  static constexpr H epsilon() { return metal::detail::half_from_bits(0x1400); }   // 2^-10
+  static constexpr H denorm_min() { return metal::detail::half_from_bits(0x0001); }   // 2^-24
+  static constexpr H infinity() { return metal::detail::half_from_bits(0x7c00); }
+  static constexpr H quiet_NaN() { return metal::detail::half_from_bits(0x7e00); }
+  static constexpr H round_error() { return metal::detail::half_from_bits(0x3800); }   // 0.5
 };
 template <>
 class numeric_limits<metal::bfloat> {

@@ -1,8 +1,9 @@
-// Software 16-bit floating-point scalars for MSL `half` and `bfloat` (MSL spec
-// §2.1, §2.1.2 "bfloat"; the arithmetic rules of §2.12 "Implicit type
-// conversions"). A value stores its 16 bits; every operation converts its operands
-// to f32, computes in f32 and rounds the result to the 16-bit format with
-// round-to-nearest-even, i.e. each operation is rounded once, as on the GPU.
+// Software 16-bit floating-point scalars for MSL `bfloat`, and for `half` where the
+// compiler has no `_Float16` (MSL spec §2.1, §2.1.2 "bfloat"; the arithmetic rules of
+// §2.12 "Implicit type conversions"). A value stores its 16 bits; every operation
+// converts its operands to f32, computes in f32 and rounds the result to the 16-bit
+// format with round-to-nearest-even, i.e. each operation is rounded once, as on the
+// GPU.
 //
 // The 16-bit format is a policy class with `from_float` (round-to-nearest-even) and
 // `to_float` (exact); half.h and bfloat.h provide the two formats.
@@ -11,6 +12,17 @@
 #include <cstdint>
 #include <type_traits>
 
+// MSL `half` is g++'s `_Float16` (g++ >= 12 on x86-64 and arm64 defines
+// __FLT16_MAX__): a real arithmetic type, so `c ? h : 1.0f` and the other mixed
+// expressions of MSL get C's usual arithmetic conversions (§2.12), where a class
+// converting both ways is ambiguous; g++ rounds every _Float16 operation to binary16
+// (no excess precision in C++), as the GPU does. Not clang's: clang evaluates a
+// _Float16 expression in float and rounds only at assignments and casts (unless
+// -ffloat16-excess-precision=none), so there `half` stays the soft_float below.
+#if defined(__FLT16_MAX__) && !defined(__clang__)
+#define METAL_HALF_IS_FLOAT16 1
+#endif
+
 namespace metal {
 namespace detail {
 
@@ -18,6 +30,26 @@ constexpr uint32_t float_bits(float f) { return __builtin_bit_cast(uint32_t, f);
 constexpr float bits_float(uint32_t u) { return __builtin_bit_cast(float, u); }
 
 }  // namespace detail
+
+template <class Format>
+class soft_float;
+
+template <class T>
+inline constexpr bool is_soft_float_v = false;
+template <class F>
+inline constexpr bool is_soft_float_v<soft_float<F>> = true;
+
+// An MSL 16-bit float scalar (half, bfloat), which the C++ library's traits
+// (std::is_arithmetic, std::numeric_limits) do not know in C++17.
+template <class T>
+inline constexpr bool is_float16_v = is_soft_float_v<T>;
+#ifdef METAL_HALF_IS_FLOAT16
+template <>
+inline constexpr bool is_float16_v<_Float16> = true;
+#endif
+// An MSL arithmetic scalar: C++'s and the 16-bit floats.
+template <class T>
+inline constexpr bool is_msl_arithmetic_v = std::is_arithmetic_v<T> || is_float16_v<T>;
 
 template <class Format>
 class soft_float {
@@ -31,10 +63,21 @@ class soft_float {
   // Between the two 16-bit formats only explicitly (`half(b)`), through f32.
   template <class F2>
   constexpr explicit soft_float(soft_float<F2> o) : soft_float(static_cast<float>(o)) {}
+#ifdef METAL_HALF_IS_FLOAT16
+  constexpr explicit soft_float(_Float16 h) : soft_float(static_cast<float>(h)) {}
+#endif
 
   static constexpr soft_float from_bits(uint16_t b) { return soft_float(b, tag{}); }
   constexpr uint16_t bits() const { return bits_; }
-  constexpr operator float() const { return Format::to_float(bits_); }
+  // Implicitly to float (and bool, for conditions); to any other arithmetic type only
+  // explicitly (`int(b)`). Templates, deduced from the target type: there is no
+  // implicit conversion to int, so `c ? b : 0` has the one reading of MSL §2.12
+  // (0 becomes this type) instead of two ambiguous ones.
+  template <class T, std::enable_if_t<std::is_same_v<T, float> || std::is_same_v<T, bool>, int> = 0>
+  constexpr operator T() const { return static_cast<T>(Format::to_float(bits_)); }
+  template <class T, std::enable_if_t<is_msl_arithmetic_v<T> && !std::is_same_v<T, float> &&
+                                          !std::is_same_v<T, bool> && !is_soft_float_v<T>, int> = 0>
+  constexpr explicit operator T() const { return static_cast<T>(Format::to_float(bits_)); }
 
   constexpr soft_float operator-() const { return from_bits(bits_ ^ 0x8000u); }
   constexpr soft_float operator+() const { return *this; }
@@ -61,11 +104,6 @@ class soft_float {
   uint16_t bits_;
 };
 
-template <class T>
-inline constexpr bool is_soft_float_v = false;
-template <class F>
-inline constexpr bool is_soft_float_v<soft_float<F>> = true;
-
 namespace detail {
 
 // Result type of a binary operation with a 16-bit float operand (MSL §2.12, usual
@@ -78,8 +116,7 @@ struct soft_result {};
 template <class A, class B>
 struct soft_result<A, B,
                    std::enable_if_t<(is_soft_float_v<A> || is_soft_float_v<B>) &&
-                                    (is_soft_float_v<A> || std::is_arithmetic_v<A>) &&
-                                    (is_soft_float_v<B> || std::is_arithmetic_v<B>)>> {
+                                    is_msl_arithmetic_v<A> && is_msl_arithmetic_v<B>>> {
   static constexpr bool a_wins = is_soft_float_v<A> && (std::is_same_v<A, B> || std::is_integral_v<B>);
   static constexpr bool b_wins = is_soft_float_v<B> && std::is_integral_v<A>;
   using type = std::conditional_t<a_wins, A, std::conditional_t<b_wins, B, float>>;

@@ -40,7 +40,7 @@ using std::true_type;
 
 template <class T>
 struct is_floating_point
-    : bool_constant<std::is_floating_point_v<remove_cv_t<T>> || is_soft_float_v<remove_cv_t<T>>> {};
+    : bool_constant<std::is_floating_point_v<remove_cv_t<T>> || is_float16_v<remove_cv_t<T>>> {};
 template <class T>
 inline constexpr bool is_floating_point_v = is_floating_point<T>::value;
 template <class T>
@@ -52,7 +52,7 @@ struct is_scalar : is_arithmetic<T> {};
 template <class T>
 inline constexpr bool is_scalar_v = is_scalar<T>::value;
 template <class T>
-struct is_signed : bool_constant<std::is_signed_v<T> || is_soft_float_v<remove_cv_t<T>>> {};
+struct is_signed : bool_constant<std::is_signed_v<T> || is_float16_v<remove_cv_t<T>>> {};
 template <class T>
 inline constexpr bool is_signed_v = is_signed<T>::value;
 template <class T>

@@ -23,7 +23,7 @@ struct swizzle;
 namespace detail {
 
 template <class T>
-inline constexpr bool is_scalar_like_v = std::is_arithmetic_v<T> || is_soft_float_v<T>;
+inline constexpr bool is_scalar_like_v = is_msl_arithmetic_v<T>;
 
 template <class X>
 struct vector_info {

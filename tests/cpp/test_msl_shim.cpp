@@ -20,15 +20,18 @@
 using namespace metal;
 using namespace float16_reference;
 
+// The binary16 encoding of a half (as_type, MSL §2.13).
+static uint16_t HalfBits(half h) { return as_type<ushort>(h); }
+
 
 TEST_CASE("half: every bit pattern converts to float exactly") {
   for (uint32_t b = 0; b < 0x10000; ++b) {
-    const float f = half::from_bits(uint16_t(b));
+    const float f = detail::half_from_bits(uint16_t(b));
     if ((b & 0x7c00) == 0x7c00 && (b & 0x3ff)) {
       CHECK(std::isnan(f));
     } else {
       REQUIRE(double(f) == HalfValue(uint16_t(b)));
-      REQUIRE(half(f).bits() == b);   // and back, bit-exact
+      REQUIRE(HalfBits(half(f)) == b);   // and back, bit-exact
     }
   }
 }
@@ -48,12 +51,12 @@ TEST_CASE("half: float -> half rounds to nearest even (ties, subnormals, overflo
   for (int i = 0; i < 20000; ++i) inputs.push_back(std::exp2(exponent(rng)) * (i % 2 ? 1.0f : -1.0f));
   for (float f : inputs) {
     INFO("f = " << f);
-    REQUIRE(half(f).bits() == RefHalfBits(f));
+    REQUIRE(HalfBits(half(f)) == RefHalfBits(f));
   }
-  CHECK(half(NAN).bits() == 0x7e00);
+  CHECK(HalfBits(half(NAN)) == 0x7e00);
   CHECK(std::isnan(float(half(-NAN))));
-  CHECK(half(INFINITY).bits() == 0x7c00);
-  CHECK(half(-INFINITY).bits() == 0xfc00);
+  CHECK(HalfBits(half(INFINITY)) == 0x7c00);
+  CHECK(HalfBits(half(-INFINITY)) == 0xfc00);
 }
 
 TEST_CASE("half: each arithmetic operation is rounded once, to nearest even") {
@@ -65,23 +68,33 @@ TEST_CASE("half: each arithmetic operation is rounded once, to nearest even") {
     uint32_t ba = bits(rng), bb = bits(rng);
     if ((ba & 0x7c00) == 0x7c00) ba &= 0x83ff;   // keep operands finite
     if ((bb & 0x7c00) == 0x7c00) bb &= 0x83ff;
-    const half a = half::from_bits(uint16_t(ba)), b = half::from_bits(uint16_t(bb));
-    const double x = HalfValue(a.bits()), y = HalfValue(b.bits());
+    const half a = detail::half_from_bits(uint16_t(ba)), b = detail::half_from_bits(uint16_t(bb));
+    const double x = HalfValue(HalfBits(a)), y = HalfValue(HalfBits(b));
     INFO("a = " << x << " b = " << y);
-    REQUIRE((a + b).bits() == RefHalfBits(x + y));
-    REQUIRE((a - b).bits() == RefHalfBits(x - y));
-    REQUIRE((a * b).bits() == RefHalfBits(x * y));
-    if (y != 0) REQUIRE((a / b).bits() == RefHalfBits(x / y));
+    REQUIRE(HalfBits(a + b) == RefHalfBits(x + y));
+    REQUIRE(HalfBits(a - b) == RefHalfBits(x - y));
+    REQUIRE(HalfBits(a * b) == RefHalfBits(x * y));
+    if (y != 0) REQUIRE(HalfBits(a / b) == RefHalfBits(x / y));
   }
   // Overflow and underflow at the edges.
-  CHECK((half(65504.0f) + half(16.0f)).bits() == 0x7c00);   // 65520: tie -> Inf (even)
-  CHECK((half(65504.0f) + half(8.0f)).bits() == 0x7bff);    // 65512 -> 65504
-  CHECK((half(std::ldexp(1.0f, -24)) * half(0.5f)).bits() == 0x0000);   // tie -> 0
-  CHECK((half(std::ldexp(1.0f, -24)) * half(1.5f)).bits() == 0x0002);   // tie -> 2 units
+  CHECK(HalfBits(half(65504.0f) + half(16.0f)) == 0x7c00);   // 65520: tie -> Inf (even)
+  CHECK(HalfBits(half(65504.0f) + half(8.0f)) == 0x7bff);    // 65512 -> 65504
+  CHECK(HalfBits(half(std::ldexp(1.0f, -24)) * half(0.5f)) == 0x0000);   // tie -> 0
+  CHECK(HalfBits(half(std::ldexp(1.0f, -24)) * half(1.5f)) == 0x0002);   // tie -> 2 units
   // The result type: half with half/int stays half, with float becomes float.
   static_assert(std::is_same_v<decltype(half(1) + half(2)), half>);
   static_assert(std::is_same_v<decltype(half(1) * 3), half>);
   static_assert(std::is_same_v<decltype(half(1) * 3.0f), float>);
+  // Conditionals mixing a 16-bit float with float or int take MSL's usual arithmetic
+  // conversions (§2.12), as ggml's dequantizers write them (`c ? xb->d : xb->d / 16.f`).
+  volatile bool pick = false;
+#ifdef METAL_HALF_IS_FLOAT16
+  static_assert(std::is_same_v<decltype(true ? half(1) : 1.0f), float>);
+  static_assert(std::is_same_v<decltype(true ? half(1) : 0), half>);
+  CHECK((pick ? half(0.1f) : half(0.1f) / 16.f) == float(half(0.1f)) / 16.f);
+#endif
+  static_assert(std::is_same_v<decltype(true ? bfloat(1) : 0), bfloat>);
+  CHECK(float(pick ? bfloat(3) : 0) == 0.0f);
   half h = 1.0h;
   h += 0.5f;
   h *= 2;
@@ -167,10 +180,10 @@ TEST_CASE("vectors: constructors and conversions") {
   CHECK(all(d == float4(5, 6, 5, 6)));
   CHECK(all(e == float4(1, 2, 3, 9)));
   const half4 h(float4(1.0f, 1.0f + std::ldexp(1.0f, -11), 65520.0f, -0.1f));   // rounds per component
-  CHECK(h.x.bits() == 0x3c00);
-  CHECK(h.y.bits() == 0x3c00);   // tie -> even
-  CHECK(h.z.bits() == 0x7c00);   // tie -> Inf
-  CHECK(h.w.bits() == half(-0.1f).bits());
+  CHECK(HalfBits(h.x) == 0x3c00);
+  CHECK(HalfBits(h.y) == 0x3c00);   // tie -> even
+  CHECK(HalfBits(h.z) == 0x7c00);   // tie -> Inf
+  CHECK(HalfBits(h.w) == HalfBits(half(-0.1f)));
   const float4 back(h);
   CHECK(back.x == 1.0f);
   CHECK(std::isinf(back.z));

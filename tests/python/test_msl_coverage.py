@@ -8,10 +8,11 @@ options, and a handful of kernels run with ggml's own argument structs (built by
 byte from ``ggml-metal-impl.h``'s field order) against numpy, in two fiber orders, on
 NaN-poisoned outputs. A failed download fails the gate; it is never skipped.
 
-The kernels are compiled with clang++: ggml relies on two clang extensions that
-Apple's (clang-based) Metal compiler accepts and g++ rejects (anonymous structs whose
-members have constructors, `half` among them, in ggml-common.h's block types; GNU
-array range designators `{ [0 ... N-1] = 0.0f }` in mul_mv.metal and fa_common.metal).
+The kernels are compiled with g++, whose `_Float16` is the shim's `half` (a real
+arithmetic type: ggml's `c ? half : float` conditionals have C's conversions, and its
+block structs' anonymous members are plain scalars); the generator rewrites the GNU
+array range designators `{ [0 ... N-1] = 0.0f }` of mul_mv.metal and fa_common.metal
+(msl_syntax.py).
 """
 import json
 import os
@@ -38,16 +39,9 @@ LIBRARIES = (
     "solve_tri", "ssm", "tri", "unary", "upscale", "wkv")
 # Libraries that do not compile yet, and why (docs/simulated-device.md, "Coverage
 # gate"): expected failures, strict, so that the gate fails once one compiles.
-_TERNARY = ("a conditional between half and float/int is ambiguous in C++ "
-            "(dequantize.h's q5_K: `il < 2 ? xb->d : xb->d / 16.f`)")
-_UNROLL = "#pragma unroll (MIN(...)): the macro is gone after preprocessing"
-NOT_YET = {name: _TERNARY for name in LIBRARIES if name.startswith(("fa_", "mul_m"))}
-NOT_YET.update({name: f"{_TERNARY}; {_UNROLL}" for name in LIBRARIES
-                if name.startswith("fa_") and not name.startswith(("fa_vec", "fa_aux"))})
-NOT_YET["quantize"] = (f"{_TERNARY}; block_q4_1's union holds a half2, whose copy "
-                       "assignment is not trivial in the shim (kernel_concat_q)")
-CASES_NOT_YET = {"case_mul_mv_q8_0": f"mul_mv.metal: {_TERNARY}"}
-
+NOT_YET = {"quantize": "kernel_concat_q copies a block whose union holds a half2: the "
+                       "shim's vectors hold their swizzles in a union, so their copy "
+                       "assignment is not trivial and the block's is deleted"}
 
 def _params(names, not_yet):
     return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=not_yet[n]))
@@ -55,7 +49,7 @@ def _params(names, not_yet):
 
 
 ORDERS = ("forward", "shuffle:7")
-CXX = "clang++"
+CXX = "g++"
 
 
 @pytest.fixture(scope="module")
@@ -175,11 +169,14 @@ def case_rms_norm(directory, header, rng):
 
 
 def case_mul_mv_q8_0(directory, header, rng):
-    """kernel_mul_mv_q8_0_f32: y = W x with W in Q8_0 blocks made by gguf.quants, the
-    reference gguf's dequantization @ x in float64; NMSE < 1e-12."""
+    """kernel_mul_mv_q8_0_f32 (the quantized GEMV): y = W x with W in Q8_0 blocks made
+    by gguf.quants, against gguf's dequantization @ x in float64; NMSE < 1e-12. Each
+    threadgroup computes N_R0_Q8_0 = 2 rows with N_SG_Q8_0 = 4 SIMD-groups striding
+    over the blocks and reducing through the threadgroup buffer; 19 rows leave the
+    last threadgroup with one, and 80 blocks a partial stride of 4 * 8 blocks."""
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize, quantize
-    ne00, ne01 = 256, 19   # 19 rows: a partial last threadgroup of nr0 * nsg = 8 rows
+    ne00, ne01 = 2560, 19
     w = rng.standard_normal((ne01, ne00)).astype(np.float32)
     q = quantize(w, GGMLQuantizationType.Q8_0)
     x = rng.standard_normal(ne00).astype(np.float32)
@@ -192,12 +189,34 @@ def case_mul_mv_q8_0(directory, header, rng):
     lib = compile_library(directory, "mul_mv")
     out = _poisoned(4 * ne01)
     lib["kernel_mul_mv_q8_0_f32"](args, _device(q, "uint8"), _device(x), out,
-                                  threadgroups=(-(-ne01 // (nr0 * nsg)), 1, 1), group_size=(32, nsg, 1),
-                                  constants={600: nsg}, threadgroup_memory={0: 32 * 4 * nr0})
+                                  threadgroups=(-(-ne01 // nr0), 1, 1), group_size=(32, nsg, 1),
+                                  constants={600: nsg, 602: 1, 603: 1, 604: 1},   # nsg, ne12, r2, r3
+                                  threadgroup_memory={0: 32 * 4 * nr0})
     want = dequantize(q, GGMLQuantizationType.Q8_0).astype(np.float64) @ x.astype(np.float64)
     got = out.numpy().astype(np.float64)
     assert np.all(np.isfinite(got))
     assert np.sum((got - want) ** 2) / np.sum(want ** 2) < 1e-12
+
+
+def case_bin_fuse_mul_f16(directory, header, rng):
+    """kernel_bin_fuse_f16_f16_f16 with FC op MUL, one src1 row broadcast over src0's
+    rows (ne11 = 1): half * half rounded once per product, bit-exact against numpy's
+    float16 multiply."""
+    ne00, ne01 = 100, 6
+    a = rng.standard_normal((ne01, ne00)).astype(np.float16)
+    b = rng.standard_normal(ne00).astype(np.float16)
+    row = 2 * ne00
+    args = kargs(header, "ggml_metal_kargs_bin", ne00=ne00, ne01=ne01, ne02=1, ne03=1, nb00=2,
+                 nb01=row, nb02=row * ne01, nb03=row * ne01, ne10=ne00, ne11=1, ne12=1, ne13=1,
+                 nb10=2, nb11=row, nb12=row, nb13=row, ne0=ne00, ne1=ne01, ne2=1, ne3=1, nb0=2,
+                 nb1=row, nb2=row * ne01, nb3=row * ne01, offs=0, o1=[0] * 8)
+    lib = compile_library(directory, "binbcast")
+    out = _device(np.full(a.shape, np.nan, np.float16), "float16")
+    lib["kernel_bin_fuse_f16_f16_f16"](args, _device(a, "float16"), _device(b, "float16"), out,
+                                       threadgroups=(ne01, 1, 1), group_size=(32, 1, 1),
+                                       constants={1300: 2, 1301: 1, 1302: False, 1303: False})
+    got = out.numpy().reshape(ne01, ne00)
+    np.testing.assert_array_equal(got.view(np.uint16), (a * b[None, :]).view(np.uint16))
 
 
 def case_rope_norm(directory, header, rng):
@@ -262,8 +281,8 @@ def case_soft_max(directory, header, rng):
     assert np.sum((got - want) ** 2) / np.sum(want ** 2) < 1e-12
 
 
-CASES = {f.__name__: f for f in (case_unary_scale, case_rms_norm, case_mul_mv_q8_0, case_rope_norm,
-                                  case_soft_max)}
+CASES = {f.__name__: f for f in (case_unary_scale, case_rms_norm, case_mul_mv_q8_0,
+                                  case_bin_fuse_mul_f16, case_rope_norm, case_soft_max)}
 
 
 def run_case(name: str) -> None:
@@ -274,7 +293,7 @@ def run_case(name: str) -> None:
 
 
 @pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("case", _params(sorted(CASES), CASES_NOT_YET))
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_ggml_kernel_matches_numpy(source, case, order):
     # The fiber order is read when the device is created: one process per order.
     code = f"import test_msl_coverage as t; t.run_case({json.dumps(case)})"

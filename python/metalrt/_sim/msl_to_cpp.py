@@ -47,13 +47,14 @@ import tempfile
 from dataclasses import dataclass, field
 
 if __package__:
-    from . import msl_restrictions
+    from . import msl_restrictions, msl_syntax
     from .msl_int_expr import evaluate
     from .msl_preprocess import Preprocessed, preprocess
     from .msl_restrictions import MslError
     from .msl_text import attribute_items, blank_attributes, mask, match_close, split_top
 else:   # run as a script (CMake, compile_shader): its directory is on sys.path
     import msl_restrictions
+    import msl_syntax
     from msl_int_expr import evaluate
     from msl_preprocess import Preprocessed, preprocess
     from msl_restrictions import MslError
@@ -529,6 +530,9 @@ def _translate(pre: Preprocessed, state: State) -> str:
     """The rewritten preprocessed source, with ``#line`` directives back to the
     original files (see _with_line_directives)."""
     f = _File(pre)
+    msl_syntax.merge_const_constant(f)
+    msl_syntax.rewrite_range_designators(f)
+    msl_syntax.drop_unroll_pragmas(f)
     _rewrite_threadgroup_declarations(f, state)
     _rewrite_function_constants(f, state)
     _rewrite_program_constants(f)
