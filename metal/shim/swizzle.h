@@ -22,24 +22,45 @@ constexpr bool distinct_components() {
   return true;
 }
 
-// Kept to the storage and the two assignments: a 4-vector has 680 swizzle
-// members, and every member function here costs compile time in every kernel.
-// Reading goes through vec's converting constructor; `op=` is below.
-template <class T, int S, int... I>
-struct swizzle {
+// The storage of a swizzle, and what assigning a swizzle of the same pattern copies
+// (`a.zw = b.zw`): only the named components, except where copying the whole storage
+// is the same thing — the pattern names every stored component (`v2.yx`) or repeats
+// one (never assignable, below) — where the copy stays trivial. Every swizzle of a
+// 2-component vector is of that kind, so vectors of two components are trivially
+// copyable and can live in unions as in Metal (ggml's block_q4_1:
+// `union { struct { half d, m; }; half2 dm; }` is copied as a whole).
+template <class T, int S>
+struct swizzle_storage {
   T d_[S];
+};
+template <class T, int S, int... I>
+struct swizzle_subset : swizzle_storage<T, S> {
+  swizzle_subset& operator=(const swizzle_subset& o) {
+    ((this->d_[I] = o.d_[I]), ...);
+    return *this;
+  }
+};
+template <class T, int S, int... I>
+using swizzle_base = std::conditional_t<!distinct_components<I...>() || sizeof...(I) == S,
+                                        swizzle_storage<T, S>, swizzle_subset<T, S, I...>>;
 
-  // `a.xy = b.xy`: the same swizzle type, so this must not copy the whole storage.
-  swizzle& operator=(const swizzle& o) { return *this = vec<T, sizeof...(I)>(o); }
-  // From the vector type of this swizzle, or what converts to it implicitly
-  // (a scalar, a swizzle of the same element type).
+// Kept to the storage and one assignment: a 4-vector has 680 swizzle members, and
+// every member function here costs compile time in every kernel. Reading goes
+// through vec's converting constructor; `op=` is below.
+template <class T, int S, int... I>
+struct swizzle : swizzle_base<T, S, I...> {
+  // From the vector type of this swizzle, or what converts to it implicitly (a
+  // scalar, a swizzle of the same element type). A forwarding reference, so that it
+  // (not the copy assignment) takes a non-const swizzle of the same pattern too, and
+  // `a.xx = b.xx` is refused; only from a const one (`a.xx = cb.xx`) the trivial copy
+  // of swizzle_base is chosen, which C++ cannot tell apart from a union's copy.
   template <class X>
-  swizzle& operator=(const X& x) {
+  swizzle& operator=(X&& x) {
     static_assert(distinct_components<I...>(),
                   "MSL: a swizzle that repeats a component cannot be assigned to");
     const vec<T, sizeof...(I)> v = x;
     int i = 0;
-    ((d_[I] = v[i++]), ...);
+    ((this->d_[I] = v[i++]), ...);
     return *this;
   }
 };

@@ -32,6 +32,11 @@ struct alignas(Align) vec_storage<T, 2, S, Align> {
 };
 template <class T, int S, int Align>
 struct alignas(Align) vec_storage<T, 3, S, Align> {
+  // The union's own copy is deleted: some of its swizzles copy only their components.
+  vec_storage& operator=(const vec_storage& o) {
+    for (int i = 0; i < S; ++i) d_[i] = o.d_[i];
+    return *this;
+  }
   union {
     T d_[S];
     struct { T x, y, z; };
@@ -42,6 +47,11 @@ struct alignas(Align) vec_storage<T, 3, S, Align> {
 };
 template <class T, int S, int Align>
 struct alignas(Align) vec_storage<T, 4, S, Align> {
+  // The union's own copy is deleted: some of its swizzles copy only their components.
+  vec_storage& operator=(const vec_storage& o) {
+    for (int i = 0; i < S; ++i) d_[i] = o.d_[i];
+    return *this;
+  }
   union {
     T d_[S];
     struct { T x, y, z, w; };
@@ -77,10 +87,7 @@ inline constexpr bool is_component_source_v = is_vector_like_v<X> || is_scalar_l
 #define METAL_VECTOR_CONSTRUCTORS(V)                                                    \
   V() = default;                                                                        \
   V(const V&) = default;                                                                \
-  V& operator=(const V& o) {                                                            \
-    for (int i = 0; i < N; ++i) this->d_[i] = o.d_[i];                                  \
-    return *this;                                                                       \
-  }                                                                                     \
+  V& operator=(const V&) = default;                                                     \
   template <class S_, std::enable_if_t<detail::is_scalar_like_v<S_>, int> = 0>          \
   V(const S_& s) {                                                                      \
     for (int i = 0; i < N; ++i) this->d_[i] = static_cast<T>(s);                        \

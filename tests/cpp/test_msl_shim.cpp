@@ -228,6 +228,44 @@ TEST_CASE("vectors: swizzle reads and writes") {
   u3.zx = uint2(5, 6);
   CHECK(all(u3 == uint3(6, 2, 5)));
   CHECK(dot(v.xy, float2(1, 1)) == 300);
+  // From a const vector the same swizzle type still writes only its components.
+  const float4 c(-1, -2, -3, -4);
+  w.zw = c.zw;
+  w.xz = c.xz;
+  CHECK(all(w == float4(-1, 18, -3, -4)));
+  float3 t(1, 2, 3);
+  const float3 ct(7, 8, 9);
+  t.xz = ct.xz;
+  CHECK(all(t == float3(7, 2, 9)));
+  float2 p(1, 2);
+  const float2 cp(5, 6);
+  p.yx = cp.yx;
+  CHECK(all(p == float2(5, 6)));
+}
+
+// ggml-common.h's block_q4_1 (MSL's vectors are plain values that unions can hold).
+struct BlockWithHalf2 {
+  union {
+    struct { half d, m; };
+    half2 dm;
+  };
+  uchar qs[16];
+};
+
+TEST_CASE("vectors of two components are trivially copyable and live in unions") {
+  static_assert(std::is_trivially_copyable_v<half2> && std::is_trivially_copyable_v<float2> &&
+                std::is_trivially_copyable_v<packed_half2> && std::is_trivially_copyable_v<ushort2>);
+  static_assert(std::is_trivially_copyable_v<BlockWithHalf2>);
+  BlockWithHalf2 a{}, b{};
+  b.dm = half2(1.5f, -2.25f);
+  b.qs[15] = 7;
+  a = b;
+  CHECK(float(a.d) == 1.5f);
+  CHECK(float(a.m) == -2.25f);
+  CHECK(a.qs[15] == 7);
+  float4 v(1, 2, 3, 4), u(5, 6, 7, 8);
+  v = u;   // wider vectors copy as values too
+  CHECK(all(v == float4(5, 6, 7, 8)));
 }
 
 TEST_CASE("vectors: component-wise operators") {

@@ -37,17 +37,6 @@ LIBRARIES = (
     "fa_vec_q4_1", "fa_vec_q5_0", "fa_vec_q5_1", "fa_vec_q8_0", "gated_delta_net", "misc",
     "mul_mm", "mul_mv", "norm", "pool", "quantize", "reduce", "rope", "softmax",
     "solve_tri", "ssm", "tri", "unary", "upscale", "wkv")
-# Libraries that do not compile yet, and why (docs/simulated-device.md, "Coverage
-# gate"): expected failures, strict, so that the gate fails once one compiles.
-NOT_YET = {"quantize": "kernel_concat_q copies a block whose union holds a half2: the "
-                       "shim's vectors hold their swizzles in a union, so their copy "
-                       "assignment is not trivial and the block's is deleted"}
-
-def _params(names, not_yet):
-    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=not_yet[n]))
-            if n in not_yet else n for n in names]
-
-
 ORDERS = ("forward", "shuffle:7")
 CXX = "g++"
 
@@ -67,7 +56,7 @@ def test_the_fetched_library_is_the_pinned_one(source):
     assert tuple(p.stem for p in ggml.kernel_files(source)) == LIBRARIES
 
 
-@pytest.mark.parametrize("name", _params(LIBRARIES, NOT_YET))
+@pytest.mark.parametrize("name", LIBRARIES)
 def test_every_ggml_kernel_library_compiles_unchanged(source, name, monkeypatch):
     monkeypatch.setenv("CXX", CXX)
     library = compile_library(source, name)
