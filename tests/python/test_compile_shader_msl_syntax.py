@@ -39,10 +39,9 @@ def test_mixed_conditionals_const_constant_range_designators_and_unroll_pragmas(
     n = 10
     h = (np.arange(n, dtype=np.float32) * 1.25 - 3).astype(np.float16)
     b = np.arange(n, dtype=np.float32) * 0.5 + 1   # bfloat-exact values
-    b_bits = (b.view(np.uint32) >> 16).astype(np.uint16)
     out = metalrt.asarray(np.full(4 * n, np.nan, np.float32), device="metal")
     lib = metalrt.compile_shader(SOURCE)
-    lib.mixed(metalrt.asarray(h, device="metal"), metalrt.asarray(b_bits, device="metal", dtype="uint16"),
+    lib.mixed(metalrt.asarray(h, device="metal"), metalrt.asarray(b, device="metal", dtype="bfloat16"),
               out, threads=n, group_size=n)
     got = out.numpy().reshape(n, 4)
     i = np.arange(n)
@@ -57,5 +56,5 @@ def test_mixed_conditionals_const_constant_range_designators_and_unroll_pragmas(
 def test_a_range_designator_elsewhere_is_an_error_at_its_line():
     source = SOURCE.replace("float part[N] = { [1 ... 3] = -1.0f };",
                             "float part[N] = { 1.0f, [1 ... 3] = -1.0f };")
-    with pytest.raises(RuntimeError, match=r"shader\.metal:10: error: a GNU range designator"):
+    with pytest.raises(RuntimeError, match=r"shader\.metal:11: error: a GNU range designator"):
         metalrt.compile_shader(source)
