@@ -139,6 +139,19 @@ METAL_SOFT_ARITH(*)
 METAL_SOFT_ARITH(/)
 #undef METAL_SOFT_ARITH
 
+// `x op= b` with an arithmetic x: `x = x op b` converted to x's type (MSL §2.12); C++'s
+// built-in compound assignments do not try a conversion function template.
+#define METAL_SOFT_COMPOUND_LHS(op)                                                        \
+  template <class L, class F, std::enable_if_t<is_msl_arithmetic_v<L> && !is_soft_float_v<L>, int> = 0> \
+  constexpr L& operator op##=(L& l, const soft_float<F>& r) {                               \
+    return l = static_cast<L>(l op r);                                                     \
+  }
+METAL_SOFT_COMPOUND_LHS(+)
+METAL_SOFT_COMPOUND_LHS(-)
+METAL_SOFT_COMPOUND_LHS(*)
+METAL_SOFT_COMPOUND_LHS(/)
+#undef METAL_SOFT_COMPOUND_LHS
+
 #define METAL_SOFT_COMPARE(op)                                                   \
   template <class A, class B, class R = detail::soft_result_t<A, B>>             \
   constexpr bool operator op(const A& a, const B& b) {                           \

@@ -95,6 +95,13 @@ TEST_CASE("half: each arithmetic operation is rounded once, to nearest even") {
 #endif
   static_assert(std::is_same_v<decltype(true ? bfloat(1) : 0), bfloat>);
   CHECK(float(pick ? bfloat(3) : 0) == 0.0f);
+  float acc = 1.0f;   // arithmetic op= a 16-bit float: acc = acc + b (float)
+  acc += bfloat(2.5f);
+  acc *= bfloat(2);
+  int count = 3;
+  count += bfloat(1.5f);   // 3 + 1.5 -> bfloat 4.5 -> int 4
+  CHECK(acc == 7.0f);
+  CHECK(count == 4);
   half h = 1.0h;
   h += 0.5f;
   h *= 2;
