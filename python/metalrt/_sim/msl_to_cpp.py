@@ -19,6 +19,8 @@ rewritten only where MSL is not C++:
   runtime writes before a dispatch, and ``is_function_constant_defined(name)`` reads
   whether the pipeline defined it; each kernel lists the constants it requires
   (uses without testing them), which a pipeline must give values for.
+* what clang accepts and g++ does not (``const constant``, GNU range designators,
+  ``#pragma unroll``) becomes the C++ that means the same (``msl_syntax``).
 
 What Metal rejects and C++ accepts (``double``, program-scope variables outside
 ``constant``, ...) is an error naming the MSL specification section
