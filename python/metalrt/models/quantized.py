@@ -89,3 +89,13 @@ def stack(parts: Sequence[QuantizedWeight], copy: bool) -> Optional[QuantizedWei
     return dataclasses.replace(first, shape=(sum(p.shape[0] for p in parts), first.shape[1]),
                                source=" + ".join(p.source for p in parts),
                                **dict(zip(names, stacked)))
+
+
+def take_rows(w, rows: np.ndarray):
+    """Rows ``rows`` of a weight matrix (numpy array or ``QuantizedWeight``, whose
+    rows are independent), copied, as the same kind."""
+    if not isinstance(w, QuantizedWeight):
+        return np.ascontiguousarray(np.asarray(w)[rows])
+    picked = {f: np.ascontiguousarray(getattr(w, f)[rows])
+              for f in ("data", "scales", "biases") if getattr(w, f) is not None}
+    return dataclasses.replace(w, shape=(len(rows), w.shape[1]), **picked)
