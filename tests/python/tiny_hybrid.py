@@ -36,10 +36,10 @@ CONFIGS = {
     "qwen3_moe": ("Qwen3MoeConfig", dict(_COMMON, **_MOE, num_hidden_layers=3, intermediate_size=96,
                                          mlp_only_layers=[1], norm_topk_prob=False,
                                          tie_word_embeddings=False)),
-    # Tied embeddings, renormalised top-k, MoE every second layer.
+    # Tied embeddings, renormalised top-k, MoE in every layer (what llama.cpp converts).
     "qwen3_moe_tied": ("Qwen3MoeConfig", dict(_COMMON, **_MOE, num_hidden_layers=2,
-                                              intermediate_size=96, decoder_sparse_step=2,
-                                              norm_topk_prob=True, tie_word_embeddings=True)),
+                                              intermediate_size=96, norm_topk_prob=True,
+                                              tie_word_embeddings=True)),
     # Hv = 2 Hk, Dk != Dv, irregular layer types, a dense layer among MoE layers.
     "qwen3_next": ("Qwen3NextConfig", dict(_COMMON, **_GDN, **_MOE, num_hidden_layers=4,
                                            intermediate_size=96, shared_expert_intermediate_size=48,
