@@ -4,7 +4,7 @@ memory mapping of the file), F32 and F16 as numpy views in their own dtype, BF16
 widened to float32.
 
 Architectures: Llama (SmolLM2, Llama 3.0), Qwen2 (Q/K/V biases), Qwen3 (per-head Q/K
-RMSNorm). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
+RMSNorm), Qwen3-MoE (``qwen3moe``: stacked expert tensors, see ``gguf_moe``). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
 Llama GGUF files store the Q/K projection rows permuted for interleaved (GPT-J) RoPE —
 llama.cpp's ``convert_hf_to_gguf.py`` moves row ``i`` of each head's second half next
 to row ``i`` of its first half; Qwen files are converted without it. Putting the rows
@@ -24,6 +24,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 
 from .gguf_file import GGUFFile
+from .gguf_moe import LAYER_NAMES, moe_config, moe_layer_shapes
 from .quants import (ACTIVATION_ONLY, FLOAT_TYPES, GGUF_FORMATS, SUPPORTED_TYPES, QuantizedWeight,
                      bf16_to_float32, dequantize, row_bytes)
 
@@ -34,12 +35,16 @@ class Architecture:
     permuted_qk: bool       # Q/K rows stored for interleaved RoPE (llama.cpp's Llama converter)
     qkv_bias: bool = False  # biases on the Q/K/V projections (Qwen2)
     qk_norm: bool = False   # RMSNorm over each query and key head (Qwen3)
+    model_type: str = ""    # the Hugging Face model_type when it differs from the GGUF name
+    moe: bool = False       # sparse MoE blocks instead of the dense MLP (gguf_moe)
 
 
 ARCHITECTURES = {
     "llama": Architecture("LlamaForCausalLM", permuted_qk=True),
     "qwen2": Architecture("Qwen2ForCausalLM", permuted_qk=False, qkv_bias=True),
     "qwen3": Architecture("Qwen3ForCausalLM", permuted_qk=False, qk_norm=True),
+    "qwen3moe": Architecture("Qwen3MoeForCausalLM", permuted_qk=False, qk_norm=True,
+                             model_type="qwen3_moe", moe=True),
 }
 
 _GLOBAL_NAMES = {
@@ -59,6 +64,7 @@ _LAYER_NAMES = {
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
+    **LAYER_NAMES,
 }
 
 
@@ -106,8 +112,8 @@ def dequantize_tensor(gf: GGUFFile, name: str) -> np.ndarray:
 
 def tensor_of(gf: GGUFFile, name: str) -> np.ndarray | QuantizedWeight:
     """A GGUF tensor without a float copy: a ``QuantizedWeight`` whose ``data`` is a
-    uint8 ``[rows, row_bytes]`` view of the mapping for block types (2-D only: only
-    matrices are quantized), a view in the stored dtype for F32/F16, float32 for BF16
+    uint8 ``[rows, row_bytes]`` view of the mapping for block types (matrices, and 3-D
+    expert stacks as [E * N, K]), a view in the stored dtype for F32/F16, float32 for BF16
     (numpy has no bfloat16)."""
     _check_supported(gf, name)
     info = gf.tensors[name]
@@ -115,10 +121,12 @@ def tensor_of(gf: GGUFFile, name: str) -> np.ndarray | QuantizedWeight:
     if info.ggml_type in FLOAT_TYPES:
         flat = raw.view(FLOAT_TYPES[info.ggml_type])
         return (bf16_to_float32(flat) if info.ggml_type == T.BF16 else flat).reshape(info.shape)
-    if len(info.shape) != 2:
+    if len(info.shape) not in (2, 3):
         raise ValueError(f"[gguf] {gf.path}: tensor '{name}' of type {info.ggml_type.name} has "
-                         f"shape {list(info.shape)}; quantized tensors must be matrices")
-    rows, cols = info.shape
+                         f"shape {list(info.shape)}; quantized tensors must be matrices "
+                         f"(or stacks of expert matrices)")
+    # A 3-D stack of expert matrices [E, N, K] is the matrix [E * N, K].
+    rows, cols = int(np.prod(info.shape[:-1])), info.shape[-1]
     return QuantizedWeight(GGUF_FORMATS[info.ggml_type], (rows, cols),
                            raw.reshape(rows, row_bytes(info.ggml_type, cols)),
                            source=f"{gf.path}: tensor '{name}'")
@@ -188,8 +196,9 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
                          f"head_dim {head_dim}: expected heads divisible by KV heads and an "
                          f"even head_dim")
     vocab = meta.get(f"{arch}.vocab_size", len(meta.get("tokenizer.ggml.tokens", ())))
-    return {
-        "model_type": arch,
+    moe = ARCHITECTURES[arch].moe
+    config = {
+        "model_type": ARCHITECTURES[arch].model_type or arch,
         "architectures": [ARCHITECTURES[arch].hf_class],
         "vocab_size": _count(gf, f"{arch}.vocab_size", vocab or -1),
         "hidden_size": hidden,
@@ -197,7 +206,9 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
-        "intermediate_size": _count(gf, f"{arch}.feed_forward_length"),
+        # MoE files may omit it: their layers have no dense MLP.
+        "intermediate_size": (meta.get(f"{arch}.feed_forward_length") if moe
+                              else _count(gf, f"{arch}.feed_forward_length")),
         "rms_norm_eps": _float32_value(_require(gf, f"{arch}.attention.layer_norm_rms_epsilon")),
         "rope_theta": _float32_value(meta.get(f"{arch}.rope.freq_base", 10000.0)),
         "max_position_embeddings": _count(gf, f"{arch}.context_length"),
@@ -209,11 +220,19 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
         "mlp_bias": False,
         "rope_interleaved": ARCHITECTURES[arch].permuted_qk,
     }
+    if moe:
+        config.update(moe_config(arch, lambda key, default=None: _count(gf, key, default), meta))
+    return config
+
+
+def _architecture(config: dict[str, Any]) -> Architecture:
+    return next(a for name, a in ARCHITECTURES.items()
+                if (a.model_type or name) == config["model_type"])
 
 
 def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """GGUF tensor name → numpy shape, for every tensor of a model of ``config``."""
-    arch = ARCHITECTURES[config["model_type"]]
+    arch = _architecture(config)
     h, v, f = config["hidden_size"], config["vocab_size"], config["intermediate_size"]
     d = config["head_dim"]
     q, kv = config["num_attention_heads"] * d, config["num_key_value_heads"] * d
@@ -227,6 +246,10 @@ def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
         layer.update({"attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,)})
     if arch.qk_norm:
         layer.update({"attn_q_norm.weight": (d,), "attn_k_norm.weight": (d,)})
+    if arch.moe:
+        for name in ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"):
+            del layer[name]
+        layer.update(moe_layer_shapes(config))
     for i in range(config["num_hidden_layers"]):
         shapes.update({f"blk.{i}.{name}": shape for name, shape in layer.items()})
     return shapes
