@@ -1,5 +1,5 @@
-"""Qwen3-MoE from GGUF files written by llama.cpp's converter and quantizer
-(``moe_gguf_fixtures``), on the CPU and the (simulated) Metal device: the F32 file
+"""Qwen3-MoE and Qwen3-Next from GGUF files written by llama.cpp's converter and
+quantizer (``moe_gguf_fixtures``), on the CPU and the (simulated) Metal device: the F32 file
 gives transformers' logits (max |Δlogit| <= 1e-3 x range) and greedy tokens; the Q8_0
 file keeps its stacked expert tensors quantized (one QuantizedTensor per projection,
 the router float) and matches the same model built from its dequantized weights."""
@@ -20,16 +20,19 @@ from metalrt.models import build_model
 IDS = tiny_hybrid.prompt(40, 7)
 
 
-@functools.lru_cache(maxsize=None)
-def paths():
-    return moe_gguf_fixtures.fixture()
+ARCHS = list(moe_gguf_fixtures.CONFIGS)
 
 
 @functools.lru_cache(maxsize=None)
-def reference():
+def paths(arch):
+    return moe_gguf_fixtures.fixture(arch)
+
+
+@functools.lru_cache(maxsize=None)
+def reference(arch):
     import transformers as tf
 
-    model = tf.AutoModelForCausalLM.from_pretrained(paths()["hf"], dtype="float32").eval()
+    model = tf.AutoModelForCausalLM.from_pretrained(paths(arch)["hf"], dtype="float32").eval()
     with torch.no_grad():
         logits = model(torch.tensor([IDS])).logits[0].double().numpy()
         greedy = model.generate(torch.tensor([IDS]), max_new_tokens=12, do_sample=False,
@@ -51,9 +54,10 @@ def dequantized(files):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_f32_gguf_matches_transformers(device):
-    model, tokenizer = metalrt.load(str(paths()["f32"]), device=device)
-    expected, greedy = reference()
+@pytest.mark.parametrize("arch", ARCHS)
+def test_f32_gguf_matches_transformers(arch, device):
+    model, tokenizer = metalrt.load(str(paths(arch)["f32"]), device=device)
+    expected, greedy = reference(arch)
     got = model.logits(IDS)
     span = expected.max() - expected.min()
     assert span > 0.5
@@ -64,8 +68,9 @@ def test_f32_gguf_matches_transformers(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_q8_0_gguf_keeps_experts_quantized(device):
-    files = load_model_files(str(paths()["q8_0"]))
+@pytest.mark.parametrize("arch", ARCHS)
+def test_q8_0_gguf_keeps_experts_quantized(arch, device):
+    files = load_model_files(str(paths(arch)["q8_0"]))
     model = build_model(files.config, files.weights, device)
     moe = model.layers[0].mlp
     assert isinstance(moe.gate_up, metalrt.QuantizedTensor) and moe.gate_up.format == "q8_0"

@@ -63,7 +63,7 @@ def _directory(name: str) -> Path:
     return cache_dir() / "hybrid-fixtures" / f"{name}-{digest}"
 
 
-def _randomize(model, seed: int) -> None:
+def randomize(model, seed: int) -> None:
     """Norm weights made non-trivial: around 0 for the zero-centred (1 + w) norms of the
     hybrids, around 1 for plain ones (Qwen3-MoE, the GDN output norm); A_log spread
     over fast and slow decays."""
@@ -93,7 +93,7 @@ def path(name: str) -> Path:
     cls, kwargs = CONFIGS[name]
     torch.manual_seed(sum(map(ord, name)))
     model = tf.AutoModelForCausalLM.from_config(getattr(tf, cls)(**kwargs)).eval()
-    _randomize(model, sum(map(ord, name)) + 1)
+    randomize(model, sum(map(ord, name)) + 1)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=directory.parent)
     model.save_pretrained(tmp, safe_serialization=True)

@@ -4,7 +4,8 @@ memory mapping of the file), F32 and F16 as numpy views in their own dtype, BF16
 widened to float32.
 
 Architectures: Llama (SmolLM2, Llama 3.0), Qwen2 (Q/K/V biases), Qwen3 (per-head Q/K
-RMSNorm), Qwen3-MoE (``qwen3moe``: stacked expert tensors, see ``gguf_moe``). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
+RMSNorm), Qwen3-MoE (``qwen3moe``: stacked expert tensors, see ``gguf_moe``), Qwen3-Next
+(``qwen3next``: Gated-DeltaNet layers, see ``gguf_hybrid``). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
 Llama GGUF files store the Q/K projection rows permuted for interleaved (GPT-J) RoPE —
 llama.cpp's ``convert_hf_to_gguf.py`` moves row ``i`` of each head's second half next
 to row ``i`` of its first half; Qwen files are converted without it. Putting the rows
@@ -24,6 +25,8 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 
 from .gguf_file import GGUFFile
+from .gguf_hybrid import (LAYER_TENSORS, READ_FIXES, hybrid_config, hybrid_layer_shapes,
+                          shared_expert_shapes)
 from .gguf_moe import LAYER_NAMES, moe_config, moe_layer_shapes
 from .quants import (ACTIVATION_ONLY, FLOAT_TYPES, GGUF_FORMATS, SUPPORTED_TYPES, QuantizedWeight,
                      bf16_to_float32, dequantize, row_bytes)
@@ -37,6 +40,7 @@ class Architecture:
     qk_norm: bool = False   # RMSNorm over each query and key head (Qwen3)
     model_type: str = ""    # the Hugging Face model_type when it differs from the GGUF name
     moe: bool = False       # sparse MoE blocks instead of the dense MLP (gguf_moe)
+    hybrid: bool = False    # Gated-DeltaNet and gated-attention layers (gguf_hybrid)
 
 
 ARCHITECTURES = {
@@ -45,6 +49,8 @@ ARCHITECTURES = {
     "qwen3": Architecture("Qwen3ForCausalLM", permuted_qk=False, qk_norm=True),
     "qwen3moe": Architecture("Qwen3MoeForCausalLM", permuted_qk=False, qk_norm=True,
                              model_type="qwen3_moe", moe=True),
+    "qwen3next": Architecture("Qwen3NextForCausalLM", permuted_qk=False, qk_norm=True,
+                              model_type="qwen3_next", moe=True, hybrid=True),
 }
 
 _GLOBAL_NAMES = {
@@ -70,6 +76,9 @@ _LAYER_NAMES = {
 
 def hf_name(gguf_name: str) -> str:
     """The ``transformers`` name of a GGUF tensor name (one of ``expected_shapes``)."""
+    if gguf_name.startswith("blk.") and gguf_name.split(".", 2)[2] in LAYER_TENSORS:
+        _, layer, rest = gguf_name.split(".", 2)
+        return f"model.layers.{layer}.{LAYER_TENSORS[rest]}"
     base, suffix = gguf_name.rsplit(".", 1)
     if base.startswith("blk."):
         _, layer, part = base.split(".")
@@ -139,9 +148,13 @@ class GGUFTensors(Mapping[str, "np.ndarray | QuantizedWeight"]):
     def __init__(self, gf: GGUFFile):
         self._gf = gf
         self._gguf_names = {hf_name(name): name for name in gf.tensors}
+        self._fixes = READ_FIXES if ARCHITECTURES[gf.metadata["general.architecture"]].hybrid else {}
 
     def __getitem__(self, name: str) -> np.ndarray | QuantizedWeight:
-        return tensor_of(self._gf, self._gguf_names[name])
+        gguf_name = self._gguf_names[name]
+        tensor = tensor_of(self._gf, gguf_name)
+        fix = self._fixes.get(gguf_name.split(".", 2)[2] if gguf_name.startswith("blk.") else gguf_name)
+        return tensor if fix is None else fix(tensor)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._gguf_names)
@@ -220,8 +233,11 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
         "mlp_bias": False,
         "rope_interleaved": ARCHITECTURES[arch].permuted_qk,
     }
+    count = lambda key, default=None: _count(gf, key, default)  # noqa: E731
     if moe:
-        config.update(moe_config(arch, lambda key, default=None: _count(gf, key, default), meta))
+        config.update(moe_config(arch, count, meta))
+    if ARCHITECTURES[arch].hybrid:
+        config.update(hybrid_config(arch, count, meta, head_dim, config["num_hidden_layers"]))
     return config
 
 
@@ -250,7 +266,26 @@ def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
         for name in ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"):
             del layer[name]
         layer.update(moe_layer_shapes(config))
+    if arch.hybrid:
+        return _hybrid_shapes(config, shapes, layer)
     for i in range(config["num_hidden_layers"]):
+        shapes.update({f"blk.{i}.{name}": shape for name, shape in layer.items()})
+    return shapes
+
+
+def _hybrid_shapes(config, shapes, moe_layer):
+    """A Qwen3-Next file: norms, the MoE block with its shared expert, and per layer
+    the GDN or the gated-attention tensors."""
+    h = config["hidden_size"]
+    common = {"attn_norm.weight": (h,), "post_attention_norm.weight": (h,),
+              **{k: v for k, v in moe_layer.items() if k.startswith("ffn_") and k != "ffn_norm.weight"},
+              **shared_expert_shapes(config)}
+    interval = config["full_attention_interval"]
+    types = config.get("layer_types") or [
+        "full_attention" if (i + 1) % interval == 0 else "linear_attention"
+        for i in range(config["num_hidden_layers"])]
+    for i, kind in enumerate(types):
+        layer = {**common, **hybrid_layer_shapes(config, kind == "linear_attention")}
         shapes.update({f"blk.{i}.{name}": shape for name, shape in layer.items()})
     return shapes
 

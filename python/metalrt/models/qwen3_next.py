@@ -21,20 +21,29 @@ from .hybrid_config import LINEAR, sparse_layers
 from .quantized import take_rows
 
 
-def regrouped_projections(qkvz, ba, s: GdnShape) -> dict:
-    """{suffix: rows} of Qwen3.5's four projections from Qwen3-Next's two."""
+def _per_key_head(s: GdnShape, group: int, start: int, size: int) -> np.ndarray:
+    """Row indices of the part [start, start + size) of every key head's group."""
+    heads = np.arange(s.k_heads)[:, None] * group
+    return (heads + start + np.arange(size)[None, :]).reshape(-1)
+
+
+def regrouped_qkvz(qkvz, s: GdnShape) -> dict:
+    """Qwen3.5's in_proj_qkv ([q_all | k_all | v_all]) and in_proj_z from in_proj_qkvz."""
     r = s.v_heads // s.k_heads
     group = 2 * s.k_dim + 2 * r * s.v_dim
-    heads = np.arange(s.k_heads)[:, None] * group
+    qkv = np.concatenate([_per_key_head(s, group, 0, s.k_dim),
+                          _per_key_head(s, group, s.k_dim, s.k_dim),
+                          _per_key_head(s, group, 2 * s.k_dim, r * s.v_dim)])
+    return {"in_proj_qkv.weight": take_rows(qkvz, qkv),
+            "in_proj_z.weight": take_rows(qkvz, _per_key_head(s, group, 2 * s.k_dim + r * s.v_dim,
+                                                              r * s.v_dim))}
 
-    def rows(start, size):
-        return (heads + start + np.arange(size)[None, :]).reshape(-1)
 
-    qkv = np.concatenate([rows(0, s.k_dim), rows(s.k_dim, s.k_dim), rows(2 * s.k_dim, r * s.v_dim)])
-    z = rows(2 * s.k_dim + r * s.v_dim, r * s.v_dim)
-    b = (np.arange(s.k_heads)[:, None] * 2 * r + np.arange(r)[None, :]).reshape(-1)
-    return {"in_proj_qkv.weight": take_rows(qkvz, qkv), "in_proj_z.weight": take_rows(qkvz, z),
-            "in_proj_b.weight": take_rows(ba, b), "in_proj_a.weight": take_rows(ba, b + r)}
+def regrouped_ba(ba, s: GdnShape) -> dict:
+    """Qwen3.5's in_proj_b and in_proj_a from in_proj_ba ([b (r), a (r)] per key head)."""
+    r = s.v_heads // s.k_heads
+    return {"in_proj_b.weight": take_rows(ba, _per_key_head(s, 2 * r, 0, r)),
+            "in_proj_a.weight": take_rows(ba, _per_key_head(s, 2 * r, r, r))}
 
 
 class Qwen3NextModel(HybridModel):
@@ -48,14 +57,19 @@ class Qwen3NextModel(HybridModel):
         return True if value is None else bool(value)
 
     def qwen3_5_layout(self, weights, prefix, types, shape):
+        """Qwen3-Next's grouped projections as Qwen3.5's (GGUF files hold in_proj_qkv
+        and in_proj_z already; their in_proj_ba is still grouped)."""
         regrouped = {}
         for i, kind in enumerate(types):
             p = f"{prefix}layers.{i}.linear_attn."
-            if kind != LINEAR or p + "in_proj_qkvz.weight" not in weights:
+            if kind != LINEAR:
                 continue
-            for name in ("in_proj_qkvz.weight", "in_proj_ba.weight"):
-                if p + name not in weights:
-                    raise ValueError(f"[{self.arch}] missing tensor '{p + name}'")
-            regrouped.update({p + k: v for k, v in regrouped_projections(
-                weights[p + "in_proj_qkvz.weight"], weights[p + "in_proj_ba.weight"], shape).items()})
+            for fused, split, regroup in (("in_proj_qkvz", "in_proj_qkv", regrouped_qkvz),
+                                          ("in_proj_ba", "in_proj_b", regrouped_ba)):
+                if f"{p}{split}.weight" in weights:
+                    continue
+                if f"{p}{fused}.weight" not in weights:
+                    raise ValueError(f"[{self.arch}] missing tensor '{p}{fused}.weight'")
+                regrouped.update({p + k: v for k, v in
+                                  regroup(weights[f"{p}{fused}.weight"], shape).items()})
         return ChainMap(regrouped, weights)
