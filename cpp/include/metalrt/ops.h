@@ -139,3 +139,5 @@ std::tuple<Tensor, Tensor> QkNormRope(const Tensor& q, const Tensor& k, const Te
                                       float eps, int64_t rotary_dim, float base);
 
 }  // namespace metalrt::ops
+
+#include "metalrt/linear_attention_ops.h"   // causal_conv1d, gdn_gating, gated_delta_rule

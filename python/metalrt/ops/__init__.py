@@ -4,6 +4,7 @@ is a Tensor). Results are Tensors on that device."""
 from .attention import paged_attention
 from .elementwise import add, cast, gelu, mul, relu, silu_and_mul
 from .layout import embedding, qkv_split, reshape_and_cache
+from .linear_attention import causal_conv1d, gated_delta_rule, gdn_gating
 from .matmul import matmul, matmul_bt
 from .quantized import dequantize, quantized_embedding, quantized_matmul_bt
 from .normalization import layer_norm, rms_norm, softmax
@@ -12,6 +13,7 @@ from .rope import (qk_norm_rope, rope_cos_sin_cache, rope_from_cache, rope_inter
 from .selection import greedy_argmax
 
 __all__ = [
+    "causal_conv1d", "gated_delta_rule", "gdn_gating",
     "add", "cast", "dequantize", "embedding", "gelu", "greedy_argmax", "layer_norm", "matmul",
     "matmul_bt", "mul", "paged_attention", "qk_norm_rope", "qkv_split", "quantized_embedding",
     "quantized_matmul_bt", "relu",
