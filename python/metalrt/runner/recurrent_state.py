@@ -36,7 +36,9 @@ class RecurrentStatePool:
         state_shape = (num_slots, v_heads, k_dim, v_dim)
         self.conv = [metalrt.zeros(conv_shape, dtype, device) for _ in range(num_layers)]
         self.recurrent = [metalrt.zeros(state_shape, "float32", device) for _ in range(num_layers)]
-        self._zero_conv = np.zeros((1, *conv_shape[1:]), np.float32)
+        # copy_from takes float16 host arrays for float16 tensors, float32 otherwise.
+        host_dtype = np.float16 if dtype == "float16" else np.float32
+        self._zero_conv = np.zeros((1, *conv_shape[1:]), host_dtype)
         self._zero_state = np.zeros((1, *state_shape[1:]), np.float32)
 
     def reset(self, slot: int) -> None:
