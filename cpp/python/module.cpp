@@ -21,4 +21,5 @@ NB_MODULE(_metalrt, m) {
   BindSelectionOps(ops);
   BindRopeOps(ops);
   BindQuantizedOps(ops);
+  BindMoeOps(ops);
 }
