@@ -22,4 +22,5 @@ NB_MODULE(_metalrt, m) {
   BindRopeOps(ops);
   BindQuantizedOps(ops);
   BindLinearAttentionOps(ops);
+  BindMoeOps(ops);
 }

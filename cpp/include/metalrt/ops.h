@@ -11,6 +11,7 @@
 
 #include "metalrt/quantized.h"
 #include "metalrt/tensor.h"
+#include "metalrt/moe_ops.h"   // the MoE and gate ops (issue #15)
 
 namespace metalrt::ops {
 

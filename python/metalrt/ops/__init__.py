@@ -11,6 +11,8 @@ from .normalization import layer_norm, rms_norm, softmax
 from .rope import (qk_norm_rope, rope_cos_sin_cache, rope_from_cache, rope_interleaved,
                    rope_neox)
 from .selection import greedy_argmax
+from .gates import gated_query_split, gated_rms_norm, sigmoid_mul
+from .moe import moe_combine, moe_matmul_bt, moe_router
 
 __all__ = [
     "causal_conv1d", "gated_delta_rule", "gdn_gating",
@@ -19,4 +21,5 @@ __all__ = [
     "quantized_matmul_bt", "relu",
     "reshape_and_cache", "rms_norm", "rope_cos_sin_cache", "rope_from_cache",
     "rope_interleaved", "rope_neox", "silu_and_mul", "softmax",
+    "gated_query_split", "gated_rms_norm", "moe_combine", "moe_matmul_bt", "moe_router", "sigmoid_mul",
 ]
