@@ -309,7 +309,8 @@ def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], GGUFTensors, GGU
             raise ValueError(f"[gguf] {gf.path}: missing tensor '{name}' (expected for a "
                              f"{config['model_type']} model with "
                              f"{config['num_hidden_layers']} layers)")
-        if gf.tensors[name].shape != shape:
+        # llama.cpp's quantizer drops size-1 dimensions (ffn_gate_inp_shexp [1, H] -> [H]).
+        if tuple(d for d in gf.tensors[name].shape if d != 1) != tuple(d for d in shape if d != 1):
             raise ValueError(f"[gguf] {gf.path}: tensor '{name}' must have shape "
                              f"{list(shape)}, got {list(gf.tensors[name].shape)}")
     for name in gf.tensors:

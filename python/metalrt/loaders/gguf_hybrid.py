@@ -51,6 +51,8 @@ READ_FIXES: dict[str, Callable[[Any], Any]] = {
                      "attn_q_norm.weight", "attn_k_norm.weight"), _minus_one),
     "ssm_a": lambda a: np.log(-np.asarray(a, np.float64)).astype(np.float32),
     "ssm_conv1d.weight": lambda w: np.asarray(w)[:, None, :],
+    # [1, H]; llama.cpp's quantizer writes it as [H].
+    "ffn_gate_inp_shexp.weight": lambda w: np.asarray(w).reshape(1, -1),
 }
 
 
