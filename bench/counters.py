@@ -66,10 +66,14 @@ class _Recorder:
         self.ops: Dict[str, Dict[str, int]] = {}
         self.layers: List[Dict[str, int]] = []
         self.weights, self.weight_bytes = weights, 0
+        self.deferred_bytes = []    # expert GEMMs: counted from their ids after the step
 
     def op(self, name, fn):
         def wrapped(*args, **kwargs):
-            self.weight_bytes += weight_bytes.bytes_read(name, args, kwargs, self.weights)
+            if name == "moe_matmul_bt":
+                self.deferred_bytes.append(weight_bytes.selected_expert_bytes(args, kwargs, self.weights))
+            else:
+                self.weight_bytes += weight_bytes.bytes_read(name, args, kwargs, self.weights)
             before = _totals()
             result = fn(*args, **kwargs)
             d = _delta(before, _totals())
@@ -115,6 +119,7 @@ def _step(engine: Engine, model, weights: Dict[int, object]) -> Dict:
     with _instrumented(model, recorder):
         engine.step()
     totals = _totals()
+    recorder.weight_bytes += sum(count() for count in recorder.deferred_bytes)
     per_op = {}
     for name, row in sorted(recorder.ops.items()):
         provider = providers.stats(name, "metal")["last_selected"]

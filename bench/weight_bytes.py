@@ -1,7 +1,8 @@
 """Weight bytes a step's kernels read, counted from the weight tensors bound to each op
 call: a GEMV/GEMM (``matmul_bt``, ``quantized_matmul_bt``) and a norm read their whole
 weight, a gather (``embedding``, ``quantized_embedding``) only the rows it is asked
-for. The weights are the model's own tensors (found by walking its layers), so
+for, and an expert GEMM (``moe_matmul_bt``) only the experts its tokens selected
+(counted after the step, from the expert ids it was given). The weights are the model's own tensors (found by walking its layers), so
 activations, the KV cache and step inputs are not counted. Compared with the file's
 tensor bytes it shows whether the model reads its weights as the file holds them
 (about 1x for a quantized file; 5.5x when the default Q4_1 model ran from float32).
@@ -64,3 +65,16 @@ def bytes_read(op: str, args: Iterable, kwargs: Dict, weights: Dict[int, object]
         else:
             total += value.nbytes
     return total
+
+
+def selected_expert_bytes(args: Iterable, kwargs: Dict, weights: Dict[int, object]):
+    """For a ``moe_matmul_bt`` call: a function giving the bytes of the distinct experts
+    its ``expert_ids`` select (each expert owns num_experts-th of the weight's rows), to
+    call once the step is done (reading the ids sooner would add a host wait)."""
+    args = list(args)
+    w = kwargs.get("w", args[1] if len(args) > 1 else None)
+    ids = kwargs.get("expert_ids", args[2] if len(args) > 2 else None)
+    if id(w) not in weights:
+        return lambda: 0
+    per_expert = w.nbytes // int(kwargs["num_experts"])
+    return lambda: per_expert * len(set(ids.numpy().reshape(-1).tolist()))

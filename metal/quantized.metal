@@ -21,10 +21,13 @@
 //   bound by the bytes written.
 #include <metal_stdlib>
 #include "quantized_blocks.h"
+#include "quantized_gemm.h"
+#include "quantized_gemv.h"
 using namespace metal;
 
 // Decode GEMV: MLX qmv's shape (rows per SIMD-group, shared activation loads, the sum
-// of x for the bias); expected to reach the weight-bandwidth bound (see the top).
+// of x for the bias; body in quantized_gemv.h); expected to reach the weight-bandwidth
+// bound (see the top).
 template <typename F, typename T, typename S>
 kernel void quantized_matmul_bt_gemv(device const T* x [[buffer(0)]],
                                      device const uchar* data [[buffer(1)]],
@@ -35,40 +38,12 @@ kernel void quantized_matmul_bt_gemv(device const T* x [[buffer(0)]],
                                      uint group [[threadgroup_position_in_grid]],
                                      uint simdgroup [[simdgroup_index_in_threadgroup]],
                                      uint lane [[thread_index_in_simdgroup]]) {
-  const int32_t row0 = (int32_t(group) * kQuantGemvSimdgroups + int32_t(simdgroup)) * kQuantGemvRows;
-  if (row0 >= args.n) return;
-  float acc[kQuantGemvMaxM][kQuantGemvRows];
-  for (int i = 0; i < kQuantGemvMaxM; ++i)
-    for (int r = 0; r < kQuantGemvRows; ++r) acc[i][r] = 0.0f;
-  for (int32_t k0 = int32_t(lane) * kQuantChunk; k0 < args.k; k0 += kQuantSimdWidth * kQuantChunk) {
-    QuantChunk w[kQuantGemvRows];
-    for (int r = 0; r < kQuantGemvRows; ++r)
-      if (row0 + r < args.n) w[r] = load_chunk<F>(data, scales, biases, long(row0 + r), k0, args);
-    for (int32_t i = 0; i < args.m; ++i) {
-      // Two 4-wide loads (the host declines an x not aligned for them); each x is
-      // widened to f32 before it is summed (MLX PR #4516 summed in the activation dtype).
-      device const vec<T, 4>* xv = (device const vec<T, 4>*)(x + long(i) * args.k + k0);
-      const float4 lo = float4(xv[0]), hi = float4(xv[1]);
-      const float xs[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      float sum_x = 0.0f;
-      for (int j = 0; j < 8; ++j) sum_x += xs[j];
-      for (int r = 0; r < kQuantGemvRows; ++r) {
-        if (row0 + r >= args.n) break;
-        float dot = 0.0f;
-        for (int j = 0; j < 8; ++j) dot += w[r].c[j] * xs[j];
-        acc[i][r] += F::kHasBias ? w[r].scale * dot + w[r].bias * sum_x : w[r].scale * dot;
-      }
-    }
-  }
-  for (int32_t i = 0; i < args.m; ++i)
-    for (int r = 0; r < kQuantGemvRows; ++r) {
-      const float total = simd_sum(acc[i][r]);
-      if (lane == 0 && row0 + r < args.n) out[long(i) * args.n + row0 + r] = T(total);
-    }
+  quantized_gemv<F, T, S>(x, args.m, data, scales, biases, 0, args.n, out, args, group, simdgroup, lane);
 }
 
 // Prefill GEMM: MLX qmm_t's shape (dequantized weight tile in threadgroup memory, f32
-// activation tile, simdgroup matrices); expected compute-bound like matmul_bt_gemm.
+// activation tile, simdgroup matrices; body in quantized_gemm.h); expected
+// compute-bound like matmul_bt_gemm.
 template <typename F, typename T, typename S>
 kernel void quantized_matmul_bt_gemm(device const T* x [[buffer(0)]],
                                      device const uchar* data [[buffer(1)]],
@@ -82,53 +57,10 @@ kernel void quantized_matmul_bt_gemm(device const T* x [[buffer(0)]],
   threadgroup float x_tile[kQuantGemmTile * kQuantGemmTileK];   // [row][k]
   threadgroup float w_tile[kQuantGemmTile * kQuantGemmTileK];   // [weight row][k]
   threadgroup float c_tile[kQuantGemmTile * kQuantGemmTile];    // [row][column]
-  const int32_t row0 = int32_t(group.y) * kQuantGemmTile;
-  const int32_t col0 = int32_t(group.x) * kQuantGemmTile;
-  const int32_t sg_row = int32_t(simdgroup / 2) * 16;
-  const int32_t sg_col = int32_t(simdgroup % 2) * 16;
-  simdgroup_matrix<float, 8, 8> acc[2][2];
-  for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 2; ++j) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
-
-  // K is a multiple of 32 in every format, so only the M and N edges need guards.
-  for (int32_t k0 = 0; k0 < args.k; k0 += kQuantGemmTileK) {
-    for (int32_t e = int32_t(tid); e < kQuantGemmTile * kQuantGemmTileK; e += kQuantGemmThreads) {
-      const int32_t r = e / kQuantGemmTileK, c = e % kQuantGemmTileK;
-      x_tile[e] = row0 + r < args.m ? float(x[long(row0 + r) * args.k + k0 + c]) : 0.0f;
-    }
-    {
-      // One chunk per thread: 32 weight rows x 4 chunks of 8.
-      const int32_t r = int32_t(tid) / 4, c0 = (int32_t(tid) % 4) * kQuantChunk;
-      threadgroup float* dst = w_tile + r * kQuantGemmTileK + c0;
-      if (col0 + r < args.n) {
-        const QuantChunk q = load_chunk<F>(data, scales, biases, long(col0 + r), k0 + c0, args);
-        for (int j = 0; j < 8; ++j) dst[j] = chunk_value<F>(q, j);
-      } else {
-        for (int j = 0; j < 8; ++j) dst[j] = 0.0f;
-      }
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (int32_t kk = 0; kk < kQuantGemmTileK; kk += 8) {
-      simdgroup_matrix<float, 8, 8> ma[2], mb[2];
-      for (int i = 0; i < 2; ++i) simdgroup_load(ma[i], x_tile, kQuantGemmTileK, ulong2(kk, sg_row + 8 * i));
-      // The offset is in the pointer and the origin is 0: Apple's doc does not say in
-      // which coordinates a transposed load reads a non-zero origin.
-      for (int j = 0; j < 2; ++j)
-        simdgroup_load(mb[j], w_tile + (sg_col + 8 * j) * kQuantGemmTileK + kk, kQuantGemmTileK,
-                       ulong2(0, 0), true);
-      for (int i = 0; i < 2; ++i)
-        for (int j = 0; j < 2; ++j) simdgroup_multiply_accumulate(acc[i][j], ma[i], mb[j], acc[i][j]);
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 2; ++j)
-      simdgroup_store(acc[i][j], c_tile, kQuantGemmTile, ulong2(sg_col + 8 * j, sg_row + 8 * i));
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (int32_t e = int32_t(tid); e < kQuantGemmTile * kQuantGemmTile; e += kQuantGemmThreads) {
-    const int32_t r = row0 + e / kQuantGemmTile, c = col0 + e % kQuantGemmTile;
-    if (r < args.m && c < args.n) out[long(r) * args.n + c] = T(c_tile[e]);
-  }
+  const QuantGemmDenseRows rows{args.m};
+  quantized_gemm_tile<F, T, S>(x, rows, int32_t(group.y) * kQuantGemmTile, data, scales, biases, 0,
+                               int32_t(group.x) * kQuantGemmTile, out, args, tid, simdgroup, x_tile, w_tile,
+                               c_tile);
 }
 
 // Row gather / dequantize: one thread per chunk, bound by the bytes written.

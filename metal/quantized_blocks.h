@@ -146,6 +146,27 @@ struct FormatQ4_K { static constant constexpr bool kHasBias = true; };
 struct FormatQ5_K { static constant constexpr bool kHasBias = true; };
 struct FormatQ6_K { static constant constexpr bool kHasBias = false; };
 struct FormatAffine { static constant constexpr bool kHasBias = true; };
+// Float weights (W = float, half, bfloat) through the same kernels: a chunk holds the 8
+// values themselves with scale 1 (moe_matmul_bt's float experts).
+template <typename W> struct FormatFloat { static constant constexpr bool kHasBias = false; };
+template <typename F> struct FloatFormatValue {
+  typedef float type;
+  static constant constexpr bool kIsFloat = false;
+};
+template <typename W> struct FloatFormatValue<FormatFloat<W>> {
+  typedef W type;
+  static constant constexpr bool kIsFloat = true;
+};
+
+template <typename W>
+inline QuantChunk chunk_float(device const uchar* row, int k0) {
+  device const W* p = (device const W*)row + k0;
+  QuantChunk q;
+  q.scale = 1.0f;
+  q.bias = 0.0f;
+  for (int i = 0; i < 8; ++i) q.c[i] = float(p[i]);
+  return q;
+}
 
 template <typename F, typename S>
 inline QuantChunk load_chunk(device const uchar* data, device const S* scales, device const S* biases,
@@ -159,6 +180,7 @@ inline QuantChunk load_chunk(device const uchar* data, device const S* scales, d
   if (is_same<F, FormatQ4_K>::value) return chunk_qk<false>(row, k0);
   if (is_same<F, FormatQ5_K>::value) return chunk_qk<true>(row, k0);
   if (is_same<F, FormatQ6_K>::value) return chunk_q6_k(row, k0);
+  if (FloatFormatValue<F>::kIsFloat) return chunk_float<typename FloatFormatValue<F>::type>(row, k0);
   return chunk_affine(row, scales, biases, row_index, k0, args);
 }
 

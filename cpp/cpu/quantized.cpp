@@ -1,12 +1,11 @@
 // CPU oracle of the quantized-weight ops (also the CPU device's kernels for quantized
 // models). Every op dequantizes whole rows with DequantizeRow (bit-exact against the
 // references) and, for quantized_matmul_bt, takes each output as an f32 dot product
-// over K in a fixed order: 8 partial sums, lane j accumulating x[k] * w[k] for k = j
-// (mod 8) in increasing k, combined as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)),
-// the order of the dense matmul oracle (cpp/cpu/matmul.cpp). Output rows are split
+// over K in the fixed order of Dot8 (cpu/dot.h). Output rows are split
 // across threads; results do not depend on the split.
 #include <vector>
 
+#include "cpu/dot.h"
 #include "cpu/float_rows.h"
 #include "cpu/parallel.h"
 #include "cpu/quantized_blocks.h"
@@ -14,15 +13,6 @@
 
 namespace metalrt::cpu {
 namespace {
-
-float Dot(const float* x, const float* w, int64_t k) {
-  float lane[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= k; i += 8)
-    for (int j = 0; j < 8; ++j) lane[j] += x[i + j] * w[i + j];
-  for (int j = 0; i < k; ++i, ++j) lane[j] += x[i] * w[i];
-  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-}
 
 bool Dequantize(const OpCall& call) {
   const QuantizedTensor& w = call.param<QuantizedTensor>();
@@ -49,7 +39,7 @@ bool QuantizedMatmulBT(const OpCall& call) {
     std::vector<float> row(static_cast<size_t>(k));
     for (int64_t j = begin; j < end; ++j) {
       DequantizeRow(w, j, row.data());
-      for (int64_t i = 0; i < m; ++i) result[i * n + j] = Dot(xf.data() + i * k, row.data(), k);
+      for (int64_t i = 0; i < m; ++i) result[i * n + j] = Dot8(xf.data() + i * k, row.data(), k);
     }
   });
   StoreRowF32(out.data(), out.dtype(), 0, m * n, result.data());

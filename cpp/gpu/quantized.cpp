@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gpu/kernel_launch.h"
+#include "gpu/quantized_weight_args.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/quantized.h"
 #include "quantized_args.h"
@@ -16,23 +17,6 @@ namespace metalrt::gpu {
 namespace {
 
 uint32_t CeilDiv(int64_t x, int64_t d) { return static_cast<uint32_t>((x + d - 1) / d); }
-
-std::string FormatToken(const QuantizedTensor& w) {
-  if (w.format != QuantFormat::kAffine) return QuantFormatName(w.format);
-  return std::string("affine_") + KernelDTypeSuffix(w.scales.dtype());
-}
-
-QuantizedArgs ArgsOf(const QuantizedTensor& w, int64_t m) {
-  QuantizedArgs args{};
-  args.row_bytes = static_cast<int64_t>(w.data.dim(1) * DTypeSize(w.data.dtype()));
-  args.m = static_cast<int32_t>(m);
-  args.n = static_cast<int32_t>(w.rows);
-  args.k = static_cast<int32_t>(w.cols);
-  args.groups = w.format == QuantFormat::kAffine ? static_cast<int32_t>(w.cols / w.group_size) : 0;
-  args.group_size = w.group_size;
-  args.bits = w.bits;
-  return args;
-}
 
 // Binds the weight's tensors at buffers 1..3.
 KernelLaunch& BindWeight(KernelLaunch& launch, const QuantizedTensor& w) {

@@ -5,33 +5,12 @@
 #include <string>
 
 #include "ops/op_common.h"
+#include "ops/quantized_weight.h"
 
 namespace metalrt::ops {
 namespace {
 
 using namespace detail;
-
-std::vector<Tensor> WeightInputs(const QuantizedTensor& w) {
-  std::vector<Tensor> inputs{w.data};
-  if (w.scales.defined()) inputs.insert(inputs.end(), {w.scales, w.biases});
-  return inputs;
-}
-
-// A weight assembled by hand (not by MakeQuantizedTensor) is validated again, so a
-// provider never sees an inconsistent one.
-void CheckWeight(const QuantizedTensor& w, const char* op) {
-  CheckDefined(w.data, op, "w.data");
-  MakeQuantizedTensor(w.format, w.rows, w.cols, w.data, w.scales, w.biases, w.bits, w.group_size);
-}
-
-// The output may not overlap any of the weight's tensors.
-void CheckNoOverlapWeight(const Tensor& out, const QuantizedTensor& w, const char* op) {
-  CheckNoOverlap(out, w.data, op, "w.data");
-  if (w.scales.defined()) {
-    CheckNoOverlap(out, w.scales, op, "w.scales");
-    CheckNoOverlap(out, w.biases, op, "w.biases");
-  }
-}
 
 void CheckOutputDType(DType dtype, const char* op) {
   CheckType(IsFloating(dtype), op,

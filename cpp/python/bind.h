@@ -25,5 +25,7 @@ void BindAttentionOps(nb::module_& ops);  // paged_attention
 void BindSelectionOps(nb::module_& ops);  // greedy_argmax
 void BindQuantizedOps(nb::module_& ops);  // dequantize, quantized_matmul_bt, quantized_embedding
 void BindRopeOps(nb::module_& ops);       // rope_neox, rope_interleaved, rope caches, qk_norm_rope
+void BindLinearAttentionOps(nb::module_& ops);  // causal_conv1d, gdn_gating, gated_delta_rule
+void BindMoeOps(nb::module_& ops);        // gated_rms_norm, gated_query_split, sigmoid_mul, moe_* (#15)
 
 }  // namespace metalrt::python

@@ -21,4 +21,6 @@ NB_MODULE(_metalrt, m) {
   BindSelectionOps(ops);
   BindRopeOps(ops);
   BindQuantizedOps(ops);
+  BindLinearAttentionOps(ops);
+  BindMoeOps(ops);
 }

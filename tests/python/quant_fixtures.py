@@ -127,18 +127,29 @@ def _run(python: str, code_or_module, *args, cwd=None) -> None:
                            f"{peers.last_words(proc.stderr or proc.stdout, 8)}")
 
 
+def hf_export() -> Path:
+    """The default model as a float Hugging Face directory (``bench.export_hf``, kept
+    while it matches its stamp)."""
+    hf = cache_dir() / "quant-fixtures" / "hf-export"
+    _run(_peer_python(peers.EXPORTER), ":bench.export_hf", default_model_path(), hf, cwd=ROOT)
+    return hf
+
+
+def quantize_gguf(source: Path, target: Path, ftype: int) -> None:
+    """``source`` requantized to llama.cpp's ``ftype`` by its own quantizer."""
+    _run(_peer_python("llama.cpp"), _QUANTIZE, source, target, ftype)
+
+
 def _make(name: str, out: Path) -> Path:
     """Writes fixture ``name`` into the empty directory ``out``; returns its model path."""
     source = default_model_path()
     if name in GGUF_FTYPES:
-        python = _peer_python("llama.cpp")
         model = out / f"{name}.gguf"
-        _run(python, _QUANTIZE, source, model, GGUF_FTYPES[name])
-        _run(python, _LLAMA_CPP_REFERENCE, model, out / REFERENCE, json.dumps(PROMPT), STEPS)
+        quantize_gguf(source, model, GGUF_FTYPES[name])
+        _run(_peer_python("llama.cpp"), _LLAMA_CPP_REFERENCE, model, out / REFERENCE, json.dumps(PROMPT), STEPS)
         return model
     python = _peer_python("mlx")
-    hf = cache_dir() / "quant-fixtures" / "hf-export"
-    _run(_peer_python(peers.EXPORTER), ":bench.export_hf", source, hf, cwd=ROOT)
+    hf = hf_export()
     model = out / "model"
     bits, group = MLX_BITS[name]
     _run(python, _MLX_CONVERT, hf, model, bits, group)

@@ -49,13 +49,18 @@ def build(name, directory):
             elif pname.endswith("bias"):
                 p.copy_(0.2 * torch.randn_like(p))
     model.save_pretrained(directory, safe_serialization=True)
+    save_tokenizer(directory)
+    return model
+
+
+def save_tokenizer(directory):
+    """The word-level tokenizer ("t0" .. "t299") of the tiny models, into ``directory``."""
     vocab = {f"t{i}": i for i in range(VOCAB)}
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="t0"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
     tok.save(os.path.join(directory, "tokenizer.json"))
     with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
         json.dump({}, f)
-    return model
 
 
 def prompt(length, seed):

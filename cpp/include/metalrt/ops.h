@@ -11,6 +11,7 @@
 
 #include "metalrt/quantized.h"
 #include "metalrt/tensor.h"
+#include "metalrt/moe_ops.h"   // the MoE and gate ops (issue #15)
 
 namespace metalrt::ops {
 
@@ -139,3 +140,5 @@ std::tuple<Tensor, Tensor> QkNormRope(const Tensor& q, const Tensor& k, const Te
                                       float eps, int64_t rotary_dim, float base);
 
 }  // namespace metalrt::ops
+
+#include "metalrt/linear_attention_ops.h"   // causal_conv1d, gdn_gating, gated_delta_rule

@@ -4,7 +4,8 @@ memory mapping of the file), F32 and F16 as numpy views in their own dtype, BF16
 widened to float32.
 
 Architectures: Llama (SmolLM2, Llama 3.0), Qwen2 (Q/K/V biases), Qwen3 (per-head Q/K
-RMSNorm). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
+RMSNorm), Qwen3-MoE (``qwen3moe``: stacked expert tensors, see ``gguf_moe``), Qwen3-Next
+(``qwen3next``: Gated-DeltaNet layers, see ``gguf_hybrid``). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
 Llama GGUF files store the Q/K projection rows permuted for interleaved (GPT-J) RoPE —
 llama.cpp's ``convert_hf_to_gguf.py`` moves row ``i`` of each head's second half next
 to row ``i`` of its first half; Qwen files are converted without it. Putting the rows
@@ -24,6 +25,9 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 
 from .gguf_file import GGUFFile
+from .gguf_hybrid import (LAYER_TENSORS, READ_FIXES, hybrid_config, hybrid_layer_shapes,
+                          shared_expert_shapes)
+from .gguf_moe import LAYER_NAMES, moe_config, moe_layer_shapes
 from .quants import (ACTIVATION_ONLY, FLOAT_TYPES, GGUF_FORMATS, SUPPORTED_TYPES, QuantizedWeight,
                      bf16_to_float32, dequantize, row_bytes)
 
@@ -34,12 +38,19 @@ class Architecture:
     permuted_qk: bool       # Q/K rows stored for interleaved RoPE (llama.cpp's Llama converter)
     qkv_bias: bool = False  # biases on the Q/K/V projections (Qwen2)
     qk_norm: bool = False   # RMSNorm over each query and key head (Qwen3)
+    model_type: str = ""    # the Hugging Face model_type when it differs from the GGUF name
+    moe: bool = False       # sparse MoE blocks instead of the dense MLP (gguf_moe)
+    hybrid: bool = False    # Gated-DeltaNet and gated-attention layers (gguf_hybrid)
 
 
 ARCHITECTURES = {
     "llama": Architecture("LlamaForCausalLM", permuted_qk=True),
     "qwen2": Architecture("Qwen2ForCausalLM", permuted_qk=False, qkv_bias=True),
     "qwen3": Architecture("Qwen3ForCausalLM", permuted_qk=False, qk_norm=True),
+    "qwen3moe": Architecture("Qwen3MoeForCausalLM", permuted_qk=False, qk_norm=True,
+                             model_type="qwen3_moe", moe=True),
+    "qwen3next": Architecture("Qwen3NextForCausalLM", permuted_qk=False, qk_norm=True,
+                              model_type="qwen3_next", moe=True, hybrid=True),
 }
 
 _GLOBAL_NAMES = {
@@ -59,11 +70,15 @@ _LAYER_NAMES = {
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
+    **LAYER_NAMES,
 }
 
 
 def hf_name(gguf_name: str) -> str:
     """The ``transformers`` name of a GGUF tensor name (one of ``expected_shapes``)."""
+    if gguf_name.startswith("blk.") and gguf_name.split(".", 2)[2] in LAYER_TENSORS:
+        _, layer, rest = gguf_name.split(".", 2)
+        return f"model.layers.{layer}.{LAYER_TENSORS[rest]}"
     base, suffix = gguf_name.rsplit(".", 1)
     if base.startswith("blk."):
         _, layer, part = base.split(".")
@@ -106,8 +121,8 @@ def dequantize_tensor(gf: GGUFFile, name: str) -> np.ndarray:
 
 def tensor_of(gf: GGUFFile, name: str) -> np.ndarray | QuantizedWeight:
     """A GGUF tensor without a float copy: a ``QuantizedWeight`` whose ``data`` is a
-    uint8 ``[rows, row_bytes]`` view of the mapping for block types (2-D only: only
-    matrices are quantized), a view in the stored dtype for F32/F16, float32 for BF16
+    uint8 ``[rows, row_bytes]`` view of the mapping for block types (matrices, and 3-D
+    expert stacks as [E * N, K]), a view in the stored dtype for F32/F16, float32 for BF16
     (numpy has no bfloat16)."""
     _check_supported(gf, name)
     info = gf.tensors[name]
@@ -115,10 +130,12 @@ def tensor_of(gf: GGUFFile, name: str) -> np.ndarray | QuantizedWeight:
     if info.ggml_type in FLOAT_TYPES:
         flat = raw.view(FLOAT_TYPES[info.ggml_type])
         return (bf16_to_float32(flat) if info.ggml_type == T.BF16 else flat).reshape(info.shape)
-    if len(info.shape) != 2:
+    if len(info.shape) not in (2, 3):
         raise ValueError(f"[gguf] {gf.path}: tensor '{name}' of type {info.ggml_type.name} has "
-                         f"shape {list(info.shape)}; quantized tensors must be matrices")
-    rows, cols = info.shape
+                         f"shape {list(info.shape)}; quantized tensors must be matrices "
+                         f"(or stacks of expert matrices)")
+    # A 3-D stack of expert matrices [E, N, K] is the matrix [E * N, K].
+    rows, cols = int(np.prod(info.shape[:-1])), info.shape[-1]
     return QuantizedWeight(GGUF_FORMATS[info.ggml_type], (rows, cols),
                            raw.reshape(rows, row_bytes(info.ggml_type, cols)),
                            source=f"{gf.path}: tensor '{name}'")
@@ -131,9 +148,13 @@ class GGUFTensors(Mapping[str, "np.ndarray | QuantizedWeight"]):
     def __init__(self, gf: GGUFFile):
         self._gf = gf
         self._gguf_names = {hf_name(name): name for name in gf.tensors}
+        self._fixes = READ_FIXES if ARCHITECTURES[gf.metadata["general.architecture"]].hybrid else {}
 
     def __getitem__(self, name: str) -> np.ndarray | QuantizedWeight:
-        return tensor_of(self._gf, self._gguf_names[name])
+        gguf_name = self._gguf_names[name]
+        tensor = tensor_of(self._gf, gguf_name)
+        fix = self._fixes.get(gguf_name.split(".", 2)[2] if gguf_name.startswith("blk.") else gguf_name)
+        return tensor if fix is None else fix(tensor)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._gguf_names)
@@ -188,8 +209,9 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
                          f"head_dim {head_dim}: expected heads divisible by KV heads and an "
                          f"even head_dim")
     vocab = meta.get(f"{arch}.vocab_size", len(meta.get("tokenizer.ggml.tokens", ())))
-    return {
-        "model_type": arch,
+    moe = ARCHITECTURES[arch].moe
+    config = {
+        "model_type": ARCHITECTURES[arch].model_type or arch,
         "architectures": [ARCHITECTURES[arch].hf_class],
         "vocab_size": _count(gf, f"{arch}.vocab_size", vocab or -1),
         "hidden_size": hidden,
@@ -197,7 +219,9 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
-        "intermediate_size": _count(gf, f"{arch}.feed_forward_length"),
+        # MoE files may omit it: their layers have no dense MLP.
+        "intermediate_size": (meta.get(f"{arch}.feed_forward_length") if moe
+                              else _count(gf, f"{arch}.feed_forward_length")),
         "rms_norm_eps": _float32_value(_require(gf, f"{arch}.attention.layer_norm_rms_epsilon")),
         "rope_theta": _float32_value(meta.get(f"{arch}.rope.freq_base", 10000.0)),
         "max_position_embeddings": _count(gf, f"{arch}.context_length"),
@@ -209,11 +233,22 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
         "mlp_bias": False,
         "rope_interleaved": ARCHITECTURES[arch].permuted_qk,
     }
+    count = lambda key, default=None: _count(gf, key, default)  # noqa: E731
+    if moe:
+        config.update(moe_config(arch, count, meta))
+    if ARCHITECTURES[arch].hybrid:
+        config.update(hybrid_config(arch, count, meta, head_dim, config["num_hidden_layers"]))
+    return config
+
+
+def _architecture(config: dict[str, Any]) -> Architecture:
+    return next(a for name, a in ARCHITECTURES.items()
+                if (a.model_type or name) == config["model_type"])
 
 
 def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """GGUF tensor name → numpy shape, for every tensor of a model of ``config``."""
-    arch = ARCHITECTURES[config["model_type"]]
+    arch = _architecture(config)
     h, v, f = config["hidden_size"], config["vocab_size"], config["intermediate_size"]
     d = config["head_dim"]
     q, kv = config["num_attention_heads"] * d, config["num_key_value_heads"] * d
@@ -227,7 +262,30 @@ def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
         layer.update({"attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,)})
     if arch.qk_norm:
         layer.update({"attn_q_norm.weight": (d,), "attn_k_norm.weight": (d,)})
+    if arch.moe:
+        for name in ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"):
+            del layer[name]
+        layer.update(moe_layer_shapes(config))
+    if arch.hybrid:
+        return _hybrid_shapes(config, shapes, layer)
     for i in range(config["num_hidden_layers"]):
+        shapes.update({f"blk.{i}.{name}": shape for name, shape in layer.items()})
+    return shapes
+
+
+def _hybrid_shapes(config, shapes, moe_layer):
+    """A Qwen3-Next file: norms, the MoE block with its shared expert, and per layer
+    the GDN or the gated-attention tensors."""
+    h = config["hidden_size"]
+    common = {"attn_norm.weight": (h,), "post_attention_norm.weight": (h,),
+              **{k: v for k, v in moe_layer.items() if k.startswith("ffn_") and k != "ffn_norm.weight"},
+              **shared_expert_shapes(config)}
+    interval = config["full_attention_interval"]
+    types = config.get("layer_types") or [
+        "full_attention" if (i + 1) % interval == 0 else "linear_attention"
+        for i in range(config["num_hidden_layers"])]
+    for i, kind in enumerate(types):
+        layer = {**common, **hybrid_layer_shapes(config, kind == "linear_attention")}
         shapes.update({f"blk.{i}.{name}": shape for name, shape in layer.items()})
     return shapes
 
@@ -251,7 +309,8 @@ def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], GGUFTensors, GGU
             raise ValueError(f"[gguf] {gf.path}: missing tensor '{name}' (expected for a "
                              f"{config['model_type']} model with "
                              f"{config['num_hidden_layers']} layers)")
-        if gf.tensors[name].shape != shape:
+        # llama.cpp's quantizer drops size-1 dimensions (ffn_gate_inp_shexp [1, H] -> [H]).
+        if tuple(d for d in gf.tensors[name].shape if d != 1) != tuple(d for d in shape if d != 1):
             raise ValueError(f"[gguf] {gf.path}: tensor '{name}' must have shape "
                              f"{list(shape)}, got {list(gf.tensors[name].shape)}")
     for name in gf.tensors:

@@ -12,8 +12,15 @@ from .llama import LlamaModel
 from .opt import OPTModel
 from .qwen2 import Qwen2Model
 from .qwen3 import Qwen3Model
+from .qwen3_5 import Qwen35Model
+from .qwen3_5_moe import Qwen35MoeModel
+from .qwen3_moe import Qwen3MoeModel
+from .qwen3_next import Qwen3NextModel
 
-ARCHITECTURES = {cls.arch: cls for cls in (LlamaModel, Qwen2Model, Qwen3Model, OPTModel)}
+ARCHITECTURES = {name: cls
+                 for cls in (LlamaModel, Qwen2Model, Qwen3Model, OPTModel, Qwen3MoeModel,
+                             Qwen3NextModel, Qwen35Model, Qwen35MoeModel)
+                 for name in (cls.arch, *getattr(cls, "aliases", ()))}
 
 
 def build_model(config: Mapping, weights: Mapping[str, object], device: str = "cpu",

@@ -285,6 +285,14 @@ class GatedMLP:
         return self.down(ops.silu_and_mul(self.gate_up(x)))
 
 
+def dense_mlp(w: Weights, prefix: str, hidden: int, intermediate: int,
+              bias: bool = False) -> GatedMLP:
+    """The SwiGLU MLP whose projections are ``prefix`` + gate_proj / up_proj / down_proj."""
+    return GatedMLP(Linear.load(w, [prefix + "gate_proj", prefix + "up_proj"],
+                                [intermediate, intermediate], hidden, bias),
+                    Linear.load(w, [prefix + "down_proj"], [hidden], intermediate, bias))
+
+
 class PreNormLayer:
     """h += attn(norm1(h)); h += mlp(norm2(h)) (the GPT-2 / Llama residual order). The
     residual stream h is updated in place: it is the forward pass's own tensor."""

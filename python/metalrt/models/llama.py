@@ -9,8 +9,8 @@ from typing import Mapping
 
 import numpy as np
 
-from .base import (Attention, CausalLM, Embedding, GatedMLP, Linear, PreNormLayer, RMSNorm,
-                   Rope, Weights, require)
+from .base import (Attention, CausalLM, Embedding, Linear, PreNormLayer, RMSNorm, Rope,
+                   Weights, dense_mlp, require)
 
 
 class LlamaModel(CausalLM):
@@ -27,7 +27,6 @@ class LlamaModel(CausalLM):
         kv_heads = config.get("num_key_value_heads") or heads
         head_dim = config.get("head_dim") or hidden // heads
         vocab = require(config, "vocab_size", arch)
-        ffn = require(config, "intermediate_size", arch)
         eps = float(config.get("rms_norm_eps", 1e-6))
         super().__init__(config, device, dtype, kv_heads, head_dim, vocab)
 
@@ -47,9 +46,7 @@ class LlamaModel(CausalLM):
                               qkv_bias and self.out_bias_follows_qkv)
             attention = Attention(qkv, out, heads, kv_heads, head_dim,
                                   self.positional(config, w, p, head_dim, eps))
-            mlp = GatedMLP(Linear.load(w, [p + "mlp.gate_proj", p + "mlp.up_proj"], [ffn, ffn],
-                                       hidden, mlp_bias),
-                           Linear.load(w, [p + "mlp.down_proj"], [hidden], ffn, mlp_bias))
+            mlp = self.feed_forward(config, w, p, i, hidden, mlp_bias)
             self.layers.append(PreNormLayer(RMSNorm(w, p + "input_layernorm.weight", hidden, eps),
                                             attention,
                                             RMSNorm(w, p + "post_attention_layernorm.weight", hidden, eps),
@@ -59,6 +56,12 @@ class LlamaModel(CausalLM):
         tied = self.tied_default if tied is None else bool(tied)
         self.lm_head = (self.embed_tokens.table if tied
                         else w.matrix("lm_head.weight", (vocab, hidden)))
+
+    def feed_forward(self, config, w: Weights, prefix: str, index: int, hidden: int,
+                     bias: bool):
+        """The MLP of layer ``index`` (Qwen3-MoE puts sparse MoE blocks here)."""
+        return dense_mlp(w, prefix + "mlp.", hidden, require(config, "intermediate_size", self.arch),
+                         bias)
 
     def positional(self, config, w: Weights, prefix: str, head_dim: int, eps: float):
         """Position encoding of one layer: shared RoPE (Qwen3 adds q/k norms)."""

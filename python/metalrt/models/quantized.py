@@ -19,10 +19,17 @@ from ..loaders.quants import QuantizedWeight
 
 
 def to_device(w: QuantizedWeight, device: str) -> "metalrt.QuantizedTensor":
-    """``w`` as a ``metalrt.QuantizedTensor`` on ``device`` (the file's bytes wrapped
-    without a copy where the device addresses host memory)."""
-    return metalrt.quantized_tensor(w.format, w.shape, w.data, w.scales, w.biases,
-                                    bits=w.bits, group_size=w.group_size, device=device)
+    """``w`` as a ``metalrt.QuantizedTensor`` on ``device``: the file's bytes wrapped
+    without a copy where the device addresses host memory; rows copied at load (stacked
+    or regrouped, owned by a numpy array rather than a file mapping) are uploaded into
+    device memory instead of wrapping each small host buffer."""
+    def field(a):
+        if a is None or a.dtype == np.uint16 or not isinstance(_owner(a), np.ndarray):
+            return a    # a view of the mapped file, or bfloat16 bits (wrapped as such)
+        return metalrt.asarray(a, device=device)
+    return metalrt.quantized_tensor(w.format, w.shape, field(w.data), field(w.scales),
+                                    field(w.biases), bits=w.bits, group_size=w.group_size,
+                                    device=device)
 
 
 def _address(a: np.ndarray) -> int:
@@ -89,3 +96,13 @@ def stack(parts: Sequence[QuantizedWeight], copy: bool) -> Optional[QuantizedWei
     return dataclasses.replace(first, shape=(sum(p.shape[0] for p in parts), first.shape[1]),
                                source=" + ".join(p.source for p in parts),
                                **dict(zip(names, stacked)))
+
+
+def take_rows(w, rows: np.ndarray):
+    """Rows ``rows`` of a weight matrix (numpy array or ``QuantizedWeight``, whose
+    rows are independent), copied, as the same kind."""
+    if not isinstance(w, QuantizedWeight):
+        return np.ascontiguousarray(np.asarray(w)[rows])
+    names = [f for f in ("data", "scales", "biases") if getattr(w, f) is not None]
+    picked = _copied_rows([[getattr(w, f)[rows]] for f in names])
+    return dataclasses.replace(w, shape=(len(rows), w.shape[1]), **dict(zip(names, picked)))

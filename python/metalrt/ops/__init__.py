@@ -4,17 +4,22 @@ is a Tensor). Results are Tensors on that device."""
 from .attention import paged_attention
 from .elementwise import add, cast, gelu, mul, relu, silu_and_mul
 from .layout import embedding, qkv_split, reshape_and_cache
+from .linear_attention import causal_conv1d, gated_delta_rule, gdn_gating
 from .matmul import matmul, matmul_bt
 from .quantized import dequantize, quantized_embedding, quantized_matmul_bt
 from .normalization import layer_norm, rms_norm, softmax
 from .rope import (qk_norm_rope, rope_cos_sin_cache, rope_from_cache, rope_interleaved,
                    rope_neox)
 from .selection import greedy_argmax
+from .gates import gated_query_split, gated_rms_norm, sigmoid_mul
+from .moe import moe_combine, moe_matmul_bt, moe_router
 
 __all__ = [
+    "causal_conv1d", "gated_delta_rule", "gdn_gating",
     "add", "cast", "dequantize", "embedding", "gelu", "greedy_argmax", "layer_norm", "matmul",
     "matmul_bt", "mul", "paged_attention", "qk_norm_rope", "qkv_split", "quantized_embedding",
     "quantized_matmul_bt", "relu",
     "reshape_and_cache", "rms_norm", "rope_cos_sin_cache", "rope_from_cache",
     "rope_interleaved", "rope_neox", "silu_and_mul", "softmax",
+    "gated_query_split", "gated_rms_norm", "moe_combine", "moe_matmul_bt", "moe_router", "sigmoid_mul",
 ]

@@ -43,6 +43,16 @@ def out_tensor(op: str, out):
     raise TypeError(f"[{op}] out must be a metalrt.Tensor or None, got {type(out).__name__}")
 
 
+def out_pair(op: str, out, names: tuple) -> tuple:
+    """`out` of an op with two outputs: None, or a pair of Tensors (each may be None)."""
+    if out is None:
+        return None, None
+    if isinstance(out, tuple) and len(out) == 2:
+        return tuple(out_tensor(op, o) for o in out)
+    raise TypeError(f"[{op}] out must be None or a tuple ({names[0]}, {names[1]}) of metalrt.Tensors, "
+                    f"got {type(out).__name__}")
+
+
 def real(op: str, name: str, value) -> float:
     if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
         return float(value)

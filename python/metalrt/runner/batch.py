@@ -27,7 +27,9 @@ class StepInputs:
     this step's tokens); query_start_loc int32 [B + 1]; logit_rows int32 [R] (rows of
     T whose logits are wanted; None = all T rows); num_logit_rows: R (0 = no logits
     this step, e.g. a step of prompt chunks only); max_position: the largest entry of
-    positions, kept on the host so position tables can grow ahead of use.
+    positions, kept on the host so position tables can grow ahead of use;
+    state_slots int32 [B]: each sequence's slot in the recurrent-state pools (models
+    with Gated-DeltaNet layers, ``recurrent_state``).
     """
 
     token_ids: "metalrt.Tensor"
@@ -39,6 +41,7 @@ class StepInputs:
     logit_rows: Optional["metalrt.Tensor"]
     num_logit_rows: int
     max_position: int
+    state_slots: Optional["metalrt.Tensor"] = None
 
 
 @dataclass(frozen=True)
@@ -46,12 +49,15 @@ class ScheduledChunk:
     """New tokens of one sequence, starting at position ``start`` (the number of its
     tokens already in the cache), with the sequence's block table. ``logits`` says
     which of its rows need logits: "last" (the next token is sampled), "all" (a
-    whole-prompt scoring pass) or "none" (a prompt chunk that is not the last)."""
+    whole-prompt scoring pass) or "none" (a prompt chunk that is not the last).
+    ``state_slot``: the sequence's recurrent-state slot (0 for a one-off pass over a
+    fresh cache)."""
 
     token_ids: Sequence[int]
     start: int
     block_table: Sequence[int]
     logits: str = "last"
+    state_slot: int = 0
 
 
 class StepBuffers:
@@ -65,7 +71,7 @@ class StepBuffers:
 
     _DTYPES = {"token_ids": np.int32, "positions": np.int32, "slot_mapping": np.int64,
                "block_tables": np.int32, "seq_lens": np.int32, "query_start_loc": np.int32,
-               "logit_rows": np.int32}
+               "logit_rows": np.int32, "state_slots": np.int32}
 
     def __init__(self, device: str):
         self.device = device
@@ -131,4 +137,5 @@ def build_step(chunks: Sequence[ScheduledChunk], device: str,
         logit_rows=None if len(rows) == starts[-1] else (up("logit_rows", rows) if rows else None),
         num_logit_rows=len(rows),
         max_position=int(all_positions.max()),
+        state_slots=up("state_slots", [c.state_slot for c in chunks]),
     )

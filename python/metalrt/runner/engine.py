@@ -48,7 +48,10 @@ class Engine:
     ``ops.greedy_argmax`` on the device, so a step reads back only int32 ids; the
     logits come to the host only for rows that sample, penalise or report logprobs.
     ``prefix_caching``: requests reuse the cached K/V of a prompt prefix that earlier
-    requests computed (see ``prefix_cache``).
+    requests computed (see ``prefix_cache``); ignored for a cache with recurrent state
+    (a ``recurrent_state.HybridCache``: that state cannot be rolled back to a prefix).
+    Such a cache gives every running request a state slot, zeroed before its first
+    chunk.
     """
 
     def __init__(self, model, cache: PagedKVCache, max_batched_tokens: int = 512,
@@ -57,8 +60,10 @@ class Engine:
             raise ValueError("[engine] the KV cache is already held by another engine")
         self.model, self.cache = model, cache
         cache.in_use = True
+        self.state = getattr(cache, "state", None)
+        slots = None if self.state is None else BlockAllocator(self.state.num_slots, "state slot")
         self.scheduler = Scheduler(BlockAllocator(cache.num_blocks), max_batched_tokens,
-                                   prefix_caching)
+                                   prefix_caching and self.state is None, slots)
         self.inputs = StepBuffers(model.device)
         self.stats = EngineStats()
         self._ids = count()
@@ -95,6 +100,8 @@ class Engine:
         for request, chunk in scheduled:
             if chunk.start == request.num_cached_tokens:   # the request's first chunk
                 self.stats.prompt_tokens_cached += request.num_cached_tokens
+                if self.state is not None:
+                    self.state.reset(request.state_slot)
             self.stats.prompt_tokens_computed += max(
                 0, min(len(request.prompt), chunk.start + len(chunk.token_ids)) - chunk.start)
         logits = self.model.forward(

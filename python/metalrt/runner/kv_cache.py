@@ -19,12 +19,13 @@ class OutOfBlocksError(RuntimeError):
 
 
 class BlockAllocator:
-    """A free list of block ids ``0 .. num_blocks - 1``."""
+    """A free list of block ids ``0 .. num_blocks - 1`` (also of recurrent-state slots:
+    ``what`` names the kind in error messages)."""
 
-    def __init__(self, num_blocks: int):
+    def __init__(self, num_blocks: int, what: str = "block"):
         if num_blocks < 1:
             raise ValueError(f"[kv_cache] num_blocks must be >= 1, got {num_blocks}")
-        self.num_blocks = num_blocks
+        self.num_blocks, self.what = num_blocks, what
         # Popped from the end: the lowest ids are handed out first.
         self._free: List[int] = list(range(num_blocks - 1, -1, -1))
 
@@ -35,7 +36,7 @@ class BlockAllocator:
     def allocate(self, count: int) -> List[int]:
         """Takes ``count`` blocks; raises OutOfBlocksError when fewer are free."""
         if count > len(self._free):
-            raise OutOfBlocksError(f"[kv_cache] out of blocks: {count} needed, "
+            raise OutOfBlocksError(f"[kv_cache] out of {self.what}s: {count} needed, "
                                    f"{len(self._free)} of {self.num_blocks} free")
         taken = self._free[len(self._free) - count:][::-1]
         del self._free[len(self._free) - count:]
@@ -47,7 +48,7 @@ class BlockAllocator:
         free = set(self._free)
         for block in blocks:
             if not 0 <= block < self.num_blocks or block in free:
-                raise ValueError(f"[kv_cache] block {block} is not an allocated block")
+                raise ValueError(f"[kv_cache] {self.what} {block} is not an allocated {self.what}")
             free.add(block)
         self._free.extend(reversed(blocks))
 

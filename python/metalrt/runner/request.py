@@ -12,7 +12,8 @@ class Request:
     """``num_computed`` counts the tokens whose K/V are in the cache; the tokens after
     it are fed in the next step (the prompt, or the last sampled token).
     ``num_cached_tokens``: prompt tokens found in the prefix cache at admission (not
-    prefilled); ``block_keys``: prefix keys of the request's full blocks so far."""
+    prefilled); ``block_keys``: prefix keys of the request's full blocks so far;
+    ``state_slot``: its recurrent-state slot while running (hybrid models), else None."""
 
     request_id: int
     prompt: List[int]
@@ -24,6 +25,7 @@ class Request:
     num_computed: int = 0
     num_cached_tokens: int = 0
     block_keys: List[bytes] = field(default_factory=list)
+    state_slot: Optional[int] = None
     finish_reason: Optional[str] = None
 
     def __post_init__(self):

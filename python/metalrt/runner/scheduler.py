@@ -7,6 +7,10 @@ than the budget is prefilled in chunks over several steps. A request is admitted
 only when blocks for its whole life (prompt + max_tokens - 1 tokens) are free, so a
 running request never runs out of cache and nothing is ever preempted.
 
+With ``state_slots`` (models with recurrent state), an admitted request also takes a
+state slot, freed with it; when none is free the waiting requests wait (back-pressure,
+like blocks).
+
 With ``prefix_caching``, an admitted request first takes the cached blocks of its
 prompt's longest cached prefix (``prefix_cache``) and prefills only the rest; every
 block it fills completely is then cached for later requests.
@@ -14,7 +18,7 @@ block it fills completely is then cached for later requests.
 from __future__ import annotations
 
 from collections import deque
-from typing import Deque, List, Tuple
+from typing import Deque, List, Optional, Tuple
 
 from .batch import BLOCK_SIZE, ScheduledChunk
 from .kv_cache import BlockAllocator, OutOfBlocksError, blocks_for
@@ -24,12 +28,13 @@ from .request import Request
 
 class Scheduler:
     def __init__(self, allocator: BlockAllocator, max_batched_tokens: int = 512,
-                 prefix_caching: bool = False):
+                 prefix_caching: bool = False, state_slots: Optional[BlockAllocator] = None):
         if max_batched_tokens < 1:
             raise ValueError(f"[scheduler] max_batched_tokens must be >= 1, got {max_batched_tokens}")
         self.allocator = allocator
         self.pool = BlockPool(allocator, prefix_caching)
         self.max_batched_tokens = max_batched_tokens
+        self.state_slots = state_slots
         self.waiting: Deque[Request] = deque()
         self.running: List[Request] = []
 
@@ -47,6 +52,9 @@ class Scheduler:
             self.running.remove(request)
             self.pool.release(request.blocks)
             request.blocks = []
+            if request.state_slot is not None:
+                self.state_slots.free([request.state_slot])
+                request.state_slot = None
         elif request in self.waiting:
             self.waiting.remove(request)
 
@@ -74,9 +82,12 @@ class Scheduler:
             keys = prefix_keys(request.prompt[:-1]) if self.pool.caching else []
             cached = self.pool.match(keys)
             needed = blocks_for(request.max_cached_tokens) - len(cached)
-            if needed > self.pool.available_for(cached):
+            if needed > self.pool.available_for(cached) or (
+                    self.state_slots is not None and self.state_slots.num_free == 0):
                 break  # first come, first served: later requests wait too
             self.waiting.popleft()
+            if self.state_slots is not None:
+                request.state_slot = self.state_slots.allocate(1)[0]
             request.blocks = self.pool.acquire(cached, needed)
             request.block_keys = keys[:len(cached)]
             request.num_computed = request.num_cached_tokens = len(cached) * BLOCK_SIZE
@@ -106,4 +117,4 @@ class Scheduler:
         tokens = request.tokens
         last = start + n == len(tokens)
         return ScheduledChunk(tokens[start:start + n], start, request.blocks,
-                              "last" if last else "none")
+                              "last" if last else "none", request.state_slot or 0)

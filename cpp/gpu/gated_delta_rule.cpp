@@ -1,0 +1,56 @@
+// Metal dispatch of gated_delta_rule (metal/gated_delta_rule.metal): a threadgroup per
+// (request, value head) in each kernel it encodes. From query_start (host-written,
+// validated by the entry point) and the mode, the host encodes the recurrent kernel when
+// it serves some request and the chunked kernel likewise; each skips the requests of
+// the other, so a decode batch under "auto" dispatches the recurrent kernel only.
+// Heads wider than kDeltaMaxHeadDim (Dk) or kDeltaThreads (Dv) are declined (the CPU
+// reference tier serves them).
+#include <cstdint>
+
+#include "gpu/kernel_launch.h"
+#include "linear_attention_args.h"
+#include "metalrt/linear_attention_ops.h"
+#include "metalrt/op_registry.h"
+
+namespace metalrt::gpu {
+namespace {
+
+static_assert(kDeltaChunk == ops::kDeltaRuleChunk, "the kernel's chunk is the op's");
+
+bool MetalGatedDeltaRule(const OpCall& call) {
+  const auto& p = call.param<ops::GatedDeltaRuleParams>();
+  if (p.head_k_dim > kDeltaMaxHeadDim || p.head_v_dim > kDeltaThreads) return false;
+  const Tensor& qkv = call.inputs[0];
+  const int64_t requests = call.inputs[5].dim(0);
+  if (!FitsInt(qkv.numel(), p.num_v_heads, requests) || !FitsInt(call.inputs[3].numel())) return false;
+  const int32_t* starts = call.inputs[4].data_as<int32_t>();
+  bool recurrent = false, chunked = false;
+  for (int64_t r = 0; r < requests; ++r) {
+    const int64_t len = starts[r + 1] - starts[r];
+    if (len == 0) continue;
+    const bool as_chunks = p.mode == ops::DeltaRuleMode::kChunked ||
+                           (p.mode == ops::DeltaRuleMode::kAuto && len > 1);
+    (as_chunks ? chunked : recurrent) = true;
+  }
+  const GatedDeltaRuleArgs args{static_cast<int32_t>(p.num_k_heads), static_cast<int32_t>(p.head_k_dim),
+                                static_cast<int32_t>(p.num_v_heads), static_cast<int32_t>(p.head_v_dim),
+                                p.scale, static_cast<int32_t>(p.mode)};
+  auto launch = [&](const char* variant) {
+    KernelLaunch kernel(KernelName("gated_delta_rule", variant, qkv.dtype()));
+    // The state pool (3) is updated in place.
+    for (uint32_t i = 0; i < 6; ++i) i == 3 ? kernel.output(i, call.inputs[i]) : kernel.input(i, call.inputs[i]);
+    kernel.output(6, call.outputs[0]).bytes(7, args);
+    kernel.threadgroups({static_cast<uint32_t>(requests), static_cast<uint32_t>(p.num_v_heads), 1},
+                        {static_cast<uint32_t>(kDeltaThreads), 1, 1});
+  };
+  if (recurrent) launch("recurrent");
+  if (chunked) launch("chunked");
+  return true;
+}
+
+}  // namespace
+
+METALRT_REGISTER_PROVIDER("gated_delta_rule", DeviceType::kMETAL, "metal_gated_delta_rule", 10,
+                          MetalGatedDeltaRule);
+
+}  // namespace metalrt::gpu

@@ -1,0 +1,56 @@
+// Arguments and tuning constants of the Gated-DeltaNet kernels (metal/causal_conv1d.metal,
+// metal/gdn_gating.metal, metal/gated_delta_rule.metal), shared by the host dispatch
+// (cpp/gpu/causal_conv1d.cpp, gdn_gating.cpp, gated_delta_rule.cpp) and MSL.
+#ifndef METALRT_METAL_LINEAR_ATTENTION_ARGS_H_
+#define METALRT_METAL_LINEAR_ATTENTION_ARGS_H_
+#include "metal_constants.h"
+#ifndef __METAL_VERSION__
+#include <cstdint>
+#endif
+
+// causal_conv1d: one thread per (channel, request), threadgroups of kConvThreads along
+// the channels.
+METALRT_CONSTANT uint32_t kConvThreads = 64;
+// gdn_gating: one thread per (token, head) element.
+METALRT_CONSTANT uint32_t kGatingThreads = 256;
+
+// gated_delta_rule: one threadgroup per (request, value head) of kDeltaThreads threads;
+// thread d owns value column d of the head's state, so Dv <= kDeltaThreads, and the
+// recurrent kernel keeps that column's Dk <= kDeltaMaxHeadDim entries in registers.
+// Larger heads are declined (the CPU reference tier serves them).
+METALRT_CONSTANT int32_t kDeltaThreads = 128;
+METALRT_CONSTANT int32_t kDeltaSimdgroups = kDeltaThreads / 32;
+METALRT_CONSTANT int32_t kDeltaMaxHeadDim = 128;
+// Chunked form: chunks of kDeltaChunk tokens (= ops::kDeltaRuleChunk). Threadgroup memory
+// per threadgroup: the chunk's 64 x 64 f32 matrix (16 KiB: q.k decays on and below the
+// diagonal, the UT system's k.k above it, transposed), q and k staged kDeltaKeySlice
+// features at a time (2 x 64 x 16 f32 = 8 KiB) and four per-row vectors (1 KiB):
+// 25 KiB of the 32 KiB limit.
+METALRT_CONSTANT int32_t kDeltaChunk = 64;
+METALRT_CONSTANT int32_t kDeltaKeySlice = 16;
+
+struct CausalConv1dArgs {
+  int32_t channels;
+  int32_t width;      // K; the state holds K - 1 columns per channel
+  int32_t requests;
+  int32_t silu;       // 1: SiLU after the convolution
+};
+static_assert(sizeof(CausalConv1dArgs) == 16, "CausalConv1dArgs must match between host and MSL");
+
+struct GdnGatingArgs {
+  int32_t heads;
+  int32_t elements;   // tokens * heads
+};
+static_assert(sizeof(GdnGatingArgs) == 8, "GdnGatingArgs must match between host and MSL");
+
+struct GatedDeltaRuleArgs {
+  int32_t num_k_heads;
+  int32_t head_k_dim;
+  int32_t num_v_heads;
+  int32_t head_v_dim;
+  float scale;        // applied to the normalised q
+  int32_t mode;       // ops::DeltaRuleMode: 0 recurrent, 1 chunked, 2 auto
+};
+static_assert(sizeof(GatedDeltaRuleArgs) == 24, "GatedDeltaRuleArgs must match between host and MSL");
+
+#endif  // METALRT_METAL_LINEAR_ATTENTION_ARGS_H_

@@ -1,0 +1,107 @@
+"""Expert weights of a sparse MoE block in the layout ``ops.moe_matmul_bt`` reads:
+one matrix [E * N, K] whose rows e * N .. e * N + N - 1 are expert e's (GGUF's 3-D
+expert tensors are stored exactly so).
+
+Checkpoints hold them either per expert (what transformers 5 ``save_pretrained``
+writes: ``mlp.experts.{e}.{gate,up,down}_proj.weight``) or fused (released Qwen3.5-MoE:
+``mlp.experts.gate_up_proj`` [E, 2I, H], gate rows first, and ``mlp.experts.down_proj``
+[E, H, I], no ``.weight`` suffix) or stacked per projection (GGUF, ``loaders/gguf_moe``:
+``mlp.experts.{gate,up,down}_proj.weight``, [E, N, K] float or a ``QuantizedWeight`` of
+[E * N, K]). All become ``gate_up`` [E * 2I, H] (per expert its I gate rows, then its I
+up rows, the input ``silu_and_mul`` expects) and ``down`` [E * H, I]. A stacked down
+projection is used as stored; stacked gate and up rows are interleaved per expert into
+one copy (quantized rows stay quantized).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Tuple
+
+import numpy as np
+
+from ..loaders.quants import QuantizedWeight
+from . import quantized
+from .base import Weights
+
+
+def _fused(w: Weights, name: str, experts: int, rows: int, cols: int):
+    """A fused [E, rows, cols] tensor as [E * rows, cols] (a view for float tensors)."""
+    tensor = w.float_host(name, (experts, rows, cols))
+    return w.upload(tensor.reshape(experts * rows, cols))
+
+
+def _per_expert(w: Weights, prefix: str, projections, experts: int, rows, cols: int):
+    names, shapes = [], []
+    for e in range(experts):
+        for proj, n in zip(projections, rows):
+            names.append(f"{prefix}experts.{e}.{proj}.weight")
+            shapes.append((n, cols))
+    stacked = w.merged(names, shapes)
+    if stacked is None:
+        raise ValueError(f"[{w.arch}] the expert weights under '{prefix}experts.' are stored "
+                         f"differently (float and quantized, or two quantized formats) and "
+                         f"cannot be stacked")
+    return stacked
+
+
+def _stacked(w: Weights, name: str, experts: int, rows: int, cols: int):
+    """A stacked GGUF expert tensor, checked: [E, rows, cols] float, or quantized
+    [E * rows, cols]."""
+    if not w.has(name):
+        raise ValueError(f"[{w.arch}] missing tensor '{name}'")
+    tensor = w.tensors[name]
+    quantized_rows = isinstance(tensor, QuantizedWeight)
+    expected = (experts * rows, cols) if quantized_rows else (experts, rows, cols)
+    if tuple(tensor.shape) != expected:
+        raise ValueError(f"[{w.arch}] tensor '{name}' has shape {list(tensor.shape)}, expected "
+                         f"{list(expected)} ({experts} experts of [{rows}, {cols}])")
+    return tensor
+
+
+def _expert(tensor, e: int, rows: int):
+    """Expert e's [rows, K] of a stacked tensor (a view)."""
+    if not isinstance(tensor, QuantizedWeight):
+        return np.asarray(tensor)[e]
+    cut = {f: getattr(tensor, f)[e * rows:(e + 1) * rows]
+           for f in ("data", "scales", "biases") if getattr(tensor, f) is not None}
+    return dataclasses.replace(tensor, shape=(rows, tensor.shape[1]), **cut)
+
+
+def _on_device(w: Weights, tensor):
+    if isinstance(tensor, QuantizedWeight):
+        return quantized.to_device(tensor, w.device)
+    return w.upload(np.asarray(tensor).reshape(-1, tensor.shape[-1]))
+
+
+def _from_stacked(w: Weights, prefix: str, experts: int, hidden: int, intermediate: int):
+    p = prefix + "experts."
+    gate = _stacked(w, p + "gate_proj.weight", experts, intermediate, hidden)
+    up = _stacked(w, p + "up_proj.weight", experts, intermediate, hidden)
+    down = _stacked(w, p + "down_proj.weight", experts, hidden, intermediate)
+    parts = [part for e in range(experts)
+             for part in (_expert(gate, e, intermediate), _expert(up, e, intermediate))]
+    if not isinstance(gate, QuantizedWeight) and not isinstance(up, QuantizedWeight):
+        return w.upload(np.concatenate(parts)), _on_device(w, down)
+    gate_up = quantized.stack(parts, copy=True) if all(
+        isinstance(part, QuantizedWeight) for part in parts) else None
+    if gate_up is None:
+        raise ValueError(f"[{w.arch}] '{p}gate_proj.weight' and '{p}up_proj.weight' are stored "
+                         f"differently and cannot be stacked")
+    return quantized.to_device(gate_up, w.device), _on_device(w, down)
+
+
+def load_experts(w: Weights, prefix: str, experts: int, hidden: int,
+                 intermediate: int) -> Tuple[object, object]:
+    """(gate_up [E * 2I, H], down [E * H, I]) of the MoE block at ``prefix`` (ending
+    in ``mlp.``), from the stacked or fused tensors when the checkpoint has them, else
+    from the per-expert ones. Raises ValueError naming a missing or mis-shaped tensor (e.g.
+    ``model.layers.0.mlp.experts.3.up_proj.weight``)."""
+    if w.has(prefix + "experts.gate_proj.weight"):
+        return _from_stacked(w, prefix, experts, hidden, intermediate)
+    if w.has(prefix + "experts.gate_up_proj"):
+        return (_fused(w, prefix + "experts.gate_up_proj", experts, 2 * intermediate, hidden),
+                _fused(w, prefix + "experts.down_proj", experts, hidden, intermediate))
+    gate_up = _per_expert(w, prefix, ("gate_proj", "up_proj"), experts,
+                          (intermediate, intermediate), hidden)
+    down = _per_expert(w, prefix, ("down_proj",), experts, (hidden,), intermediate)
+    return gate_up, down

@@ -1,0 +1,97 @@
+"""The hybrid decoder of Qwen3-Next, Qwen3.5 and Qwen3.5-MoE (transformers 5.24
+``Qwen3NextDecoderLayer``): pre-norm layers whose mixer is either Gated-DeltaNet linear
+attention (``gated_deltanet``) or gated full attention (``gated_attention``) by
+``layer_types``, followed by a dense SwiGLU MLP or a sparse MoE block; every RMSNorm
+but the GDN output norm is zero-centred (``(1 + w)``, ``norms``). The per-request state
+is a ``runner.recurrent_state.HybridCache``."""
+from __future__ import annotations
+
+from typing import List, Mapping
+
+from ..runner.recurrent_state import HybridCache
+from .base import CausalLM, Embedding, PreNormLayer, Rope, Weights, dense_mlp, require
+from .gated_attention import GatedAttention
+from .gated_deltanet import GatedDeltaNet, GdnShape
+from .hybrid_config import FULL, layer_types, text_config
+from .norms import UnitOffsetRMSNorm
+from .sparse_moe import SparseMoE
+
+# Request state slots of a cache made without an explicit count (batch_generate and
+# the server): concurrent requests beyond it wait for a slot.
+DEFAULT_STATE_SLOTS = 16
+
+
+def partial_rotary_dim(config: Mapping, head_dim: int, arch: str) -> int:
+    """``head_dim * partial_rotary_factor`` (from ``rope_parameters`` or the top level,
+    default 0.25), which must be even and positive."""
+    factor = (config.get("rope_parameters") or {}).get("partial_rotary_factor",
+                                                        config.get("partial_rotary_factor", 0.25))
+    rotary = int(head_dim * float(factor))
+    if rotary < 2 or rotary % 2:
+        raise ValueError(f"[{arch}] head_dim {head_dim} x partial_rotary_factor {factor} gives "
+                         f"rotary dim {rotary}; expected a positive even number")
+    return rotary
+
+
+class HybridModel(CausalLM):
+    """Subclasses set ``arch`` and say per layer whether the MLP is sparse
+    (``sparse_layers``), whether the top-k routing weights are renormalised
+    (``renormalize``) and may rewrite the checkpoint's tensors into the Qwen3.5 layout
+    (``qwen3_5_layout``)."""
+
+    arch = "hybrid"
+
+    def sparse_layers(self, config: Mapping) -> List[bool]:
+        raise NotImplementedError
+
+    def renormalize(self, config: Mapping) -> bool:
+        return True
+
+    def qwen3_5_layout(self, weights: Mapping, prefix: str, types, shape: GdnShape) -> Mapping:
+        return weights
+
+    def __init__(self, config: Mapping, weights: Mapping, device: str, dtype: str = "float32"):
+        arch = self.arch
+        text, prefix = text_config(config)
+        hidden = require(text, "hidden_size", arch)
+        heads = require(text, "num_attention_heads", arch)
+        kv_heads = text.get("num_key_value_heads") or heads
+        if heads % kv_heads:
+            raise ValueError(f"[{arch}] config 'num_attention_heads' ({heads}) must be a multiple "
+                             f"of 'num_key_value_heads' ({kv_heads})")
+        head_dim = text.get("head_dim") or hidden // heads
+        vocab = require(text, "vocab_size", arch)
+        eps = float(text.get("rms_norm_eps", 1e-6))
+        super().__init__(text, device, dtype, kv_heads, head_dim, vocab)
+        self.layer_types = layer_types(text, arch)
+        self.gdn = GdnShape.from_config(text, arch)
+        sparse = self.sparse_layers(text)
+        w = Weights(self.qwen3_5_layout(weights, prefix, self.layer_types, self.gdn), device,
+                    dtype, arch)
+        self.rope = Rope(text, partial_rotary_dim(text, head_dim, arch), device, arch)
+        if self.rope.inv_freq is not None:
+            raise ValueError(f"[{arch}] RoPE scaling is not supported")
+        self.embed_tokens = Embedding(w, prefix + "embed_tokens.weight", vocab, hidden)
+        self.layers = []
+        for i, kind in enumerate(self.layer_types):
+            p = f"{prefix}layers.{i}."
+            mixer = (GatedAttention(w, p, hidden, heads, kv_heads, head_dim, eps, self.rope)
+                     if kind == FULL else GatedDeltaNet(w, p, self.gdn, hidden, eps))
+            mlp = (SparseMoE(text, w, p + "mlp.", hidden, self.renormalize(text), shared=True)
+                   if sparse[i] else
+                   dense_mlp(w, p + "mlp.", hidden, require(text, "intermediate_size", arch)))
+            self.layers.append(PreNormLayer(
+                UnitOffsetRMSNorm(w, p + "input_layernorm.weight", hidden, eps), mixer,
+                UnitOffsetRMSNorm(w, p + "post_attention_layernorm.weight", hidden, eps), mlp))
+        self.final_norm = UnitOffsetRMSNorm(w, prefix + "norm.weight", hidden, eps)
+        tied = bool(text.get("tie_word_embeddings") or False)
+        self.lm_head = (self.embed_tokens.table if tied
+                        else w.matrix("lm_head.weight", (vocab, hidden)))
+
+    def new_cache(self, num_blocks: int, num_slots: int = DEFAULT_STATE_SLOTS) -> HybridCache:
+        """KV blocks for the full-attention layers and ``num_slots`` request slots of
+        recurrent state for the GDN layers."""
+        g = self.gdn
+        return HybridCache(self.layer_types, num_blocks, num_slots, self.num_kv_heads,
+                           self.head_dim, g.conv_dim, g.conv_width, g.v_heads, g.k_dim, g.v_dim,
+                           self.device, self.dtype)

@@ -1,0 +1,71 @@
+"""Config rules shared by the Qwen3 MoE and hybrid (Gated-DeltaNet) families, as
+transformers 5.24 reads them (``configuration_qwen3_next.py``, ``configuration_qwen3_5.py``,
+``configuration_qwen3_moe.py``): the checkpoint's text config and weight prefix, the
+per-layer mixer (``layer_types`` or ``full_attention_interval``) and the sparse-layer
+rule (``mlp_only_layers``, ``decoder_sparse_step``)."""
+from __future__ import annotations
+
+from typing import List, Mapping, Tuple
+
+from .base import require
+
+LINEAR, FULL = "linear_attention", "full_attention"
+
+
+def text_config(config: Mapping) -> Tuple[dict, str]:
+    """(the language model's config, its weight prefix). A Qwen3.5
+    ``ForConditionalGeneration`` checkpoint nests the text model under ``text_config``
+    and its weights under ``model.language_model.``; ``tie_word_embeddings`` may sit at
+    the top level there. Other checkpoints: (config, ``model.``)."""
+    if not isinstance(config.get("text_config"), Mapping):
+        return dict(config), "model."
+    text = dict(config["text_config"])
+    if text.get("tie_word_embeddings") is None and config.get("tie_word_embeddings") is not None:
+        text["tie_word_embeddings"] = config["tie_word_embeddings"]
+    text["model_type"] = config["model_type"]
+    return text, "model.language_model."
+
+
+def layer_types(config: Mapping, arch: str) -> List[str]:
+    """The mixer of every layer: ``layer_types`` when given (authoritative, any
+    pattern), else full attention at layers i with (i + 1) % full_attention_interval
+    == 0 (default 4). Raises ValueError naming ``layer_types`` for a wrong length or an
+    unknown entry, and ``full_attention_interval`` for a non-positive one."""
+    n = require(config, "num_hidden_layers", arch)
+    types = config.get("layer_types")
+    if types is None:
+        interval = config.get("full_attention_interval", 4)
+        if not isinstance(interval, int) or interval < 1:
+            raise ValueError(f"[{arch}] config 'full_attention_interval' must be a positive "
+                             f"integer, got {interval!r}")
+        return [FULL if (i + 1) % interval == 0 else LINEAR for i in range(n)]
+    types = list(types)
+    if len(types) != n:
+        raise ValueError(f"[{arch}] config 'layer_types' has {len(types)} entries, expected "
+                         f"num_hidden_layers = {n}")
+    bad = sorted(set(types) - {LINEAR, FULL})
+    if bad:
+        raise ValueError(f"[{arch}] config 'layer_types' holds {bad}; expected "
+                         f"'{LINEAR}' or '{FULL}'")
+    return types
+
+
+def sparse_layers(config: Mapping, arch: str) -> List[bool]:
+    """Whether each layer's MLP is the sparse MoE block: layer i is sparse iff it is not
+    in ``mlp_only_layers``, ``num_experts`` > 0 and (i + 1) % decoder_sparse_step == 0
+    (Qwen3-MoE and Qwen3-Next; transformers' modeling code)."""
+    n = require(config, "num_hidden_layers", arch)
+    step = config.get("decoder_sparse_step", 1)
+    if not isinstance(step, int) or step < 1:
+        raise ValueError(f"[{arch}] config 'decoder_sparse_step' must be a positive integer, "
+                         f"got {step!r}")
+    dense = set(config.get("mlp_only_layers") or ())
+    experts = num_experts(config)
+    return [i not in dense and experts > 0 and (i + 1) % step == 0 for i in range(n)]
+
+
+def num_experts(config: Mapping) -> int:
+    """``num_experts``, or ``num_local_experts`` (what transformers 5 writes for
+    Qwen3-MoE), 0 when neither is set."""
+    value = config.get("num_experts")
+    return int(config.get("num_local_experts") or 0) if value is None else int(value)

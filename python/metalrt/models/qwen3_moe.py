@@ -1,0 +1,22 @@
+"""Qwen3-MoE (Qwen team 2025; transformers 5.24 ``qwen3_moe``): the Qwen3 dense layout
+(q/k RMSNorm, plain ``w`` norms, full rotary) whose MLP is a sparse MoE block without
+shared expert where the sparse-layer rule says (``mlp_only_layers``,
+``decoder_sparse_step``), a dense SwiGLU MLP elsewhere; top-k weights renormalised iff
+``norm_topk_prob`` (default False). The expert count is ``num_experts`` or
+``num_local_experts`` (what transformers 5 writes)."""
+from __future__ import annotations
+
+from .base import dense_mlp, require
+from .hybrid_config import sparse_layers
+from .qwen3 import Qwen3Model
+from .sparse_moe import SparseMoE
+
+
+class Qwen3MoeModel(Qwen3Model):
+    arch = "qwen3_moe"
+
+    def feed_forward(self, config, w, prefix, index, hidden, bias):
+        if sparse_layers(config, self.arch)[index]:
+            return SparseMoE(config, w, prefix + "mlp.", hidden,
+                             bool(config.get("norm_topk_prob") or False), shared=False)
+        return dense_mlp(w, prefix + "mlp.", hidden, require(config, "intermediate_size", self.arch))

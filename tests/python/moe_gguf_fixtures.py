@@ -1,0 +1,105 @@
+"""GGUF fixtures of a tiny random Qwen3-MoE and Qwen3-Next, written by llama.cpp's own converter
+(``convert_hf_to_gguf.py`` and its ``conversion/`` and ``gguf-py/``, from the pinned
+llama-cpp-python sdist of ``ggml_metal_source``) so that the tensor names, shapes and
+metadata are llama.cpp's, and quantized to Q8_0 by llama.cpp's quantizer
+(``quant_fixtures.quantize_gguf``). The converter checks the tokenizer against the
+pre-tokenizers it knows, so the model uses SmolLM2's (from the default model's Hugging
+Face export) and its vocabulary of 49152. Made once per machine under
+``<metalrt cache>/moe-gguf-fixtures/<name>-<config hash>/`` (never committed).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import ggml_metal_source
+import quant_fixtures
+import tiny_hybrid
+from metalrt.default_model import cache_dir
+
+_COMMON = dict(vocab_size=49152, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+               head_dim=32, intermediate_size=96, num_experts=8, num_experts_per_tok=2,
+               moe_intermediate_size=32, norm_topk_prob=True, tie_word_embeddings=False,
+               initializer_range=0.08, max_position_embeddings=512, rms_norm_eps=1e-6,
+               bos_token_id=None, eos_token_id=None, pad_token_id=None)
+# (transformers config class, its arguments, converter flags). llama.cpp converts MoE
+# blocks in every layer only; Qwen3-Next's irregular layer_types survive as
+# attention.recurrent_layers.
+CONFIGS = {
+    "qwen3_moe": ("Qwen3MoeConfig", dict(_COMMON, num_hidden_layers=2), []),
+    "qwen3_next": ("Qwen3NextConfig", dict(
+        _COMMON, num_hidden_layers=4, shared_expert_intermediate_size=48, linear_num_key_heads=2,
+        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+        layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention"]),
+        ["--no-mtp"]),
+}
+_CONVERTER = f"llama_cpp_python-{ggml_metal_source.VERSION}/vendor/llama.cpp/"
+Q8_0 = 7   # llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0
+
+
+def converter_dir() -> Path:
+    """llama.cpp's converter (the script, conversion/ and gguf-py/) from the sdist."""
+    target = cache_dir() / "llama-cpp-convert" / ggml_metal_source.VERSION
+    if not (target / "convert_hf_to_gguf.py").exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="metalrt-convert-") as tmp:
+            sdist = ggml_metal_source._download(Path(tmp))
+            with tarfile.open(sdist) as tar:
+                members = [m for m in tar.getmembers() if m.name.startswith(_CONVERTER) and any(
+                    m.name[len(_CONVERTER):].startswith(p)
+                    for p in ("convert_hf_to_gguf.py", "conversion/", "gguf-py/"))]
+                tar.extractall(tmp, members=members, filter="data")
+            partial = Path(tempfile.mkdtemp(dir=target.parent))
+            shutil.rmtree(partial)
+            shutil.copytree(Path(tmp) / _CONVERTER, partial)
+            os.replace(partial, target)
+    return target
+
+
+def _hf_model(name: str, directory: Path) -> None:
+    import torch
+    import transformers as tf
+
+    cls, kwargs, _ = CONFIGS[name]
+    torch.manual_seed(15)
+    model = tf.AutoModelForCausalLM.from_config(getattr(tf, cls)(**kwargs)).eval()
+    tiny_hybrid.randomize(model, 16)
+    model.save_pretrained(directory, safe_serialization=True)
+    for f in quant_fixtures.hf_export().iterdir():
+        if f.name.startswith("tokenizer"):
+            shutil.copy(f, directory / f.name)
+
+
+def fixture(name: str) -> dict[str, Path]:
+    """{"hf": the Hugging Face directory, "f32": its GGUF, "q8_0": that quantized}."""
+    digest = hashlib.sha256(json.dumps(CONFIGS[name], sort_keys=True).encode()).hexdigest()[:12]
+    final = cache_dir() / "moe-gguf-fixtures" / f"{name}-{digest}"
+    paths = {"hf": final / "hf", "f32": final / "f32.gguf", "q8_0": final / "q8_0.gguf"}
+    if final.exists():
+        return paths
+    final.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(dir=final.parent))
+    try:
+        hf = partial / "hf"
+        hf.mkdir()
+        _hf_model(name, hf)
+        converter = converter_dir()
+        env = dict(os.environ, PYTHONPATH=str(converter / "gguf-py"))
+        proc = subprocess.run(["nice", "-n", "10", sys.executable, "convert_hf_to_gguf.py",
+                               str(hf), "--outfile", str(partial / "f32.gguf"), "--outtype", "f32", *CONFIGS[name][2]],
+                              cwd=converter, env=env, capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(f"[moe_gguf_fixtures] convert_hf_to_gguf.py exited "
+                               f"{proc.returncode}: {proc.stderr[-2000:]}")
+        quant_fixtures.quantize_gguf(partial / "f32.gguf", partial / "q8_0.gguf", Q8_0)
+        os.replace(partial, final)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return paths

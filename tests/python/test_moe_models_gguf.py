@@ -1,0 +1,84 @@
+"""Qwen3-MoE and Qwen3-Next from GGUF files written by llama.cpp's converter and
+quantizer (``moe_gguf_fixtures``), on the CPU and the (simulated) Metal device: the F32 file
+gives transformers' logits (max |Δlogit| <= 1e-3 x range) and greedy tokens; the Q8_0
+file keeps its stacked expert tensors quantized (one QuantizedTensor per projection,
+the router float) and matches the same model built from its dequantized weights."""
+import functools
+
+import numpy as np
+import pytest
+
+import metalrt
+import moe_gguf_fixtures
+import tiny_hybrid
+import torch  # test dependency (the "test" extra)
+from conftest import DEVICES
+from metalrt.loaders import load_model_files
+from metalrt.loaders.quants import QuantizedWeight, dequantize_weight
+from metalrt.models import build_model
+
+IDS = tiny_hybrid.prompt(40, 7)
+
+
+ARCHS = list(moe_gguf_fixtures.CONFIGS)
+
+
+@functools.lru_cache(maxsize=None)
+def paths(arch):
+    return moe_gguf_fixtures.fixture(arch)
+
+
+@functools.lru_cache(maxsize=None)
+def reference(arch):
+    import transformers as tf
+
+    model = tf.AutoModelForCausalLM.from_pretrained(paths(arch)["hf"], dtype="float32").eval()
+    with torch.no_grad():
+        logits = model(torch.tensor([IDS])).logits[0].double().numpy()
+        greedy = model.generate(torch.tensor([IDS]), max_new_tokens=12, do_sample=False,
+                                pad_token_id=0)[0, len(IDS):].tolist()
+    return logits, greedy
+
+
+def dequantized(files):
+    """The Q8_0 file's weights in float32, expert stacks back to [E, N, K]."""
+    experts = files.config["num_experts"]
+    out = {}
+    for name, w in files.weights.items():
+        if isinstance(w, QuantizedWeight):
+            w = dequantize_weight(w)
+            if ".mlp.experts." in name:
+                w = w.reshape(experts, -1, w.shape[-1])
+        out[name] = w
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_f32_gguf_matches_transformers(arch, device):
+    model, tokenizer = metalrt.load(str(paths(arch)["f32"]), device=device)
+    expected, greedy = reference(arch)
+    got = model.logits(IDS)
+    span = expected.max() - expected.min()
+    assert span > 0.5
+    assert np.abs(got - expected).max() <= 1e-3 * span
+    tokens = [r.token for r in metalrt.stream_generate(model, tokenizer, IDS, max_tokens=12,
+                                                       max_batched_tokens=16)]
+    assert tokens == greedy
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_q8_0_gguf_keeps_experts_quantized(arch, device):
+    files = load_model_files(str(paths(arch)["q8_0"]))
+    model = build_model(files.config, files.weights, device)
+    moe = model.layers[0].mlp
+    assert isinstance(moe.gate_up, metalrt.QuantizedTensor) and moe.gate_up.format == "q8_0"
+    assert moe.gate_up.shape == (8 * 2 * 32, 64)
+    assert isinstance(moe.down, metalrt.QuantizedTensor) and moe.down.shape == (8 * 64, 32)
+    assert isinstance(moe.router, metalrt.Tensor) and moe.router.dtype == "float32"
+    expected = build_model(files.config, dequantized(files), "cpu").logits(IDS)
+    got = model.logits(IDS)
+    span = expected.max() - expected.min()
+    assert span > 0.5
+    assert np.abs(got - expected).max() <= 1e-3 * span

@@ -1,0 +1,116 @@
+"""Small randomly initialised Qwen3-MoE / Qwen3-Next / Qwen3.5 / Qwen3.5-MoE models
+(transformers 5.24), the references of the hybrid and MoE parity gates. Saved once per
+machine under ``<metalrt cache>/hybrid-fixtures/<name>-<config hash>`` (never
+committed), each with the word-level tokenizer of ``tiny_hf``. Test-only: needs torch
+and transformers.
+
+Each config is legal but exercises something unusual: more value heads than key
+heads, Dk != Dv, an irregular ``layer_types`` (a full-attention first layer), dense
+layers among MoE layers (``mlp_only_layers``, ``decoder_sparse_step``), tied
+embeddings, renormalised and raw top-k weights.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from metalrt.default_model import cache_dir
+from tiny_hf import VOCAB, save_tokenizer
+
+LIN, FULL = "linear_attention", "full_attention"
+_COMMON = dict(vocab_size=VOCAB, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+               head_dim=32, max_position_embeddings=512, rms_norm_eps=1e-6,
+               initializer_range=0.08, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+_GDN = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+            linear_value_head_dim=24, linear_conv_kernel_dim=4)
+_MOE = dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32)
+
+CONFIGS = {
+    # Dense layer 1 among MoE layers; raw top-k weights (HF default); untied.
+    "qwen3_moe": ("Qwen3MoeConfig", dict(_COMMON, **_MOE, num_hidden_layers=3, intermediate_size=96,
+                                         mlp_only_layers=[1], norm_topk_prob=False,
+                                         tie_word_embeddings=False)),
+    # Tied embeddings, renormalised top-k, MoE in every layer (what llama.cpp converts).
+    "qwen3_moe_tied": ("Qwen3MoeConfig", dict(_COMMON, **_MOE, num_hidden_layers=2,
+                                              intermediate_size=96, norm_topk_prob=True,
+                                              tie_word_embeddings=True)),
+    # Hv = 2 Hk, Dk != Dv, irregular layer types, a dense layer among MoE layers.
+    "qwen3_next": ("Qwen3NextConfig", dict(_COMMON, **_GDN, **_MOE, num_hidden_layers=4,
+                                           intermediate_size=96, shared_expert_intermediate_size=48,
+                                           layer_types=[FULL, LIN, LIN, FULL], mlp_only_layers=[2],
+                                           tie_word_embeddings=False)),
+    # Dense hybrid from full_attention_interval (layer 2 is full attention).
+    "qwen3_5": ("Qwen3_5TextConfig", dict(_COMMON, **_GDN, num_hidden_layers=3,
+                                          intermediate_size=96, full_attention_interval=3,
+                                          tie_word_embeddings=False)),
+    # MoE hybrid, tied embeddings, Hv = Hk, Dk = Dv.
+    "qwen3_5_moe": ("Qwen3_5MoeTextConfig", dict(_COMMON, **_MOE, num_hidden_layers=2,
+                                                 shared_expert_intermediate_size=48,
+                                                 linear_num_key_heads=2, linear_num_value_heads=2,
+                                                 linear_key_head_dim=16, linear_value_head_dim=16,
+                                                 layer_types=[LIN, FULL], tie_word_embeddings=True)),
+}
+
+
+def _directory(name: str) -> Path:
+    digest = hashlib.sha256(json.dumps(CONFIGS[name], sort_keys=True).encode()).hexdigest()[:12]
+    return cache_dir() / "hybrid-fixtures" / f"{name}-{digest}"
+
+
+def randomize(model, seed: int) -> None:
+    """Norm weights made non-trivial: around 0 for the zero-centred (1 + w) norms of the
+    hybrids, around 1 for plain ones (Qwen3-MoE, the GDN output norm); A_log spread
+    over fast and slow decays."""
+    import torch
+
+    torch.manual_seed(seed)
+    zero_centred = type(model).__name__.startswith(("Qwen3Next", "Qwen3_5"))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("A_log"):
+                p.copy_(torch.log(torch.empty_like(p).uniform_(0.01, 16)))
+            elif name.endswith("dt_bias"):
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+            elif "norm" in name and name.endswith("weight"):
+                plain = not zero_centred or "linear_attn.norm" in name
+                p.copy_((1 if plain else 0) + 0.2 * torch.randn_like(p))
+
+
+def path(name: str) -> Path:
+    """The saved model ``name`` (built on first use; the write is atomic)."""
+    directory = _directory(name)
+    if directory.exists():
+        return directory
+    import torch
+    import transformers as tf
+
+    cls, kwargs = CONFIGS[name]
+    torch.manual_seed(sum(map(ord, name)))
+    model = tf.AutoModelForCausalLM.from_config(getattr(tf, cls)(**kwargs)).eval()
+    randomize(model, sum(map(ord, name)) + 1)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=directory.parent)
+    model.save_pretrained(tmp, safe_serialization=True)
+    save_tokenizer(tmp)
+    try:
+        os.rename(tmp, directory)
+    except OSError:     # another process saved it first
+        shutil.rmtree(tmp)
+    return directory
+
+
+def reference(name: str):
+    """The transformers model of ``name``, float32, eval mode."""
+    import transformers as tf
+
+    return tf.AutoModelForCausalLM.from_pretrained(path(name), dtype="float32").eval()
+
+
+def prompt(length: int, seed: int):
+    return np.random.default_rng(seed).integers(0, VOCAB, length).tolist()
