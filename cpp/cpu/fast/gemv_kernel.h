@@ -6,9 +6,9 @@
 // The math (ggml's vec_dot_*_q8 idea; formulas ours): every format is read as blocks
 // of 32 codes u with w = a[h] * u + b[h] for the block's halves h (16 values each;
 // a and b are the same for both halves except in Q6_K). Against an activation block
-// x ~= d * q,  sum w x = d * (a[0] * sum_h0 u q + a[1] * sum_h1 u q)
-//                      + d * (b[0] * sum_h0 q + b[1] * sum_h1 q),
-// the integer dots in SIMD, the block sums precomputed (q8_activation.h).
+// x ~= d * c with c = 254 q + r (two int8 codes, q8_activation.h),
+//   sum w x = d * (a[0] * sum_h0 u c + a[1] * sum_h1 u c) + d * (b[0] * sum_h0 c + b[1] * sum_h1 c),
+// sum u c = 254 sum u q + sum u r: two int8 dots in SIMD; the block sums precomputed.
 // Block layouts: ggml-common.h, as in the oracle (cpu/quantized_blocks.cpp).
 #pragma once
 #include <cstdint>
@@ -80,10 +80,16 @@ struct Tile {
   void Add(int64_t block, const typename Isa::Codes& codes, const BlockMap& map) {
     for (int r = 0; r < R; ++r) {
       const Q8Block& xb = x[r][block];
-      typename Isa::Dot dot;
-      if constexpr (kSigned) dot = Isa::DotSigned(codes, xb.q);
-      else dot = Isa::DotSmall(codes, xb.q);
-      acc[r] = Isa::Fma(acc[r], dot, map.a[0] * xb.d, map.a[1] * xb.d);
+      typename Isa::Dot coarse, residual;
+      if constexpr (kSigned) {
+        coarse = Isa::DotSigned(codes, xb.q);
+        residual = Isa::DotSigned(codes, xb.r);
+      } else {
+        coarse = Isa::DotSmall(codes, xb.q);
+        residual = Isa::DotSmall(codes, xb.r);
+      }
+      // 254 * coarse + residual < 2^31: |u q| <= 255 * 127 per value, 32 values.
+      acc[r] = Isa::Fma(acc[r], Isa::Combine(coarse, residual), map.a[0] * xb.d, map.a[1] * xb.d);
       bias[r] += xb.d * (map.b[0] * float(xb.sum[0]) + map.b[1] * float(xb.sum[1]));
     }
   }

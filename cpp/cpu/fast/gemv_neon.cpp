@@ -46,6 +46,10 @@ struct Neon {
     return {{Dot16(vreinterpretq_s8_u8(c.half[0]), vld1q_s8(x)), Dot16(vreinterpretq_s8_u8(c.half[1]), vld1q_s8(x + 16))}};
   }
   static Dot DotSmall(const Codes& c, const int8_t* x) { return DotSigned(c, x); }
+  static Dot Combine(const Dot& coarse, const Dot& residual) {
+    return {{vmlaq_n_s32(residual.half[0], coarse.half[0], kResidualSteps),
+             vmlaq_n_s32(residual.half[1], coarse.half[1], kResidualSteps)}};
+  }
   static Acc Zero() { return vdupq_n_f32(0.0f); }
   static Acc Fma(Acc acc, const Dot& d, float s0, float s1) {
     acc = vfmaq_n_f32(acc, vcvtq_f32_s32(d.half[0]), s0);

@@ -42,6 +42,9 @@ struct Portable {
   }
   static Dot DotSmall(const Codes& c, const int8_t* x) { return DotAs<uint8_t>(c, x); }
   static Dot DotSigned(const Codes& c, const int8_t* x) { return DotAs<int8_t>(c, x); }
+  static Dot Combine(const Dot& coarse, const Dot& residual) {
+    return {{kResidualSteps * coarse.half[0] + residual.half[0], kResidualSteps * coarse.half[1] + residual.half[1]}};
+  }
   static Acc Zero() { return 0.0f; }
   static Acc Fma(Acc acc, const Dot& d, float s0, float s1) {
     return acc + (s0 * float(d.half[0]) + s1 * float(d.half[1]));

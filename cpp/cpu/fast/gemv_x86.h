@@ -43,6 +43,9 @@ struct X86 {
     const __m256i xv = Load(reinterpret_cast<const uint8_t*>(x));
     return DotUnsigned(_mm256_sign_epi8(c, c), _mm256_sign_epi8(xv, c));
   }
+  static Dot Combine(const Dot& coarse, const Dot& residual) {
+    return _mm256_add_epi32(_mm256_mullo_epi32(coarse, _mm256_set1_epi32(kResidualSteps)), residual);
+  }
   static Acc Zero() { return _mm256_setzero_ps(); }
   static Acc Fma(Acc acc, const Dot& d, float s0, float s1) {
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)), acc);
