@@ -23,8 +23,13 @@ struct BlockMap {
   float a[2];
   float b[2];
 };
+// The common case, one a and b for the whole block: one broadcast scale, and the bias
+// term from the block's precomputed d * sum c.
+struct UniformMap {
+  float a, b;
+};
 
-inline BlockMap Uniform(float a, float b) { return {{a, a}, {b, b}}; }
+inline UniformMap Uniform(float a, float b) { return {a, b}; }
 
 inline float Half(const float* table, const uint8_t* p) {
   uint16_t bits;
@@ -76,20 +81,28 @@ struct Tile {
   float bias[R];
   const Q8Block* x[R];
 
+  // sum u c of the block against activation row r's block (c = 254 q + r).
+  template <bool kSigned>
+  static typename Isa::Dot CodeDot(const typename Isa::Codes& codes, const Q8Block& xb) {
+    // 254 * coarse + residual < 2^31: |u q| <= 255 * 127 per value, 32 values.
+    if constexpr (kSigned) return Isa::Combine(Isa::DotSigned(codes, xb.q), Isa::DotSigned(codes, xb.r));
+    else return Isa::Combine(Isa::DotSmall(codes, xb.q), Isa::DotSmall(codes, xb.r));
+  }
+
+  template <bool kSigned>
+  void Add(int64_t block, const typename Isa::Codes& codes, const UniformMap& map) {
+    for (int r = 0; r < R; ++r) {
+      const Q8Block& xb = x[r][block];
+      acc[r] = Isa::Fma(acc[r], CodeDot<kSigned>(codes, xb), map.a * xb.d);
+      bias[r] += map.b * xb.dsum;
+    }
+  }
+
   template <bool kSigned>
   void Add(int64_t block, const typename Isa::Codes& codes, const BlockMap& map) {
     for (int r = 0; r < R; ++r) {
       const Q8Block& xb = x[r][block];
-      typename Isa::Dot coarse, residual;
-      if constexpr (kSigned) {
-        coarse = Isa::DotSigned(codes, xb.q);
-        residual = Isa::DotSigned(codes, xb.r);
-      } else {
-        coarse = Isa::DotSmall(codes, xb.q);
-        residual = Isa::DotSmall(codes, xb.r);
-      }
-      // 254 * coarse + residual < 2^31: |u q| <= 255 * 127 per value, 32 values.
-      acc[r] = Isa::Fma(acc[r], Isa::Combine(coarse, residual), map.a[0] * xb.d, map.a[1] * xb.d);
+      acc[r] = Isa::Fma(acc[r], CodeDot<kSigned>(codes, xb), map.a[0] * xb.d, map.a[1] * xb.d);
       bias[r] += xb.d * (map.b[0] * float(xb.sum[0]) + map.b[1] * float(xb.sum[1]));
     }
   }
@@ -139,7 +152,7 @@ inline void VisitRow(const GemvArgs& a, int64_t row, Sink& sink) {
       for (int j = 0; j < 8; ++j) {
         int sc, m;
         ScaleMinK4(p + 4, j, &sc, &m);
-        const BlockMap map = Uniform(d * float(sc), -(dmin * float(m)));
+        const UniformMap map = Uniform(d * float(sc), -(dmin * float(m)));
         if constexpr (kFive) {
           const uint8_t* q = qs + 32 * (j / 2);
           for (int l = 0; l < 32; ++l) u[l] = uint8_t(((q[l] >> (4 * (j % 2))) & 15) | ((qh[l] >> j) & 1) << 4);

@@ -55,6 +55,9 @@ struct Neon {
     acc = vfmaq_n_f32(acc, vcvtq_f32_s32(d.half[0]), s0);
     return vfmaq_n_f32(acc, vcvtq_f32_s32(d.half[1]), s1);
   }
+  static Acc Fma(Acc acc, const Dot& d, float s) {
+    return vfmaq_n_f32(acc, vcvtq_f32_s32(vaddq_s32(d.half[0], d.half[1])), s);
+  }
   static float Sum(Acc acc) { return vaddvq_f32(acc); }
 };
 

@@ -49,6 +49,7 @@ struct Portable {
   static Acc Fma(Acc acc, const Dot& d, float s0, float s1) {
     return acc + (s0 * float(d.half[0]) + s1 * float(d.half[1]));
   }
+  static Acc Fma(Acc acc, const Dot& d, float s) { return acc + s * float(d.half[0] + d.half[1]); }
   static float Sum(Acc acc) { return acc; }
 };
 

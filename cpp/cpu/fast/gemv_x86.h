@@ -50,6 +50,7 @@ struct X86 {
   static Acc Fma(Acc acc, const Dot& d, float s0, float s1) {
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)), acc);
   }
+  static Acc Fma(Acc acc, const Dot& d, float s) { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(s), acc); }
   static float Sum(Acc acc) {
     __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     v = _mm_add_ps(v, _mm_movehl_ps(v, v));

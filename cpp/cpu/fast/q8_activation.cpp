@@ -35,6 +35,7 @@ bool QuantizeRowsQ8(const float* x, int64_t rows, int64_t k, std::vector<Q8Block
     }
     out.sum[0] = sum[0];
     out.sum[1] = sum[1];
+    out.dsum = out.d * float(sum[0] + sum[1]);
   }
   return true;
 }

@@ -18,6 +18,7 @@ namespace metalrt::cpu::fast {
 struct Q8Block {
   float d;
   int32_t sum[2];
+  float dsum;   // d * (sum[0] + sum[1])
   int8_t q[32];
   int8_t r[32];
 };
