@@ -28,6 +28,8 @@
 //   included), returned tensors. Match::kBitExact compares bytes; Match::kClose checks
 //   NMSE <= nmse (when the reference is not all zero), every element within
 //   bar.rel * |ref| + bar.abs + max_rel * max|ref|, and that the reference holds no NaN.
+// * A case with device = kCPU compares a fast CPU provider with the oracle instead: the
+//   same call with `provider` disabled is the reference, and must not be served by it.
 // * The profiler saw every kernel of `kernels` dispatch exactly as often as it is
 //   listed (once, for a name listed once), and the provider stats show
 //   `provider` served every Metal call of `op` with no declines and no reference-tier run.
@@ -69,6 +71,9 @@ struct OpCase {
   double nmse = 5e-4;
   Bar bar{0.0, 0.0};
   double max_rel = 0.0;
+  // Where the tested side runs. kCPU gates a fast CPU provider: the reference is the
+  // same call on the CPU with `provider` disabled (the oracle serves), `kernels` is empty.
+  DeviceType device = DeviceType::kMETAL;
 };
 
 // "<op>/<dtype>/<d0>x<d1>..." plus "/<variant>" when one is given: a reproducible case name.

@@ -28,25 +28,28 @@ struct GuardedOutput {
   Tensor view;   // the output the op writes
 };
 
-void PoisonFor(const Tensor& t, DeviceType device) {
-  if (device == DeviceType::kCPU) std::memset(t.data(), kOraclePoisonByte, t.nbytes());
+// Which side of a comparison a run is: the oracle's poison differs from the tested side's.
+enum class Side { kOracle, kTested };
+
+void PoisonFor(const Tensor& t, Side side) {
+  if (side == Side::kOracle) std::memset(t.data(), kOraclePoisonByte, t.nbytes());
   else Poison(t);
 }
 
-GuardedOutput AllocateGuarded(const TensorSpec& spec, DeviceType device) {
+GuardedOutput AllocateGuarded(const TensorSpec& spec, DeviceType device, Side side) {
   const int64_t n = Numel(spec.shape);
   GuardedOutput g;
   g.flat = Tensor::Empty({n + 2 * kGuardElements}, spec.dtype, device);
-  PoisonFor(g.flat, device);
+  PoisonFor(g.flat, side);
   g.view = g.flat.Slice(0, kGuardElements, kGuardElements + n).Reshape(spec.shape);
   return g;
 }
 
 // Checks the guard elements of an output still hold the poison they were given.
-void CheckGuards(const GuardedOutput& g, DeviceType device, const std::string& what) {
+void CheckGuards(const GuardedOutput& g, Side side, const std::string& what) {
   const Tensor host = CopyToDevice(g.flat, DeviceType::kCPU);
   const Tensor expected = Tensor::Empty(g.flat.shape(), g.flat.dtype(), DeviceType::kCPU);
-  PoisonFor(expected, device);
+  PoisonFor(expected, side);
   const size_t guard_bytes = static_cast<size_t>(kGuardElements) * DTypeSize(g.flat.dtype());
   const std::vector<uint8_t> got = Bytes(host), want = Bytes(expected);
   const size_t tail = got.size() - guard_bytes;
@@ -61,13 +64,13 @@ struct RunResult {
   std::vector<Tensor> compared;   // on the CPU: outputs, mutated inputs, returned tensors
 };
 
-RunResult RunOn(const OpCase& c, DeviceType device) {
+RunResult RunOn(const OpCase& c, DeviceType device, Side side) {
   RunResult r;
   Inputs inputs;
   for (const Tensor& t : c.inputs) inputs.push_back(CopyToDevice(t, device));
   Outputs views;
   for (const TensorSpec& spec : c.outputs) {
-    r.outputs.push_back(AllocateGuarded(spec, device));
+    r.outputs.push_back(AllocateGuarded(spec, device, side));
     views.push_back(r.outputs.back().view);
   }
   const Returned returned = c.run(inputs, views);
@@ -104,10 +107,25 @@ void Compare(const OpCase& c, const Tensor& got, const Tensor& ref, const std::s
 void RunCase(const OpCase& c) {
   CAPTURE(c.name);
   REQUIRE(c.run);
-  const RunResult ref = RunOn(c, DeviceType::kCPU);
+  RunResult ref;
+  if (c.device == DeviceType::kCPU) {
+    // The oracle is the call with the fast provider out of the way.
+    SetProviderEnabled(c.provider, false);
+    try {
+      ref = RunOn(c, DeviceType::kCPU, Side::kOracle);
+    } catch (...) {
+      SetProviderEnabled(c.provider, true);
+      throw;
+    }
+    SetProviderEnabled(c.provider, true);
+    CHECK_MESSAGE(GetProviderStats(c.op, DeviceType::kCPU).last_selected != c.provider,
+                  c.name << ": the disabled provider served the reference");
+  } else {
+    ref = RunOn(c, DeviceType::kCPU, Side::kOracle);
+  }
   ResetProviderStats();
   RunResult got;
-  const auto rows = ProfiledRows([&] { got = RunOn(c, DeviceType::kMETAL); });
+  const auto rows = ProfiledRows([&] { got = RunOn(c, c.device, Side::kTested); });
   // Each listed kernel runs exactly as often as it is listed: a dispatch too many
   // (e.g. a second pass or a fallback launch) fails like a missing one.
   for (const std::string& kernel : c.kernels) {
@@ -116,14 +134,14 @@ void RunCase(const OpCase& c) {
                   c.name << ": kernel " << kernel << " ran " << Dispatches(rows, kernel) << " times, expected "
                          << expected);
   }
-  const ProviderStats stats = GetProviderStats(c.op, DeviceType::kMETAL);
+  const ProviderStats stats = GetProviderStats(c.op, c.device);
   CHECK_MESSAGE(stats.last_selected == c.provider, c.name << ": served by " << stats.last_selected);
   CHECK(stats.calls >= 1);
   CHECK(stats.declines == 0);
   CHECK(stats.reference_hits == 0);
   for (size_t i = 0; i < got.outputs.size(); ++i) {
-    CheckGuards(ref.outputs[i], DeviceType::kCPU, c.name + " (oracle) output " + std::to_string(i));
-    CheckGuards(got.outputs[i], DeviceType::kMETAL, c.name + " output " + std::to_string(i));
+    CheckGuards(ref.outputs[i], Side::kOracle, c.name + " (oracle) output " + std::to_string(i));
+    CheckGuards(got.outputs[i], Side::kTested, c.name + " output " + std::to_string(i));
   }
   REQUIRE(got.compared.size() == ref.compared.size());
   for (size_t i = 0; i < got.compared.size(); ++i)
@@ -132,7 +150,7 @@ void RunCase(const OpCase& c) {
 
 }  // namespace
 
-TEST_CASE("op cases: every registered case on the Metal device matches the CPU oracle") {
+TEST_CASE("op cases: every registered case on the Metal device or a fast CPU provider matches the CPU oracle") {
   const char* filter = std::getenv("METALRT_OP_CASE");
   std::set<std::string> names;
   size_t ran = 0;
