@@ -26,15 +26,7 @@ namespace {
 constexpr bool kHaveBlas = std::strcmp(METALRT_BLAS_NAME, "none") != 0;
 constexpr const char* kProvider = "cpu_blas_paged_attention";
 
-using Lens = std::vector<std::pair<int32_t, int32_t>>;   // (q_len, seq_len) per request
-
-struct Geometry {
-  std::string name;
-  int64_t heads, kv_heads, head_dim, block_size;
-  Lens lens;
-};
-
-const std::vector<Geometry> kCases = {
+const std::vector<AttentionCase> kCases = {
     {"smollm2/prefill128", 9, 3, 64, 16, {{128, 128}}},
     {"smollm2/prefill512", 9, 3, 64, 16, {{512, 512}}},
     {"smollm2/chunked_prefill_and_decode", 9, 3, 64, 16, {{100, 300}, {1, 33}}},
@@ -47,7 +39,7 @@ const std::vector<Geometry> kCases = {
     {"block_size5", 6, 3, 128, 5, {{1, 23}, {10, 18}}},
 };
 
-OpCase MakeCase(const Geometry& a, DType dtype, uint32_t seed) {
+OpCase MakeCase(const AttentionCase& a, DType dtype, uint32_t seed) {
   AttentionGeometry g{a.heads, a.kv_heads, a.head_dim, a.block_size, 0, 0};
   const AttentionBatch bt = MakeAttentionBatch(ShuffledRequests(a.lens, g, seed), g, dtype, seed);
   OpCase c;
@@ -73,9 +65,9 @@ METALRT_OP_CASES(cpu_fast_attention_cases) {
   std::vector<OpCase> cases;
   if (!kHaveBlas) return cases;
   uint32_t seed = 1400;
-  for (const Geometry& a : kCases) cases.push_back(MakeCase(a, DType::kF32, seed += 10));
+  for (const AttentionCase& a : kCases) cases.push_back(MakeCase(a, DType::kF32, seed += 10));
   for (DType dtype : {DType::kF16, DType::kBF16})
-    for (const Geometry& a : {kCases[2], kCases[6]}) cases.push_back(MakeCase(a, dtype, seed += 10));
+    for (const AttentionCase& a : {kCases[2], kCases[6]}) cases.push_back(MakeCase(a, dtype, seed += 10));
   return cases;
 }
 
