@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from . import peers
+from . import bandwidth, peers
 from .generation import MIN_RUNS, RESULT_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -515,6 +515,9 @@ def run(args, path: Path, saved: List[bool]) -> int:
         save()
 
     seconds = result["environment"]["section_seconds"] = {}
+    # Before the sections, on the same threads as the engines: the decode ceiling.
+    print(f"bench: memory read-bandwidth probe on {args.threads} threads", file=sys.stderr)
+    result["environment"]["bandwidth"] = bandwidth.probe(args.threads)
     save()
     for name, section in [("generation", lambda: generation(args, gguf, tokenizer,
                                                             QUICK if args.quick else FULL,

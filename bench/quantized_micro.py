@@ -6,7 +6,9 @@ and GEMM (m = prefill tokens), float32 activations.
 GFLOP/s = 2 m n k / t; GB/s = (the weight's packed bytes, ``w.nbytes``, plus
 4 (m k + m n) activation bytes) / t, so decode rows compare with the device's memory
 bandwidth. Random codes and scales: the timing does not depend on the values. On the
-simulated Metal device these are CPU-simulation times, not GPU performance.
+simulated Metal device these are CPU-simulation times, not GPU performance. On the CPU
+each decode row (m <= 16) is measured twice, side by side: the fast provider
+(``cpu_fast_quantized_matmul_bt``), then the oracle with the fast provider disabled.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from metalrt import ops
 
 # format -> (values per block, bytes per block) for the GGUF formats timed here.
 _BLOCKS = {"q4_1": (32, 20), "q8_0": (32, 34)}
+FAST_PROVIDER = "cpu_fast_quantized_matmul_bt"
+GEMV_MAX_ROWS = 16   # cpp/cpu/fast/matmul_dispatch.h kGemvMaxRows: the fast GEMV's rows
 FORMATS = ("q4_1", "q8_0", "affine4g64")
 
 
@@ -45,8 +49,15 @@ def rows(device: str, projections: Dict, m_values, repeats: int, rng, timed, row
             w = random_weight(fmt, n, k, device, rng)
             for m in m_values:
                 x = metalrt.asarray(rng.standard_normal((m, k), dtype=np.float32), device=device)
-                times = timed(lambda: ops.quantized_matmul_bt(x, w), device, repeats)
                 kind = "GEMV" if m <= 8 else "GEMM"
-                result.append(row(f"{kind} {fmt} {label} {m}x{n}x{k}", "quantized_matmul_bt", device,
-                                  times, 2.0 * m * n * k, w.nbytes + 4.0 * (m * k + m * n)))
+                sides = [True, False] if device == "cpu" and m <= GEMV_MAX_ROWS else [True]
+                for fast in sides:
+                    metalrt.providers.set_enabled(FAST_PROVIDER, fast)
+                    try:
+                        times = timed(lambda: ops.quantized_matmul_bt(x, w), device, repeats)
+                        result.append(row(f"{kind} {fmt} {label} {m}x{n}x{k}", "quantized_matmul_bt",
+                                          device, times, 2.0 * m * n * k,
+                                          w.nbytes + 4.0 * (m * k + m * n)))
+                    finally:
+                        metalrt.providers.set_enabled(FAST_PROVIDER, True)
     return result

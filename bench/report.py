@@ -118,16 +118,39 @@ def _generation_row(r: Dict, name: str, base: Optional[Dict], lengths: List[int]
                                                      _agreement(base, r)]
 
 
+def _probe_gbps(result: Dict) -> Optional[float]:
+    """The bandwidth probe's best GB/s (bench/bandwidth.py); None in older results."""
+    return result["environment"].get("bandwidth", {}).get("gbps")
+
+
 def op_table(result: Dict) -> str:
-    header = ["op", "device", "provider", "ms (min-max)", "GFLOP/s", "GB/s"]
+    probe = _probe_gbps(result)
+    header = ["op", "device", "provider", "ms (min-max)", "GFLOP/s", "GB/s", "% of probe"]
     rows = []
     for r in result["ops"]:
         s = r["seconds"]
         device = r["device"] + (" (sim)" if r.get("simulated") else "")
+        share = "-" if probe is None or r.get("simulated") else f"{100 * r['gbps'] / probe:.0f}%"
         rows.append([r["name"], device, r["provider"],
                      f"{s['median'] * 1e3:.3f} ({s['min'] * 1e3:.3f}-{s['max'] * 1e3:.3f})",
-                     "-" if r["gflops"] is None else _num(r["gflops"]), _num(r["gbps"])])
+                     "-" if r["gflops"] is None else _num(r["gflops"]), _num(r["gbps"]), share])
     return _table(header, rows)
+
+
+def decode_bandwidth_line(result: Dict) -> Optional[str]:
+    """metalrt-cpu's decode as bytes read per second against the probe: decode tok/s x
+    the weight bytes a decode step reads (the counters section's count)."""
+    probe = _probe_gbps(result)
+    step_bytes = result.get("counters", {}).get("decode", {}).get("weight_bytes")
+    rows = [r for r in result.get("generation", {}).get("rows", [])
+            if r.get("engine") == "metalrt" and r.get("variant") == "cpu" and "decode_tps" in r]
+    if probe is None or not step_bytes or not rows:
+        return None
+    tps = rows[0]["decode_tps"]["median"]
+    gbps = tps * step_bytes / 1e9
+    return (f"metalrt cpu decode: {tps:.1f} tok/s x {step_bytes / 1e6:.2f} MB of weights per "
+            f"token = {gbps:.2f} GB/s, {100 * gbps / probe:.0f}% of the probe's {probe:.2f} GB/s "
+            f"({result['environment']['bandwidth']['threads']} threads; goal >= 60%)")
 
 
 def counter_table(result: Dict) -> str:
@@ -234,6 +257,13 @@ def render(result: Dict) -> str:
                   "tokens after the first prompt; metalrt-cpu / this: the ratios of prefill "
                   "and decode medians (> 1: metalrt on the CPU is faster).",
                   generation_table(result)]
+    probe = result["environment"].get("bandwidth")
+    if probe:
+        parts.append(f"Memory read-bandwidth probe (bench/bandwidth.py): {probe['gbps']:.2f} GB/s best, "
+                     f"{probe['gbps_median']:.2f} median, {probe['threads']} threads over {probe['mib']} MiB")
+    line = decode_bandwidth_line(result)
+    if line:
+        parts.append(line)
     if "ops" in result:
         sim = any(r.get("simulated") for r in result["ops"])
         parts += ["Op micro-benchmarks" + (" (metal (sim) rows are simulation times, not performance figures):"

@@ -3,6 +3,7 @@
 #include "core/env.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -104,6 +105,8 @@ class Pool {
 };
 thread_local bool Pool::in_loop = false;
 
+std::atomic<int> thread_limit{1 << 30};
+
 Pool& ThePool() {
   static Pool pool;
   return pool;
@@ -115,7 +118,8 @@ void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t,
   if (n <= 0) return;
   Pool& pool = ThePool();
   const int64_t by_size = (n + std::max<int64_t>(1, min_chunk) - 1) / std::max<int64_t>(1, min_chunk);
-  const int count = static_cast<int>(std::min<int64_t>(pool.threads(), by_size));
+  const int threads = std::min(pool.threads(), thread_limit.load(std::memory_order_relaxed));
+  const int count = static_cast<int>(std::min<int64_t>(threads, by_size));
   if (count <= 1 || Pool::in_loop || pool.forked()) return fn(0, n);
   const int64_t chunk = (n + count - 1) / count;
   pool.Run(count, [&](int i) {
@@ -124,5 +128,9 @@ void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t,
     if (begin < end) fn(begin, end);
   });
 }
+
+ScopedParallelThreadLimit::ScopedParallelThreadLimit(int threads)
+    : previous_(thread_limit.exchange(std::max(1, threads))) {}
+ScopedParallelThreadLimit::~ScopedParallelThreadLimit() { thread_limit.store(previous_); }
 
 }  // namespace metalrt::cpu

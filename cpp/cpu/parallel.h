@@ -16,4 +16,17 @@ void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t,
 // hardware_concurrency); std::invalid_argument for a bad METALRT_CPU_THREADS.
 unsigned ParallelThreadCount();
 
+// Caps the chunks of every ParallelFor in the process at `threads` (>= 1) while it
+// lives, restoring the previous cap after: tests compare thread counts in one process.
+class ScopedParallelThreadLimit {
+ public:
+  explicit ScopedParallelThreadLimit(int threads);
+  ~ScopedParallelThreadLimit();
+  ScopedParallelThreadLimit(const ScopedParallelThreadLimit&) = delete;
+  ScopedParallelThreadLimit& operator=(const ScopedParallelThreadLimit&) = delete;
+
+ private:
+  int previous_;
+};
+
 }  // namespace metalrt::cpu

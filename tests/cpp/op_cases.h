@@ -1,5 +1,7 @@
 // The op-case table: one gate (tests/cpp/test_op_cases.cpp) runs every registered case
-// on the CPU oracle and on the Metal device and compares the two. Cases self-register
+// on the CPU oracle (every other CPU provider disabled) and on the case's device — the
+// Metal device, or the CPU with its fast providers (c.device = kCPU) — and compares
+// the two. Cases self-register
 // from the op's own test file, so adding an op never edits a central list:
 //
 //   METALRT_OP_CASES(rms_norm_cases) {        // a function returning std::vector<OpCase>
@@ -28,11 +30,10 @@
 //   included), returned tensors. Match::kBitExact compares bytes; Match::kClose checks
 //   NMSE <= nmse (when the reference is not all zero), every element within
 //   bar.rel * |ref| + bar.abs + max_rel * max|ref|, and that the reference holds no NaN.
-// * A case with device = kCPU compares a fast CPU provider with the oracle instead: the
-//   same call with `provider` disabled is the reference, and must not be served by it.
 // * The profiler saw every kernel of `kernels` dispatch exactly as often as it is
-//   listed (once, for a name listed once), and the provider stats show
-//   `provider` served every Metal call of `op` with no declines and no reference-tier run.
+//   listed (once, for a name listed once; a CPU case lists none), and the provider
+//   stats show `provider` served every call of `op` on the case's device with no
+//   declines and no reference-tier run.
 //
 // Run one case: METALRT_OP_CASE=<substring of its name> ./build/tests/metalrt_tests -tc='op cases*'
 #pragma once
@@ -62,6 +63,7 @@ struct OpCase {
   std::string name;
   std::string op;
   std::string provider;
+  DeviceType device = DeviceType::kMETAL;   // the device under test
   std::vector<std::string> kernels;
   std::vector<Tensor> inputs;
   std::vector<TensorSpec> outputs;
@@ -71,9 +73,6 @@ struct OpCase {
   double nmse = 5e-4;
   Bar bar{0.0, 0.0};
   double max_rel = 0.0;
-  // Where the tested side runs. kCPU gates a fast CPU provider: the reference is the
-  // same call on the CPU with `provider` disabled (the oracle serves), `kernels` is empty.
-  DeviceType device = DeviceType::kMETAL;
 };
 
 // "<op>/<dtype>/<d0>x<d1>..." plus "/<variant>" when one is given: a reproducible case name.

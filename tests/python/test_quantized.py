@@ -90,9 +90,17 @@ def test_matmul_and_embedding_against_numpy(device):
     w = metalrt.quantized_tensor("q4_1", (7, 576), data, device=device)
     x = np.random.default_rng(2).uniform(-1, 1, (3, 576)).astype(np.float32)
     for m in (1, 3):   # the GEMV on Metal; m > 8 is gated in the op-case table
-        got = np.asarray(ops.quantized_matmul_bt(metalrt.asarray(x[:m], device=device), w), np.float64)
         reference = x[:m].astype(np.float64) @ dense.T
-        assert np.sum((got - reference) ** 2) / np.sum(reference ** 2) < 1e-12
+        # On the CPU the oracle is gated here (the fast provider's int8 activations
+        # are within 1e-7, docs/cpu.md; gated in the op-case table).
+        for fast, bar in ((False, 1e-12), (True, 1e-12 if device != "cpu" else 1e-7)):
+            metalrt.providers.set_enabled("cpu_fast_quantized_matmul_bt", fast)
+            try:
+                got = np.asarray(ops.quantized_matmul_bt(metalrt.asarray(x[:m], device=device), w),
+                                 np.float64)
+            finally:
+                metalrt.providers.set_enabled("cpu_fast_quantized_matmul_bt", True)
+            assert np.sum((got - reference) ** 2) / np.sum(reference ** 2) < bar
     rows = ops.quantized_embedding(metalrt.asarray(np.array([6, 0, 6], np.int32), device=device), w,
                                    dtype="bfloat16")
     assert rows.dtype == "bfloat16" and rows.shape == (3, 576)

@@ -1,0 +1,74 @@
+#include "cpu/fast/cpu_features.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace metalrt::cpu::fast {
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+// XCR0 bits the OS sets when it saves a register state on context switch: SSE (1),
+// AVX's upper YMM halves (2), AVX-512's opmask (5), upper ZMM halves (6) and ZMM16-31 (7).
+uint64_t Xcr0() {
+  __builtin_cpu_init();
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0));
+  if (!(ecx & (1u << 27))) return 0;   // OSXSAVE: xgetbv itself would fault
+  uint32_t lo = 0, hi = 0;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t{hi} << 32) | lo;
+}
+
+GemvIsa Detect() {
+  const uint64_t xcr0 = Xcr0();
+  const bool ymm = (xcr0 & 0x6) == 0x6, zmm = (xcr0 & 0xE6) == 0xE6;
+  if (zmm && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+    return GemvIsa::kAvx512Vnni;
+  if (ymm && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    return GemvIsa::kAvx2;
+  return GemvIsa::kPortable;
+}
+#elif defined(__aarch64__)
+GemvIsa Detect() { return GemvIsa::kNeon; }   // NEON is part of the arm64 baseline
+#else
+GemvIsa Detect() { return GemvIsa::kPortable; }
+#endif
+
+// The ISAs in increasing order of what they need; an override may only go down it.
+int Rank(GemvIsa isa) { return isa == GemvIsa::kPortable ? 0 : isa == GemvIsa::kAvx2 ? 1 : 2; }
+
+GemvIsa FromEnv(GemvIsa best) {
+  const char* env = std::getenv("METALRT_CPU_ISA");
+  if (env == nullptr || *env == '\0') return best;
+  const std::string name = env;
+  for (GemvIsa isa : {GemvIsa::kPortable, GemvIsa::kAvx2, GemvIsa::kAvx512Vnni, GemvIsa::kNeon}) {
+    if (name != GemvIsaName(isa)) continue;
+    const bool same_family = isa == GemvIsa::kPortable || (isa == GemvIsa::kNeon) == (best == GemvIsa::kNeon);
+    if (same_family && Rank(isa) <= Rank(best)) return isa;
+    throw std::invalid_argument("METALRT_CPU_ISA=" + name + " asks for more than this CPU supports (best: " +
+                                GemvIsaName(best) + ")");
+  }
+  throw std::invalid_argument("METALRT_CPU_ISA must be one of portable, avx2, avx512_vnni, neon, got '" + name + "'");
+}
+
+}  // namespace
+
+const char* GemvIsaName(GemvIsa isa) {
+  switch (isa) {
+    case GemvIsa::kAvx2: return "avx2";
+    case GemvIsa::kAvx512Vnni: return "avx512_vnni";
+    case GemvIsa::kNeon: return "neon";
+    case GemvIsa::kPortable: break;
+  }
+  return "portable";
+}
+
+GemvIsa SelectedGemvIsa() {
+  static const GemvIsa best = Detect();
+  return FromEnv(best);
+}
+
+}  // namespace metalrt::cpu::fast

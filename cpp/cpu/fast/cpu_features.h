@@ -1,0 +1,21 @@
+// Which SIMD kernels this CPU can run, checked once at run time: the binary carries a
+// kernel per instruction set (gemv_<isa>.cpp, each compiled with its own target
+// flags) and must never execute an instruction the CPU or the OS does not enable.
+#pragma once
+
+namespace metalrt::cpu::fast {
+
+enum class GemvIsa { kPortable, kAvx2, kAvx512Vnni, kNeon };
+
+// "portable", "avx2", "avx512_vnni", "neon".
+const char* GemvIsaName(GemvIsa isa);
+
+// The best kernel the CPU supports: on x86, AVX-512 (F, BW, VL, VNNI) only when the
+// OS saves the ZMM and opmask state (XCR0 via xgetbv: some VMs advertise the CPUID
+// bits without enabling it), else AVX2 + FMA + F16C when the OS saves YMM state;
+// NEON on arm64; portable C++ otherwise. METALRT_CPU_ISA=portable|avx2|avx512_vnni
+// lowers the choice (for tests and benchmarks); asking for more than the CPU has,
+// or an unknown name, is std::invalid_argument.
+GemvIsa SelectedGemvIsa();
+
+}  // namespace metalrt::cpu::fast

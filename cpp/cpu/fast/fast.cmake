@@ -1,0 +1,10 @@
+# The fast CPU providers (cpp/cpu/fast): the per-ISA GEMV kernels get their target
+# flags here, file by file, so nothing else in the binary is compiled for an
+# instruction set the CPU may lack (cpu_features.cpp chooses at run time).
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64" AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang"
+   AND NOT CMAKE_OSX_ARCHITECTURES MATCHES "arm64")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gemv_avx2.cpp PROPERTIES
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gemv_avx512_vnni.cpp PROPERTIES
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni")
+endif()

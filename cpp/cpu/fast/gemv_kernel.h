@@ -1,0 +1,248 @@
+// The quantized GEMV shared by every instruction set: each gemv_<isa>.cpp defines its
+// SIMD policy (how 32 codes are loaded, unpacked and dotted with 32 int8 activations)
+// and instantiates GemvRows<Policy> here. Everything has internal linkage (the
+// anonymous namespace) so no instance compiled for one ISA is shared with another TU.
+//
+// The math (ggml's vec_dot_*_q8 idea; formulas ours): every format is read as blocks
+// of 32 codes u with w = a[h] * u + b[h] for the block's halves h (16 values each;
+// a and b are the same for both halves except in Q6_K). Against an activation block
+// x ~= d * c with c = 254 q + r (two int8 codes, q8_activation.h),
+//   sum w x = d * (a[0] * sum_h0 u c + a[1] * sum_h1 u c) + d * (b[0] * sum_h0 c + b[1] * sum_h1 c),
+// sum u c = 254 sum u q + sum u r: two int8 dots in SIMD; the block sums precomputed.
+// Block layouts: ggml-common.h, as in the oracle (cpu/quantized_blocks.cpp).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/fast/gemv_args.h"
+
+namespace metalrt::cpu::fast {
+namespace {
+
+struct BlockMap {
+  float a[2];
+  float b[2];
+};
+
+inline BlockMap Uniform(float a, float b) { return {{a, a}, {b, b}}; }
+
+inline float Half(const float* table, const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return table[bits];
+}
+
+inline uint32_t Word(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+inline float ScaleAt(const GemvArgs& a, int64_t index) {
+  const uint16_t* half = static_cast<const uint16_t*>(a.scales);
+  switch (a.scale_dtype) {
+    case ScaleDType::kF32: return static_cast<const float*>(a.scales)[index];
+    case ScaleDType::kF16: return a.f16_table[half[index]];
+    case ScaleDType::kBF16: break;
+  }
+  const uint32_t bits = uint32_t{half[index]} << 16;
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
+inline float BiasAt(const GemvArgs& a, int64_t index) {
+  GemvArgs b = a;
+  b.scales = a.biases;
+  return ScaleAt(b, index);
+}
+
+// The 6-bit scale and min of K-quant sub-block j (ggml's get_scale_min_k4).
+inline void ScaleMinK4(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// R activation rows against one weight row: a vector accumulator per row for the
+// scaled integer dots, a scalar one for the bias terms.
+template <class Isa, int R>
+struct Tile {
+  typename Isa::Acc acc[R];
+  float bias[R];
+  const Q8Block* x[R];
+
+  template <bool kSigned>
+  void Add(int64_t block, const typename Isa::Codes& codes, const BlockMap& map) {
+    for (int r = 0; r < R; ++r) {
+      const Q8Block& xb = x[r][block];
+      typename Isa::Dot coarse, residual;
+      if constexpr (kSigned) {
+        coarse = Isa::DotSigned(codes, xb.q);
+        residual = Isa::DotSigned(codes, xb.r);
+      } else {
+        coarse = Isa::DotSmall(codes, xb.q);
+        residual = Isa::DotSmall(codes, xb.r);
+      }
+      // 254 * coarse + residual < 2^31: |u q| <= 255 * 127 per value, 32 values.
+      acc[r] = Isa::Fma(acc[r], Isa::Combine(coarse, residual), map.a[0] * xb.d, map.a[1] * xb.d);
+      bias[r] += xb.d * (map.b[0] * float(xb.sum[0]) + map.b[1] * float(xb.sum[1]));
+    }
+  }
+};
+
+// Q5_0 / Q5_1 codes: the nibbles of Q4 plus bit j of qh as value j's fifth bit.
+inline void Q5Codes(const uint8_t* qs, uint32_t qh, uint8_t* u) {
+  for (int j = 0; j < 16; ++j) {
+    u[j] = uint8_t((qs[j] & 15) | ((qh >> j) & 1) << 4);
+    u[j + 16] = uint8_t((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+  }
+}
+
+// Feeds every 32-value block of weight row `row` to sink.Add, in order.
+template <class Isa, GemvFormat F, class Sink>
+inline void VisitRow(const GemvArgs& a, int64_t row, Sink& sink) {
+  const uint8_t* p = a.data + row * a.row_bytes;
+  const float* f16 = a.f16_table;
+  alignas(32) uint8_t u[32];
+  const int64_t blocks = a.k / 32;
+  if constexpr (F == GemvFormat::kQ4_0 || F == GemvFormat::kQ4_1) {
+    constexpr int kBytes = F == GemvFormat::kQ4_0 ? 18 : 20;
+    for (int64_t t = 0; t < blocks; ++t, p += kBytes) {
+      const float d = Half(f16, p);
+      const float b = F == GemvFormat::kQ4_0 ? -8.0f * d : Half(f16, p + 2);
+      sink.template Add<false>(t, Isa::SplitNibbles16(p + kBytes - 16), Uniform(d, b));
+    }
+  } else if constexpr (F == GemvFormat::kQ5_0 || F == GemvFormat::kQ5_1) {
+    constexpr int kBytes = F == GemvFormat::kQ5_0 ? 22 : 24;
+    for (int64_t t = 0; t < blocks; ++t, p += kBytes) {
+      const float d = Half(f16, p);
+      const float b = F == GemvFormat::kQ5_0 ? -16.0f * d : Half(f16, p + 2);
+      Q5Codes(p + kBytes - 16, Word(p + kBytes - 20), u);
+      sink.template Add<false>(t, Isa::Load(u), Uniform(d, b));
+    }
+  } else if constexpr (F == GemvFormat::kQ8_0) {
+    for (int64_t t = 0; t < blocks; ++t, p += 34) sink.template Add<true>(t, Isa::Load(p + 2), Uniform(Half(f16, p), 0.0f));
+  } else if constexpr (F == GemvFormat::kQ4_K || F == GemvFormat::kQ5_K) {
+    // 256 values as four 64-value chunks: the low nibbles of qs[32c ..] are sub-block
+    // 2c, their high nibbles 2c + 1; Q5_K's bit j of qh[l] is sub-block j's fifth bit.
+    constexpr bool kFive = F == GemvFormat::kQ5_K;
+    constexpr int kBytes = kFive ? 176 : 144;
+    for (int64_t sb = 0; sb < blocks / 8; ++sb, p += kBytes) {
+      const float d = Half(f16, p), dmin = Half(f16, p + 2);
+      const uint8_t* qh = p + 16;
+      const uint8_t* qs = p + (kFive ? 48 : 16);
+      for (int j = 0; j < 8; ++j) {
+        int sc, m;
+        ScaleMinK4(p + 4, j, &sc, &m);
+        const BlockMap map = Uniform(d * float(sc), -(dmin * float(m)));
+        if constexpr (kFive) {
+          const uint8_t* q = qs + 32 * (j / 2);
+          for (int l = 0; l < 32; ++l) u[l] = uint8_t(((q[l] >> (4 * (j % 2))) & 15) | ((qh[l] >> j) & 1) << 4);
+          sink.template Add<false>(8 * sb + j, Isa::Load(u), map);
+        } else if (j % 2 == 0) {
+          typename Isa::Codes lo, hi;
+          Isa::NibblePlanes32(qs + 16 * j, &lo, &hi);
+          sink.template Add<false>(8 * sb + j, lo, map);
+          int sc1, m1;
+          ScaleMinK4(p + 4, j + 1, &sc1, &m1);
+          sink.template Add<false>(8 * sb + j + 1, hi, Uniform(d * float(sc1), -(dmin * float(m1))));
+        }
+      }
+    }
+  } else if constexpr (F == GemvFormat::kQ6_K) {
+    // Element 128h + i: low 4 bits from ql[64h + i % 64] (high nibble for i >= 64),
+    // top 2 bits from qh[32h + i % 32] at bit 2 * (i / 32); w = d * scales[e / 16] * (u - 32).
+    for (int64_t sb = 0; sb < blocks / 8; ++sb, p += 210) {
+      const int8_t* scales = reinterpret_cast<const int8_t*>(p + 192);
+      const float d = Half(f16, p + 208);
+      for (int j = 0; j < 8; ++j) {
+        // Block j is i = 32 (j % 4) + l of half h = j / 4: its low bits are the
+        // nibbles (high for j % 4 >= 2) of ql[64h + 32 (j % 2) + l], its top bits
+        // qh[32h + l] >> 2 (j % 4): shifts fixed per block, so the loop vectorises.
+        const int h = j / 4, quarter = j % 4;
+        const uint8_t* ql = p + 64 * h + 32 * (quarter % 2);
+        const uint8_t* qh = p + 128 + 32 * h;
+        const int low_shift = quarter >= 2 ? 4 : 0, high_shift = 2 * quarter;
+        for (int l = 0; l < 32; ++l)
+          u[l] = uint8_t(((ql[l] >> low_shift) & 15) | ((qh[l] >> high_shift) & 3) << 4);
+        const float a0 = d * float(scales[2 * j]), a1 = d * float(scales[2 * j + 1]);
+        sink.template Add<false>(8 * sb + j, Isa::Load(u), BlockMap{{a0, a1}, {-32.0f * a0, -32.0f * a1}});
+      }
+    }
+  } else {
+    // MLX affine: one LSB-first bitstream per row, 32 codes = 4 * bits bytes; 8-bit
+    // codes are recentred to signed (u - 128, the bias absorbing 128 * scale) since
+    // only codes below 128 fit the unsigned-by-signed dot without overflow.
+    const int bits = a.bits;
+    const int64_t groups = a.k / a.group_size, per_group = a.group_size / 32;
+    for (int64_t t = 0; t < blocks; ++t) {
+      const uint8_t* q = p + t * 4 * bits;
+      const uint64_t mask = (uint64_t{1} << bits) - 1;
+      for (int c = 0; c < 4; ++c) {
+        uint64_t v = 0;
+        std::memcpy(&v, q + c * bits, static_cast<size_t>(bits));   // 8 codes, little-endian host
+        for (int i = 0; i < 8; ++i) u[8 * c + i] = uint8_t((v >> (i * bits)) & mask);
+      }
+      const int64_t g = row * groups + t / per_group;
+      const float scale = ScaleAt(a, g), bias = BiasAt(a, g);
+      if (bits == 8) {
+        for (int i = 0; i < 32; ++i) u[i] ^= 0x80;
+        sink.template Add<true>(t, Isa::Load(u), Uniform(scale, bias + 128.0f * scale));
+      } else {
+        sink.template Add<false>(t, Isa::Load(u), Uniform(scale, bias));
+      }
+    }
+  }
+}
+
+// Activation rows i0 .. i0 + R - 1 against weight row j.
+template <class Isa, GemvFormat F, int R>
+inline void RowTile(const GemvArgs& a, int64_t j, int64_t i0) {
+  Tile<Isa, R> tile;
+  for (int r = 0; r < R; ++r) {
+    tile.acc[r] = Isa::Zero();
+    tile.bias[r] = 0.0f;
+    tile.x[r] = a.x + (i0 + r) * (a.k / 32);
+  }
+  VisitRow<Isa, F>(a, j, tile);
+  for (int r = 0; r < R; ++r) a.out[(i0 + r) * a.n + j] = Isa::Sum(tile.acc[r]) + tile.bias[r];
+}
+
+// Weight rows outside, activation tiles of 4 inside: each weight row is streamed from
+// memory once and reread from L1 for the other tiles.
+template <class Isa, GemvFormat F>
+void RowsOfFormat(const GemvArgs& a, int64_t begin, int64_t end) {
+  for (int64_t j = begin; j < end; ++j) {
+    int64_t i = 0;
+    for (; i + 4 <= a.m; i += 4) RowTile<Isa, F, 4>(a, j, i);
+    switch (a.m - i) {
+      case 3: RowTile<Isa, F, 3>(a, j, i); break;
+      case 2: RowTile<Isa, F, 2>(a, j, i); break;
+      case 1: RowTile<Isa, F, 1>(a, j, i); break;
+      default: break;
+    }
+  }
+}
+
+template <class Isa>
+void GemvRows(const GemvArgs& a, int64_t begin, int64_t end) {
+  switch (a.format) {
+    case GemvFormat::kQ4_0: return RowsOfFormat<Isa, GemvFormat::kQ4_0>(a, begin, end);
+    case GemvFormat::kQ4_1: return RowsOfFormat<Isa, GemvFormat::kQ4_1>(a, begin, end);
+    case GemvFormat::kQ5_0: return RowsOfFormat<Isa, GemvFormat::kQ5_0>(a, begin, end);
+    case GemvFormat::kQ5_1: return RowsOfFormat<Isa, GemvFormat::kQ5_1>(a, begin, end);
+    case GemvFormat::kQ8_0: return RowsOfFormat<Isa, GemvFormat::kQ8_0>(a, begin, end);
+    case GemvFormat::kQ4_K: return RowsOfFormat<Isa, GemvFormat::kQ4_K>(a, begin, end);
+    case GemvFormat::kQ5_K: return RowsOfFormat<Isa, GemvFormat::kQ5_K>(a, begin, end);
+    case GemvFormat::kQ6_K: return RowsOfFormat<Isa, GemvFormat::kQ6_K>(a, begin, end);
+    case GemvFormat::kAffine: return RowsOfFormat<Isa, GemvFormat::kAffine>(a, begin, end);
+  }
+}
+
+}  // namespace
+}  // namespace metalrt::cpu::fast

@@ -1,0 +1,35 @@
+// The activation side of the quantized GEMV: each row of x quantized once per call to
+// blocks of 32 int8 pairs (ggml's Q8_1 idea, a scale plus the code sums so a weight
+// format with a min or an offset needs no second pass over x, refined with a second
+// byte): x ~= d * (254 q + r), q the int8 rounding of x at step 254 d and r the int8
+// rounding of what q leaves, so the integer dots stay int8 x weight codes while x
+// keeps ~16 bits. One int8 byte alone (what ggml does) measured NMSE up to 9e-4 on the
+// default model's k/v projections (activation outliers 29x the RMS) and flipped a
+// near-tied greedy token; with the second byte it is ~1e-9. This rounding is the fast
+// provider's only departure from the oracle's f32 dot (bar: docs/cpu.md).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace metalrt::cpu::fast {
+
+// Codes q (coarse) and r (residual) of 32 values; sum[h] = sum of 254 q + r over half h
+// (values 16h .. 16h + 15), the halves Q6_K's 16-value scales need.
+struct Q8Block {
+  float d;
+  int32_t sum[2];
+  int8_t q[32];
+  int8_t r[32];
+};
+
+// The coarse code's step in units of d: 254 makes |r| <= 127 (|x - 254 d q| <= 127 d).
+inline constexpr int kResidualSteps = 254;
+
+// rows x k f32 values (k a multiple of 32) as rows * k / 32 blocks, row-major: per
+// block the step D = max|x| / 127 of q = round(x / D) in [-127, 127], d = D / 254 and
+// r = round((x - D q) / d) in [-127, 127] (d = 0, q = r = 0 for an all-zero block).
+// False, with *blocks unspecified, when x holds a NaN or an infinity: int8 codes cannot
+// carry them, so the caller leaves the call to the oracle, which propagates them.
+bool QuantizeRowsQ8(const float* x, int64_t rows, int64_t k, std::vector<Q8Block>* blocks);
+
+}  // namespace metalrt::cpu::fast
