@@ -46,6 +46,12 @@ python3 -m pip install -q "${wheel[0]}[test]"
 cmake -S . -B build/tests -G Ninja -DMETALRT_BUILD_TESTS=ON -DMETALRT_BUILD_PYTHON=OFF >/dev/null
 cmake --build build/tests
 ./build/tests/metalrt_tests
+# The same gates built without a BLAS: the build succeeds and the CPU oracle serves
+# every matmul (cpp/cpu/blas.cmake, tests/cpp/test_cpu_fast_gemm.cpp).
+cmake -S . -B build/tests-noblas -G Ninja -DMETALRT_BUILD_TESTS=ON -DMETALRT_BUILD_PYTHON=OFF \
+  -DMETALRT_BLAS=off >/dev/null
+cmake --build build/tests-noblas
+./build/tests-noblas/metalrt_tests
 
 # Run pytest outside the source tree so the installed package is the one tested.
 (cd tests/python && python3 -m pytest -q -p no:cacheprovider .)

@@ -10,32 +10,21 @@
 // (lane l takes d = l mod 8, ascending), then folds the lanes as a tree (l += l + 4,
 // l += l + 2, l += l + 1): a fixed order that the compiler can vectorise, where one
 // serial sum would be bound by the latency of its additions. Each request's cached keys and
-// values are gathered once through its block table into f32 scratch, so the block
-// lookup and dtype conversion are not repeated per query and head. The batch description
-// (block tables, lengths, query starts) was validated by the entry point.
+// values are gathered once through its block table into f32 scratch (cpu/paged_kv.h).
+// The batch description (block tables, lengths, query starts) was validated by the
+// entry point.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "cpu/float_rows.h"
+#include "cpu/paged_kv.h"
 #include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
 
 namespace metalrt::cpu {
 namespace {
-
-// dst[g][j][:] = cache row of kv head g at position j < len, as f32.
-void GatherContext(const Tensor& cache, const int32_t* blocks, int64_t len, std::vector<float>& dst) {
-  const int64_t block_size = cache.dim(1), kv_heads = cache.dim(2), head_dim = cache.dim(3);
-  dst.resize(static_cast<size_t>(kv_heads * len * head_dim));
-  for (int64_t j = 0; j < len; ++j) {
-    const int64_t slot = static_cast<int64_t>(blocks[j / block_size]) * block_size + j % block_size;
-    for (int64_t g = 0; g < kv_heads; ++g)
-      LoadRowF32(cache.data(), cache.dtype(), (slot * kv_heads + g) * head_dim, head_dim,
-                 dst.data() + (g * len + j) * head_dim);
-  }
-}
 
 float Dot(const float* a, const float* b, int64_t n) {
   constexpr int kLanes = 8;

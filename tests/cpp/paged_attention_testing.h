@@ -7,6 +7,8 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "op_testing.h"
@@ -18,6 +20,15 @@ namespace metalrt::testing {
 struct AttentionRequest {
   int32_t q_len, seq_len;
   std::vector<int32_t> blocks;
+};
+
+using Lens = std::vector<std::pair<int32_t, int32_t>>;   // (q_len, seq_len) per request
+
+// A named batch of a geometry: an op case of the paged attention gates.
+struct AttentionCase {
+  std::string name;
+  int64_t heads, kv_heads, head_dim, block_size;
+  Lens lens;
 };
 
 struct AttentionGeometry {

@@ -18,6 +18,16 @@ struct WeightSpec {
   DType scales = DType::kF16;   // affine only
 };
 
+// Every GGUF block format the runtime reads.
+inline constexpr QuantFormat kGgufFormats[] = {QuantFormat::kQ4_1, QuantFormat::kQ8_0, QuantFormat::kQ4_K,
+                                               QuantFormat::kQ6_K, QuantFormat::kQ5_0, QuantFormat::kQ4_0,
+                                               QuantFormat::kQ5_K, QuantFormat::kQ5_1};
+
+// The K-quants: blocks of 256 values.
+inline bool IsKQuant(QuantFormat f) {
+  return f == QuantFormat::kQ4_K || f == QuantFormat::kQ5_K || f == QuantFormat::kQ6_K;
+}
+
 inline bool IsAffine(const WeightSpec& s) { return s.format == QuantFormat::kAffine; }
 
 // "q4_1", "affine4g64bf16".

@@ -21,14 +21,6 @@ using namespace metalrt::testing;
 
 namespace {
 
-using Lens = std::vector<std::pair<int32_t, int32_t>>;   // (q_len, seq_len) per request
-
-struct AttentionCase {
-  std::string name;
-  int64_t heads, kv_heads, head_dim, block_size;
-  Lens lens;
-};
-
 const std::vector<AttentionCase> kGeometries = {
     // OPT-125m: MHA, two prefills of different lengths, one on 37 cached positions.
     {"opt125m/two_requests", 12, 12, 64, 16, {{5, 5}, {19, 56}}},

@@ -16,14 +16,6 @@ using namespace metalrt::testing;
 
 namespace {
 
-constexpr QuantFormat kGgufFormats[] = {QuantFormat::kQ4_1, QuantFormat::kQ8_0, QuantFormat::kQ4_K,
-                                        QuantFormat::kQ6_K, QuantFormat::kQ5_0, QuantFormat::kQ4_0,
-                                        QuantFormat::kQ5_K, QuantFormat::kQ5_1};
-
-bool IsKQuant(QuantFormat f) {
-  return f == QuantFormat::kQ4_K || f == QuantFormat::kQ5_K || f == QuantFormat::kQ6_K;
-}
-
 // The token of a weight's format in kernel names ("q4_1", "affine_bf16").
 std::string FormatToken(const WeightSpec& s) {
   return IsAffine(s) ? std::string("affine_") + gpu::KernelDTypeSuffix(s.scales) : QuantFormatName(s.format);

@@ -1,6 +1,7 @@
 """A user's first commands with an installed metalrt wheel, run outside the source
 tree: `metalrt doctor`, `metalrt generate` with the default model (its reference
-greedy continuation, DESIGN.md section 6), a compile_shader kernel, and, on the
+greedy continuation, DESIGN.md section 6), the CPU's BLAS GEMM (its library found at
+run time), a compile_shader kernel, and, on the
 simulated device, compile_shader's error when no C++ compiler is on PATH.
 
     python smoke.py [--no-model]
@@ -61,6 +62,21 @@ def check_generate() -> None:
         sys.exit(f"metalrt generate printed {text!r}; the reference continuation is {want!r}")
 
 
+def check_cpu_blas() -> None:
+    """A prefill-sized matmul_bt on the CPU runs through the BLAS provider: the wheel's
+    extension found OpenBLAS (scipy-openblas32, by rpath) or Accelerate."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 32), dtype=np.float32)
+    b = rng.standard_normal((8, 32), dtype=np.float32)
+    metalrt.providers.reset_stats()
+    got = metalrt.ops.matmul_bt(metalrt.asarray(a), metalrt.asarray(b)).numpy()
+    served = metalrt.providers.stats("matmul_bt", "cpu")["last_selected"]
+    if served != "cpu_blas_matmul_bt":
+        sys.exit(f"a 64-row matmul_bt on the CPU was served by {served!r}, not the BLAS GEMM")
+    if not np.allclose(got, a @ b.T, rtol=1e-5, atol=1e-5):
+        sys.exit("the BLAS GEMM's matmul_bt differs from numpy's")
+
+
 def check_compile_shader() -> None:
     if not metalrt.is_available("metal"):
         sys.exit("no Metal device in this wheel")
@@ -96,6 +112,7 @@ def main() -> None:
     check_doctor()
     if not args.no_model:
         check_generate()
+    check_cpu_blas()
     check_compile_shader()
     check_no_compiler_message()
     print("wheel smoke test: ok")

@@ -1,0 +1,37 @@
+// The CPU device's prefill GEMM for quantized weights: quantized_matmul_bt
+// (x[M,K] . W[N,K]^T) for m above the GEMV's rows. Each panel of weight rows is
+// dequantized into f32 scratch by the oracle's block decoders (DequantizeRow: every
+// format, bit-exact with the references) and multiplied by the BLAS sgemm, so the
+// dequantization is paid once per call and reused by all m rows. The weight stays
+// quantized in memory; only a panel (<= 128 rows) is ever f32.
+#include "cpu/fast/blas/tiled_gemm.h"
+#include "cpu/quantized_blocks.h"
+#include "metalrt/op_registry.h"
+
+namespace metalrt::cpu::fast {
+namespace {
+
+bool BlasQuantizedGemm(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const QuantizedTensor& w = call.param<QuantizedTensor>();
+  const Tensor& out = call.outputs[0];
+  const int64_t m = x.dim(0), n = w.rows, k = w.cols;
+  if (!GemmServes(m, n, k)) return false;
+  std::vector<float> x_scratch;
+  const float* x32 = RowsF32(x, x_scratch);
+  TiledGemm(x32, m, k, n,
+            [&](int64_t n0, int64_t count, float* scratch) {
+              for (int64_t r = 0; r < count; ++r) DequantizeRow(w, n0 + r, scratch + r * k);
+              return Panel{scratch, k, true};
+            },
+            out);
+  return true;
+}
+
+}  // namespace
+
+// Ahead of the oracle (priority 0).
+METALRT_REGISTER_PROVIDER("quantized_matmul_bt", DeviceType::kCPU, "cpu_blas_quantized_matmul_bt", 10,
+                          BlasQuantizedGemm);
+
+}  // namespace metalrt::cpu::fast

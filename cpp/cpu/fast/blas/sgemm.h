@@ -1,0 +1,20 @@
+// The one call into the platform BLAS (cpp/cpu/blas.cmake picks it): a row-major f32
+// GEMM, C = A . B or A . B^T, on the calling thread only.
+#pragma once
+#include <cstdint>
+
+namespace metalrt::cpu::fast {
+
+// The largest m, n or k (and leading dimension) one Sgemm call takes: the BLAS's
+// 32-bit integer arguments.
+inline constexpr int64_t kSgemmMaxDim = INT32_MAX;
+
+// C[m, n] (row stride ldc) = A[m, k] (row stride lda) . op(B), where op(B) = B[k, n]
+// (row stride ldb) or, with b_transposed, B[n, k]^T (row stride ldb); every value f32,
+// every dimension in [1, kSgemmMaxDim]. The BLAS runs single-threaded (its own thread
+// pool is set to one thread at first use) so that callers split the work over
+// ParallelFor's METALRT_CPU_THREADS threads without oversubscribing the cores.
+void Sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+           int64_t ldb, bool b_transposed, float* c, int64_t ldc);
+
+}  // namespace metalrt::cpu::fast

@@ -1,0 +1,58 @@
+#include "cpu/fast/blas/tiled_gemm.h"
+
+#include <algorithm>
+
+#include "cpu/fast/blas/sgemm.h"
+#include "cpu/fast/matmul_dispatch.h"
+#include "cpu/float_rows.h"
+#include "cpu/parallel.h"
+
+namespace metalrt::cpu::fast {
+namespace {
+
+// A panel of 128 columns x K = 1536 is 768 KiB of f32: it stays in L2 while the sgemm
+// packs it, and a 576-column projection still splits evenly over two threads.
+constexpr int64_t kMaxPanelColumns = 128;
+constexpr int64_t kPanelAlign = 16;   // whole SIMD registers of columns
+
+// Panel width: the fewest panels of at most kMaxPanelColumns that split evenly over
+// the threads (on 2 threads: 576 columns as 6 panels of 96, 49,152 as 384 of 128).
+int64_t PanelColumns(int64_t n, int64_t threads) {
+  const int64_t per_thread = std::max<int64_t>(1, (n + threads * kMaxPanelColumns - 1) / (threads * kMaxPanelColumns));
+  const int64_t width = (n + threads * per_thread - 1) / (threads * per_thread);
+  return std::min(kMaxPanelColumns, (width + kPanelAlign - 1) / kPanelAlign * kPanelAlign);
+}
+
+}  // namespace
+
+bool GemmServes(int64_t m, int64_t n, int64_t k) {
+  return m > kGemvMaxRows && n >= 1 && k >= 1 && m <= kSgemmMaxDim && n <= kSgemmMaxDim && k <= kSgemmMaxDim;
+}
+
+const float* RowsF32(const Tensor& a, std::vector<float>& scratch) {
+  if (a.dtype() == DType::kF32) return a.data_as<const float>();
+  scratch.resize(static_cast<size_t>(a.numel()));
+  LoadRowF32(a.data(), a.dtype(), 0, a.numel(), scratch.data());
+  return scratch.data();
+}
+
+void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& panel, const Tensor& out) {
+  const int64_t width = PanelColumns(n, ParallelThreadCount());
+  const int64_t panels = (n + width - 1) / width;
+  const bool direct = out.dtype() == DType::kF32;   // sgemm writes straight into out
+  ParallelFor(panels, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(static_cast<size_t>(width * k));
+    std::vector<float> result(direct ? 0 : static_cast<size_t>(m * width));
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t n0 = p * width, count = std::min(width, n - n0);
+      const Panel w = panel(n0, count, scratch.data());
+      float* c = direct ? out.data_as<float>() + n0 : result.data();
+      Sgemm(m, count, k, a, k, w.data, w.ld, w.transposed, c, direct ? n : count);
+      if (direct) continue;
+      for (int64_t row = 0; row < m; ++row)
+        StoreRowF32(out.data(), out.dtype(), row * n + n0, count, result.data() + row * count);
+    }
+  });
+}
+
+}  // namespace metalrt::cpu::fast

@@ -1,0 +1,36 @@
+// The prefill GEMM driver shared by the BLAS providers: out = A . W for a weight W
+// that arrives as f32 panels of output columns (a float weight's own rows, converted
+// f16/bf16 rows, or dequantized quantized rows), one sgemm per panel.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "metalrt/tensor.h"
+
+namespace metalrt::cpu::fast {
+
+// Weight columns [n0, n0 + count) in f32: `transposed` = stored as count rows of K
+// values (nn.Linear layout), else as K rows of count values; `ld` = the row stride.
+struct Panel {
+  const float* data;
+  int64_t ld;
+  bool transposed;
+};
+// Returns the panel of columns [n0, n0 + count), filling `scratch` (room for count * K
+// floats) when the weight has no such f32 layout of its own.
+using PanelFn = std::function<Panel(int64_t n0, int64_t count, float* scratch)>;
+
+// True when the BLAS GEMM should serve an [m, k] x [k, n] product: m above the GEMV's
+// rows (cpp/cpu/fast/matmul_dispatch.h) and every size within the BLAS's int range.
+bool GemmServes(int64_t m, int64_t n, int64_t k);
+
+// A's rows as f32: a's own memory when it is f32, else converted into `scratch`.
+const float* RowsF32(const Tensor& a, std::vector<float>& scratch);
+
+// out[m, n] (contiguous f32, f16 or bf16) = a[m, k] . W. Panels of up to 128 columns
+// are split over ParallelFor's threads; each thread fills its panel and runs a
+// single-threaded sgemm on it, so the panel is reused by all m rows while in cache.
+void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& panel, const Tensor& out);
+
+}  // namespace metalrt::cpu::fast
