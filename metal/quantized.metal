@@ -11,6 +11,10 @@
 //   multiply per chunk and row (scale * sum(c x) + bias * sum(x)); simd_sum at the end.
 //   Expected: bound by the weight bytes (the packed size, ~4.5-8.5 bits per weight) on
 //   Apple GPUs, within ~2x of MLX's qmv_fast, which also vectorises the activation loads.
+// * quantized_matmul_bt_add_gemv_* and quantized_matmul_bt_swiglu_gemv_*: the same GEMV
+//   with a fused epilogue (the residual add after the o / down projection; SwiGLU of
+//   the merged gate|up projection), so a decode layer needs neither the add nor the
+//   silu_and_mul dispatch.
 // * quantized_matmul_bt_gemm_* (m > 8, prefill). Design: MLX qmm_t: 32x32 output tiles,
 //   the weight tile dequantized into threadgroup memory (one chunk per thread), the
 //   activation tile staged as f32 (never half: activations beyond 65504 stay finite),
@@ -25,6 +29,48 @@ using namespace metal;
 
 // Decode GEMV: MLX qmv's shape (rows per SIMD-group, shared activation loads, the sum
 // of x for the bias); expected to reach the weight-bandwidth bound (see the top).
+// gemv_accumulate adds this lane's share of x_i . w_rows[r] to acc[i * R + r] for the
+// m activation rows and the R weight rows of the SIMD-group (rows[r] < 0: no row);
+// the kernels below differ only in which rows they take and how they store.
+template <typename F, typename T, typename S, int R>
+inline void gemv_accumulate(device const T* x, device const uchar* data, device const S* scales,
+                            device const S* biases, constant QuantizedArgs& args,
+                            thread const int32_t* rows, thread float* acc, uint lane) {
+  for (int i = 0; i < kQuantGemvMaxM * R; ++i) acc[i] = 0.0f;
+  for (int32_t k0 = int32_t(lane) * kQuantChunk; k0 < args.k; k0 += kQuantSimdWidth * kQuantChunk) {
+    QuantChunk w[R];
+    for (int r = 0; r < R; ++r)
+      if (rows[r] >= 0) w[r] = load_chunk<F>(data, scales, biases, long(rows[r]), k0, args);
+    for (int32_t i = 0; i < args.m; ++i) {
+      // Two 4-wide loads (the host declines an x not aligned for them); each x is
+      // widened to f32 before it is summed (MLX PR #4516 summed in the activation dtype).
+      device const vec<T, 4>* xv = (device const vec<T, 4>*)(x + long(i) * args.k + k0);
+      const float4 lo = float4(xv[0]), hi = float4(xv[1]);
+      const float xs[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+      float sum_x = 0.0f;
+      for (int j = 0; j < 8; ++j) sum_x += xs[j];
+      for (int r = 0; r < R; ++r) {
+        if (rows[r] < 0) continue;
+        float dot = 0.0f;
+        for (int j = 0; j < 8; ++j) dot += w[r].c[j] * xs[j];
+        acc[i * R + r] += F::kHasBias ? w[r].scale * dot + w[r].bias * sum_x : w[r].scale * dot;
+      }
+    }
+  }
+  for (int32_t i = 0; i < args.m; ++i)
+    for (int r = 0; r < R; ++r) acc[i * R + r] = simd_sum(acc[i * R + r]);
+}
+
+// The kQuantGemvRows weight rows of this SIMD-group starting at row0 (-1 past n).
+inline void gemv_rows(int32_t row0, int32_t n, thread int32_t* rows) {
+  for (int r = 0; r < kQuantGemvRows; ++r) rows[r] = row0 + r < n ? row0 + r : -1;
+}
+
+inline int32_t gemv_row0(uint group, uint simdgroup) {
+  return (int32_t(group) * kQuantGemvSimdgroups + int32_t(simdgroup)) * kQuantGemvRows;
+}
+
+// out [m, n] = x w^T.
 template <typename F, typename T, typename S>
 kernel void quantized_matmul_bt_gemv(device const T* x [[buffer(0)]],
                                      device const uchar* data [[buffer(1)]],
@@ -35,35 +81,73 @@ kernel void quantized_matmul_bt_gemv(device const T* x [[buffer(0)]],
                                      uint group [[threadgroup_position_in_grid]],
                                      uint simdgroup [[simdgroup_index_in_threadgroup]],
                                      uint lane [[thread_index_in_simdgroup]]) {
-  const int32_t row0 = (int32_t(group) * kQuantGemvSimdgroups + int32_t(simdgroup)) * kQuantGemvRows;
+  const int32_t row0 = gemv_row0(group, simdgroup);
   if (row0 >= args.n) return;
-  float acc[kQuantGemvMaxM][kQuantGemvRows];
-  for (int i = 0; i < kQuantGemvMaxM; ++i)
-    for (int r = 0; r < kQuantGemvRows; ++r) acc[i][r] = 0.0f;
-  for (int32_t k0 = int32_t(lane) * kQuantChunk; k0 < args.k; k0 += kQuantSimdWidth * kQuantChunk) {
-    QuantChunk w[kQuantGemvRows];
+  int32_t rows[kQuantGemvRows];
+  gemv_rows(row0, args.n, rows);
+  float acc[kQuantGemvMaxM * kQuantGemvRows];
+  gemv_accumulate<F, T, S, kQuantGemvRows>(x, data, scales, biases, args, rows, acc, lane);
+  for (int32_t i = 0; i < args.m; ++i)
     for (int r = 0; r < kQuantGemvRows; ++r)
-      if (row0 + r < args.n) w[r] = load_chunk<F>(data, scales, biases, long(row0 + r), k0, args);
-    for (int32_t i = 0; i < args.m; ++i) {
-      // Two 4-wide loads (the host declines an x not aligned for them); each x is
-      // widened to f32 before it is summed (MLX PR #4516 summed in the activation dtype).
-      device const vec<T, 4>* xv = (device const vec<T, 4>*)(x + long(i) * args.k + k0);
-      const float4 lo = float4(xv[0]), hi = float4(xv[1]);
-      const float xs[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      float sum_x = 0.0f;
-      for (int j = 0; j < 8; ++j) sum_x += xs[j];
-      for (int r = 0; r < kQuantGemvRows; ++r) {
-        if (row0 + r >= args.n) break;
-        float dot = 0.0f;
-        for (int j = 0; j < 8; ++j) dot += w[r].c[j] * xs[j];
-        acc[i][r] += F::kHasBias ? w[r].scale * dot + w[r].bias * sum_x : w[r].scale * dot;
-      }
-    }
-  }
+      if (lane == 0 && rows[r] >= 0) out[long(i) * args.n + rows[r]] = T(acc[i * kQuantGemvRows + r]);
+}
+
+// Fused residual add: out [m, n] = residual + x w^T, the product rounded to T before
+// the add as quantized_matmul_bt then add would (so bit-exact with that composition);
+// out may be residual itself (each element is read, then written, by one lane).
+template <typename F, typename T, typename S>
+kernel void quantized_matmul_bt_add_gemv(device const T* x [[buffer(0)]],
+                                         device const uchar* data [[buffer(1)]],
+                                         device const S* scales [[buffer(2)]],
+                                         device const S* biases [[buffer(3)]],
+                                         device T* out [[buffer(4)]],
+                                         constant QuantizedArgs& args [[buffer(5)]],
+                                         device const T* residual [[buffer(6)]],
+                                         uint group [[threadgroup_position_in_grid]],
+                                         uint simdgroup [[simdgroup_index_in_threadgroup]],
+                                         uint lane [[thread_index_in_simdgroup]]) {
+  const int32_t row0 = gemv_row0(group, simdgroup);
+  if (row0 >= args.n) return;
+  int32_t rows[kQuantGemvRows];
+  gemv_rows(row0, args.n, rows);
+  float acc[kQuantGemvMaxM * kQuantGemvRows];
+  gemv_accumulate<F, T, S, kQuantGemvRows>(x, data, scales, biases, args, rows, acc, lane);
   for (int32_t i = 0; i < args.m; ++i)
     for (int r = 0; r < kQuantGemvRows; ++r) {
-      const float total = simd_sum(acc[i][r]);
-      if (lane == 0 && row0 + r < args.n) out[long(i) * args.n + row0 + r] = T(total);
+      if (lane != 0 || rows[r] < 0) continue;
+      const long e = long(i) * args.n + rows[r];
+      out[e] = T(float(T(acc[i * kQuantGemvRows + r])) + float(residual[e]));
+    }
+}
+
+// Fused SwiGLU: w holds the gate rows then the up rows (n = 2 I); out [m, I] =
+// silu(x w_gate^T) * (x w_up^T). The SIMD-group computes gate rows row0.. and the up
+// rows I + row0.. together, so the epilogue has both; gate and up are rounded to T
+// first and combined as silu_and_mul does (bit-exact with that composition).
+template <typename F, typename T, typename S>
+kernel void quantized_matmul_bt_swiglu_gemv(device const T* x [[buffer(0)]],
+                                            device const uchar* data [[buffer(1)]],
+                                            device const S* scales [[buffer(2)]],
+                                            device const S* biases [[buffer(3)]],
+                                            device T* out [[buffer(4)]],
+                                            constant QuantizedArgs& args [[buffer(5)]],
+                                            uint group [[threadgroup_position_in_grid]],
+                                            uint simdgroup [[simdgroup_index_in_threadgroup]],
+                                            uint lane [[thread_index_in_simdgroup]]) {
+  constexpr int R = 2 * kQuantGemvRows;
+  const int32_t inner = args.n / 2;
+  const int32_t row0 = gemv_row0(group, simdgroup);
+  if (row0 >= inner) return;
+  int32_t rows[R];
+  gemv_rows(row0, inner, rows);
+  for (int r = 0; r < kQuantGemvRows; ++r) rows[kQuantGemvRows + r] = rows[r] < 0 ? -1 : inner + rows[r];
+  float acc[kQuantGemvMaxM * R];
+  gemv_accumulate<F, T, S, R>(x, data, scales, biases, args, rows, acc, lane);
+  for (int32_t i = 0; i < args.m; ++i)
+    for (int r = 0; r < kQuantGemvRows; ++r) {
+      if (lane != 0 || rows[r] < 0) continue;
+      const float gate = float(T(acc[i * R + r])), up = float(T(acc[i * R + kQuantGemvRows + r]));
+      out[long(i) * inner + rows[r]] = T(gate / (1.0f + exp(-gate)) * up);
     }
 }
 
@@ -158,6 +242,14 @@ kernel void quantized_rows(device const int* ids [[buffer(0)]],
   template [[host_name("quantized_matmul_bt_gemv_" FNAME "_" TNAME)]] kernel void                      \
   quantized_matmul_bt_gemv<F, T, S>(device const T*, device const uchar*, device const S*,             \
                                     device const S*, device T*, constant QuantizedArgs&, uint, uint, uint); \
+  template [[host_name("quantized_matmul_bt_add_gemv_" FNAME "_" TNAME)]] kernel void                  \
+  quantized_matmul_bt_add_gemv<F, T, S>(device const T*, device const uchar*, device const S*,         \
+                                        device const S*, device T*, constant QuantizedArgs&,            \
+                                        device const T*, uint, uint, uint);                             \
+  template [[host_name("quantized_matmul_bt_swiglu_gemv_" FNAME "_" TNAME)]] kernel void               \
+  quantized_matmul_bt_swiglu_gemv<F, T, S>(device const T*, device const uchar*, device const S*,      \
+                                           device const S*, device T*, constant QuantizedArgs&,         \
+                                           uint, uint, uint);                                           \
   template [[host_name("quantized_matmul_bt_gemm_" FNAME "_" TNAME)]] kernel void                      \
   quantized_matmul_bt_gemm<F, T, S>(device const T*, device const uchar*, device const S*,             \
                                     device const S*, device T*, constant QuantizedArgs&, uint2, uint, uint); \

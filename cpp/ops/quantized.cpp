@@ -5,11 +5,10 @@
 #include <string>
 
 #include "ops/op_common.h"
+#include "ops/quantized_checks.h"
 
 namespace metalrt::ops {
-namespace {
-
-using namespace detail;
+namespace detail {
 
 std::vector<Tensor> WeightInputs(const QuantizedTensor& w) {
   std::vector<Tensor> inputs{w.data};
@@ -33,6 +32,23 @@ void CheckNoOverlapWeight(const Tensor& out, const QuantizedTensor& w, const cha
   }
 }
 
+DeviceType CheckQuantizedProjection(const Tensor& x, const QuantizedTensor& w, const char* op) {
+  CheckWeight(w, op);
+  CheckRank(x, 2, op, "x");
+  CheckFloat(x, op, "x");
+  CheckContiguous(x, op, "x");
+  Check(x.dim(1) == w.cols, op,
+        "x must have K=" + std::to_string(w.cols) + " columns to match w " + w.Describe() + ", got " +
+            ShapeToString(x.shape()));
+  return CommonDevice({&x, &w.data}, op);
+}
+
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
+
 void CheckOutputDType(DType dtype, const char* op) {
   CheckType(IsFloating(dtype), op,
             std::string("dtype must be float32, float16 or bfloat16, got ") + DTypeName(dtype));
@@ -53,14 +69,7 @@ Tensor Dequantize(const QuantizedTensor& w, DType dtype, const OptTensor& out) {
 
 Tensor QuantizedMatmulBT(const Tensor& x, const QuantizedTensor& w, const OptTensor& out) {
   constexpr const char* kOp = "quantized_matmul_bt";
-  CheckWeight(w, kOp);
-  CheckRank(x, 2, kOp, "x");
-  CheckFloat(x, kOp, "x");
-  CheckContiguous(x, kOp, "x");
-  Check(x.dim(1) == w.cols, kOp,
-        "x must have K=" + std::to_string(w.cols) + " columns to match w " + w.Describe() + ", got " +
-            ShapeToString(x.shape()));
-  const DeviceType device = CommonDevice({&x, &w.data}, kOp);
+  const DeviceType device = CheckQuantizedProjection(x, w, kOp);
   Tensor result = OutputOrNew(out, {x.dim(0), w.rows}, x.dtype(), device, kOp);
   CheckNoOverlap(result, x, kOp, "x");
   CheckNoOverlapWeight(result, w, kOp);

@@ -6,6 +6,7 @@ from .elementwise import add, cast, gelu, mul, relu, silu_and_mul
 from .layout import embedding, qkv_split, reshape_and_cache
 from .matmul import matmul, matmul_bt
 from .quantized import dequantize, quantized_embedding, quantized_matmul_bt
+from .fused import qkv_rope_cache, quantized_matmul_bt_add, quantized_matmul_bt_swiglu
 from .normalization import layer_norm, rms_norm, softmax
 from .rope import (qk_norm_rope, rope_cos_sin_cache, rope_from_cache, rope_interleaved,
                    rope_neox)
@@ -15,6 +16,7 @@ __all__ = [
     "add", "cast", "dequantize", "embedding", "gelu", "greedy_argmax", "layer_norm", "matmul",
     "matmul_bt", "mul", "paged_attention", "qk_norm_rope", "qkv_split", "quantized_embedding",
     "quantized_matmul_bt", "relu",
+    "quantized_matmul_bt_add", "quantized_matmul_bt_swiglu", "qkv_rope_cache",
     "reshape_and_cache", "rms_norm", "rope_cos_sin_cache", "rope_from_cache",
     "rope_interleaved", "rope_neox", "silu_and_mul", "softmax",
 ]
