@@ -56,8 +56,9 @@ Tensor QuantizedMatmulBTSwiglu(const Tensor& x, const QuantizedTensor& w, const 
 namespace detail {
 
 bool ComposeQuantizedMatmulBTAdd(const OpCall& call) {
-  const Tensor product = QuantizedMatmulBT(call.inputs[0], call.param<QuantizedTensor>());
-  Add(product, call.inputs[1], call.outputs[0]);
+  // residual + product (the same sum as product + residual): add's out may be its a,
+  // and out is the residual in the in-place form.
+  Add(call.inputs[1], QuantizedMatmulBT(call.inputs[0], call.param<QuantizedTensor>()), call.outputs[0]);
   return true;
 }
 

@@ -122,3 +122,15 @@ TEST_CASE("quantized fused GEMVs: bad arguments are errors naming the op") {
   CHECK_THROWS_WITH_AS(ops::QuantizedMatmulBTSwiglu(x, w), doctest::Contains("even number of rows"),
                        std::invalid_argument);
 }
+
+TEST_CASE("quantized_matmul_bt_add on the CPU: the residual in place equals the composition") {
+  const WeightSpec s{QuantFormat::kQ4_1};
+  const QuantizedTensor w = MakeQuantizedTensor(s.format, 40, 576, RandomWeight(s, 40, 576, 8)[0]);
+  const Tensor x = MakeFloat({2, 576}, DType::kF32, RandomValues(2 * 576, 9));
+  const Tensor residual = MakeFloat({2, 40}, DType::kF32, RandomValues(80, 10));
+  const Tensor expected = ops::Add(ops::QuantizedMatmulBT(x, w), residual);
+  Tensor h = MakeFloat({2, 40}, DType::kF32, ReadFloat(residual));
+  ops::QuantizedMatmulBTAdd(x, w, h, h);
+  CHECK(ReadFloat(h) == ReadFloat(expected));
+  CHECK(ReadFloat(h) != ReadFloat(residual));
+}
