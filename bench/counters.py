@@ -40,7 +40,7 @@ from metalrt import ops, profiler, providers
 from metalrt.loaders.gguf_file import GGUFFile
 from metalrt.runner import Engine, SamplingParams, blocks_for
 
-from . import weight_bytes
+from . import attention_grid, weight_bytes
 from .generation import emit
 
 DEFAULT_MAX_DISPATCHES = 48   # the command stream's cap unless METALRT_MAX_DISPATCHES is set
@@ -157,6 +157,8 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3,
     cap = int(os.environ.get("METALRT_MAX_DISPATCHES") or DEFAULT_MAX_DISPATCHES)
     decode = decodes[-1]
     reference_ops = sorted(n for n, r in decode["ops"].items() if not r["native"])
+    attention = attention_grid.measure(model.config["num_attention_heads"], model.num_kv_heads,
+                                       model.head_dim, model.dtype)
     waiting_ops = {n: r["waits"] for n, r in decode["ops"].items() if r["waits"]}
     return {
         "device": metalrt.device_info("metal")["name"],
@@ -167,6 +169,7 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3,
         "decode": decode,
         "decode_warmup": decodes[:-1],
         "weight_bytes_resident": weight_bytes.resident_bytes(weights),
+        "decode_attention": attention,
         "file_weight_bytes": file_weight_bytes,
         "goal": {
             "decode_weight_bytes_within_1_05x_file": None if file_weight_bytes is None else
@@ -178,6 +181,10 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3,
                 decode["commits_at_synchronize"] == 1 and decode["commits_at_flush"] == 0
                 and decode["commits"] == decode["commits_at_cap"] + 1),
             "zero_bytes_after_warmup": decode["allocated_bytes"] == 0,
+            "dispatches_per_layer_at_most_8": decode["dispatches_per_layer"] <= 8
+            if isinstance(decode["dispatches_per_layer"], int) else False,
+            "decode_attention_16_threadgroups_per_kv_head_at_4096": all(
+                r["threadgroups_per_kv_head"] >= 16 for r in attention if r["context"] >= 4096),
             "reference_tier_ops": reference_ops,
             "ops_that_wait": waiting_ops,
         },

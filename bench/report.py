@@ -196,6 +196,16 @@ def counter_table(result: Dict) -> str:
              f"({decode['waits']} waits); {commit_goal}; 0 bytes after warm-up: "
              f"{goal['zero_bytes_after_warmup']}",
              f"ops on the CPU reference tier: {', '.join(goal['reference_tier_ops']) or 'none'}"]
+    if "decode_attention" in c:      # results written before split-KV attention lack it
+        lines += ["", f"dispatches per layer <= 8: {goal['dispatches_per_layer_at_most_8']}; "
+                  "decode attention (one request, the model's heads; threadgroups per "
+                  "(request, kv head) from the profiler, goal >= 16 at 4,096: "
+                  f"{goal['decode_attention_16_threadgroups_per_kv_head_at_4096']}):",
+                  _table(["context", "kernels (threadgroups)", "threadgroups/kv head", "NMSE vs CPU",
+                          "max |error|"],
+                         [[r["context"], ", ".join(f"{n} ({t})" for n, t in r["kernels"].items()),
+                           r["threadgroups_per_kv_head"], f"{r['nmse']:.1e}", f"{r['max_abs_error']:.1e}"]
+                          for r in c["decode_attention"]])]
     if c.get("file_weight_bytes"):     # results written before weight bytes were counted lack it
         lines.append(f"weight bytes read per decode step: {decode['weight_bytes'] / 1e6:.2f} MB; "
                      f"the file's tensor bytes: {c['file_weight_bytes'] / 1e6:.2f} MB "

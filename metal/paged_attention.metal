@@ -4,7 +4,7 @@
 // seq_lens[b] - q_len + i and attends to positions 0 .. that position of kv head
 // h / (heads / kv_heads).
 //
-// Both kernels walk the context in block-table order, kAttentionKeyTile positions at a
+// The prefill kernel walks the context in block-table order, kAttentionKeyTile positions at a
 // time: the threadgroup gathers the tile's K and V rows through the block table into
 // threadgroup memory as f32 (consecutive threads read consecutive features, so the
 // loads coalesce), then every query row of the threadgroup — one SIMD-group, lane l
@@ -12,15 +12,12 @@
 // Gimelshein 2018; tiled as in FlashAttention, Dao et al. 2022): scores by simd_sum,
 // one rescale of the running sum and accumulator per tile. Everything in f32; the
 // output is rounded once to the query's dtype.
-// * paged_attention_decode_<dtype>: requests with one query. One threadgroup per
-//   (request, kv head) serves the query heads of that GQA group (up to
-//   kDecodeMaxSimdgroups per threadgroup), so each K/V row is read from device memory
-//   once per group instead of once per head.
-// * paged_attention_prefill_<dtype>: requests with more than one query. One threadgroup
-//   per (tile of kPrefillQueryTile queries of one request, head): the tile's queries
-//   share each staged K/V tile; key tiles stop at the tile's last query position, and
-//   within the diagonal tile each query masks the keys after its own position.
-//   Queries past the request's end (a partial tile) help stage but write nothing.
+// paged_attention_prefill_<dtype> serves the requests with more than one query (the
+// decode kernels are in paged_attention_decode.metal): one threadgroup per (tile of
+// kPrefillQueryTile queries of one request, head); the tile's queries share each staged
+// K/V tile; key tiles stop at the tile's last query position, and within the diagonal
+// tile each query masks the keys after its own position. Queries past the request's end
+// (a partial tile) help stage but write nothing.
 #include <metal_stdlib>
 #include "paged_attention_args.h"
 using namespace metal;
@@ -115,50 +112,6 @@ inline void store_row(thread const RowState& row, device T* dst, uint lane) {
   }
 }
 
-// Grid: (B, kv_heads * ceil(group / args.simdgroups)) threadgroups of
-// args.simdgroups SIMD-groups; a threadgroup of a request without exactly one query
-// returns at once (the prefill kernel serves it, or it has none).
-template <typename T>
-kernel void paged_attention_decode(device const T* query [[buffer(0)]],
-                                   device const T* key_cache [[buffer(1)]],
-                                   device const T* value_cache [[buffer(2)]],
-                                   device const int32_t* block_tables [[buffer(3)]],
-                                   device const int32_t* seq_lens [[buffer(4)]],
-                                   device const int32_t* query_start_loc [[buffer(5)]],
-                                   device T* out [[buffer(6)]],
-                                   constant PagedAttentionArgs& args [[buffer(7)]],
-                                   uint2 group [[threadgroup_position_in_grid]],
-                                   uint tid [[thread_index_in_threadgroup]],
-                                   uint simdgroup [[simdgroup_index_in_threadgroup]],
-                                   uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float k_tile[kAttentionKeyTile * kAttentionMaxHeadDim];
-  threadgroup float v_tile[kAttentionKeyTile * kAttentionMaxHeadDim];
-  const int32_t b = int32_t(group.x);
-  const int32_t token = query_start_loc[b];
-  if (query_start_loc[b + 1] - token != 1) return;
-  const int32_t group_size = args.heads / args.kv_heads;
-  const int32_t chunks = (group_size + args.simdgroups - 1) / args.simdgroups;
-  const int32_t kv_head = int32_t(group.y) / chunks;
-  const int32_t in_group = (int32_t(group.y) % chunks) * args.simdgroups + int32_t(simdgroup);
-  // A SIMD-group past the group's last head (a partial chunk) only helps stage.
-  const bool active = in_group < group_size;
-  const long row_offset = (long(token) * args.heads + kv_head * group_size + in_group) * head_dim;
-  float q[kAttentionMaxDimsPerLane];
-  if (active) load_query(query + row_offset, q, lane);
-  RowState row = start_row();
-  const int32_t context = seq_lens[b];
-  device const int32_t* blocks = block_tables + long(b) * args.max_blocks;
-  for (int32_t first = 0; first < context; first += kAttentionKeyTile) {
-    const int32_t count = min(kAttentionKeyTile, context - first);
-    stage_kv_tile(key_cache, value_cache, blocks, first, count, kv_head, args, k_tile, v_tile,
-                  tid, args.simdgroups * kAttentionSimdWidth);
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    if (active) attend_tile(row, q, k_tile, v_tile, count, args.scale, lane);
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  }
-  if (active) store_row(row, out + row_offset, lane);
-}
-
 // Grid: (prefill tiles, heads) threadgroups of kPrefillThreads. Tiles are numbered
 // request by request over the requests with more than one query, ceil(q_len /
 // kPrefillQueryTile) each; the host counts them from the same query_start_loc.
@@ -213,11 +166,6 @@ kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
 }
 
 #define METALRT_PAGED_ATTENTION(T, SUFFIX)                                                   \
-  template [[host_name("paged_attention_decode_" #SUFFIX)]] kernel void                     \
-  paged_attention_decode<T>(device const T*, device const T*, device const T*,              \
-                            device const int32_t*, device const int32_t*,                   \
-                            device const int32_t*, device T*, constant PagedAttentionArgs&, \
-                            uint2, uint, uint, uint);                                       \
   template [[host_name("paged_attention_prefill_" #SUFFIX)]] kernel void                    \
   paged_attention_prefill<T>(device const T*, device const T*, device const T*,             \
                              device const int32_t*, device const int32_t*,                  \

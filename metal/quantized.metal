@@ -11,6 +11,10 @@
 //   multiply per chunk and row (scale * sum(c x) + bias * sum(x)); simd_sum at the end.
 //   Expected: bound by the weight bytes (the packed size, ~4.5-8.5 bits per weight) on
 //   Apple GPUs, within ~2x of MLX's qmv_fast, which also vectorises the activation loads.
+// * quantized_matmul_bt_add_gemv_* and quantized_matmul_bt_swiglu_gemv_*: the same GEMV
+//   with a fused epilogue (the residual add after the o / down projection; SwiGLU of
+//   the merged gate|up projection), so a decode layer needs neither the add nor the
+//   silu_and_mul dispatch.
 // * quantized_matmul_bt_gemm_* (m > 8, prefill). Design: MLX qmm_t: 32x32 output tiles,
 //   the weight tile dequantized into threadgroup memory (one chunk per thread), the
 //   activation tile staged as f32 (never half: activations beyond 65504 stay finite),
@@ -39,6 +43,65 @@ kernel void quantized_matmul_bt_gemv(device const T* x [[buffer(0)]],
                                      uint simdgroup [[simdgroup_index_in_threadgroup]],
                                      uint lane [[thread_index_in_simdgroup]]) {
   quantized_gemv<F, T, S>(x, args.m, data, scales, biases, 0, args.n, out, args, group, simdgroup, lane);
+}
+
+// Fused residual add: out [m, n] = residual + x w^T, the product rounded to T before
+// the add as quantized_matmul_bt then add would (so bit-exact with that composition);
+// out may be residual itself (each element is read, then written, by one lane).
+template <typename F, typename T, typename S>
+kernel void quantized_matmul_bt_add_gemv(device const T* x [[buffer(0)]],
+                                         device const uchar* data [[buffer(1)]],
+                                         device const S* scales [[buffer(2)]],
+                                         device const S* biases [[buffer(3)]],
+                                         device T* out [[buffer(4)]],
+                                         constant QuantizedArgs& args [[buffer(5)]],
+                                         device const T* residual [[buffer(6)]],
+                                         uint group [[threadgroup_position_in_grid]],
+                                         uint simdgroup [[simdgroup_index_in_threadgroup]],
+                                         uint lane [[thread_index_in_simdgroup]]) {
+  const int32_t row0 = gemv_row0(group, simdgroup);
+  if (row0 >= args.n) return;
+  long rows[kQuantGemvRows];
+  gemv_rows(0, row0, args.n, rows);
+  float acc[kQuantGemvMaxM * kQuantGemvRows];
+  gemv_accumulate<F, T, S, kQuantGemvRows>(x, args.m, data, scales, biases, args, rows, acc, lane);
+  for (int32_t i = 0; i < args.m; ++i)
+    for (int r = 0; r < kQuantGemvRows; ++r) {
+      if (lane != 0 || rows[r] < 0) continue;
+      const long e = long(i) * args.n + rows[r];
+      out[e] = T(float(T(acc[i * kQuantGemvRows + r])) + float(residual[e]));
+    }
+}
+
+// Fused SwiGLU: w holds the gate rows then the up rows (n = 2 I); out [m, I] =
+// silu(x w_gate^T) * (x w_up^T). The SIMD-group computes gate rows row0.. and the up
+// rows I + row0.. together, so the epilogue has both; gate and up are rounded to T
+// first and combined as silu_and_mul does (bit-exact with that composition).
+template <typename F, typename T, typename S>
+kernel void quantized_matmul_bt_swiglu_gemv(device const T* x [[buffer(0)]],
+                                            device const uchar* data [[buffer(1)]],
+                                            device const S* scales [[buffer(2)]],
+                                            device const S* biases [[buffer(3)]],
+                                            device T* out [[buffer(4)]],
+                                            constant QuantizedArgs& args [[buffer(5)]],
+                                            uint group [[threadgroup_position_in_grid]],
+                                            uint simdgroup [[simdgroup_index_in_threadgroup]],
+                                            uint lane [[thread_index_in_simdgroup]]) {
+  constexpr int R = 2 * kQuantGemvRows;
+  const int32_t inner = args.n / 2;
+  const int32_t row0 = gemv_row0(group, simdgroup);
+  if (row0 >= inner) return;
+  long rows[R];
+  gemv_rows(0, row0, inner, rows);
+  for (int r = 0; r < kQuantGemvRows; ++r) rows[kQuantGemvRows + r] = rows[r] < 0 ? -1 : inner + rows[r];
+  float acc[kQuantGemvMaxM * R];
+  gemv_accumulate<F, T, S, R>(x, args.m, data, scales, biases, args, rows, acc, lane);
+  for (int32_t i = 0; i < args.m; ++i)
+    for (int r = 0; r < kQuantGemvRows; ++r) {
+      if (lane != 0 || rows[r] < 0) continue;
+      const float gate = float(T(acc[i * R + r])), up = float(T(acc[i * R + kQuantGemvRows + r]));
+      out[long(i) * inner + rows[r]] = T(gate / (1.0f + exp(-gate)) * up);
+    }
 }
 
 // Prefill GEMM: MLX qmm_t's shape (dequantized weight tile in threadgroup memory, f32
@@ -90,6 +153,14 @@ kernel void quantized_rows(device const int* ids [[buffer(0)]],
   template [[host_name("quantized_matmul_bt_gemv_" FNAME "_" TNAME)]] kernel void                      \
   quantized_matmul_bt_gemv<F, T, S>(device const T*, device const uchar*, device const S*,             \
                                     device const S*, device T*, constant QuantizedArgs&, uint, uint, uint); \
+  template [[host_name("quantized_matmul_bt_add_gemv_" FNAME "_" TNAME)]] kernel void                  \
+  quantized_matmul_bt_add_gemv<F, T, S>(device const T*, device const uchar*, device const S*,         \
+                                        device const S*, device T*, constant QuantizedArgs&,            \
+                                        device const T*, uint, uint, uint);                             \
+  template [[host_name("quantized_matmul_bt_swiglu_gemv_" FNAME "_" TNAME)]] kernel void               \
+  quantized_matmul_bt_swiglu_gemv<F, T, S>(device const T*, device const uchar*, device const S*,      \
+                                           device const S*, device T*, constant QuantizedArgs&,         \
+                                           uint, uint, uint);                                           \
   template [[host_name("quantized_matmul_bt_gemm_" FNAME "_" TNAME)]] kernel void                      \
   quantized_matmul_bt_gemm<F, T, S>(device const T*, device const uchar*, device const S*,             \
                                     device const S*, device T*, constant QuantizedArgs&, uint2, uint, uint); \

@@ -13,26 +13,11 @@ using namespace metal;
 template <typename T, bool kNeox, typename CosSin>
 inline void rope_rotate_token(device const T* x, device T* out, uint token, CosSin cos_sin,
                               constant RopeArgs& args, uint tid) {
-  const int32_t half = args.rotary_dim / 2;
-  const int32_t per_head = args.head_dim - half;   // half pairs, then the pass-through features
   const long token_offset = long(token) * args.heads * args.head_dim;
-  for (int32_t e = int32_t(tid); e < args.heads * per_head; e += kRopeThreads) {
-    const int32_t h = e / per_head, j = e % per_head;
-    device const T* in = x + token_offset + long(h) * args.head_dim;
-    device T* y = out + token_offset + long(h) * args.head_dim;
-    if (j < half) {
-      const int32_t ia = kNeox ? j : 2 * j, ib = kNeox ? j + half : 2 * j + 1;
-      const float2 r = rope_rotate(float(in[ia]), float(in[ib]), cos_sin[j], cos_sin[half + j]);
-      y[ia] = T(r.x);
-      y[ib] = T(r.y);
-    } else {
-      const int32_t f = args.rotary_dim + (j - half);
-      y[f] = in[f];
-    }
-  }
+  rope_rotate_heads<T, kNeox>(x + token_offset, out + token_offset, args.heads, args.head_dim,
+                              args.rotary_dim, cos_sin, tid, kRopeThreads);
 }
 
-// rope_neox / rope_interleaved: angles from positions and the frequency table.
 template <typename T, bool kNeox>
 kernel void rope(device const T* x [[buffer(0)]],
                  device const int32_t* positions [[buffer(1)]],

@@ -1,4 +1,5 @@
-// RoPE math shared by metal/rope.metal and metal/qk_norm_rope.metal (Su et al. 2021,
+// RoPE math shared by metal/rope.metal, metal/qk_norm_rope.metal and
+// metal/qkv_rope_cache.metal (Su et al. 2021,
 // "RoFormer"): accurate cos/sin of the angle position * inv_freq_i, and the rotation
 // of one feature pair exactly as the CPU oracle (cpp/cpu/rope.cpp) rounds it.
 //
@@ -71,6 +72,31 @@ inline void rope_token_cos_sin(int32_t position, constant float* freq, int32_t h
     const float2 cs = rope_cos_sin(position, freq, i);
     cos_sin[i] = cs.x;
     cos_sin[half + i] = cs.y;
+  }
+}
+
+// Rotates `heads` consecutive head rows of head_dim features from `in` to `out` (which
+// may be `in`) with one token's cos|sin (cos_sin[j], cos_sin[half + j] for pair j);
+// features past rotary_dim are copied. Threads [0, threads) of the threadgroup share
+// the work. NeoX pairs are (j, j + half), interleaved ones (2j, 2j + 1).
+template <typename T, bool kNeox, typename CosSin>
+inline void rope_rotate_heads(device const T* in, device T* out, int32_t heads, int32_t head_dim,
+                              int32_t rotary_dim, CosSin cos_sin, uint tid, int32_t threads) {
+  const int32_t half = rotary_dim / 2;
+  const int32_t per_head = head_dim - half;   // half pairs, then the pass-through features
+  for (int32_t e = int32_t(tid); e < heads * per_head; e += threads) {
+    const int32_t h = e / per_head, j = e % per_head;
+    device const T* x = in + long(h) * head_dim;
+    device T* y = out + long(h) * head_dim;
+    if (j < half) {
+      const int32_t ia = kNeox ? j : 2 * j, ib = kNeox ? j + half : 2 * j + 1;
+      const float2 r = rope_rotate(float(x[ia]), float(x[ib]), cos_sin[j], cos_sin[half + j]);
+      y[ia] = T(r.x);
+      y[ib] = T(r.y);
+    } else {
+      const int32_t f = rotary_dim + (j - half);
+      y[f] = x[f];
+    }
   }
 }
 

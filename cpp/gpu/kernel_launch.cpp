@@ -182,9 +182,14 @@ void KernelLaunch::Launch(bool per_thread, Size3 grid, Size3 group) {
   Profiler& profiler = backend_.profiler();
   // start_ is unset when profiling was switched on after this launch began: the
   // dispatch counts, its encode time is unknown.
-  if (profiler.enabled())
-    profiler.RecordDispatch(kernel_, start_ == Profiler::Clock::time_point{} ? 0.0
-                                                                             : Profiler::SecondsSince(start_));
+  if (profiler.enabled()) {
+    // dispatchThreads: partial edge threadgroups count as threadgroups.
+    auto groups = [&](uint32_t n, uint32_t g) { return per_thread ? (n + g - 1) / g : n; };
+    const uint32_t threadgroups[3] = {groups(grid.x, group.x), groups(grid.y, group.y), groups(grid.z, group.z)};
+    profiler.RecordDispatch(kernel_,
+                            start_ == Profiler::Clock::time_point{} ? 0.0 : Profiler::SecondsSince(start_),
+                            threadgroups);
+  }
 }
 
 }  // namespace metalrt::gpu

@@ -3,8 +3,15 @@
 //
 // Kernel choice, per request, from query_start_loc (read on the host: the batch
 // description is host-written, and the entry point has validated it):
-// * requests with one query go to paged_attention_decode_<dtype>, a threadgroup per
-//   (request, kv head) serving the GQA group;
+// * requests with one query go to the split-KV decode kernels
+//   (metal/paged_attention_decode.metal): when every decode context fits one partition
+//   of kDecodePartition positions, paged_attention_decode_<dtype> alone (a threadgroup
+//   per (request, kv head)); otherwise paged_attention_decode_split_<dtype> over
+//   (request, kv head, partition) threadgroups, the partitions' softmax states in an f32
+//   scratch, then paged_attention_decode_merge_<dtype> over (request, head). The
+//   scratch is a fresh tensor sized [B, heads, partitions, head_dim + 2], so repeat
+//   sizes come from the buffer cache (0 bytes allocated after warm-up; its size moves
+//   only when the longest decode context crosses a partition boundary);
 // * requests with more than one query (prefill, chunked prefill) go to
 //   paged_attention_prefill_<dtype>, a threadgroup per (query tile, head);
 // * a mixed batch encodes both kernels; each serves only its own requests and writes
@@ -38,36 +45,54 @@ bool MetalPagedAttention(const OpCall& call) {
   if (query.numel() == 0) return true;   // nothing to attend (no tokens, heads or features)
 
   const int32_t* starts = call.inputs[5].data_as<int32_t>();
-  bool any_decode = false;
-  int64_t prefill_tiles = 0;
+  const int32_t* seq_lens = call.inputs[4].data_as<int32_t>();
+  int64_t decode_context = 0, prefill_tiles = 0;   // the longest decode context
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t q_len = starts[b + 1] - starts[b];
-    any_decode |= q_len == 1;
+    if (q_len == 1) decode_context = std::max<int64_t>(decode_context, seq_lens[b]);
     if (q_len > 1) prefill_tiles += (q_len + kPrefillQueryTile - 1) / kPrefillQueryTile;
   }
   const int64_t group = heads / kv_heads;
-  const int32_t simdgroups = static_cast<int32_t>(std::min<int64_t>(group, kDecodeMaxSimdgroups));
+  const int64_t group_heads = std::min<int64_t>(group, kDecodeGroupHeads);
+  const int64_t partitions = (decode_context + kDecodePartition - 1) / kDecodePartition;
   const PagedAttentionArgs args{static_cast<int32_t>(heads),
                                 static_cast<int32_t>(kv_heads),
                                 static_cast<int32_t>(key_cache.dim(1)),
                                 static_cast<int32_t>(block_tables.dim(1)),
-                                simdgroups,
-                                call.param<ops::PagedAttentionParams>().scale};
-  auto launch = [&](const char* variant) {
-    KernelLaunch kernel(KernelName("paged_attention", variant, query.dtype()),
-                        {Constant(kAttentionHeadDimConstant, static_cast<int32_t>(head_dim))});
+                                static_cast<int32_t>(group_heads),
+                                static_cast<int32_t>(partitions),
+                                call.param<ops::PagedAttentionParams>().scale,
+                                0};
+  const FunctionConstants constants = {Constant(kAttentionHeadDimConstant, static_cast<int32_t>(head_dim))};
+  auto launch = [&](const char* variant, const Tensor& result) {
+    KernelLaunch kernel(KernelName("paged_attention", variant, query.dtype()), constants);
     for (uint32_t i = 0; i < 6; ++i) kernel.input(i, call.inputs[i]);
-    kernel.output(6, out).bytes(7, args);
+    kernel.output(6, result).bytes(7, args);
     return kernel;
   };
-  if (any_decode) {
-    const int64_t chunks = (group + simdgroups - 1) / simdgroups;
-    launch("decode").threadgroups(
-        {static_cast<uint32_t>(batch), static_cast<uint32_t>(kv_heads * chunks), 1},
-        {static_cast<uint32_t>(simdgroups * kAttentionSimdWidth), 1, 1});
+  if (partitions > 0) {
+    const Size3 grid = {static_cast<uint32_t>(batch),
+                        static_cast<uint32_t>(kv_heads * ((group + group_heads - 1) / group_heads)),
+                        static_cast<uint32_t>(partitions)};
+    const Size3 threads = {static_cast<uint32_t>(kDecodeThreads), 1, 1};
+    if (partitions == 1) {
+      launch("decode", out).threadgroups(grid, threads);
+    } else {
+      const Tensor partials = Tensor::Empty({batch, heads, partitions, head_dim + 2}, DType::kF32,
+                                            DeviceType::kMETAL);
+      launch("decode_split", partials).threadgroups(grid, threads);
+      KernelLaunch(KernelName("paged_attention", "decode_merge", query.dtype()), constants)
+          .input(0, partials)
+          .input(1, call.inputs[4])
+          .input(2, call.inputs[5])
+          .output(3, out)
+          .bytes(4, args)
+          .threadgroups({static_cast<uint32_t>(batch), static_cast<uint32_t>(heads), 1},
+                        {static_cast<uint32_t>(kDecodeMergeThreads), 1, 1});
+    }
   }
   if (prefill_tiles > 0) {
-    launch("prefill").threadgroups(
+    launch("prefill", out).threadgroups(
         {static_cast<uint32_t>(prefill_tiles), static_cast<uint32_t>(heads), 1},
         {static_cast<uint32_t>(kPrefillThreads), 1, 1});
   }

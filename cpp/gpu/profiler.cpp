@@ -1,7 +1,9 @@
 #include "gpu/profiler.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 namespace metalrt::gpu {
 
@@ -18,14 +20,19 @@ void Profiler::Reset() {
   total_.name = "total";
 }
 
-void Profiler::RecordDispatch(const std::string& kernel, double encode_seconds) {
+void Profiler::RecordDispatch(const std::string& kernel, double encode_seconds,
+                              const uint32_t (&grid)[3]) {
   std::lock_guard<std::mutex> lock(mutex_);
   ProfileRow& row = kernels_[kernel];
   row.name = kernel;
   ++row.dispatches;
   row.encode_seconds += encode_seconds;
+  const uint64_t threadgroups = uint64_t{grid[0]} * grid[1] * grid[2];
+  row.threadgroups += threadgroups;
+  std::copy(std::begin(grid), std::end(grid), std::begin(row.last_grid));
   ++total_.dispatches;
   total_.encode_seconds += encode_seconds;
+  total_.threadgroups += threadgroups;
 }
 
 void Profiler::RecordCommit(CommitCause cause) {

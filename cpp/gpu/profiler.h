@@ -2,7 +2,7 @@
 //
 // Off (the default unless METALRT_PROFILE=1): records nothing and reads no clock;
 // callers test enabled() before timing anything. On: one row per kernel name
-// (dispatches, host seconds spent encoding them) and a total row (command-buffer
+// (dispatches, host seconds spent encoding them, threadgroups launched, the last grid) and a total row (command-buffer
 // commits, each also counted under its cause, host waits, seconds the host spent waiting, seconds the GPU was busy
 // according to the command buffers' GPU start/end times, and the buffers the device
 // newly created with their bytes — allocations served by the buffer cache are free). The kernel name in a row
@@ -29,6 +29,9 @@ struct ProfileRow {
   std::string name;            // kernel name, or "total"
   uint64_t dispatches = 0;     // total row: all dispatches
   double encode_seconds = 0;   // host time encoding (total row: the sum)
+  uint64_t threadgroups = 0;   // threadgroups over all dispatches (total row: the sum)
+  // The last dispatch's grid in threadgroups (x, y, z); kernel rows only.
+  uint32_t last_grid[3] = {0, 0, 0};
   uint64_t commits = 0;        // total row only: all commits, the sum of the three below
   uint64_t commits_at_cap = 0;           // total row only: CommitCause::kCap
   uint64_t commits_at_flush = 0;         // total row only: CommitCause::kFlush
@@ -52,7 +55,8 @@ class Profiler {
   void Reset();
 
   // Recorders; the caller checks enabled() first (so "off" costs one branch).
-  void RecordDispatch(const std::string& kernel, double encode_seconds);
+  // grid: the dispatch's extent in threadgroups (x, y, z).
+  void RecordDispatch(const std::string& kernel, double encode_seconds, const uint32_t (&grid)[3]);
   void RecordCommit(CommitCause cause);
   void RecordWait(double wait_seconds);
   void RecordGpuTime(double gpu_seconds);

@@ -1,5 +1,6 @@
 // Metal dispatch of the quantized-weight ops (kernels: metal/quantized.metal): the
-// GEMV for m <= kQuantGemvMaxM, the tiled GEMM above it, and one thread per 8-value
+// GEMV for m <= kQuantGemvMaxM, the tiled GEMM above it, the fused GEMVs
+// (quantized_matmul_bt_add / _swiglu), and one thread per 8-value
 // chunk for dequantize and quantized_embedding. Kernel names are
 // <op>_<variant>_<format>_<dtype>, the affine format named with its scales' dtype
 // ("affine_bf16"). Buffers: activations or ids, data, scales, biases (GGUF binds data
@@ -11,6 +12,7 @@
 #include "gpu/quantized_weight_args.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/quantized.h"
+#include "ops/quantized_fused.h"
 #include "quantized_args.h"
 
 namespace metalrt::gpu {
@@ -47,6 +49,34 @@ bool MetalQuantizedMatmulBT(const OpCall& call) {
   return true;
 }
 
+// The fused GEMVs (kernel quantized_matmul_bt_<add|swiglu>_gemv_<format>_<dtype>) for
+// m <= kQuantGemvMaxM; above it the composition of the GEMM and the add / silu_and_mul
+// dispatches (a prefill's GEMMs dwarf the extra dispatch).
+bool MetalQuantizedMatmulBTFused(const OpCall& call, const char* op, bool swiglu) {
+  const Tensor& x = call.inputs[0];
+  const QuantizedTensor& w = call.param<QuantizedTensor>();
+  const int64_t m = x.dim(0);
+  if (!FitsInt(m, w.rows, w.cols)) return false;
+  if (m > kQuantGemvMaxM || reinterpret_cast<uintptr_t>(x.data()) % (4 * DTypeSize(x.dtype())) != 0)
+    return swiglu ? ops::detail::ComposeQuantizedMatmulBTSwiglu(call) : ops::detail::ComposeQuantizedMatmulBTAdd(call);
+  KernelLaunch launch(KernelName(op, "gemv_" + FormatToken(w), x.dtype()));
+  launch.input(0, x);
+  BindWeight(launch, w).output(4, call.outputs[0]).bytes(5, ArgsOf(w, m));
+  if (!swiglu) launch.input(6, call.inputs[1]);
+  const int64_t rows = swiglu ? w.rows / 2 : w.rows;
+  launch.threadgroups({CeilDiv(rows, kQuantGemvRows * kQuantGemvSimdgroups), 1, 1},
+                      {kQuantGemvSimdgroups * kQuantSimdWidth, 1, 1});
+  return true;
+}
+
+bool MetalQuantizedMatmulBTAdd(const OpCall& call) {
+  return MetalQuantizedMatmulBTFused(call, "quantized_matmul_bt_add", false);
+}
+
+bool MetalQuantizedMatmulBTSwiglu(const OpCall& call) {
+  return MetalQuantizedMatmulBTFused(call, "quantized_matmul_bt_swiglu", true);
+}
+
 // dequantize (ids undefined: row y is weight row y) and quantized_embedding.
 bool LaunchRows(const char* op, const char* variant, const Tensor& ids, const QuantizedTensor& w,
                 const Tensor& out, int64_t rows) {
@@ -73,6 +103,10 @@ bool MetalQuantizedEmbedding(const OpCall& call) {
 
 METALRT_REGISTER_PROVIDER("quantized_matmul_bt", DeviceType::kMETAL, "metal_quantized_matmul_bt", 10,
                           MetalQuantizedMatmulBT);
+METALRT_REGISTER_PROVIDER("quantized_matmul_bt_add", DeviceType::kMETAL, "metal_quantized_matmul_bt_add", 10,
+                          MetalQuantizedMatmulBTAdd);
+METALRT_REGISTER_PROVIDER("quantized_matmul_bt_swiglu", DeviceType::kMETAL, "metal_quantized_matmul_bt_swiglu", 10,
+                          MetalQuantizedMatmulBTSwiglu);
 METALRT_REGISTER_PROVIDER("dequantize", DeviceType::kMETAL, "metal_dequantize", 10, MetalDequantize);
 METALRT_REGISTER_PROVIDER("quantized_embedding", DeviceType::kMETAL, "metal_quantized_embedding", 10,
                           MetalQuantizedEmbedding);

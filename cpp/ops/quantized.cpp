@@ -32,14 +32,7 @@ Tensor Dequantize(const QuantizedTensor& w, DType dtype, const OptTensor& out) {
 
 Tensor QuantizedMatmulBT(const Tensor& x, const QuantizedTensor& w, const OptTensor& out) {
   constexpr const char* kOp = "quantized_matmul_bt";
-  CheckWeight(w, kOp);
-  CheckRank(x, 2, kOp, "x");
-  CheckFloat(x, kOp, "x");
-  CheckContiguous(x, kOp, "x");
-  Check(x.dim(1) == w.cols, kOp,
-        "x must have K=" + std::to_string(w.cols) + " columns to match w " + w.Describe() + ", got " +
-            ShapeToString(x.shape()));
-  const DeviceType device = CommonDevice({&x, &w.data}, kOp);
+  const DeviceType device = CheckQuantizedProjection(x, w, kOp);
   Tensor result = OutputOrNew(out, {x.dim(0), w.rows}, x.dtype(), device, kOp);
   CheckNoOverlap(result, x, kOp, "x");
   CheckNoOverlapWeight(result, w, kOp);

@@ -1,5 +1,7 @@
 #include "ops/quantized_weight.h"
 
+#include <string>
+
 #include "ops/op_common.h"
 
 namespace metalrt::ops::detail {
@@ -21,6 +23,17 @@ void CheckNoOverlapWeight(const Tensor& out, const QuantizedTensor& w, const cha
     CheckNoOverlap(out, w.scales, op, "w.scales");
     CheckNoOverlap(out, w.biases, op, "w.biases");
   }
+}
+
+DeviceType CheckQuantizedProjection(const Tensor& x, const QuantizedTensor& w, const char* op) {
+  CheckWeight(w, op);
+  CheckRank(x, 2, op, "x");
+  CheckFloat(x, op, "x");
+  CheckContiguous(x, op, "x");
+  Check(x.dim(1) == w.cols, op,
+        "x must have K=" + std::to_string(w.cols) + " columns to match w " + w.Describe() + ", got " +
+            ShapeToString(x.shape()));
+  return CommonDevice({&x, &w.data}, op);
 }
 
 }  // namespace metalrt::ops::detail

@@ -1,5 +1,5 @@
 // Checks of a QuantizedTensor argument shared by the entry points that take one
-// (quantized.cpp, moe.cpp). Providers receive the weight's tensors as inputs.
+// (quantized.cpp, quantized_fused.cpp, moe.cpp). Providers receive the weight's tensors as inputs.
 #pragma once
 #include <vector>
 
@@ -15,5 +15,7 @@ std::vector<Tensor> WeightInputs(const QuantizedTensor& w);
 void CheckWeight(const QuantizedTensor& w, const char* op);
 // The output may not overlap any of the weight's tensors.
 void CheckNoOverlapWeight(const Tensor& out, const QuantizedTensor& w, const char* op);
+// x [M, K] float, contiguous, K = w.cols, on w's device; returns that device.
+DeviceType CheckQuantizedProjection(const Tensor& x, const QuantizedTensor& w, const char* op);
 
 }  // namespace metalrt::ops::detail

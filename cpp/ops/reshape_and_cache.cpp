@@ -5,9 +5,29 @@
 #include <limits>
 #include <string>
 
+#include "ops/kv_cache_checks.h"
 #include "ops/op_common.h"
 
 namespace metalrt::ops {
+namespace detail {
+
+void CheckWritableCaches(const Tensor& key_cache, const Tensor& value_cache, const char* op) {
+  for (const Tensor* cache : {&key_cache, &value_cache})
+    Check(!(cache->storage() && cache->storage()->read_only()), op,
+          std::string(cache == &key_cache ? "key_cache" : "value_cache") +
+              " is a view of read-only memory (e.g. an np.memmap opened with mode='r')");
+}
+
+void CheckSlotsInCache(const Tensor& slot_mapping, int64_t tokens, const Tensor& key_cache, const char* op) {
+  CheckIndicesInRange(slot_mapping, tokens, std::numeric_limits<int64_t>::min(),
+                      key_cache.dim(0) * key_cache.dim(1), op, [&](int64_t slot, int64_t t) {
+                        return "slot " + std::to_string(slot) + " of token " + std::to_string(t) +
+                               " is beyond the cache of " + std::to_string(key_cache.dim(0)) +
+                               " blocks x " + std::to_string(key_cache.dim(1)) + " slots";
+                      });
+}
+
+}  // namespace detail
 
 void ReshapeAndCache(const Tensor& key, const Tensor& value, const Tensor& key_cache,
                      const Tensor& value_cache, const Tensor& slot_mapping) {
@@ -31,20 +51,10 @@ void ReshapeAndCache(const Tensor& key, const Tensor& value, const Tensor& key_c
   CheckContiguous(key_cache, kOp, "key_cache");
   CheckContiguous(value_cache, kOp, "value_cache");
   CheckContiguous(slot_mapping, kOp, "slot_mapping");
-  // The caches are written in place: a view of read-only memory would fault.
-  for (const Tensor* cache : {&key_cache, &value_cache})
-    Check(!(cache->storage() && cache->storage()->read_only()), kOp,
-          std::string(cache == &key_cache ? "key_cache" : "value_cache") +
-              " is a view of read-only memory (e.g. an np.memmap opened with mode='r')");
+  CheckWritableCaches(key_cache, value_cache, kOp);
   const DeviceType device =
       CommonDevice({&key, &value, &key_cache, &value_cache, &slot_mapping}, kOp);
-  // Negative slots are padding (skipped); the rest must lie inside the cache.
-  CheckIndicesInRange(slot_mapping, key.dim(0), std::numeric_limits<int64_t>::min(),
-                      key_cache.dim(0) * key_cache.dim(1), kOp, [&](int64_t slot, int64_t t) {
-                        return "slot " + std::to_string(slot) + " of token " + std::to_string(t) +
-                               " is beyond the cache of " + std::to_string(key_cache.dim(0)) +
-                               " blocks x " + std::to_string(key_cache.dim(1)) + " slots";
-                      });
+  CheckSlotsInCache(slot_mapping, key.dim(0), key_cache, kOp);
   RunOp(kOp, device, OpCall{{key, value, slot_mapping}, {key_cache, value_cache}, {}});
 }
 

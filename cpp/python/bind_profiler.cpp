@@ -15,6 +15,8 @@ nb::dict RowToDict(const metalrt::gpu::ProfileRow& row) {
   d["name"] = row.name;
   d["dispatches"] = row.dispatches;
   d["encode_seconds"] = row.encode_seconds;
+  d["threadgroups"] = row.threadgroups;
+  d["last_grid"] = nb::make_tuple(row.last_grid[0], row.last_grid[1], row.last_grid[2]);
   d["commits"] = row.commits;
   d["commits_at_cap"] = row.commits_at_cap;
   d["commits_at_flush"] = row.commits_at_flush;

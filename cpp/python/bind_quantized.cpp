@@ -126,6 +126,10 @@ void BindQuantizedOps(nb::module_& ops) {
           },
           nb::arg("w"), nb::arg("dtype"), nb::arg("out") = nb::none());
   ops.def("quantized_matmul_bt", &ops::QuantizedMatmulBT, nb::arg("x"), nb::arg("w"), nb::arg("out") = nb::none());
+  ops.def("quantized_matmul_bt_add", &ops::QuantizedMatmulBTAdd, nb::arg("x"), nb::arg("w"), nb::arg("residual"),
+          nb::arg("out") = nb::none());
+  ops.def("quantized_matmul_bt_swiglu", &ops::QuantizedMatmulBTSwiglu, nb::arg("x"), nb::arg("w"),
+          nb::arg("out") = nb::none());
   ops.def("quantized_embedding",
           [](const Tensor& ids, const QuantizedTensor& w, const std::string& dtype, const ops::OptTensor& out) {
             return ops::QuantizedEmbedding(ids, w, DTypeFromName(dtype), out);

@@ -41,7 +41,10 @@ def rows() -> list[dict]:
     """The recorded rows: one per kernel name (sorted by name), then ``"total"``.
 
     Every row is a dict with keys ``name`` (str), ``dispatches`` (int),
-    ``encode_seconds`` (float, host seconds), and — meaningful in the total row,
+    ``encode_seconds`` (float, host seconds), ``threadgroups`` (int, threadgroups
+    launched over all dispatches; the total row sums them), ``last_grid`` (the last
+    dispatch's grid in threadgroups, an (x, y, z) tuple of ints; (0, 0, 0) in the
+    total row), and — meaningful in the total row,
     zero in kernel rows — ``commits`` (command buffers committed), ``waits`` (host
     waits for the GPU), ``wait_seconds`` and ``gpu_seconds`` (float seconds),
     ``allocations`` and ``allocated_bytes`` (device buffers newly created).

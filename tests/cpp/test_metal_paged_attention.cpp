@@ -1,11 +1,15 @@
-// Gates of the Metal paged attention kernels (metal/paged_attention.metal): op cases
-// versus the CPU oracle at the OPT-125m and Qwen3 geometries, pure decode batches and the
+// Gates of the Metal paged attention kernels (metal/paged_attention.metal,
+// metal/paged_attention_decode.metal): op cases versus the CPU oracle at the OPT-125m,
+// Qwen3 and SmolLM2 geometries, pure decode batches, the split-KV decode (contexts 128,
+// 1,024 and 4,096, every split count from 1 to 16, contexts around one partition, splits
+// ending mid-block, requests of different lengths, GQA ratios 1, 3 and 8) and the
 // boundary shapes (head_dim 1/31/32/33/128, contexts around the 16-key tile, query tiles
 // of 7/8/9, GQA groups wider than a decode threadgroup, odd block sizes); which kernel a
 // batch dispatches; f32 versus float64; heads the kernels decline. Every cache slot a
 // request does not own is NaN, so a read outside a context fails the comparison.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -14,6 +18,7 @@
 #include "metal_op_testing.h"
 #include "metalrt/ops.h"
 #include "op_cases.h"
+#include "paged_attention_args.h"
 #include "paged_attention_testing.h"
 
 using namespace metalrt;
@@ -29,6 +34,24 @@ const std::vector<AttentionCase> kGeometries = {
     {"qwen3/partial_tile_and_decode", 16, 8, 128, 16, {{13, 53}, {1, 77}}},
     // SmolLM2: GQA 3:1; decode, prefill and chunked prefill in one batch.
     {"smollm2/mixed", 9, 3, 64, 16, {{1, 33}, {17, 17}, {5, 40}}},
+};
+
+// Split-KV decode: partitions of kDecodePartition (256) positions. Contexts 128, 1,024 and
+// 4,096 (1, 4 and 16 partitions) at GQA 3 (SmolLM2), 1 (OPT) and 8; contexts 255/256/257
+// around one partition; block sizes 5 and 48, which do not divide 256, so partitions end
+// mid-block; a batch whose requests need 1, 2, 5 and 16 partitions (the grid is sized by
+// the longest; shorter requests' extra threadgroups return at once).
+const std::vector<AttentionCase> kSplitDecode = {
+    {"smollm2/decode/ctx128", 9, 3, 64, 16, {{1, 128}}},
+    {"smollm2/decode/ctx1024", 9, 3, 64, 16, {{1, 1024}}},
+    {"smollm2/decode/ctx4096", 9, 3, 64, 16, {{1, 4096}}},
+    {"gqa1/decode/ctx1024", 4, 4, 64, 16, {{1, 1024}}},
+    {"gqa8/decode/ctx4096", 16, 2, 128, 16, {{1, 4096}}},
+    {"gqa8/decode/ctx255_256_257", 8, 1, 64, 16, {{1, 255}, {1, 256}, {1, 257}}},
+    {"block_size5/decode/ctx600_1001", 6, 2, 64, 5, {{1, 600}, {1, 1001}}},
+    {"block_size48/decode/ctx700", 9, 3, 64, 48, {{1, 700}}},
+    {"smollm2/decode/B4_ctx3_300_1100_4000", 9, 3, 64, 16, {{1, 3}, {1, 300}, {1, 1100}, {1, 4000}}},
+    {"smollm2/mixed_split", 9, 3, 64, 16, {{1, 900}, {17, 17}, {5, 300}}},
 };
 
 const std::vector<AttentionCase> kDecodeBatches = {
@@ -63,16 +86,24 @@ Bar OutputBar(DType dtype) { return {dtype == DType::kF32 ? 0.0 : 2 * UnitRoundo
 
 float ScaleOf(int64_t head_dim) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))); }
 
-// The kernels a batch dispatches: decode for one-query requests, prefill for longer ones.
+// The kernels a batch dispatches: for one-query requests the single-pass decode kernel
+// when every such context fits one partition, else the split and merge kernels; prefill
+// for longer ones.
 std::vector<std::string> KernelsOf(const Lens& lens, DType dtype) {
-  bool decode = false, prefill = false;
+  int32_t decode_context = 0;
+  bool prefill = false;
   for (const auto& [q_len, seq_len] : lens) {
-    decode |= q_len == 1;
+    if (q_len == 1) decode_context = std::max(decode_context, seq_len);
     prefill |= q_len > 1;
   }
   const std::string suffix = gpu::KernelDTypeSuffix(dtype);
   std::vector<std::string> kernels;
-  if (decode) kernels.push_back("paged_attention_decode_" + suffix);
+  if (decode_context > kDecodePartition) {
+    kernels.push_back("paged_attention_decode_split_" + suffix);
+    kernels.push_back("paged_attention_decode_merge_" + suffix);
+  } else if (decode_context > 0) {
+    kernels.push_back("paged_attention_decode_" + suffix);
+  }
   if (prefill) kernels.push_back("paged_attention_prefill_" + suffix);
   return kernels;
 }
@@ -105,6 +136,8 @@ METALRT_OP_CASES(paged_attention_cases) {
   for (DType dtype : kFloatDTypes)
     for (const AttentionCase& a : kGeometries) cases.push_back(MakeCase(a, dtype, seed += 10));
   for (const AttentionCase& a : kDecodeBatches) cases.push_back(MakeCase(a, DType::kBF16, seed += 10));
+  for (const AttentionCase& a : kSplitDecode)
+    for (DType dtype : {DType::kF32, DType::kF16}) cases.push_back(MakeCase(a, dtype, seed += 10));
   for (const AttentionCase& a : kBoundaries)
     for (DType dtype : {DType::kF32, DType::kF16}) cases.push_back(MakeCase(a, dtype, seed += 10));
   return cases;
@@ -166,4 +199,69 @@ TEST_CASE("metal paged_attention: head_dim above 128 is declined to the referenc
   CHECK(stats.declines == 1);
   CHECK(stats.reference_hits == 1);
   CHECK(ReadMetal(out) == ReadFloat(ref));
+}
+
+TEST_CASE("metal paged_attention: split-KV decode grids at contexts 128, 1,024 and 4,096 (profiler)") {
+  // SmolLM2's geometry (9 heads, 3 kv heads), one request. The profiler's threadgroup
+  // counts give threadgroups per (request, kv head): 1 (single pass, no merge), 4 and 16
+  // (split, then one merge threadgroup per (request, head)).
+  struct Expect {
+    int32_t context;
+    uint32_t per_kv_head;
+  };
+  for (const Expect& e : {Expect{128, 1}, Expect{1024, 4}, Expect{4096, 16}}) {
+    CAPTURE(e.context);
+    AttentionGeometry g{9, 3, 64, 16, 0, 0};
+    const Lens lens = {{1, e.context}};
+    const std::vector<AttentionRequest> reqs = ShuffledRequests(lens, g, 3);
+    const AttentionBatch bt = MakeAttentionBatch(reqs, g, DType::kF16, 17);
+    const Tensor out = PoisonedMetal(bt.query.shape(), DType::kF16);
+    const auto rows = ProfiledRows([&] {
+      ops::PagedAttention(ToMetal(bt.query), ToMetal(bt.key_cache), ToMetal(bt.value_cache),
+                          ToMetal(bt.block_tables), ToMetal(bt.seq_lens), ToMetal(bt.query_start_loc),
+                          0.125f, out);
+    });
+    const bool split = e.per_kv_head > 1;
+    const std::string first = split ? "paged_attention_decode_split_f16" : "paged_attention_decode_f16";
+    const gpu::ProfileRow* attend = nullptr;
+    const gpu::ProfileRow* merge = nullptr;
+    for (const gpu::ProfileRow& row : rows) {
+      if (row.name == first) attend = &row;
+      if (row.name == "paged_attention_decode_merge_f16") merge = &row;
+    }
+    REQUIRE(attend != nullptr);
+    CHECK(attend->dispatches == 1);
+    CHECK(attend->threadgroups == 3 * e.per_kv_head);
+    CHECK(attend->last_grid[2] == e.per_kv_head);
+    if (split) {
+      REQUIRE(merge != nullptr);
+      CHECK(merge->dispatches == 1);
+      CHECK(merge->threadgroups == 9);
+    } else {
+      CHECK(merge == nullptr);
+    }
+    const std::vector<double> ref = AttentionReference(bt, reqs, g, 0.125);
+    const std::vector<double> got = ReadMetal(out);
+    CHECK(Nmse(got, ref) <= 5e-4);
+    CheckClose(got, ref, OutputBar(DType::kF16), "split-KV decode vs float64");
+  }
+}
+
+TEST_CASE("metal paged_attention: the split-KV scratch allocates nothing after warm-up") {
+  // The partials are a fresh tensor of a repeat size each call: the buffer cache serves
+  // it, so a second call at the same context creates no device buffer.
+  AttentionGeometry g{9, 3, 64, 16, 0, 0};
+  const Lens lens = {{1, 1000}};
+  const AttentionBatch bt = MakeAttentionBatch(ShuffledRequests(lens, g, 5), g, DType::kF32, 23);
+  const Tensor q = ToMetal(bt.query), kc = ToMetal(bt.key_cache), vc = ToMetal(bt.value_cache);
+  const Tensor tables = ToMetal(bt.block_tables), seq_lens = ToMetal(bt.seq_lens),
+               starts = ToMetal(bt.query_start_loc);
+  const Tensor out = PoisonedMetal(bt.query.shape(), DType::kF32);
+  ops::PagedAttention(q, kc, vc, tables, seq_lens, starts, 0.125f, out);   // warm-up
+  gpu::ActiveMetalBackend().Synchronize();
+  const auto rows = ProfiledRows([&] { ops::PagedAttention(q, kc, vc, tables, seq_lens, starts, 0.125f, out); });
+  CHECK(Dispatches(rows, "paged_attention_decode_split_f32") == 1);
+  CHECK(rows.back().name == "total");
+  CHECK(rows.back().allocated_bytes == 0);
+  CHECK(rows.back().allocations == 0);
 }

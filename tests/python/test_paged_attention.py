@@ -161,13 +161,15 @@ def test_query_start_loc_far_below_the_previous_start(device):
 @pytest.mark.skipif("metal" not in DEVICES, reason="no Metal device")
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("q_lens, seq_lens, kernels", [
-    ([1, 1, 1, 1], [1, 17, 128, 300], ["decode"]),          # pure decode batch
+    ([1, 1, 1, 1], [1, 17, 128, 256], ["decode"]),          # decode batch, one partition
+    ([1, 1, 1, 1], [1, 17, 128, 300], ["decode_split", "decode_merge"]),   # split-KV
     ([5, 19], [5, 56], ["prefill"]),                         # OPT-style prefill, prior context
     ([13, 1, 0, 9], [53, 77, 4, 9], ["decode", "prefill"]),  # mixed, with an empty request
 ])
 def test_metal_kernels_match_the_cpu(dtype, q_lens, seq_lens, kernels):
-    """The native Metal kernels (decode for one-query requests, prefill for longer ones)
-    against the CPU oracle on the same inputs, at the Qwen3 geometry (GQA 2:1, head_dim
+    """The native Metal kernels (decode for one-query requests: single pass when every
+    context fits one 256-position partition, else split and merge; prefill for longer
+    ones) against the CPU oracle on the same inputs, at the Qwen3 geometry (GQA 2:1, head_dim
     128); the profiler names the kernels that ran."""
     suffix = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[dtype]
     cpu, expected = run_case("cpu", dtype, 16, 8, 128, 16, q_lens, seq_lens, seed=7)

@@ -107,11 +107,15 @@ def test_eight_dispatches_commit_once_at_synchronize(affine):
     rows = metalrt.profiler.rows()
     assert [r["name"] for r in rows] == ["affine", "total"]
     assert rows[0]["dispatches"] == 8 and rows[0]["encode_seconds"] > 0
+    # 33 threads in groups of 32: two threadgroups per dispatch, the edge one partial.
+    assert rows[0]["threadgroups"] == 16 and rows[0]["last_grid"] == (2, 1, 1)
     total = rows[1]
-    assert set(total) == {"name", "dispatches", "encode_seconds", "commits", "commits_at_cap",
-                          "commits_at_flush", "commits_at_synchronize", "waits", "wait_seconds",
-                          "gpu_seconds", "allocations", "allocated_bytes"}
+    assert set(total) == {"name", "dispatches", "encode_seconds", "threadgroups", "last_grid",
+                          "commits", "commits_at_cap", "commits_at_flush",
+                          "commits_at_synchronize", "waits", "wait_seconds", "gpu_seconds",
+                          "allocations", "allocated_bytes"}
     assert (total["dispatches"], total["commits"], total["waits"]) == (8, 1, 1)
+    assert total["threadgroups"] == 16 and total["last_grid"] == (0, 0, 0)
     assert commit_causes(total) == (0, 0, 1)   # the synchronize committed it
     assert 0 < total["gpu_seconds"] <= total["wait_seconds"]
 

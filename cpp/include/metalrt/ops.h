@@ -67,6 +67,29 @@ Tensor QuantizedMatmulBT(const Tensor& x, const QuantizedTensor& w,
 Tensor QuantizedEmbedding(const Tensor& ids, const QuantizedTensor& w, DType dtype = DType::kF32,
                           const OptTensor& out = std::nullopt);
 
+// Fused decode-layer GEMVs (metal/quantized.metal's epilogues; the composition of the
+// two ops they replace is their oracle and their CPU provider):
+// residual [M, N] + x [M, K] . dequantize(w)^T -> [M, N] in x's dtype, the product
+// rounded to x's dtype first (QuantizedMatmulBT then Add); `out` may be `residual`.
+Tensor QuantizedMatmulBTAdd(const Tensor& x, const QuantizedTensor& w, const Tensor& residual,
+                            const OptTensor& out = std::nullopt);
+// SwiGLU of a merged gate|up weight w [2 I, K] (gate rows, then up rows): x [M, K] ->
+// [M, I] = silu(x . w_gate^T) * (x . w_up^T) (QuantizedMatmulBT then SiluAndMul).
+Tensor QuantizedMatmulBTSwiglu(const Tensor& x, const QuantizedTensor& w,
+                               const OptTensor& out = std::nullopt);
+
+// The decode layer's QKV split, RoPE of q and k and KV-cache write in one op: qkv
+// [T, (heads + 2 kv_heads) head_dim] (q | k | v, kv_heads and head_dim from the
+// caches [num_blocks, block_size, kv_heads, head_dim]) -> q [T, heads, head_dim]
+// rotated; k rotated and v written to the caches at slot_mapping int64 [T] (slot < 0
+// skipped). Exactly QkvSplit, RopeNeox / RopeInterleaved of q and k, ReshapeAndCache
+// (its CPU provider is that composition).
+struct QkvRopeCacheParams { int64_t heads, rotary_dim; float base; bool neox; };
+Tensor QkvRopeCache(const Tensor& qkv, const Tensor& positions, const Tensor& key_cache,
+                    const Tensor& value_cache, const Tensor& slot_mapping, int64_t heads,
+                    int64_t rotary_dim, float base, bool neox = true,
+                    const OptTensor& out = std::nullopt);
+
 // ---- gathers and layout -----------------------------------------------------------
 // weight [V, D] any dtype, ids int32 [T] -> [T, D] with out[t] = weight[ids[t]].
 // Ids outside [0, V) raise std::invalid_argument, checked wherever the host can read

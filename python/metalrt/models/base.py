@@ -137,6 +137,14 @@ class Linear:
         y = project(x, self.weight)
         return ops.add(y, self.bias, out=y) if self.bias is not None else y
 
+    def add_to(self, x, residual):
+        """residual += x W^T (+ b), in place: one fused GEMV for a quantized W without
+        bias (``ops.quantized_matmul_bt_add``, byte for byte the same), else the
+        projection and an add."""
+        if self.bias is None and not isinstance(self.weight, metalrt.Tensor):
+            return ops.quantized_matmul_bt_add(x, self.weight, residual, out=residual)
+        return ops.add(residual, self(x), out=residual)
+
 
 class Embedding:
     """Token embedding table [vocab, hidden], float or quantized (a quantized table is
@@ -242,7 +250,8 @@ class Attention:
     """Multi-head self-attention with grouped-query heads over the paged KV cache:
     the Q/K/V projection (one merged projection split by ``ops.qkv_split``, or three),
     position encoding (a callable ``(q, k, step) -> (q, k)`` or None), cache write,
-    variable-length paged attention, output projection."""
+    variable-length paged attention, output projection. A merged projection with plain
+    ``Rope`` runs the split, RoPE and cache write as one ``ops.qkv_rope_cache``."""
 
     def __init__(self, qkv: Sequence[Linear], out: Linear, heads: int, kv_heads: int,
                  head_dim: int, positional: Optional[Callable]):
@@ -261,7 +270,22 @@ class Attention:
         return ops.qkv_split(self.qkv[0](x), q_width, kv_width, kv_width)
 
     def __call__(self, x, step: StepInputs, key_cache, value_cache):
+        return self.out(self.attend(x, step, key_cache, value_cache))
+
+    def add_to(self, h, x, step: StepInputs, key_cache, value_cache):
+        """h += attention(x), in place, the output projection fused with the add."""
+        return self.out.add_to(self.attend(x, step, key_cache, value_cache), h)
+
+    def attend(self, x, step: StepInputs, key_cache, value_cache):
+        """The attention output [tokens, heads * head_dim] before the output projection."""
         tokens = x.shape[0]
+        rope = self.positional
+        if len(self.qkv) == 1 and isinstance(rope, Rope) and rope.inv_freq is None:
+            # Split, RoPE of q and k and the cache write in one op (byte for byte the same).
+            q = ops.qkv_rope_cache(self.qkv[0](x), step.positions, key_cache, value_cache,
+                                   step.slot_mapping, self.heads, rope.rotary_dim, rope.base,
+                                   rope.neox)
+            return self.paged_attention(q, step, key_cache, value_cache)
         q, k, v = self.project_qkv(x)
         q = q.reshape(tokens, self.heads, self.head_dim)
         k = k.reshape(tokens, self.kv_heads, self.head_dim)
@@ -269,9 +293,12 @@ class Attention:
         if self.positional is not None:
             q, k = self.positional(q, k, step)
         ops.reshape_and_cache(k, v, key_cache, value_cache, step.slot_mapping)
+        return self.paged_attention(q, step, key_cache, value_cache)
+
+    def paged_attention(self, q, step: StepInputs, key_cache, value_cache):
         attn = ops.paged_attention(q, key_cache, value_cache, step.block_tables, step.seq_lens,
                                    step.query_start_loc, self.scale)
-        return self.out(attn.reshape(tokens, self.heads * self.head_dim))
+        return attn.reshape(q.shape[0], self.heads * self.head_dim)
 
 
 class GatedMLP:
@@ -282,7 +309,29 @@ class GatedMLP:
         self.gate_up, self.down = gate_up, down
 
     def __call__(self, x):
-        return self.down(ops.silu_and_mul(self.gate_up(x)))
+        return self.down(self.swiglu(x))
+
+    def add_to(self, h, x):
+        """h += mlp(x), in place, the down projection fused with the add."""
+        return self.down.add_to(self.swiglu(x), h)
+
+    def swiglu(self, x):
+        """silu(gate(x)) * up(x): one fused GEMV for a quantized gate|up weight without
+        bias (``ops.quantized_matmul_bt_swiglu``, byte for byte the same), else the
+        projection and ``ops.silu_and_mul``."""
+        gate_up = self.gate_up
+        if gate_up.bias is None and not isinstance(gate_up.weight, metalrt.Tensor):
+            return ops.quantized_matmul_bt_swiglu(x, gate_up.weight)
+        return ops.silu_and_mul(gate_up(x))
+
+
+def residual_add(block, h, *args):
+    """h += block(*args), in place: through the block's ``add_to`` (the residual add
+    fused into its last projection) when it has one, else the block and an add."""
+    add_to = getattr(block, "add_to", None)
+    if add_to is not None:
+        return add_to(h, *args)
+    return ops.add(h, block(*args), out=h)
 
 
 def dense_mlp(w: Weights, prefix: str, hidden: int, intermediate: int,
@@ -301,8 +350,8 @@ class PreNormLayer:
         self.attn_norm, self.attention, self.mlp_norm, self.mlp = attn_norm, attention, mlp_norm, mlp
 
     def __call__(self, h, step: StepInputs, key_cache, value_cache):
-        h = ops.add(h, self.attention(self.attn_norm(h), step, key_cache, value_cache), out=h)
-        return ops.add(h, self.mlp(self.mlp_norm(h)), out=h)
+        h = residual_add(self.attention, h, self.attn_norm(h), step, key_cache, value_cache)
+        return residual_add(self.mlp, h, self.mlp_norm(h))
 
 
 class CausalLM:

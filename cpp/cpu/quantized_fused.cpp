@@ -1,0 +1,13 @@
+// CPU providers of the fused quantized GEMVs: the compositions of the CPU oracles they
+// fuse (quantized_matmul_bt, then add or silu_and_mul), so the oracle is not a new formula.
+#include "metalrt/op_registry.h"
+#include "ops/quantized_fused.h"
+
+namespace metalrt::cpu {
+
+METALRT_REGISTER_PROVIDER("quantized_matmul_bt_add", DeviceType::kCPU, "cpu_quantized_matmul_bt_add", 0,
+                          ops::detail::ComposeQuantizedMatmulBTAdd);
+METALRT_REGISTER_PROVIDER("quantized_matmul_bt_swiglu", DeviceType::kCPU, "cpu_quantized_matmul_bt_swiglu", 0,
+                          ops::detail::ComposeQuantizedMatmulBTSwiglu);
+
+}  // namespace metalrt::cpu

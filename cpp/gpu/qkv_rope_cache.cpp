@@ -1,0 +1,40 @@
+// Metal dispatch of qkv_rope_cache (metal/qkv_rope_cache.metal): one threadgroup per
+// token; the frequencies are rope's (two floats per pair, passed by setBytes).
+#include <cstdint>
+
+#include "gpu/kernel_launch.h"
+#include "gpu/rope_frequencies.h"
+#include "metalrt/op_registry.h"
+#include "metalrt/ops.h"
+#include "qkv_rope_cache_args.h"
+
+namespace metalrt::gpu {
+namespace {
+
+bool MetalQkvRopeCache(const OpCall& call) {
+  const Tensor& qkv = call.inputs[0];
+  const Tensor& key_cache = call.outputs[1];
+  const auto& p = call.param<ops::QkvRopeCacheParams>();
+  const int64_t kv_heads = key_cache.dim(2), head_dim = key_cache.dim(3);
+  if (!RopeKernelsServe(p.rotary_dim) || !FitsInt(qkv.dim(1)) || !FitsUint(qkv.dim(0))) return false;
+  const std::vector<float> freq = RopeTurnFrequencies(p.rotary_dim, p.base);
+  KernelLaunch(KernelName("qkv_rope_cache", p.neox ? "neox" : "interleaved", qkv.dtype()))
+      .input(0, qkv)
+      .input(1, call.inputs[1])
+      .input(2, call.inputs[2])
+      .bytes(3, freq.data(), freq.size() * sizeof(float))
+      .output(4, call.outputs[0])
+      .output(5, key_cache)
+      .output(6, call.outputs[2])
+      .bytes(7, QkvRopeCacheArgs{key_cache.dim(0) * key_cache.dim(1), static_cast<int32_t>(p.heads),
+                                 static_cast<int32_t>(kv_heads), static_cast<int32_t>(head_dim),
+                                 static_cast<int32_t>(p.rotary_dim)})
+      .threadgroups({static_cast<uint32_t>(qkv.dim(0)), 1, 1}, {kRopeThreads, 1, 1});
+  return true;
+}
+
+}  // namespace
+
+METALRT_REGISTER_PROVIDER("qkv_rope_cache", DeviceType::kMETAL, "metal_qkv_rope_cache", 10, MetalQkvRopeCache);
+
+}  // namespace metalrt::gpu

@@ -1,0 +1,136 @@
+// Gates of the fused quantized GEMVs (metal/quantized.metal's quantized_matmul_bt_add_gemv
+// and quantized_matmul_bt_swiglu_gemv): in the op-case table against the CPU oracle (the
+// composition of the CPU quantized_matmul_bt and add / silu_and_mul) at the default
+// model's shapes (o and down projections 576x576 and 576x1536, gate|up 3072x576, Q4_1
+// and Q8_0) and boundary shapes (N = 1, 5, 13: partial SIMD-groups; m = 1..8, and m = 9,
+// where the provider composes the GEMM with the second op); bit-exact against the
+// unfused Metal composition they replace; the in-place residual form.
+#include <doctest/doctest.h>
+
+#include "metal_op_testing.h"
+#include "metalrt/ops.h"
+#include "op_cases.h"
+#include "quantized_testing.h"
+
+using namespace metalrt;
+using namespace metalrt::testing;
+
+namespace {
+
+std::string FormatToken(const WeightSpec& s) {
+  return IsAffine(s) ? std::string("affine_") + gpu::KernelDTypeSuffix(s.scales) : QuantFormatName(s.format);
+}
+
+// Both sides accumulate in f32 in different orders (the quantized_matmul_bt bars).
+OpCase WithMatmulBars(OpCase c, DType dtype) {
+  c.nmse = dtype == DType::kF32 ? 1e-6 : 5e-4;
+  c.max_rel = dtype == DType::kF32 ? 1e-5 : 4 * UnitRoundoff(dtype);
+  return c;
+}
+
+// The kernels a call dispatches: the fused GEMV, or (m > 8) the GEMM and the second op.
+std::vector<std::string> FusedKernels(const char* op, const char* second, const WeightSpec& s, int64_t m,
+                                      DType dtype) {
+  if (m <= 8) return {gpu::KernelName(op, "gemv_" + FormatToken(s), dtype)};
+  return {gpu::KernelName("quantized_matmul_bt", "gemm_" + FormatToken(s), dtype), gpu::KernelName(second, "", dtype)};
+}
+
+OpCase AddCase(const WeightSpec& s, int64_t m, int64_t k, int64_t n, DType dtype, uint32_t seed) {
+  std::vector<Tensor> inputs{MakeFloat({m, k}, dtype, RandomValuesOf(dtype, m * k, seed)),
+                             MakeFloat({m, n}, dtype, RandomValuesOf(dtype, m * n, seed + 2))};
+  for (const Tensor& t : RandomWeight(s, n, k, seed + 1)) inputs.push_back(t);
+  OpCase c = SingleOutputCase(CaseName("quantized_matmul_bt_add", dtype, {m, k, n}, SpecName(s)),
+                              "quantized_matmul_bt_add", "", inputs, {{m, n}, dtype}, {0.0, 0.0},
+                              [s, n, k](const Inputs& in, const Tensor& out) {
+                                ops::QuantizedMatmulBTAdd(in[0], WeightOf(s, n, k, in, 2), in[1], out);
+                              });
+  c.kernels = FusedKernels("quantized_matmul_bt_add", "add", s, m, dtype);
+  return WithMatmulBars(c, dtype);
+}
+
+OpCase SwigluCase(const WeightSpec& s, int64_t m, int64_t k, int64_t inner, DType dtype, uint32_t seed) {
+  std::vector<Tensor> inputs{MakeFloat({m, k}, dtype, RandomValuesOf(dtype, m * k, seed))};
+  for (const Tensor& t : RandomWeight(s, 2 * inner, k, seed + 1)) inputs.push_back(t);
+  OpCase c = SingleOutputCase(CaseName("quantized_matmul_bt_swiglu", dtype, {m, k, inner}, SpecName(s)),
+                              "quantized_matmul_bt_swiglu", "", inputs, {{m, inner}, dtype}, {0.0, 0.0},
+                              [s, inner, k](const Inputs& in, const Tensor& out) {
+                                ops::QuantizedMatmulBTSwiglu(in[0], WeightOf(s, 2 * inner, k, in, 1), out);
+                              });
+  c.kernels = FusedKernels("quantized_matmul_bt_swiglu", "silu_and_mul", s, m, dtype);
+  return WithMatmulBars(c, dtype);
+}
+
+}  // namespace
+
+METALRT_OP_CASES(quantized_fused_cases) {
+  std::vector<OpCase> cases;
+  uint32_t seed = 19000;
+  auto next = [&seed] { return seed += 7; };
+  const WeightSpec q4_1{QuantFormat::kQ4_1}, q8_0{QuantFormat::kQ8_0};
+  // The default model: o (576 <- 576), down (576 <- 1536), gate|up (2 x 1536 <- 576).
+  for (DType dtype : kFloatDTypes) {
+    cases.push_back(AddCase(q4_1, 1, 576, 576, dtype, next()));
+    cases.push_back(AddCase(q4_1, 1, 1536, 576, dtype, next()));
+    cases.push_back(SwigluCase(q4_1, 1, 576, 1536, dtype, next()));
+  }
+  // Boundaries: partial SIMD-groups (N or I = 1, 5, 13), every GEMV m to 8, the
+  // composition at m = 9, another format and an affine weight.
+  for (int64_t n : {1, 5, 13}) {
+    cases.push_back(AddCase(q8_0, 3, 64, n, DType::kF32, next()));
+    cases.push_back(SwigluCase(q8_0, 2, 64, n, DType::kF32, next()));
+  }
+  for (int64_t m : {2, 8, 9}) {
+    cases.push_back(AddCase(q4_1, m, 576, 40, DType::kF16, next()));
+    cases.push_back(SwigluCase(q4_1, m, 576, 24, DType::kBF16, next()));
+  }
+  const WeightSpec affine{QuantFormat::kAffine, 4, 64, DType::kBF16};
+  cases.push_back(AddCase(affine, 1, 576, 9, DType::kF32, next()));
+  cases.push_back(SwigluCase(affine, 1, 576, 9, DType::kF32, next()));
+  return cases;
+}
+
+TEST_CASE("metal quantized fused GEMVs: bit-exact with the unfused Metal composition, residual in place") {
+  // The epilogues round the product to the activation dtype before the add / SwiGLU, as
+  // the two unfused dispatches do, so the results match byte for byte in every dtype.
+  const WeightSpec s{QuantFormat::kQ4_1};
+  for (DType dtype : kFloatDTypes) {
+    CAPTURE(std::string(DTypeName(dtype)));
+    const Tensor x = ToMetal(MakeFloat({1, 576}, dtype, RandomValuesOf(dtype, 576, 5)));
+    const std::vector<Tensor> wt = RandomWeight(s, 3072, 576, 6);
+    const QuantizedTensor w = MakeQuantizedTensor(s.format, 3072, 576, ToMetal(wt[0]));
+    const Tensor residual_host = MakeFloat({1, 3072}, dtype, RandomValuesOf(dtype, 3072, 7));
+
+    const Tensor unfused_add = ops::Add(ops::QuantizedMatmulBT(x, w), ToMetal(residual_host));
+    Tensor h = ToMetal(residual_host);   // in place: out is the residual
+    ops::QuantizedMatmulBTAdd(x, w, h, h);
+    CHECK(ReadMetal(h) == ReadMetal(unfused_add));
+    CHECK(ReadMetal(h) != ReadFloat(residual_host));
+
+    const Tensor unfused_swiglu = ops::SiluAndMul(ops::QuantizedMatmulBT(x, w));
+    const Tensor fused = PoisonedMetal({1, 1536}, dtype);
+    ops::QuantizedMatmulBTSwiglu(x, w, fused);
+    CHECK(ReadMetal(fused) == ReadMetal(unfused_swiglu));
+  }
+}
+
+TEST_CASE("quantized fused GEMVs: bad arguments are errors naming the op") {
+  const WeightSpec s{QuantFormat::kQ8_0};
+  const QuantizedTensor w = MakeQuantizedTensor(s.format, 5, 64, RandomWeight(s, 5, 64, 1)[0]);
+  const Tensor x = MakeFloat({2, 64}, DType::kF32, RandomValues(128, 2));
+  CHECK_THROWS_WITH_AS(ops::QuantizedMatmulBTAdd(x, w, MakeFloat({2, 4}, DType::kF32, RandomValues(8, 3))),
+                       doctest::Contains("[quantized_matmul_bt_add] residual"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::QuantizedMatmulBTSwiglu(x, w), doctest::Contains("even number of rows"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("quantized_matmul_bt_add on the CPU: the residual in place equals the composition") {
+  const WeightSpec s{QuantFormat::kQ4_1};
+  const QuantizedTensor w = MakeQuantizedTensor(s.format, 40, 576, RandomWeight(s, 40, 576, 8)[0]);
+  const Tensor x = MakeFloat({2, 576}, DType::kF32, RandomValues(2 * 576, 9));
+  const Tensor residual = MakeFloat({2, 40}, DType::kF32, RandomValues(80, 10));
+  const Tensor expected = ops::Add(ops::QuantizedMatmulBT(x, w), residual);
+  Tensor h = MakeFloat({2, 40}, DType::kF32, ReadFloat(residual));
+  ops::QuantizedMatmulBTAdd(x, w, h, h);
+  CHECK(ReadFloat(h) == ReadFloat(expected));
+  CHECK(ReadFloat(h) != ReadFloat(residual));
+}
