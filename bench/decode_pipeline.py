@@ -15,7 +15,7 @@ from metalrt.runner import Engine, SamplingParams, blocks_for
 from . import native_calls
 
 WARMUP_STEPS = 3   # after the prefill: the recordings of both phases, then a replay
-CALL_GOAL = 5      # issue #19: Python-to-C++ calls per decode step
+CALL_GOAL = 5      # the goal for Python-to-C++ calls per decode step
 
 
 def committed_before_each_wait(events: List[Tuple[str, str]]) -> bool:

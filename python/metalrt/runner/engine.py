@@ -56,7 +56,8 @@ class Engine:
     requests computed (see ``prefix_cache``).
 
     ``decode_plans``: a step of decodes only is replayed from a recorded plan
-    (``decode_plans.DecodePlans``) instead of running the model op by op. When every
+    (``decode_plans.DecodePlans``) instead of running the model op by op, for a model
+    whose ``replayable_decode`` is true (``models.base.CausalLM``). When every
     request of it is greedy (no logprobs, no penalty), no request is waiting and none
     reaches max_tokens with this token, the next step is committed on the device's ids
     before this step's ids are read; its tokens are returned by the next ``step()``,
@@ -75,7 +76,8 @@ class Engine:
         self.inputs = StepBuffers(model.device)
         self.stats = EngineStats()
         self._ids = count()
-        self.plans = DecodePlans(model, cache) if decode_plans else None
+        replayable = getattr(model, "replayable_decode", False)
+        self.plans = DecodePlans(model, cache) if decode_plans and replayable else None
         # The pipelined step in flight and its requests, in row order.
         self._inflight: Optional[Tuple[DecodeRun, List[Request]]] = None
 
