@@ -201,7 +201,9 @@ class Engine:
         """Aborts what is left, releases the decode plans and the cache."""
         for request in list(self.scheduler.running) + list(self.scheduler.waiting):
             self.abort(request)
-        self._inflight = None
+        if self._inflight is not None:   # finish it before its tensors are released
+            self.plans.read_ids(self._inflight[0])
+            self._inflight = None
         if self.plans is not None:
             self.plans.release()
         self.cache.in_use = False
