@@ -40,7 +40,7 @@ from metalrt import ops, profiler, providers
 from metalrt.loaders.gguf_file import GGUFFile
 from metalrt.runner import Engine, SamplingParams, blocks_for
 
-from . import attention_grid, weight_bytes
+from . import attention_grid, decode_pipeline, metal_estimate, weight_bytes
 from .generation import emit
 
 DEFAULT_MAX_DISPATCHES = 48   # the command stream's cap unless METALRT_MAX_DISPATCHES is set
@@ -144,7 +144,9 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3,
     bytes read per decode step are compared with (at most 1.05x)."""
     weights = weight_bytes.weight_tensors(model)
     cache = model.new_cache(blocks_for(len(prompt_ids) + decode_steps + 1))
-    engine = Engine(model, cache, max_batched_tokens=max(len(prompt_ids), 1))
+    # Op by op (no decode plans), so that each op call and layer is seen from Python;
+    # the replayed step runs the same calls (decode_pipeline measures it).
+    engine = Engine(model, cache, max_batched_tokens=max(len(prompt_ids), 1), decode_plans=False)
     engine.add_request(list(prompt_ids), SamplingParams(), max_tokens=decode_steps + 1)
     was = profiler.enabled()
     profiler.enable(True)
@@ -168,6 +170,9 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3,
         "prefill": prefill,
         "decode": decode,
         "decode_warmup": decodes[:-1],
+        "replayed_decode": decode_pipeline.measure(model, prompt_ids),
+        "metal_estimate": metal_estimate.estimate(decode["weight_bytes"], decode["dispatches"]),
+        "per_dispatch_seconds": metal_estimate.PER_DISPATCH_SECONDS,
         "weight_bytes_resident": weight_bytes.resident_bytes(weights),
         "decode_attention": attention,
         "file_weight_bytes": file_weight_bytes,

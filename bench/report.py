@@ -212,7 +212,39 @@ def counter_table(result: Dict) -> str:
                      f"({decode['weight_bytes'] / c['file_weight_bytes']:.3f}x, goal <= 1.05x: "
                      f"{goal['decode_weight_bytes_within_1_05x_file']}); resident weights "
                      f"{c['weight_bytes_resident'] / 1e6:.2f} MB")
+    lines += _replayed_lines(c)
     return "\n".join(lines)
+
+
+def _replayed_lines(c: Dict) -> List[str]:
+    """The replayed decode step's host figures and the per-chip estimate (results
+    written before decode plans lack both)."""
+    lines = []
+    r = c.get("replayed_decode")
+    if r:
+        w, g = r["worst"], r["goal"]
+        lines += ["", "Replayed decode step (a recorded plan, next step committed before the "
+                  "ids are read; worst of the measured steps):",
+                  f"calls into C++ per step: {w['native_calls']} (goal <= 5: "
+                  f"{g['native_calls_per_step_at_most_5']}); host waits: {w['waits']} (goal 1: "
+                  f"{g['one_wait_per_step']}); commits {w['commits']} ({w['commits_at_cap']}/"
+                  f"{w['commits_at_flush']}/{w['commits_at_synchronize']} cap/flush/sync); next "
+                  f"step committed before the wait: {g['next_step_committed_before_wait']}; "
+                  f"0 bytes: {g['zero_bytes_after_warmup']}"]
+    rows = c.get("metal_estimate")
+    if rows:
+        decode = c["decode"]
+        lines += ["", f"ESTIMATE, not a measurement: decode tok/s from {decode['weight_bytes'] / 1e6:.2f} "
+                  f"MB read and {decode['dispatches']} dispatches per step at "
+                  f"{c['per_dispatch_seconds'] * 1e6:.0f} us each (bench/metal_estimate.py):",
+                  _table(["chip", "GB/s", "GPU cores", "roofline tok/s", "estimate tok/s",
+                          "dispatch share", "mlx-lm published"],
+                         [[e["chip"], f"{e['bandwidth_gb_s']:g}", e["gpu_cores"],
+                           f"{e['roofline_tok_s']:.0f}", f"{e['estimate_tok_s']:.0f}",
+                           f"{e['dispatch_share']:.0%}",
+                           "none found" if e["mlx_lm_published_tok_s"] is None
+                           else f"{e['mlx_lm_published_tok_s']:g}"] for e in rows])]
+    return lines
 
 
 def _busy(env: Dict) -> str:

@@ -27,6 +27,26 @@ Registry& TheRegistry() {
   return registry;
 }
 
+thread_local OpObserver* t_observer = nullptr;
+// RunOp calls in progress on this thread: a provider that runs other ops runs them
+// inside its own call, so an observer sees (and a plan replays) only the outermost.
+thread_local int t_depth = 0;
+struct Depth {
+  Depth() { ++t_depth; }
+  ~Depth() { --t_depth; }
+};
+
+void CountCall(Registry& r, const OpId& op, DeviceType device, const std::string& selected,
+               bool reference, uint64_t declines) {
+  std::lock_guard<std::mutex> lock(r.mutex);
+  ProviderStats& s = r.stats[{op, device}];
+  s.declines += declines;
+  if (selected.empty()) return;
+  s.last_selected = selected;
+  ++s.calls;
+  if (reference) ++s.reference_hits;
+}
+
 // Enabled providers of (op, device) in trial order; copied so they run unlocked.
 std::vector<Provider> EnabledProviders(Registry& r, const OpId& op, DeviceType device) {
   std::vector<Provider> out;
@@ -66,19 +86,21 @@ void RunOp(const OpId& op, DeviceType device, const OpCall& call) {
     std::lock_guard<std::mutex> lock(r.mutex);
     native = EnabledProviders(r, op, device);
   }
+  OpObserver* observer = t_depth == 0 ? t_observer : nullptr;
+  if (observer) observer->Before(op, device);
+  const Depth depth;
   uint64_t declines = 0;
   auto record = [&](const std::string& selected, bool reference) {
-    std::lock_guard<std::mutex> lock(r.mutex);
-    ProviderStats& s = r.stats[{op, device}];
-    s.declines += declines;
-    if (selected.empty()) return;
-    s.last_selected = selected;
-    ++s.calls;
-    if (reference) ++s.reference_hits;
+    CountCall(r, op, device, selected, reference, declines);
+  };
+  auto accepted = [&](const Provider& p, bool reference) {
+    const std::string name = reference ? "reference:" + p.name : p.name;
+    record(name, reference);
+    if (observer) observer->After(RecordedOp{op, device, call, name, p.fn, reference});
   };
   try {
     for (const Provider& p : native) {
-      if (p.fn(call)) return record(p.name, false);
+      if (p.fn(call)) return accepted(p, false);
       ++declines;
     }
     if (device != DeviceType::kCPU && HasBackend(device) && GetBackend(device).UnifiedMemory()) {
@@ -89,7 +111,7 @@ void RunOp(const OpId& op, DeviceType device, const OpCall& call) {
       }
       if (!reference.empty()) GetBackend(device).Synchronize();  // CPU reads device results
       for (const Provider& p : reference) {
-        if (p.fn(call)) return record("reference:" + p.name, true);
+        if (p.fn(call)) return accepted(p, true);
         ++declines;
       }
     }
@@ -100,6 +122,21 @@ void RunOp(const OpId& op, DeviceType device, const OpCall& call) {
   record("", false);
   throw std::runtime_error("[" + op + "] no provider on device '" + DeviceTypeName(device) +
                            "' accepted the call (" + std::to_string(declines) + " declined)");
+}
+
+OpObserver* SetOpObserver(OpObserver* observer) {
+  OpObserver* previous = t_observer;
+  t_observer = observer;
+  return previous;
+}
+
+void RunRecorded(const RecordedOp& recorded) {
+  const Depth depth;   // ops the provider runs are its own, not the caller's
+  if (recorded.reference) GetBackend(recorded.device).Synchronize();  // CPU reads device results
+  if (!recorded.fn(recorded.call))
+    throw std::runtime_error("[" + recorded.op + "] provider '" + recorded.provider +
+                             "' declined a replayed call it accepted when recorded");
+  CountCall(TheRegistry(), recorded.op, recorded.device, recorded.provider, recorded.reference, 0);
 }
 
 ProviderStats GetProviderStats(const OpId& op, DeviceType device) {

@@ -89,39 +89,54 @@ void CommandStream::RecordGpuTime(const GpuCommandBuffer& command_buffer) {
 
 void CommandStream::Synchronize() {
   std::lock_guard<std::mutex> lock(mutex_);
+  SynchronizeLocked();
+}
+
+void CommandStream::SynchronizeLocked() {
   // The wait is timed from before the commit: the GPU may start the moment it is
   // committed, and its busy time must fit inside the time the host spent here.
-  const bool profiling = profiler_.enabled();
-  const Profiler::Clock::time_point start = profiling ? Profiler::Clock::now() : Profiler::Clock::time_point{};
+  const Profiler::Clock::time_point start =
+      profiler_.enabled() ? Profiler::Clock::now() : Profiler::Clock::time_point{};
   // Nothing open and nothing in flight: no command buffer to commit, no wait to count.
   // Work in flight but nothing open (the cap or a Flush committed the last dispatch)
   // is waited on without a commit.
   const bool pending = open_.command_buffer != nullptr || !in_flight_.empty();
   if (!pending) return;
   CommitLocked(CommitCause::kSynchronize);
+  WaitLocked(in_flight_.size(), start);
+}
+
+void CommandStream::WaitLocked(size_t count, Profiler::Clock::time_point start) {
   bool failed = false;
   std::string error;
-  for (Submitted& s : in_flight_) {
-    s.command_buffer->wait_until_completed();
-    if (s.command_buffer->status() == GpuCommandBuffer::Status::kError) {
-      if (!failed) error = s.command_buffer->error();
+  for (size_t i = 0; i < count; ++i) {
+    GpuCommandBuffer& command_buffer = *in_flight_[i].command_buffer;
+    command_buffer.wait_until_completed();
+    if (command_buffer.status() == GpuCommandBuffer::Status::kError) {
+      if (!failed) error = command_buffer.error();
       failed = true;
     } else {
-      RecordGpuTime(*s.command_buffer);
+      RecordGpuTime(command_buffer);
     }
   }
-  in_flight_.clear();
-  if (profiling) profiler_.RecordWait(Profiler::SecondsSince(start));
+  in_flight_.erase(in_flight_.begin(), in_flight_.begin() + static_cast<std::ptrdiff_t>(count));
+  if (profiler_.enabled()) profiler_.RecordWait(Profiler::SecondsSince(start));
   if (failed)
     throw std::runtime_error("[metal] command buffer failed: " + (error.empty() ? "(no message)" : error));
 }
 
-bool CommandStream::WritesPending(const GpuBuffer& buffer) const {
+void CommandStream::WaitForUses(const GpuBuffer& buffer, bool writes_only) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto writes = [&](const Submitted& s) {
-    return std::find(s.written.begin(), s.written.end(), &buffer) != s.written.end();
+  auto uses = [&](const Submitted& s) {
+    if (writes_only) return std::find(s.written.begin(), s.written.end(), &buffer) != s.written.end();
+    return std::any_of(s.retained.begin(), s.retained.end(),
+                       [&](const std::shared_ptr<GpuBuffer>& b) { return b.get() == &buffer; });
   };
-  return writes(open_) || std::any_of(in_flight_.begin(), in_flight_.end(), writes);
+  if (uses(open_)) return SynchronizeLocked();
+  size_t count = in_flight_.size();
+  while (count > 0 && !uses(in_flight_[count - 1])) --count;
+  if (count == 0) return;
+  WaitLocked(count, profiler_.enabled() ? Profiler::Clock::now() : Profiler::Clock::time_point{});
 }
 
 int CommandStream::max_dispatches() const {

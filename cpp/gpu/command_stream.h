@@ -58,9 +58,12 @@ class CommandStream {
   // std::runtime_error with the device's message when one completed with an error.
   void Synchronize();
 
-  // True when a dispatch encoded or committed, and not yet known complete, writes
-  // `buffer` (binds it as an output).
-  bool WritesPending(const GpuBuffer& buffer) const;
+  // Waits for the work encoded or committed, and not yet known complete, that writes
+  // `buffer` (binds it as an output) or, unless `writes_only`, binds it at all; later
+  // command buffers keep running. When the open command buffer is among that work
+  // this is Synchronize(); when none is, nothing is committed or waited for. Throws
+  // like Synchronize() when a command buffer waited for failed.
+  void WaitForUses(const GpuBuffer& buffer, bool writes_only);
 
   int max_dispatches() const;
   void set_max_dispatches(int max_dispatches);   // >= 1, else std::invalid_argument
@@ -80,6 +83,11 @@ class CommandStream {
   // (and counted as a host wait) however fast the GPU was.
   void RetireCompletedLocked();
   void RecordGpuTime(const GpuCommandBuffer& command_buffer);
+  // Waits for the first `count` in-flight command buffers (in commit order: one queue
+  // completes them in that order), forgets them and records one host wait timed from
+  // `start`; throws when one failed.
+  void WaitLocked(size_t count, Profiler::Clock::time_point start);
+  void SynchronizeLocked();
 
   GpuDevice& device_;
   Profiler& profiler_;

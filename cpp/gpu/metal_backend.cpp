@@ -47,7 +47,12 @@ void MetalBackend::Copy(void* dst, const void* src, size_t bytes, CopyKind kind)
 
 void MetalBackend::PrepareHostRead(const void* data, size_t bytes) {
   const ResolvedPointer r = allocations_.Resolve(data, bytes, "[metal host read]");
-  if (stream_.WritesPending(*r.buffer)) stream_.Synchronize();
+  stream_.WaitForUses(*r.buffer, /*writes_only=*/true);
+}
+
+void MetalBackend::PrepareHostWrite(const void* data, size_t bytes) {
+  const ResolvedPointer r = allocations_.Resolve(data, bytes, "[metal host write]");
+  stream_.WaitForUses(*r.buffer, /*writes_only=*/false);
 }
 
 void MetalBackend::Memset(void* dst, int value, size_t bytes) {

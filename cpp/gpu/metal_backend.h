@@ -38,9 +38,12 @@ class MetalBackend final : public Backend {
   void Copy(void* dst, const void* src, size_t bytes, CopyKind kind) override;
   void Memset(void* dst, int value, size_t bytes) override;
   void Synchronize() override { stream_.Synchronize(); }
-  // Synchronizes only when pending work writes the allocation holding the range
-  // (std::invalid_argument when no live allocation holds it).
+  // Waits only for the pending work that writes the allocation holding the range,
+  // committing the open command buffer only when it is among it (std::invalid_argument
+  // when no live allocation holds the range).
   void PrepareHostRead(const void* data, size_t bytes) override;
+  // The same for the pending work that reads or writes the allocation.
+  void PrepareHostWrite(const void* data, size_t bytes) override;
   // Wraps the page-aligned range holding the memory as a no-copy buffer registered in
   // the allocation registry (external_memory.cpp); memory inside a range wrapped
   // earlier and still alive shares that wrapping.
@@ -52,7 +55,7 @@ class MetalBackend final : public Backend {
   }
 
   // Commits the open command buffer without waiting.
-  void Flush() { stream_.Flush(); }
+  void Flush() override { stream_.Flush(); }
   GpuDevice& device() { return *device_; }
   const std::string& selection() const { return selection_; }
   AllocationRegistry& allocations() { return allocations_; }

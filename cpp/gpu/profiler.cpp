@@ -18,6 +18,22 @@ void Profiler::Reset() {
   kernels_.clear();
   total_ = ProfileRow{};
   total_.name = "total";
+  events_.clear();
+}
+
+void Profiler::PushEventLocked(ProfileEvent event) {
+  if (events_.size() == kMaxEvents) events_.pop_front();
+  events_.push_back(std::move(event));
+}
+
+void Profiler::RecordMark(const std::string& label) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PushEventLocked({ProfileEvent::Kind::kMark, CommitCause::kCap, label});
+}
+
+std::vector<ProfileEvent> Profiler::Events() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {events_.begin(), events_.end()};
 }
 
 void Profiler::RecordDispatch(const std::string& kernel, double encode_seconds,
@@ -43,12 +59,14 @@ void Profiler::RecordCommit(CommitCause cause) {
     case CommitCause::kFlush: ++total_.commits_at_flush; break;
     case CommitCause::kSynchronize: ++total_.commits_at_synchronize; break;
   }
+  PushEventLocked({ProfileEvent::Kind::kCommit, cause, {}});
 }
 
 void Profiler::RecordWait(double wait_seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++total_.waits;
   total_.wait_seconds += wait_seconds;
+  PushEventLocked({ProfileEvent::Kind::kWait, CommitCause::kCap, {}});
 }
 
 void Profiler::RecordGpuTime(double gpu_seconds) {

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -43,6 +44,16 @@ struct ProfileRow {
   uint64_t allocated_bytes = 0;   // total row only: their lengths (cache hits not counted)
 };
 
+// One entry of the profiler's event log, in the order the host made them: a commit
+// (with its cause), a host wait, or a mark a caller set (e.g. a plan replay starting),
+// so the log shows whether step n+1 was committed before the host waited for step n.
+struct ProfileEvent {
+  enum class Kind : uint8_t { kCommit, kWait, kMark };
+  Kind kind = Kind::kMark;
+  CommitCause cause = CommitCause::kCap;   // kCommit only
+  std::string label;                       // kMark only
+};
+
 class Profiler {
  public:
   using Clock = std::chrono::steady_clock;
@@ -61,6 +72,11 @@ class Profiler {
   void RecordWait(double wait_seconds);
   void RecordGpuTime(double gpu_seconds);
   void RecordAllocation(uint64_t bytes);
+  void RecordMark(const std::string& label);
+
+  // The newest kMaxEvents events, oldest first.
+  static constexpr size_t kMaxEvents = 1 << 16;
+  std::vector<ProfileEvent> Events() const;
 
   // Kernel rows sorted by name, then the total row; empty when nothing was recorded.
   std::vector<ProfileRow> Rows() const;
@@ -78,6 +94,8 @@ class Profiler {
   mutable std::mutex mutex_;
   std::map<std::string, ProfileRow> kernels_;
   ProfileRow total_;
+  std::deque<ProfileEvent> events_;
+  void PushEventLocked(ProfileEvent event);
 };
 
 }  // namespace metalrt::gpu

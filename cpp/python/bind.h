@@ -1,10 +1,18 @@
 // The areas of the nanobind extension metalrt._metalrt, one bind_<area>.cpp each.
 #pragma once
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include "metalrt/dtype.h"
 
 namespace nb = nanobind;
 
 namespace metalrt::python {
+
+using HostArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+// The numpy dtype holding a tensor's values; bfloat16 widens exactly to float32
+// because numpy has no bfloat16 (bind_tensor.cpp).
+nb::dlpack::dtype NumpyDType(DType dtype);
 
 void BindErrors(nb::module_& m);     // C++ exceptions -> Python exceptions
 void BindTensor(nb::module_& m);     // Tensor, numpy import/export, empty/zeros
@@ -14,6 +22,7 @@ void BindProfiler(nb::module_& m);   // the Metal profiler, flush
 void BindShader(nb::module_& m);     // compile_shader: user MSL kernels
 void BindDoctor(nb::module_& m);     // device facts for metalrt.doctor
 void BindQuantized(nb::module_& m);  // QuantizedTensor, zero-copy tensors over host memory
+void BindPlan(nb::module_& m);       // Plan (record/replay), step input/output transfers
 
 // Op families, bound into the submodule _metalrt.ops; metalrt/ops/<family>.py wraps
 // each with argument conversion and the user-facing docstring.

@@ -29,6 +29,16 @@ nb::dict RowToDict(const metalrt::gpu::ProfileRow& row) {
   return d;
 }
 
+// ("commit", cause) | ("wait", "") | ("mark", label), as profiler.events() documents.
+nb::tuple EventToTuple(const metalrt::gpu::ProfileEvent& e) {
+  using Kind = metalrt::gpu::ProfileEvent::Kind;
+  using Cause = metalrt::gpu::CommitCause;
+  if (e.kind == Kind::kWait) return nb::make_tuple("wait", "");
+  if (e.kind == Kind::kMark) return nb::make_tuple("mark", e.label);
+  const char* cause = e.cause == Cause::kCap ? "cap" : e.cause == Cause::kFlush ? "flush" : "synchronize";
+  return nb::make_tuple("commit", cause);
+}
+
 }  // namespace
 
 void BindProfiler(nb::module_& m) {
@@ -46,6 +56,11 @@ void BindProfiler(nb::module_& m) {
   p.def("waits", [] { return TheProfiler().waits(); });
   p.def("allocations", [] { return TheProfiler().allocations(); });
   p.def("allocated_bytes", [] { return TheProfiler().allocated_bytes(); });
+  p.def("events", [] {
+    nb::list events;
+    for (const auto& e : TheProfiler().Events()) events.append(EventToTuple(e));
+    return events;
+  });
 
   m.def(
       "flush",

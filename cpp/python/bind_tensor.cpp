@@ -16,12 +16,7 @@
 #include "metalrt/tensor.h"
 
 namespace metalrt::python {
-namespace {
 
-using HostArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
-
-// The numpy dtype holding a tensor's values; bfloat16 widens exactly to float32
-// because numpy has no bfloat16.
 nb::dlpack::dtype NumpyDType(DType dtype) {
   using Code = nb::dlpack::dtype_code;
   auto make = [](Code code, int bits) {
@@ -38,6 +33,8 @@ nb::dlpack::dtype NumpyDType(DType dtype) {
   }
   throw TypeError("unknown dtype");
 }
+
+namespace {
 
 nb::object ToNumpy(const Tensor& t) {
   const nb::dlpack::dtype dtype = NumpyDType(t.dtype());

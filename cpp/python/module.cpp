@@ -12,6 +12,7 @@ NB_MODULE(_metalrt, m) {
   BindShader(m);
   BindDoctor(m);
   BindQuantized(m);
+  BindPlan(m);
   nb::module_ ops = m.def_submodule("ops", "Op entry points (wrapped by metalrt.ops).");
   BindElementwiseOps(ops);
   BindNormalizationOps(ops);

@@ -86,3 +86,13 @@ def allocations() -> int:
 def allocated_bytes() -> int:
     """Bytes of the device buffers counted by ``allocations``."""
     return _native.allocated_bytes()
+
+
+def events() -> list[tuple[str, str]]:
+    """The host-side order of commits, waits and marks since profiling was enabled or
+    reset (the newest 65,536): ``("commit", cause)`` with cause ``"cap"``, ``"flush"``
+    or ``"synchronize"``; ``("wait", "")`` for each host wait for the GPU;
+    ``("mark", label)`` where the runtime marks a point, e.g. ``"replay"`` when a
+    decode plan's replay starts (``metalrt.plan``). The log shows pipelining: a
+    step's first commit listed before the wait for the previous step's tokens."""
+    return _native.events()

@@ -50,14 +50,18 @@ def profiling():
     profiler.enable(was)
 
 
-def engine_for(model, steps):
-    engine = Engine(model, model.new_cache(blocks_for(len(PROMPT) + steps)), max_batched_tokens=64)
+def engine_for(model, steps, decode_plans=False):
+    """An engine whose decode steps run op by op (what bench/counters.py instruments)
+    unless ``decode_plans``; the replayed steps' counters: test_decode_pipeline.py."""
+    engine = Engine(model, model.new_cache(blocks_for(len(PROMPT) + steps)), max_batched_tokens=64,
+                    decode_plans=decode_plans)
     engine.add_request(PROMPT, SamplingParams(), max_tokens=steps)
     return engine
 
 
-def test_decode_step_allocates_nothing_after_warm_up(model, profiling):
-    engine = engine_for(model, 8)
+@pytest.mark.parametrize("decode_plans", [False, True])
+def test_decode_step_allocates_nothing_after_warm_up(model, profiling, decode_plans):
+    engine = engine_for(model, 8, decode_plans)
     try:
         per_step = []
         while engine.has_work:

@@ -42,6 +42,14 @@ class Backend {
   // does, so reading an op's host-made index tensor costs no wait). Host memory: a
   // no-op.
   virtual void PrepareHostRead(const void* /*data*/, size_t /*bytes*/) {}
+  // On a unified-memory device: makes [data, data + bytes) safe for the host to write
+  // by completing the submitted work that reads or writes it, and nothing else (a
+  // step's input slots are written while the previous step still runs). Host memory:
+  // a no-op.
+  virtual void PrepareHostWrite(const void* /*data*/, size_t /*bytes*/) {}
+  // Submits the work encoded so far without waiting for it (the CPU runs each op at
+  // once: a no-op).
+  virtual void Flush() {}
   // Makes [data, data + bytes) -- host memory the runtime did not allocate (a
   // memory-mapped file), kept alive by `keep_alive` -- usable by this device without a
   // copy, and returns the owner a tensor over it holds. The CPU returns keep_alive; a

@@ -61,6 +61,34 @@ std::vector<std::string> ListProviders(const OpId& op, DeviceType device);
 // Every op name with at least one provider on any device, sorted.
 std::vector<OpId> ListOps();
 
+// One op call a provider accepted, as RunOp saw it: what a Plan (plan.h) records and
+// replays. `fn` is the provider that ran; `reference` says it ran in the reference tier
+// (so a replay synchronizes first, as RunOp does).
+struct RecordedOp {
+  OpId op;
+  DeviceType device;
+  OpCall call;
+  std::string provider;
+  ProviderFn fn = nullptr;
+  bool reference = false;
+};
+
+// Sees every op call RunOp makes on the thread that installed it (a recording Plan).
+// Before() runs before any provider and may throw to refuse the call (nothing runs);
+// After() gets the call once a provider has accepted it.
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void Before(const OpId& op, DeviceType device) = 0;
+  virtual void After(RecordedOp&& recorded) = 0;
+};
+// Installs `observer` for the calling thread (nullptr removes it); returns the previous one.
+OpObserver* SetOpObserver(OpObserver* observer);
+// Reruns a recorded call with the provider that served it, counted in the provider
+// stats like a RunOp call (and not shown to an observer). Throws std::runtime_error if
+// the provider now declines (the recording no longer matches the call).
+void RunRecorded(const RecordedOp& recorded);
+
 struct ProviderRegistrar {
   ProviderRegistrar(const OpId& op, DeviceType device, const char* name, int priority,
                     ProviderFn fn) {

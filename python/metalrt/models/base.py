@@ -365,6 +365,11 @@ class CausalLM:
 
     arch = "model"
     layers: List[PreNormLayer]
+    # The runner may record a decode step's op calls once and replay them
+    # (runner/decode_plans.py): true while forward's ops, their shapes and their
+    # parameters depend only on the step's shapes, never on values read to the host.
+    # A model whose forward branches on device values (e.g. routing read back) sets False.
+    replayable_decode = True
 
     def __init__(self, config: Mapping, device: str, dtype: str, num_kv_heads: int,
                  head_dim: int, vocab_size: int):

@@ -40,6 +40,9 @@ class HybridModel(CausalLM):
     (``qwen3_5_layout``)."""
 
     arch = "hybrid"
+    # A decode plan (runner/decode_plans.py) fixes the step inputs it replays over, and
+    # those do not carry the requests' recurrent-state slots yet: op by op for now.
+    replayable_decode = False
 
     def sparse_layers(self, config: Mapping) -> List[bool]:
         raise NotImplementedError

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import count
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Tuple
 
 import numpy as np
 
 from metalrt import ops
 
 from .batch import StepBuffers, build_step
+from .decode_plans import DecodePlans, DecodeRun
 from .kv_cache import BlockAllocator, PagedKVCache
 from .request import Request
 from .sampling import SamplingParams
@@ -28,6 +29,10 @@ class EngineStats:
     prompt_tokens_computed: int = 0
     prompt_tokens_cached: int = 0
     generated_tokens: int = 0
+    plan_records: int = 0      # decode steps recorded into a plan (a key missed)
+    plan_replays: int = 0      # decode steps replayed from a plan
+    pipelined_steps: int = 0   # decode steps committed before the previous one's ids were read
+    discarded_tokens: int = 0  # ids of pipelined steps whose request had already finished
 
 
 @dataclass(frozen=True)
@@ -52,10 +57,19 @@ class Engine:
     (a ``recurrent_state.HybridCache``: that state cannot be rolled back to a prefix).
     Such a cache gives every running request a state slot, zeroed before its first
     chunk.
+
+    ``decode_plans``: a step of decodes only is replayed from a recorded plan
+    (``decode_plans.DecodePlans``) instead of running the model op by op, for a model
+    whose ``replayable_decode`` is true (``models.base.CausalLM``). When every
+    request of it is greedy (no logprobs, no penalty), no request is waiting and none
+    reaches max_tokens with this token, the next step is committed on the device's ids
+    before this step's ids are read; its tokens are returned by the next ``step()``,
+    and the row of a request that finished meanwhile (eos, abort) is discarded, never
+    emitted. Other sampling reads the logits each step, as without plans.
     """
 
     def __init__(self, model, cache: PagedKVCache, max_batched_tokens: int = 512,
-                 prefix_caching: bool = False):
+                 prefix_caching: bool = False, decode_plans: bool = True):
         if cache.in_use:
             raise ValueError("[engine] the KV cache is already held by another engine")
         self.model, self.cache = model, cache
@@ -67,6 +81,10 @@ class Engine:
         self.inputs = StepBuffers(model.device)
         self.stats = EngineStats()
         self._ids = count()
+        replayable = getattr(model, "replayable_decode", False)
+        self.plans = DecodePlans(model, cache) if decode_plans and replayable else None
+        # The pipelined step in flight and its requests, in row order.
+        self._inflight: Optional[Tuple[DecodeRun, List[Request]]] = None
 
     def add_request(self, prompt: Iterable[int], params: SamplingParams, max_tokens: int,
                     eos_ids: Iterable[int] = ()) -> Request:
@@ -96,6 +114,14 @@ class Engine:
     def step(self) -> List[TokenOutput]:
         """One forward pass over everything scheduled; returns the sampled tokens (none
         when the step only advanced prompt chunks)."""
+        if self._inflight is not None:
+            run, requests = self._inflight
+            self._inflight = None
+            live = [r for r in requests if not r.finished]
+            for request in live:
+                self.scheduler.advance(request, 1)
+            self._count_step(len(requests))
+            return self._decode_outputs(run, requests, live)
         scheduled = self.scheduler.schedule()
         for request, chunk in scheduled:
             if chunk.start == request.num_cached_tokens:   # the request's first chunk
@@ -104,6 +130,17 @@ class Engine:
                     self.state.reset(request.state_slot)
             self.stats.prompt_tokens_computed += max(
                 0, min(len(request.prompt), chunk.start + len(chunk.token_ids)) - chunk.start)
+        if self.plans is not None and scheduled and all(
+                len(c.token_ids) == 1 and c.logits == "last" for _, c in scheduled):
+            # One token per request: a decode step (or 1-token prompts), from a plan.
+            requests = [r for r, _ in scheduled]
+            chunks = [c for _, c in scheduled]
+            run = self.plans.launch([c.block_table for c in chunks], [c.start for c in chunks],
+                                    [c.token_ids[0] for c in chunks])
+            for request in requests:
+                self.scheduler.advance(request, 1)
+            self._count_step(len(requests))
+            return self._decode_outputs(run, requests, requests)
         logits = self.model.forward(
             build_step([c for _, c in scheduled], self.model.device, self.inputs), self.cache)
         self.stats.steps += 1
@@ -118,8 +155,14 @@ class Engine:
         device_ids = None
         if not all(r.params.needs_logits for r in sampling):
             device_ids = ops.greedy_argmax(logits).numpy()
+        return self._sample(list(enumerate(sampling)), host_logits, device_ids)
+
+    def _sample(self, rows, host_logits, device_ids) -> List[TokenOutput]:
+        """The tokens of (row, request) pairs: sampled from ``host_logits[row]`` for a
+        request that needs logits, else the greedy ``device_ids[row]``; appended to
+        their requests, whose stop conditions are applied."""
         outputs = []
-        for row, request in enumerate(sampling):
+        for row, request in rows:
             if request.params.needs_logits:
                 token, logprobs = request.sampler.sample(host_logits[row], request.tokens)
             else:
@@ -131,8 +174,43 @@ class Engine:
             outputs.append(TokenOutput(request, token, logprobs, request.finish_reason))
         return outputs
 
+    def _count_step(self, rows: int) -> None:
+        self.stats.steps += 1
+        self.stats.max_batch_size = max(self.stats.max_batch_size, rows)
+        self.stats.plan_records, self.stats.plan_replays = self.plans.records, self.plans.replays
+
+    def _can_pipeline(self, requests: List[Request]) -> bool:
+        """The next step is these requests' decodes whatever this step samples, short
+        of an eos: all greedy, none waiting to join, none at max_tokens after it."""
+        return (not self.scheduler.waiting and self.scheduler.running == requests
+                and all(not r.params.needs_logits and len(r.output) + 2 <= r.max_tokens
+                        for r in requests))
+
+    def _decode_outputs(self, run: DecodeRun, requests: List[Request],
+                        live: List[Request]) -> List[TokenOutput]:
+        """Tokens of a committed decode step for the ``live`` rows of ``requests``;
+        commits the next step first when it can (``_can_pipeline``)."""
+        if live == requests and self._can_pipeline(requests):
+            following = self.plans.launch([r.blocks for r in requests],
+                                          [r.num_computed for r in requests], None, after=run)
+            self._inflight = (following, requests)
+            self.stats.pipelined_steps += 1
+        rows = [(row, r) for row, r in enumerate(requests) if r in live]
+        self.stats.discarded_tokens += len(requests) - len(rows)
+        host_logits = ids = None
+        if any(r.params.needs_logits for r in live):
+            host_logits = self.plans.read_logits(run)
+        if not all(r.params.needs_logits for r in live):
+            ids = self.plans.read_ids(run)
+        return self._sample(rows, host_logits, ids)
+
     def close(self) -> None:
-        """Aborts what is left and releases the cache."""
+        """Aborts what is left, releases the decode plans and the cache."""
         for request in list(self.scheduler.running) + list(self.scheduler.waiting):
             self.abort(request)
+        if self._inflight is not None:   # finish it before its tensors are released
+            self.plans.read_ids(self._inflight[0])
+            self._inflight = None
+        if self.plans is not None:
+            self.plans.release()
         self.cache.in_use = False

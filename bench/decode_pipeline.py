@@ -1,0 +1,82 @@
+"""The replayed decode step's host figures, on the Metal device: calls from Python into
+the extension per step (``bench/native_calls.py`` counts real calls), host waits,
+commits by cause, device bytes newly allocated, and whether the profiler's event log
+shows each step's successor committed before the host waited for the step's ids
+(``metalrt.runner.decode_plans``). Deterministic on the simulated device: they depend
+on the model and the code, not on timing.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Sequence, Tuple
+
+from metalrt import profiler
+from metalrt.runner import Engine, SamplingParams, blocks_for
+
+from . import native_calls
+
+WARMUP_STEPS = 3   # after the prefill: the recordings of both phases, then a replay
+CALL_GOAL = 5      # the goal for Python-to-C++ calls per decode step
+
+
+def committed_before_each_wait(events: List[Tuple[str, str]]) -> bool:
+    """True when, between consecutive host waits, a replay starts and commits before
+    the wait: step n + 1 was on the device before the host waited for step n."""
+    start, waits = 0, 0
+    for i, (kind, _) in enumerate(events):
+        if kind != "wait":
+            continue
+        between = events[start:i]
+        if ("mark", "replay") not in between:
+            return False
+        replay = between.index(("mark", "replay"))
+        if not any(k == "commit" for k, _ in between[replay:]):
+            return False
+        start, waits = i + 1, waits + 1
+    return waits > 0
+
+
+def measure(model, prompt_ids: Sequence[int], steps: int = 3) -> Dict:
+    """Figures of ``steps`` greedy decode steps of ``model`` after the prefill and
+    WARMUP_STEPS warm-up steps, each step measured alone (the worst step reported)."""
+    cache = model.new_cache(blocks_for(len(prompt_ids) + WARMUP_STEPS + steps + 2))
+    engine = Engine(model, cache, max_batched_tokens=max(len(prompt_ids), 1))
+    engine.add_request(list(prompt_ids), SamplingParams(), max_tokens=WARMUP_STEPS + steps + 2)
+    was = profiler.enabled()
+    profiler.enable(True)
+    per_step = []
+    try:
+        for _ in range(1 + WARMUP_STEPS):
+            engine.step()
+        for _ in range(steps):
+            profiler.reset()
+            with native_calls.counting() as counter:
+                engine.step()
+            total = next(r for r in profiler.rows() if r["name"] == "total")
+            per_step.append({"native_calls": counter.calls, "calls_by_name": dict(counter.names),
+                             "waits": total["waits"], "commits": total["commits"],
+                             "commits_at_cap": total["commits_at_cap"],
+                             "commits_at_flush": total["commits_at_flush"],
+                             "commits_at_synchronize": total["commits_at_synchronize"],
+                             "dispatches": total["dispatches"],
+                             "allocated_bytes": total["allocated_bytes"],
+                             "next_step_committed_before_wait":
+                                 committed_before_each_wait(profiler.events())})
+        stats = engine.stats
+    finally:
+        profiler.enable(was)
+        engine.close()
+    worst = max(per_step, key=lambda s: (s["native_calls"], s["waits"], s["allocated_bytes"]))
+    return {
+        "steps": per_step,
+        "worst": worst,
+        "plan_records": stats.plan_records,
+        "plan_replays": stats.plan_replays,
+        "pipelined_steps": stats.pipelined_steps,
+        "goal": {
+            "native_calls_per_step_at_most_5": all(s["native_calls"] <= CALL_GOAL for s in per_step),
+            "one_wait_per_step": all(s["waits"] == 1 for s in per_step),
+            "next_step_committed_before_wait": all(s["next_step_committed_before_wait"]
+                                                    for s in per_step),
+            "zero_bytes_after_warmup": all(s["allocated_bytes"] == 0 for s in per_step),
+        },
+    }

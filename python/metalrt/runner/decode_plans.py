@@ -1,0 +1,159 @@
+"""Decode steps replayed from recorded plans, with the sampled ids kept on the device.
+
+A decode step (one new token for each of B requests) runs the same op calls every
+step; only the values of its inputs change. ``DecodePlans`` records the step once per
+key — what changes its shapes or host-built tables: B, the block-table width bucket
+(the next power of two of the widest table) and the position bucket (Rope's host-built
+cos|sin table grows at powers of two from 1024) — and replays it after writing the
+new inputs into the plan's fixed tensors with one call (``metalrt.plan``).
+
+Every key has two phases, each with its own input tensors and plan; phase p's greedy
+argmax writes its ids straight into phase 1 - p's token-id tensor. So step n + 1 can
+be committed, reading step n's ids on the device, before the host reads step n's ids:
+the host writes step n + 1's positions into the other phase's tensors, which no
+running step uses (mlx-lm's async evaluation, done with two sets of slots).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+import metalrt
+from metalrt import ops
+
+from ..plan import Plan, read_output, write_inputs
+from .batch import BLOCK_SIZE, StepInputs
+
+
+def decode_key(num_rows: int, width: int, max_position: int) -> Tuple[int, int, int]:
+    """(rows, block-table width bucket, position bucket) of a decode step."""
+    return num_rows, 1 << max(0, (width - 1).bit_length()), max(10, int(max_position).bit_length())
+
+
+class DecodeSlots:
+    """The fixed device tensors one phase of a decode plan reads: token_ids int32 [B],
+    positions int32 [B], slot_mapping int64 [B], block_tables int32 [B, W],
+    seq_lens int32 [B], query_start_loc int32 [B + 1] (0..B: one token per request,
+    written once)."""
+
+    def __init__(self, device: str, rows: int, width: int):
+        self.rows, self.width = rows, width
+        self.token_ids = metalrt.empty(rows, "int32", device)
+        self.positions = metalrt.empty(rows, "int32", device)
+        self.slot_mapping = metalrt.empty(rows, "int64", device)
+        self.block_tables = metalrt.empty((rows, width), "int32", device)
+        self.seq_lens = metalrt.empty(rows, "int32", device)
+        self.query_start_loc = metalrt.asarray(np.arange(rows + 1, dtype=np.int32), device=device)
+
+    def step_inputs(self, max_position: int) -> StepInputs:
+        return StepInputs(self.token_ids, self.positions, self.slot_mapping, self.block_tables,
+                          self.seq_lens, self.query_start_loc, logit_rows=None,
+                          num_logit_rows=self.rows, max_position=max_position)
+
+
+@dataclass
+class _Phase:
+    slots: DecodeSlots
+    plan: Optional[Plan] = None
+    logits: Optional["metalrt.Tensor"] = None   # float32 [B, vocab], the plan's output
+
+
+@dataclass(frozen=True)
+class DecodeRun:
+    """A committed decode step: where its outputs land. ``ids``: int32 [B] greedy ids
+    (the next phase's token-id tensor); ``logits``: float32 [B, vocab]."""
+
+    key: Tuple[int, int, int]
+    phase: int
+    ids: "metalrt.Tensor"
+    logits: "metalrt.Tensor"
+
+
+class DecodePlans:
+    """Recorded decode steps of ``model`` over ``cache``, the ``capacity`` most recently
+    used keys (an evicted key's plans are released). ``records`` and ``replays`` count
+    what ``launch`` did."""
+
+    def __init__(self, model, cache, capacity: int = 4):
+        self.model, self.cache, self.capacity = model, cache, capacity
+        self._keys: "OrderedDict[Tuple[int, int, int], List[_Phase]]" = OrderedDict()
+        self._next_phase = 0
+        self.records = 0
+        self.replays = 0
+
+    def _phases(self, key) -> List[_Phase]:
+        phases = self._keys.get(key)
+        if phases is None:
+            while len(self._keys) >= self.capacity:
+                _, old = self._keys.popitem(last=False)
+                for phase in old:
+                    if phase.plan is not None:
+                        phase.plan.release()
+            device = self.model.device
+            phases = self._keys[key] = [_Phase(DecodeSlots(device, key[0], key[1])) for _ in range(2)]
+        self._keys.move_to_end(key)
+        return phases
+
+    def launch(self, blocks: Sequence[Sequence[int]], positions: Sequence[int],
+               token_ids: Optional[Sequence[int]], after: Optional[DecodeRun] = None) -> DecodeRun:
+        """Commits the decode step of len(positions) requests: request b feeds
+        ``token_ids[b]`` at ``positions[b]`` (its block table ``blocks[b]``), or, with
+        ``token_ids`` None, the ids ``after`` (a run of the same key) produces on the
+        device. Replays the key's plan, or records it (running the step through the
+        model) on a miss. Returns without waiting for the device."""
+        pos = np.asarray(positions, dtype=np.int64)
+        width = max(len(b) for b in blocks)
+        key = decode_key(len(pos), width, int(pos.max()))
+        phases = self._phases(key)
+        if token_ids is None:
+            if after is None or after.key != key:
+                raise ValueError("[decode plans] ids on the device need the previous run of the "
+                                 "same key")
+            phase = 1 - after.phase
+        else:
+            phase = self._next_phase
+        self._next_phase = 1 - phase
+        current, following = phases[phase], phases[1 - phase]
+        slots = current.slots
+        tables = np.zeros((len(pos), slots.width), dtype=np.int32)
+        for b, table in enumerate(blocks):
+            tables[b, :len(table)] = table
+        slot_ids = tables[np.arange(len(pos)), pos // BLOCK_SIZE].astype(np.int64) * BLOCK_SIZE
+        pairs = [(slots.positions, pos.astype(np.int32)),
+                 (slots.slot_mapping, slot_ids + pos % BLOCK_SIZE),
+                 (slots.block_tables, tables),
+                 (slots.seq_lens, (pos + 1).astype(np.int32))]
+        if token_ids is not None:
+            pairs.append((slots.token_ids, np.asarray(token_ids, dtype=np.int32)))
+        write_inputs(pairs)
+        if current.plan is None:
+            plan = Plan(self.model.device)
+            with plan.record():
+                logits = self.model.forward(slots.step_inputs(int(pos.max())), self.cache)
+                ops.greedy_argmax(logits, out=following.slots.token_ids)
+            current.plan, current.logits = plan, logits
+            self.records += 1
+        else:
+            current.plan.replay()
+            self.replays += 1
+        return DecodeRun(key, phase, following.slots.token_ids, current.logits)
+
+    @staticmethod
+    def read_ids(run: DecodeRun) -> np.ndarray:
+        """The run's greedy ids (waits only for that run)."""
+        return read_output(run.ids)
+
+    @staticmethod
+    def read_logits(run: DecodeRun) -> np.ndarray:
+        return read_output(run.logits)
+
+    def release(self) -> None:
+        """Releases every plan (and the tensors they hold)."""
+        for phases in self._keys.values():
+            for phase in phases:
+                if phase.plan is not None:
+                    phase.plan.release()
+        self._keys.clear()

@@ -1,0 +1,146 @@
+// Gates of Plan (metalrt/plan.h) on test-only ops of the CPU device, and of the command
+// stream's partial wait (WaitForUses) that a replayed step's host reads and writes use.
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "metal_fixture.h"
+#include "metalrt/op_registry.h"
+#include "metalrt/plan.h"
+
+using namespace metalrt;
+using metalrt::testing::Affine;
+using metalrt::testing::MetalFixture;
+
+namespace {
+
+constexpr char kScale[] = "test_plan_scale";   // out = in * factor
+constexpr char kOuter[] = "test_plan_outer";   // runs kScale inside its own call
+std::vector<std::string> g_trace;
+
+bool Scale(const OpCall& call) {
+  g_trace.push_back(kScale);
+  const float factor = call.param<float>();
+  const Tensor& in = call.inputs[0];
+  for (int64_t i = 0; i < in.numel(); ++i)
+    call.outputs[0].data_as<float>()[i] = in.data_as<float>()[i] * factor;
+  return true;
+}
+
+bool Outer(const OpCall& call) {
+  g_trace.push_back(kOuter);
+  RunOp(kScale, DeviceType::kCPU, OpCall{call.inputs, call.outputs, 2.0f});
+  return true;
+}
+
+METALRT_REGISTER_PROVIDER(kScale, DeviceType::kCPU, "test_plan_scale_cpu", 0, Scale);
+METALRT_REGISTER_PROVIDER(kOuter, DeviceType::kCPU, "test_plan_outer_cpu", 0, Outer);
+
+Tensor Vector(std::initializer_list<float> values) {
+  Tensor t = Tensor::Empty({static_cast<int64_t>(values.size())}, DType::kF32, DeviceType::kCPU);
+  int i = 0;
+  for (float v : values) t.data_as<float>()[i++] = v;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("plan: replay reruns the recorded calls over the same tensors, outermost calls only") {
+  Tensor x = Vector({1, 2, 3});
+  Tensor y = Vector({0, 0, 0});
+  Tensor z = Vector({0, 0, 0});
+  Plan plan(DeviceType::kCPU);
+  plan.BeginRecord();
+  RunOp(kScale, DeviceType::kCPU, OpCall{{x}, {y}, 3.0f});
+  RunOp(kOuter, DeviceType::kCPU, OpCall{{y}, {z}, {}});
+  plan.EndRecord();
+  CHECK(plan.state() == Plan::State::kReady);
+  CHECK(plan.ops() == std::vector<std::string>{kScale, kOuter});   // not the inner scale
+  x.data_as<float>()[0] = 10.0f;
+  z.data_as<float>()[0] = -1.0f;
+  ResetProviderStats();
+  g_trace.clear();
+  plan.Replay();
+  CHECK(g_trace == std::vector<std::string>{kScale, kOuter, kScale});
+  CHECK(y.data_as<float>()[0] == 30.0f);
+  CHECK(z.data_as<float>()[0] == 60.0f);
+  CHECK(GetProviderStats(kOuter, DeviceType::kCPU).calls == 1);
+  CHECK(GetProviderStats(kScale, DeviceType::kCPU).calls == 2);
+  CHECK(plan.replays() == 1);
+}
+
+TEST_CASE("plan: misuse throws and leaves nothing half-done") {
+  Tensor x = Vector({1});
+  Plan empty(DeviceType::kCPU);
+  CHECK_THROWS_AS(empty.Replay(), std::logic_error);
+  CHECK_THROWS_AS(empty.EndRecord(), std::logic_error);
+
+  Plan refused(DeviceType::kMETAL);
+  refused.BeginRecord();
+  g_trace.clear();
+  CHECK_THROWS_WITH_AS(RunOp(kScale, DeviceType::kCPU, OpCall{{x}, {x}, 1.0f}),
+                       "[plan] recording on 'metal', but op 'test_plan_scale' runs on 'cpu': a "
+                       "plan records one device",
+                       std::invalid_argument);
+  CHECK(g_trace.empty());   // refused before any provider ran
+  refused.EndRecord();
+  CHECK(refused.state() == Plan::State::kFailed);
+  CHECK_THROWS_AS(refused.Replay(), std::logic_error);
+
+  Plan done(DeviceType::kCPU);
+  done.BeginRecord();
+  RunOp(kScale, DeviceType::kCPU, OpCall{{x}, {x}, 1.0f});
+  {
+    Plan nested(DeviceType::kCPU);
+    CHECK_THROWS_AS(nested.BeginRecord(), std::logic_error);
+  }
+  done.EndRecord();
+  CHECK_THROWS_AS(done.BeginRecord(), std::logic_error);
+  done.Release();
+  CHECK(done.state() == Plan::State::kReleased);
+  CHECK(done.size() == 0);
+  CHECK_THROWS_AS(done.Replay(), std::logic_error);
+  {
+    Plan abandoned(DeviceType::kCPU);
+    abandoned.BeginRecord();
+  }   // destroyed while recording: the thread's recording ends with it
+  Plan after(DeviceType::kCPU);
+  after.BeginRecord();
+  after.EndRecord();
+  CHECK(after.state() == Plan::State::kReady);
+}
+
+TEST_CASE("command stream: WaitForUses waits only for the work that touches the buffer") {
+  MetalFixture m;
+  m->profiler().Enable(true);
+  Tensor a = m.Floats({64});
+  Tensor b = m.Floats({64});
+  m.Write(a, std::vector<float>(64, 1.0f));
+  m.Write(b, std::vector<float>(64, 1.0f));
+  m->profiler().Reset();
+  Affine(*m, a, a, 2.0f, 0.0f);   // the first command buffer writes a
+  m->Flush();
+  Affine(*m, b, b, 3.0f, 0.0f);   // the open one only b
+  // Reading a waits for the first command buffer; the open one stays open.
+  m->PrepareHostRead(a.data(), a.nbytes());
+  CHECK(a.data_as<float>()[5] == 2.0f);
+  CHECK(m->profiler().commits() == 1);
+  CHECK(m->profiler().waits() == 1);
+  CHECK(m->stream().open_dispatches() == 1);
+  // Nothing pending touches a: no wait. Writing b: the open command buffer uses it.
+  m->PrepareHostWrite(a.data(), a.nbytes());
+  CHECK(m->profiler().waits() == 1);
+  m->PrepareHostWrite(b.data(), b.nbytes());
+  CHECK(m->profiler().commits() == 2);
+  CHECK(m->profiler().waits() == 2);
+  CHECK(b.data_as<float>()[5] == 3.0f);
+  // A buffer only read by pending work: a host read does not wait, a host write does.
+  Affine(*m, a, b, 1.0f, 1.0f);
+  m->Flush();
+  m->PrepareHostRead(a.data(), a.nbytes());
+  CHECK(m->profiler().waits() == 2);
+  m->PrepareHostWrite(a.data(), a.nbytes());
+  CHECK(m->profiler().waits() == 3);
+}

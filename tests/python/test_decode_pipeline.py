@@ -1,0 +1,170 @@
+"""Decode steps of the default model replayed from plans, with the greedy ids kept on the
+device (metalrt.runner.decode_plans, Engine): bit-exact against the unrecorded step, the
+same tokens as the model's references, few calls into C++, one host wait per step with
+the next step committed before it, no allocation after warm-up, a stale key never
+replayed. On the CPU and the Metal device (the simulated one without an Apple GPU)."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import metalrt
+from metalrt.runner.batch import ScheduledChunk, build_step
+from metalrt.runner.decode_plans import DecodePlans
+from metalrt.runner.engine import Engine
+from metalrt.runner.kv_cache import blocks_for
+from metalrt.runner.sampling import SamplingParams
+from conftest import requires_metal
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repository's bench/
+from bench import native_calls  # noqa: E402
+
+PROMPT = [6403, 1980, 253, 655]   # "Once upon a time"
+# Its greedy continuation (the model's reference, tests/python/test_default_model_generation.py).
+CONTINUATION = [28, 260, 2240, 282, 23324, 27108, 436, 253, 15114, 39228]
+
+
+@pytest.fixture(scope="module", params=["cpu", "metal"])
+def model(request):
+    if not metalrt.is_available(request.param):
+        pytest.skip("no Metal device")
+    model, _ = metalrt.load(device=request.param)
+    return model
+
+
+def _prefill(model, cache, prompt, blocks):
+    step = build_step([ScheduledChunk(prompt, 0, blocks)], model.device)
+    return int(np.argmax(model.forward(step, cache).numpy()[-1]))
+
+
+def test_replayed_decode_equals_the_unrecorded_step_across_a_block_boundary(model):
+    """8 decode steps from position 12 cross the first block boundary (position 16); the
+    plan's logits equal the unrecorded step's bit for bit at every one."""
+    prompt, steps = PROMPT + CONTINUATION[:8], 8
+    blocks = list(range(blocks_for(len(prompt) + steps)))
+    plain_cache, plan_cache = model.new_cache(len(blocks)), model.new_cache(len(blocks))
+    token = _prefill(model, plain_cache, prompt, blocks)
+    assert _prefill(model, plan_cache, prompt, blocks) == token == CONTINUATION[8]
+    plans = DecodePlans(model, plan_cache)
+    for n in range(steps):
+        position = len(prompt) + n
+        step = build_step([ScheduledChunk([token], position, blocks)], model.device)
+        reference = model.forward(step, plain_cache).numpy()
+        run = plans.launch([blocks], [position], [token])
+        replayed = plans.read_logits(run)
+        assert not np.isnan(replayed).any()
+        assert replayed.tobytes() == reference.tobytes(), f"step {n} at position {position}"
+        token = int(np.argmax(reference[0]))
+        assert int(plans.read_ids(run)[0]) == token
+    # Recorded once per phase, replayed after.
+    assert plans.records == 2 and plans.replays == steps - 2
+    plans.release()
+
+
+def _engine(model, prompts_and_budgets, eos=()):
+    blocks = sum(blocks_for(len(p) + b) for p, b in prompts_and_budgets)
+    engine = Engine(model, model.new_cache(blocks))
+    requests = [engine.add_request(p, SamplingParams(), b, eos) for p, b in prompts_and_budgets]
+    return engine, requests
+
+
+def _run(engine):
+    while engine.has_work:
+        engine.step()
+
+
+def test_greedy_reference_through_pipelined_plans(model):
+    engine, (request,) = _engine(model, [(PROMPT, len(CONTINUATION))])
+    _run(engine)
+    assert request.output == CONTINUATION and request.finish_reason == "length"
+    stats = engine.stats
+    # Prefill, then 9 decode steps: 2 recordings (one per phase), the rest replayed;
+    # every decode step but the last (max_tokens) committed ahead of the previous read.
+    assert (stats.plan_records, stats.plan_replays) == (2, 7)
+    assert stats.pipelined_steps == 8 and stats.discarded_tokens == 0
+    engine.close()
+
+
+def test_a_token_after_eos_is_discarded_never_emitted(model):
+    """Two greedy requests decode together; the first meets its eos at its 4th token,
+    after the next step (holding its row) was already committed on the device's ids:
+    that row's token is dropped, the other request goes on unchanged. (The engine's
+    logic, the same on every device: run on the CPU.)"""
+    if model.device != "cpu":
+        pytest.skip("device-independent engine logic, gated on the CPU")
+    other = [1, 2, 3, 4, 5, 6, 7]
+    engine, (alone,) = _engine(model, [(other, 6)])
+    _run(engine)
+    engine.close()
+    blocks = blocks_for(len(PROMPT) + 10) + blocks_for(len(other) + 6)
+    engine = Engine(model, model.new_cache(blocks))
+    stopping = engine.add_request(PROMPT, SamplingParams(), 10, eos_ids=[CONTINUATION[3]])
+    going = engine.add_request(other, SamplingParams(), 6)
+    emitted = {stopping: [], going: []}
+    while engine.has_work:
+        for out in engine.step():
+            emitted[out.request].append(out.token)
+    assert stopping.output == emitted[stopping] == CONTINUATION[:4]
+    assert stopping.finish_reason == "stop"
+    assert going.output == emitted[going] == alone.output
+    assert engine.stats.discarded_tokens == 1 and engine.stats.pipelined_steps >= 3
+    engine.close()
+
+
+def test_stale_key_is_recorded_again_and_tokens_match_single_runs(model):
+    """Two requests decode together (B = 2) until the shorter one ends; the B = 1 steps
+    after it are a new key, recorded, never a replay of the B = 2 plan."""
+    other = [1, 2, 3, 4, 5]
+    engine, (alone,) = _engine(model, [(other, 2)])
+    _run(engine)
+    engine.close()
+    engine, (first, second) = _engine(model, [(PROMPT, 4), (other, 2)])
+    _run(engine)
+    assert first.output == CONTINUATION[:4] and second.output == alone.output
+    (pair_key, pair), (single_key, single) = engine.plans._keys.items()
+    assert pair_key[0] == 2 and single_key[0] == 1
+    # B = 2 ran once (the shorter request ends with it: nothing pipelined after it);
+    # B = 1 recorded both phases for the last two tokens.
+    assert [p.plan.replays for p in pair if p.plan] == [0]
+    assert [p.plan.replays for p in single] == [0, 0]
+    assert engine.stats.plan_records == 3 and engine.stats.plan_replays == 0
+    engine.close()
+
+
+@requires_metal
+def test_metal_steady_decode_step_calls_waits_order_and_allocations():
+    model, _ = metalrt.load(device="metal")
+    engine, (request,) = _engine(model, [(PROMPT, 8)])
+    engine.step()                 # prefill
+    for _ in range(3):            # recordings of both phases, then a replay
+        engine.step()
+    was = metalrt.profiler.enabled()
+    metalrt.profiler.enable(True)
+    metalrt.profiler.reset()
+    try:
+        steps, calls = 3, []
+        for _ in range(steps):
+            with native_calls.counting() as counter:
+                (out,) = engine.step()
+            calls.append(counter.calls)
+        total = {r["name"]: r for r in metalrt.profiler.rows()}["total"]
+        events = metalrt.profiler.events()
+    finally:
+        metalrt.profiler.enable(was)
+        metalrt.profiler.reset()
+    assert max(calls) <= 5, calls
+    assert total["waits"] == steps and total["allocated_bytes"] == 0
+    # Each step: the next step's replay and its first commit, then the one wait (for
+    # this step's ids).
+    waits = [i for i, e in enumerate(events) if e[0] == "wait"]
+    assert len(waits) == steps
+    start = 0
+    for w in waits:
+        between = events[start:w]
+        assert ("mark", "replay") in between, events
+        replay = between.index(("mark", "replay"))
+        assert any(e[0] == "commit" for e in between[replay:]), events
+        start = w + 1
+    assert request.output == CONTINUATION[:len(request.output)]
+    engine.close()
