@@ -8,7 +8,8 @@ uses them, on one device.
   (``bench/quantized_micro.py``);
 * ``ops.rms_norm`` over [m, 576]: GB/s = 4 (2 m 576 + 576) / t;
 * ``ops.paged_attention`` decode (one query token, blocks of 16) at context 128,
-  1024 and 4096: GFLOP/s = 4 heads ctx head_dim / t, GB/s = the K/V bytes read / t.
+  1024 and 4096: GFLOP/s = 4 heads ctx head_dim / t, GB/s = the K/V bytes read / t;
+* the Gated-DeltaNet ops at the Qwen3-Next geometry (``bench/gdn_micro.py``).
 
 Each call is timed to completion (on Metal, through ``metalrt.synchronize``), one
 warm-up call, then the median, min and max of the repeats. On the simulated Metal
@@ -26,7 +27,7 @@ import numpy as np
 import metalrt
 from metalrt import ops
 
-from . import quantized_micro
+from . import gdn_micro, quantized_micro
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 576, 9, 3, 64, 1536, 49152
 BLOCK = 16
@@ -115,4 +116,5 @@ def run(device: str, quick: bool, repeats: int) -> List[Dict]:
     rows += quantized_micro.rows(device, quantized_prefill, (prefill,), repeats, rng, _timed, _row, formats)
     rows += rms_norm_rows(device, (1, prefill), repeats, rng)
     rows += attention_rows(device, (128,) if quick else (128, 1024, 4096), repeats, rng)
+    rows += gdn_micro.rows(device, (64,) if quick else (64, 256), repeats, rng, _timed, _row)
     return rows

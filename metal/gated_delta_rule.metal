@@ -26,6 +26,11 @@
 #include "linear_attention_args.h"
 using namespace metal;
 
+// The chunked kernel's row scalars take threads 0..63 for q and 64..127 for k; the
+// recurrent kernel stages q[d] and k[d] by thread d < Dk.
+static_assert(kDeltaThreads >= 2 * kDeltaChunk, "a thread per chunk row for q and for k");
+static_assert(kDeltaThreads >= kDeltaMaxHeadDim, "a thread per key feature");
+
 // Whether this kernel serves a request of `len` tokens (never an empty one).
 inline bool serves(int32_t len, int32_t mode, bool chunked) {
   if (len == 0) return false;

@@ -74,7 +74,8 @@ def test_quick_benchmark_json(tmp_path):
         assert positive(r["seconds"]) and r["gbps"] > 0 and r["provider"], r
         assert r["gflops"] is None or r["gflops"] > 0
     ops = {r["op"] for r in result["ops"]}
-    assert ops == {"matmul_bt", "quantized_matmul_bt", "rms_norm", "paged_attention"}
+    assert ops == {"matmul_bt", "quantized_matmul_bt", "rms_norm", "paged_attention",
+                   "gated_delta_rule", "causal_conv1d"}
 
     if metalrt.is_available("metal"):
         c = result["counters"]

@@ -17,13 +17,16 @@ GEOMETRIES = {"r2": (2, 32, 4, 32), "equal_heads_dk_lt_dv": (2, 16, 2, 32),
               "dk_gt_dv": (1, 32, 3, 16)}
 
 
-def _batch(geometry, lens, seed, dtype="float32", a_shift=0.0):
+def _batch(geometry, lens, seed, dtype="float32", a_shift=0.0, a_range=(1.0, 16.0)):
+    """Random GDN inputs for requests of `lens` tokens: A = exp(A_log) uniform in
+    a_range per head (the init's), a uniform in [-4, 4) + a_shift, beta = sigmoid of
+    uniform [-3, 3), states uniform in scattered slots of a pool of 2R + 1."""
     hk, dk, hv, dv = geometry
     rng = np.random.default_rng(seed)
     tokens, requests = sum(lens), len(lens)
     qkv = on_grid(rng.uniform(-1, 1, (tokens, 2 * hk * dk + hv * dv)), dtype)
     a = rng.uniform(-4, 4, (tokens, hv)) + a_shift
-    a_log = np.log(rng.uniform(1, 16, hv))
+    a_log = np.log(rng.uniform(*a_range, hv))
     g = -np.exp(a_log) * F.softplus(torch.tensor(a + 1.0)).numpy()
     beta = 1 / (1 + np.exp(-rng.uniform(-3, 3, (tokens, hv))))
     pool = 2 * requests + 1
@@ -97,7 +100,8 @@ def test_gated_delta_rule_output_dtype_and_default_scale(device, dtype):
 @pytest.mark.parametrize("device", DEVICES)
 def test_fast_decaying_heads_stay_finite(device):
     geo = GEOMETRIES["equal_heads_dk_lt_dv"]
-    qkv, g, beta, state, starts, slots = _batch(geo, [150], seed=9, a_shift=40.0)
+    # A = 16 (A_log = log 16, the init's upper end) and a + dt_bias up to 45.
+    qkv, g, beta, state, starts, slots = _batch(geo, [150], seed=9, a_shift=40.0, a_range=(16.0, 16.0))
     assert g.min() < -500   # exp(g) underflows; the chunk's cumulative decay far more
     ref_o, ref_state = _hf_reference(geo, qkv, g, beta, state, starts, slots, chunked=True)
     for mode in ("recurrent", "chunked"):
@@ -171,9 +175,9 @@ def _delta_args(hk=2, dk=8, hv=4, dv=8, tokens=3, pool=2):
 @pytest.mark.parametrize("change, error, message", [
     (dict(num_k_heads=3), ValueError, r"num_v_heads \(4\) must be a multiple of num_k_heads \(3\)"),
     (dict(head_v_dim=4), ValueError, r"mixed_qkv must have 2\*num_k_heads\*head_k_dim"),
-    (dict(state=metalrt.asarray(np.zeros((2, 4, 8, 4), np.float32))), ValueError,
+    (dict(state=((2, 4, 8, 4), np.float32)), ValueError,
      r"state must have shape \[slots, num_v_heads, head_k_dim, head_v_dim\]"),
-    (dict(state=metalrt.asarray(np.zeros((2, 4, 8, 8), np.float16))), TypeError,
+    (dict(state=((2, 4, 8, 8), np.float16)), TypeError,
      r"state must be float32"),
     (dict(state_slots=[2]), ValueError, r"state_slots value 2 is outside the state pool of 2"),
     (dict(query_start=[0, 2]), ValueError, r"query_start must run from 0 to the 3 tokens"),
@@ -182,8 +186,10 @@ def _delta_args(hk=2, dk=8, hv=4, dv=8, tokens=3, pool=2):
 def test_gated_delta_rule_bad_input(change, error, message):
     args = _delta_args()
     heads = dict(num_k_heads=2, head_k_dim=8, num_v_heads=4, head_v_dim=8)
-    for key in list(change):
-        (heads if key in heads or key == "mode" else args)[key] = change[key]
+    for key, value in change.items():
+        if key == "state":   # (shape, dtype): built here, not at import
+            value = metalrt.asarray(np.zeros(value[0], value[1]))
+        (heads if key in heads or key == "mode" else args)[key] = value
     with pytest.raises(error, match=r"^\[gated_delta_rule\] .*" + message):
         metalrt.ops.gated_delta_rule(*args.values(), **heads)
 

@@ -58,8 +58,8 @@ struct GatedDeltaRuleParams {
 // x * rsqrt(sum(x^2) + 1e-6), and q is multiplied by `scale` (usually Dk^-0.5). Per
 // value head, with S in R^{Dk x Dv}, each token t does
 //   S = exp(g_t) S;  S += k_t (beta_t (v_t - S^T k_t))^T;  o_t = S^T q_t
-// (the chunked form computes the same exactly in arithmetic: see cpp/cpu/
-// gated_delta_rule_chunked.cpp). Returns o [T, Hv, Dv] in mixed_qkv's dtype.
+// (the chunked form is the same in exact arithmetic, another order of f32 operations:
+// cpp/cpu/gated_delta_rule_chunked.cpp). Returns o [T, Hv, Dv] in mixed_qkv's dtype.
 Tensor GatedDeltaRule(const Tensor& mixed_qkv, const Tensor& g, const Tensor& beta,
                       const Tensor& state, const Tensor& query_start, const Tensor& state_slots,
                       const GatedDeltaRuleParams& params, const OptTensor& out = std::nullopt);
