@@ -254,3 +254,32 @@ TEST_CASE("metal moe_matmul_bt: an id outside [0, E) gives a zero row and reads 
     }
   }
 }
+
+TEST_CASE("metal moe_matmul_bt: the NaN poison of the op cases is seen when its expert is selected") {
+  // The op cases poison the unselected experts; this shows the poison would reach the
+  // output of a kernel that read them, for a GGUF, an affine and a float weight.
+  const int64_t experts = 4, n = 16, k = 64;
+  const std::vector<int32_t> ids{0, 3, 1, 2};   // pairs 1 and 3 select poisoned experts
+  const Tensor x = MakeFloat({2, k}, DType::kF32, RandomValues(2 * k, 15800));
+  const WeightSpec specs[] = {{QuantFormat::kQ4_1}, {QuantFormat::kAffine, 4, 32, DType::kF16}};
+  for (DeviceType device : {DeviceType::kCPU, DeviceType::kMETAL}) {
+    CAPTURE(DeviceTypeName(device));
+    const Tensor dev_x = CopyToDevice(x, device), dev_ids = CopyToDevice(MakeInts({2, 2}, DType::kI32, ids), device);
+    std::vector<Tensor> outputs;
+    for (const WeightSpec& s : specs) {
+      std::vector<Tensor> w = RandomWeight(s, experts * n, k, 15801);
+      PoisonRows(s, w, 2 * n, 4 * n);
+      for (Tensor& t : w) t = CopyToDevice(t, device);
+      outputs.push_back(ops::MoeMatmulBT(dev_x, WeightOf(s, experts * n, k, w, 0), dev_ids, experts));
+    }
+    std::vector<double> values = RandomValues(experts * n * k, 15802);
+    std::fill(values.begin() + 2 * n * k, values.end(), kNaN);
+    outputs.push_back(ops::MoeMatmulBT(dev_x, CopyToDevice(MakeFloat({experts * n, k}, DType::kF32, values), device),
+                                       dev_ids, experts));
+    for (const Tensor& out : outputs) {
+      const std::vector<double> got = ReadFloat(CopyToDevice(out, DeviceType::kCPU));
+      for (int64_t pair = 0; pair < 4; ++pair)
+        CHECK(std::isnan(got[static_cast<size_t>(pair * n)]) == (ids[static_cast<size_t>(pair)] >= 2));
+    }
+  }
+}

@@ -7,7 +7,8 @@ import torch
 from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextRMSNormGated
 
 import metalrt
-from conftest import FLOAT_DTYPES, assert_matches, assert_same_bytes, poisoned, rand, requires_metal
+from conftest import (FLOAT_DTYPES, SUFFIX, assert_matches, assert_native, assert_same_bytes, poisoned, profiled,
+                      rand, requires_metal)
 from metalrt import ops
 
 TORCH_DTYPE = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -95,3 +96,19 @@ def test_bad_inputs(device):
     rows = metalrt.zeros((4, 8), device=device)
     with pytest.raises(ValueError, match=r"^\[sigmoid_mul\] out overlaps x"):
         ops.sigmoid_mul(rows[0:2], x, out=rows[1:3])
+
+
+@requires_metal
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_metal_kernels_serve_the_gates(dtype):
+    """The profiler names each gate kernel once; the provider stats the native providers."""
+    t = lambda shape, seed: metalrt.asarray(rand(shape, seed=seed, dtype=dtype), device="metal", dtype=dtype)
+    x, z, w, q_gate = t((32, 128), 1), t((32, 128), 2), t((128,), 3), t((2, 2 * 4 * 64), 4)
+    metalrt.providers.reset_stats()
+    rows = profiled(lambda: (ops.gated_rms_norm(x, z, w, 1e-6), ops.sigmoid_mul(x, z),
+                             ops.gated_query_split(q_gate, 4, 64)))
+    suffix = SUFFIX[dtype]
+    assert {k: v for k, v in rows.items() if k != "total"} == {
+        f"gated_rms_norm_row_{suffix}": 1, f"sigmoid_mul_{suffix}": 1, f"gated_query_split_{suffix}": 1}
+    for op in ("gated_rms_norm", "sigmoid_mul", "gated_query_split"):
+        assert_native(op, f"metal_{op}", 1)

@@ -48,9 +48,11 @@ def moe_matmul_bt(x, w, expert_ids, *, num_experts, out=None) -> Tensor:
     such an id); TypeError for expert_ids not int32, or dtypes that do not match.
     """
     op = "moe_matmul_bt"
-    if not isinstance(w, QuantizedTensor):
-        (w,) = tensors(op, w=w)
-    x, expert_ids = tensors(op, index_dtypes={"expert_ids": "int32"}, x=x, expert_ids=expert_ids)
+    ids = {"expert_ids": "int32"}
+    if isinstance(w, QuantizedTensor):
+        x, expert_ids = tensors(op, index_dtypes=ids, x=x, expert_ids=expert_ids)
+    else:
+        x, w, expert_ids = tensors(op, index_dtypes=ids, x=x, w=w, expert_ids=expert_ids)
     return _native.moe_matmul_bt(x, w, expert_ids, integer(op, "num_experts", num_experts),
                                  out=out_tensor(op, out))
 
