@@ -127,16 +127,19 @@ inline void VisitRow(const GemvArgs& a, int64_t row, Sink& sink) {
     constexpr int kBytes = F == GemvFormat::kQ4_0 ? 18 : 20;
     for (int64_t t = 0; t < blocks; ++t, p += kBytes) {
       const float d = Half(f16, p);
-      const float b = F == GemvFormat::kQ4_0 ? -8.0f * d : Half(f16, p + 2);
-      sink.template Add<false>(t, Isa::SplitNibbles16(p + kBytes - 16), Uniform(d, b));
+      const typename Isa::Codes codes = Isa::SplitNibbles16(p + kBytes - 16);
+      // Q4_0's offset is taken out of the codes (signed q - 8), not put in the bias:
+      // d (sum u c) - 8 d (sum c) cancels to the result's size from terms ~8x larger.
+      if constexpr (F == GemvFormat::kQ4_0) sink.template Add<true>(t, Isa::Centered(codes, 8), Uniform(d, 0.0f));
+      else sink.template Add<false>(t, codes, Uniform(d, Half(f16, p + 2)));
     }
   } else if constexpr (F == GemvFormat::kQ5_0 || F == GemvFormat::kQ5_1) {
     constexpr int kBytes = F == GemvFormat::kQ5_0 ? 22 : 24;
     for (int64_t t = 0; t < blocks; ++t, p += kBytes) {
       const float d = Half(f16, p);
-      const float b = F == GemvFormat::kQ5_0 ? -16.0f * d : Half(f16, p + 2);
       Q5Codes(p + kBytes - 16, Word(p + kBytes - 20), u);
-      sink.template Add<false>(t, Isa::Load(u), Uniform(d, b));
+      if constexpr (F == GemvFormat::kQ5_0) sink.template Add<true>(t, Isa::Centered(Isa::Load(u), 16), Uniform(d, 0.0f));
+      else sink.template Add<false>(t, Isa::Load(u), Uniform(d, Half(f16, p + 2)));
     }
   } else if constexpr (F == GemvFormat::kQ8_0) {
     for (int64_t t = 0; t < blocks; ++t, p += 34) sink.template Add<true>(t, Isa::Load(p + 2), Uniform(Half(f16, p), 0.0f));
