@@ -64,6 +64,7 @@ OpCase QuantizedCase(const WeightSpec& s, int64_t m, int64_t k, int64_t n, DType
                                 ops::QuantizedMatmulBT(in[0], WeightOf(s, n, k, in, 1), out);
                               });
   c.provider = "cpu_blas_quantized_matmul_bt";
+  c.declines = 1;   // the GEMV, tried first, owns m <= kGemvMaxRows only
   c.kernels.clear();
   SetBars(c, dtype);
   return c;

@@ -30,8 +30,9 @@ bool BlasQuantizedGemm(const OpCall& call) {
 
 }  // namespace
 
-// Ahead of the oracle (priority 0).
-METALRT_REGISTER_PROVIDER("quantized_matmul_bt", DeviceType::kCPU, "cpu_blas_quantized_matmul_bt", 10,
+// Ahead of the oracle (priority 0), after the GEMV (5), which owns m <= kGemvMaxRows:
+// a decode step is served by the first provider tried.
+METALRT_REGISTER_PROVIDER("quantized_matmul_bt", DeviceType::kCPU, "cpu_blas_quantized_matmul_bt", 3,
                           BlasQuantizedGemm);
 
 }  // namespace metalrt::cpu::fast
