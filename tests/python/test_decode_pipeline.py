@@ -11,7 +11,7 @@ import pytest
 
 import metalrt
 from metalrt.runner.batch import ScheduledChunk, build_step
-from metalrt.runner.decode_plans import DecodePlans
+from metalrt.runner.decode_plans import DecodePlans, DecodeRun, decode_key
 from metalrt.runner.engine import Engine
 from metalrt.runner.kv_cache import blocks_for
 from metalrt.runner.sampling import SamplingParams
@@ -168,3 +168,18 @@ def test_metal_steady_decode_step_calls_waits_order_and_allocations():
         start = w + 1
     assert request.output == CONTINUATION[:len(request.output)]
     engine.close()
+
+
+def test_a_step_of_another_key_is_never_fed_ids_on_the_device():
+    """Position 1024 starts a new position bucket (Rope's table grows there): the step
+    after one at 1023 is another key, so it is launched from the host's ids, not
+    pipelined on a plan of the old key."""
+    table = [list(range(65))]
+    run = DecodeRun(decode_key(1, 65, 1023), 0, None, None)
+    assert run.key == (1, 128, 10)
+    assert DecodePlans.can_follow(run, table, [1000])
+    assert not DecodePlans.can_follow(run, table, [1024])
+    assert not DecodePlans.can_follow(run, table + table, [1000, 1000])
+    plans = DecodePlans(model=None, cache=None)
+    with pytest.raises(ValueError, match="previous run of the same key"):
+        plans.launch(table, [1024], None, after=run)
