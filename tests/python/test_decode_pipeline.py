@@ -11,7 +11,7 @@ import pytest
 
 import metalrt
 from metalrt.runner.batch import ScheduledChunk, build_step
-from metalrt.runner.decode_plans import DecodePlans
+from metalrt.runner.decode_plans import DecodePlans, DecodeRun, decode_key
 from metalrt.runner.engine import Engine
 from metalrt.runner.kv_cache import blocks_for
 from metalrt.runner.sampling import SamplingParams
@@ -39,13 +39,13 @@ def _prefill(model, cache, prompt, blocks):
 
 
 def test_replayed_decode_equals_the_unrecorded_step_across_a_block_boundary(model):
-    """8 decode steps from position 12 cross the first block boundary (position 16); the
+    """14 decode steps from position 4 cross the first block boundary (position 16); the
     plan's logits equal the unrecorded step's bit for bit at every one."""
-    prompt, steps = PROMPT + CONTINUATION[:8], 8
+    prompt, steps = PROMPT, 14
     blocks = list(range(blocks_for(len(prompt) + steps)))
     plain_cache, plan_cache = model.new_cache(len(blocks)), model.new_cache(len(blocks))
     token = _prefill(model, plain_cache, prompt, blocks)
-    assert _prefill(model, plan_cache, prompt, blocks) == token == CONTINUATION[8]
+    assert _prefill(model, plan_cache, prompt, blocks) == token == CONTINUATION[0]
     plans = DecodePlans(model, plan_cache)
     for n in range(steps):
         position = len(prompt) + n
@@ -115,7 +115,7 @@ def test_a_token_after_eos_is_discarded_never_emitted(model):
 def test_stale_key_is_recorded_again_and_tokens_match_single_runs(model):
     """Two requests decode together (B = 2) until the shorter one ends; the B = 1 steps
     after it are a new key, recorded, never a replay of the B = 2 plan."""
-    other = [1, 2, 3, 4, 5]
+    other = [1, 2]
     engine, (alone,) = _engine(model, [(other, 2)])
     _run(engine)
     engine.close()
@@ -168,3 +168,18 @@ def test_metal_steady_decode_step_calls_waits_order_and_allocations():
         start = w + 1
     assert request.output == CONTINUATION[:len(request.output)]
     engine.close()
+
+
+def test_a_step_of_another_key_is_never_fed_ids_on_the_device():
+    """Position 1024 starts a new position bucket (Rope's table grows there): the step
+    after one at 1023 is another key, so it is launched from the host's ids, not
+    pipelined on a plan of the old key."""
+    table = [list(range(65))]
+    run = DecodeRun(decode_key(1, 65, 1023), 0, None, None)
+    assert run.key == (1, 128, 10)
+    assert DecodePlans.can_follow(run, table, [1000])
+    assert not DecodePlans.can_follow(run, table, [1024])
+    assert not DecodePlans.can_follow(run, table + table, [1000, 1000])
+    plans = DecodePlans(model=None, cache=None)
+    with pytest.raises(ValueError, match="previous run of the same key"):
+        plans.launch(table, [1024], None, after=run)

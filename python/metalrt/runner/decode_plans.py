@@ -97,6 +97,13 @@ class DecodePlans:
         self._keys.move_to_end(key)
         return phases
 
+    @staticmethod
+    def can_follow(run: DecodeRun, blocks: Sequence[Sequence[int]],
+                   positions: Sequence[int]) -> bool:
+        """True when the step of these rows has ``run``'s key, so it can take ``run``'s
+        ids on the device (``launch(..., token_ids=None, after=run)``)."""
+        return decode_key(len(positions), max(len(b) for b in blocks), max(positions)) == run.key
+
     def launch(self, blocks: Sequence[Sequence[int]], positions: Sequence[int],
                token_ids: Optional[Sequence[int]], after: Optional[DecodeRun] = None) -> DecodeRun:
         """Commits the decode step of len(positions) requests: request b feeds
@@ -107,14 +114,11 @@ class DecodePlans:
         pos = np.asarray(positions, dtype=np.int64)
         width = max(len(b) for b in blocks)
         key = decode_key(len(pos), width, int(pos.max()))
+        if token_ids is None and (after is None or after.key != key):
+            raise ValueError("[decode plans] ids on the device need the previous run of the "
+                             "same key")
         phases = self._phases(key)
-        if token_ids is None:
-            if after is None or after.key != key:
-                raise ValueError("[decode plans] ids on the device need the previous run of the "
-                                 "same key")
-            phase = 1 - after.phase
-        else:
-            phase = self._next_phase
+        phase = self._next_phase if token_ids is not None else 1 - after.phase
         self._next_phase = 1 - phase
         current, following = phases[phase], phases[1 - phase]
         slots = current.slots

@@ -190,10 +190,11 @@ class Engine:
                         live: List[Request]) -> List[TokenOutput]:
         """Tokens of a committed decode step for the ``live`` rows of ``requests``;
         commits the next step first when it can (``_can_pipeline``)."""
-        if live == requests and self._can_pipeline(requests):
-            following = self.plans.launch([r.blocks for r in requests],
-                                          [r.num_computed for r in requests], None, after=run)
-            self._inflight = (following, requests)
+        blocks, positions = [r.blocks for r in requests], [r.num_computed for r in requests]
+        # A next step of another key (its positions reach a new bucket) starts unpipelined.
+        if live == requests and self._can_pipeline(requests) and \
+                self.plans.can_follow(run, blocks, positions):
+            self._inflight = (self.plans.launch(blocks, positions, None, after=run), requests)
             self.stats.pipelined_steps += 1
         rows = [(row, r) for row, r in enumerate(requests) if r in live]
         self.stats.discarded_tokens += len(requests) - len(rows)
