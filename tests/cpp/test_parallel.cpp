@@ -2,6 +2,7 @@
 // exceptions, and a forked child that has no workers.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 #include <vector>
@@ -63,4 +64,24 @@ TEST_CASE("parallel: a forked child (no workers) completes its loops") {
   REQUIRE(waitpid(child, &status, 0) == child);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("parallel: ScopedParallelThreadLimit caps the chunks while it lives") {
+  auto chunks = [] {
+    std::atomic<int> count{0};
+    ParallelFor(1000, 1, [&](int64_t, int64_t) { ++count; });
+    return count.load();
+  };
+  const int all = chunks();
+  CHECK(all == static_cast<int>(metalrt::cpu::ParallelThreadCount()));
+  {
+    const metalrt::cpu::ScopedParallelThreadLimit one(1);
+    CHECK(chunks() == 1);
+    {
+      const metalrt::cpu::ScopedParallelThreadLimit two(2);
+      CHECK(chunks() == std::min(all, 2));
+    }
+    CHECK(chunks() == 1);
+  }
+  CHECK(chunks() == all);
 }

@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
 #include "op_testing.h"
 #include "quantized_testing.h"
@@ -127,7 +128,11 @@ TEST_CASE("cpu quantized_matmul_bt and quantized_embedding agree with dequantize
   const QuantizedTensor w = WeightOf(s, 6, 512, t, 0);
   const std::vector<double> dense = Dequantized(w);
   const Tensor x = MakeFloat({3, 512}, DType::kF32, RandomValues(3 * 512, 12));
+  // The oracle's gate: the fast provider (tests/cpp/test_cpu_fast_quantized.cpp) is off.
+  SetProviderEnabled("cpu_fast_quantized_matmul_bt", false);
   const std::vector<double> xs = ReadFloat(x), got = ReadFloat(ops::QuantizedMatmulBT(x, w));
+  SetProviderEnabled("cpu_fast_quantized_matmul_bt", true);
+  CHECK(GetProviderStats("quantized_matmul_bt", DeviceType::kCPU).last_selected == "cpu_quantized_matmul_bt");
   std::vector<double> want(3 * 6, 0.0);
   for (int i = 0; i < 3; ++i)
     for (int n = 0; n < 6; ++n)

@@ -23,8 +23,13 @@ struct BlockMap {
   float a[2];
   float b[2];
 };
+// The common case, one a and b for the whole block: one broadcast scale, and the bias
+// term from the block's precomputed d * sum c.
+struct UniformMap {
+  float a, b;
+};
 
-inline BlockMap Uniform(float a, float b) { return {{a, a}, {b, b}}; }
+inline UniformMap Uniform(float a, float b) { return {a, b}; }
 
 inline float Half(const float* table, const uint8_t* p) {
   uint16_t bits;
@@ -76,20 +81,28 @@ struct Tile {
   float bias[R];
   const Q8Block* x[R];
 
+  // sum u c of the block against activation row r's block (c = 254 q + r).
+  template <bool kSigned>
+  static typename Isa::Dot CodeDot(const typename Isa::Codes& codes, const Q8Block& xb) {
+    // 254 * coarse + residual < 2^31: |u q| <= 255 * 127 per value, 32 values.
+    if constexpr (kSigned) return Isa::Combine(Isa::DotSigned(codes, xb.q), Isa::DotSigned(codes, xb.r));
+    else return Isa::Combine(Isa::DotSmall(codes, xb.q), Isa::DotSmall(codes, xb.r));
+  }
+
+  template <bool kSigned>
+  void Add(int64_t block, const typename Isa::Codes& codes, const UniformMap& map) {
+    for (int r = 0; r < R; ++r) {
+      const Q8Block& xb = x[r][block];
+      acc[r] = Isa::Fma(acc[r], CodeDot<kSigned>(codes, xb), map.a * xb.d);
+      bias[r] += map.b * xb.dsum;
+    }
+  }
+
   template <bool kSigned>
   void Add(int64_t block, const typename Isa::Codes& codes, const BlockMap& map) {
     for (int r = 0; r < R; ++r) {
       const Q8Block& xb = x[r][block];
-      typename Isa::Dot coarse, residual;
-      if constexpr (kSigned) {
-        coarse = Isa::DotSigned(codes, xb.q);
-        residual = Isa::DotSigned(codes, xb.r);
-      } else {
-        coarse = Isa::DotSmall(codes, xb.q);
-        residual = Isa::DotSmall(codes, xb.r);
-      }
-      // 254 * coarse + residual < 2^31: |u q| <= 255 * 127 per value, 32 values.
-      acc[r] = Isa::Fma(acc[r], Isa::Combine(coarse, residual), map.a[0] * xb.d, map.a[1] * xb.d);
+      acc[r] = Isa::Fma(acc[r], CodeDot<kSigned>(codes, xb), map.a[0] * xb.d, map.a[1] * xb.d);
       bias[r] += xb.d * (map.b[0] * float(xb.sum[0]) + map.b[1] * float(xb.sum[1]));
     }
   }
@@ -114,16 +127,19 @@ inline void VisitRow(const GemvArgs& a, int64_t row, Sink& sink) {
     constexpr int kBytes = F == GemvFormat::kQ4_0 ? 18 : 20;
     for (int64_t t = 0; t < blocks; ++t, p += kBytes) {
       const float d = Half(f16, p);
-      const float b = F == GemvFormat::kQ4_0 ? -8.0f * d : Half(f16, p + 2);
-      sink.template Add<false>(t, Isa::SplitNibbles16(p + kBytes - 16), Uniform(d, b));
+      const typename Isa::Codes codes = Isa::SplitNibbles16(p + kBytes - 16);
+      // Q4_0's offset is taken out of the codes (signed q - 8), not put in the bias:
+      // d (sum u c) - 8 d (sum c) cancels to the result's size from terms ~8x larger.
+      if constexpr (F == GemvFormat::kQ4_0) sink.template Add<true>(t, Isa::Centered(codes, 8), Uniform(d, 0.0f));
+      else sink.template Add<false>(t, codes, Uniform(d, Half(f16, p + 2)));
     }
   } else if constexpr (F == GemvFormat::kQ5_0 || F == GemvFormat::kQ5_1) {
     constexpr int kBytes = F == GemvFormat::kQ5_0 ? 22 : 24;
     for (int64_t t = 0; t < blocks; ++t, p += kBytes) {
       const float d = Half(f16, p);
-      const float b = F == GemvFormat::kQ5_0 ? -16.0f * d : Half(f16, p + 2);
       Q5Codes(p + kBytes - 16, Word(p + kBytes - 20), u);
-      sink.template Add<false>(t, Isa::Load(u), Uniform(d, b));
+      if constexpr (F == GemvFormat::kQ5_0) sink.template Add<true>(t, Isa::Centered(Isa::Load(u), 16), Uniform(d, 0.0f));
+      else sink.template Add<false>(t, Isa::Load(u), Uniform(d, Half(f16, p + 2)));
     }
   } else if constexpr (F == GemvFormat::kQ8_0) {
     for (int64_t t = 0; t < blocks; ++t, p += 34) sink.template Add<true>(t, Isa::Load(p + 2), Uniform(Half(f16, p), 0.0f));
@@ -139,7 +155,7 @@ inline void VisitRow(const GemvArgs& a, int64_t row, Sink& sink) {
       for (int j = 0; j < 8; ++j) {
         int sc, m;
         ScaleMinK4(p + 4, j, &sc, &m);
-        const BlockMap map = Uniform(d * float(sc), -(dmin * float(m)));
+        const UniformMap map = Uniform(d * float(sc), -(dmin * float(m)));
         if constexpr (kFive) {
           const uint8_t* q = qs + 32 * (j / 2);
           for (int l = 0; l < 32; ++l) u[l] = uint8_t(((q[l] >> (4 * (j % 2))) & 15) | ((qh[l] >> j) & 1) << 4);

@@ -25,6 +25,11 @@ struct Neon {
     const uint8x16_t v = vld1q_u8(qs);
     return {{vandq_u8(v, vdupq_n_u8(15)), vshrq_n_u8(v, 4)}};
   }
+  // codes - offset as int8 (DotSigned reads them signed).
+  static Codes Centered(const Codes& c, int offset) {
+    const uint8x16_t o = vdupq_n_u8(uint8_t(offset));
+    return {{vsubq_u8(c.half[0], o), vsubq_u8(c.half[1], o)}};
+  }
   static void NibblePlanes32(const uint8_t* qs, Codes* lo, Codes* hi) {
     const Codes v = Load(qs);
     for (int h = 0; h < 2; ++h) {
@@ -54,6 +59,9 @@ struct Neon {
   static Acc Fma(Acc acc, const Dot& d, float s0, float s1) {
     acc = vfmaq_n_f32(acc, vcvtq_f32_s32(d.half[0]), s0);
     return vfmaq_n_f32(acc, vcvtq_f32_s32(d.half[1]), s1);
+  }
+  static Acc Fma(Acc acc, const Dot& d, float s) {
+    return vfmaq_n_f32(acc, vcvtq_f32_s32(vaddq_s32(d.half[0], d.half[1])), s);
   }
   static float Sum(Acc acc) { return vaddvq_f32(acc); }
 };

@@ -27,6 +27,11 @@ struct Portable {
     }
     return c;
   }
+  // codes - offset as int8 (DotSigned reads them signed).
+  static Codes Centered(Codes c, int offset) {
+    for (uint8_t& v : c.v) v = uint8_t(v - offset);
+    return c;
+  }
   static void NibblePlanes32(const uint8_t* qs, Codes* lo, Codes* hi) {
     for (int j = 0; j < 32; ++j) {
       lo->v[j] = qs[j] & 15;
@@ -49,6 +54,7 @@ struct Portable {
   static Acc Fma(Acc acc, const Dot& d, float s0, float s1) {
     return acc + (s0 * float(d.half[0]) + s1 * float(d.half[1]));
   }
+  static Acc Fma(Acc acc, const Dot& d, float s) { return acc + s * float(d.half[0] + d.half[1]); }
   static float Sum(Acc acc) { return acc; }
 };
 

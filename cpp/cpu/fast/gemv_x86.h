@@ -24,6 +24,8 @@ struct X86 {
     const __m128i mask = _mm_set1_epi8(15);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), mask), _mm_and_si128(v, mask));
   }
+  // codes - offset as int8 (DotSigned reads them signed).
+  static Codes Centered(const Codes& c, int offset) { return _mm256_sub_epi8(c, _mm256_set1_epi8(char(offset))); }
   static void NibblePlanes32(const uint8_t* qs, Codes* lo, Codes* hi) {
     const __m256i v = Load(qs), mask = _mm256_set1_epi8(15);
     *lo = _mm256_and_si256(v, mask);
@@ -50,6 +52,7 @@ struct X86 {
   static Acc Fma(Acc acc, const Dot& d, float s0, float s1) {
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0)), acc);
   }
+  static Acc Fma(Acc acc, const Dot& d, float s) { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(s), acc); }
   static float Sum(Acc acc) {
     __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     v = _mm_add_ps(v, _mm_movehl_ps(v, v));

@@ -5,7 +5,12 @@
 namespace metalrt::cpu::fast {
 namespace {
 
-int8_t Code(float v) { return static_cast<int8_t>(std::fmax(-127.0f, std::fmin(127.0f, std::nearbyint(v)))); }
+// v rounded half away from zero and clamped to [-127, 127]; comparisons rather than
+// fmax/nearbyint, which are library calls here (errno semantics) in a per-value loop.
+int8_t Code(float v) {
+  v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+  return static_cast<int8_t>(static_cast<int>(v + (v >= 0.0f ? 0.5f : -0.5f)));
+}
 
 }  // namespace
 
@@ -15,7 +20,8 @@ bool QuantizeRowsQ8(const float* x, int64_t rows, int64_t k, std::vector<Q8Block
     const float* v = x + 32 * static_cast<int64_t>(b);
     float amax = 0.0f, probe = 0.0f;
     for (int i = 0; i < 32; ++i) {
-      amax = std::fmax(amax, std::fabs(v[i]));
+      const float a = std::fabs(v[i]);
+      amax = a > amax ? a : amax;
       probe += v[i] * 0.0f;   // NaN exactly when some v[i] is NaN or infinite
     }
     if (probe != 0.0f) return false;
@@ -35,6 +41,7 @@ bool QuantizeRowsQ8(const float* x, int64_t rows, int64_t k, std::vector<Q8Block
     }
     out.sum[0] = sum[0];
     out.sum[1] = sum[1];
+    out.dsum = out.d * float(sum[0] + sum[1]);
   }
   return true;
 }

@@ -18,6 +18,7 @@ namespace metalrt::cpu::fast {
 struct Q8Block {
   float d;
   int32_t sum[2];
+  float dsum;   // d * (sum[0] + sum[1])
   int8_t q[32];
   int8_t r[32];
 };
@@ -27,7 +28,8 @@ inline constexpr int kResidualSteps = 254;
 
 // rows x k f32 values (k a multiple of 32) as rows * k / 32 blocks, row-major: per
 // block the step D = max|x| / 127 of q = round(x / D) in [-127, 127], d = D / 254 and
-// r = round((x - D q) / d) in [-127, 127] (d = 0, q = r = 0 for an all-zero block).
+// r = round((x - D q) / d) in [-127, 127], rounding half away from zero (d = 0,
+// q = r = 0 for an all-zero block).
 // False, with *blocks unspecified, when x holds a NaN or an infinity: int8 codes cannot
 // carry them, so the caller leaves the call to the oracle, which propagates them.
 bool QuantizeRowsQ8(const float* x, int64_t rows, int64_t k, std::vector<Q8Block>* blocks);
