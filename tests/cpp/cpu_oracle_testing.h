@@ -1,6 +1,6 @@
-// For the gates of a CPU oracle's own properties (fixed accumulation order, results
-// independent of blocking): the fast CPU providers registered ahead of the oracle are
-// switched off for a scope, so the oracle serves every call whatever m is.
+// Only the CPU oracle serves while an OracleOnly lives: the fast CPU providers, tried
+// ahead of it, are switched off. For the op-case table's references and for the gates
+// of an oracle's own properties (fixed accumulation order, results independent of m).
 #pragma once
 #include <string>
 #include <vector>
@@ -11,14 +11,12 @@ namespace metalrt::testing {
 
 class OracleOnly {
  public:
-  // Disables every CPU provider of `op` other than `oracle` until destruction.
-  OracleOnly(const OpId& op, const std::string& oracle) {
-    for (const std::string& name : ListProviders(op, DeviceType::kCPU))
-      if (name != oracle) {
-        SetProviderEnabled(name, false);
-        disabled_.push_back(name);
-      }
+  // Every op's CPU providers but the last tried (the oracle, priority 0) are disabled.
+  OracleOnly() {
+    for (const OpId& op : ListOps()) Disable(op);
   }
+  // The same for one op.
+  explicit OracleOnly(const OpId& op) { Disable(op); }
   ~OracleOnly() {
     for (const std::string& name : disabled_) SetProviderEnabled(name, true);
   }
@@ -26,6 +24,13 @@ class OracleOnly {
   OracleOnly& operator=(const OracleOnly&) = delete;
 
  private:
+  void Disable(const OpId& op) {
+    const std::vector<std::string> names = ListProviders(op, DeviceType::kCPU);
+    for (size_t i = 0; i + 1 < names.size(); ++i) {
+      SetProviderEnabled(names[i], false);
+      disabled_.push_back(names[i]);
+    }
+  }
   std::vector<std::string> disabled_;
 };
 

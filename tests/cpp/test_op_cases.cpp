@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 
+#include "cpu_oracle_testing.h"
 #include "metal_op_testing.h"
 #include "op_cases.h"
 
@@ -33,25 +34,6 @@ void PoisonFor(const Tensor& t, bool oracle) {
   if (oracle) std::memset(t.data(), kOraclePoisonByte, t.nbytes());
   else Poison(t);
 }
-
-// While it lives only the oracle serves on the CPU: every other CPU provider of every
-// op (the fast ones, tried first) is disabled. The oracle is the last provider tried.
-class OracleOnly {
- public:
-  OracleOnly() {
-    for (const OpId& op : ListOps()) {
-      const std::vector<std::string> names = ListProviders(op, DeviceType::kCPU);
-      for (size_t i = 0; i + 1 < names.size(); ++i) disabled_.push_back(names[i]);
-    }
-    for (const std::string& name : disabled_) SetProviderEnabled(name, false);
-  }
-  ~OracleOnly() {
-    for (const std::string& name : disabled_) SetProviderEnabled(name, true);
-  }
-
- private:
-  std::vector<std::string> disabled_;
-};
 
 GuardedOutput AllocateGuarded(const TensorSpec& spec, DeviceType device, bool oracle) {
   const int64_t n = Numel(spec.shape);
