@@ -1,4 +1,4 @@
-"""Split-KV decode attention at the model's geometry (issue #19): for decode contexts of
+"""Split-KV decode attention at the model's geometry: for decode contexts of
 128, 1,024 and 4,096 positions, one request, which kernels the Metal device dispatched,
 the threadgroups per (request, kv head) the profiler recorded (goal: >= 16 at 4,096),
 and the output against the CPU oracle (NMSE, worst element). Deterministic: grid sizes
