@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bind.h"
+#include "cpu/fast/cpu_features.h"
 #include "cpu/parallel.h"
 #include "gpu/gpu_device.h"
 #include "gpu/metal_backend.h"
@@ -54,10 +55,14 @@ void BindDoctor(nb::module_& m) {
         nb::dict facts;
         facts["threads"] = cpu::ParallelThreadCount();
         facts["compiled_features"] = CompiledCpuFeatures();
+        // Raises (ValueError) for a malformed METALRT_CPU_ISA, which the GEMV would
+        // otherwise only meet at its first quantized call.
+        facts["gemv_isa"] = std::string(cpu::fast::GemvIsaName(cpu::fast::SelectedGemvIsa()));
         return facts;
       },
       "Internal, for metalrt.doctor: dict(threads: int, the CPU backend's thread count;\n"
-      "compiled_features: list of str, the SIMD extensions the build may use).");
+      "compiled_features: list of str, the SIMD extensions the build may use;\n"
+      "gemv_isa: str, the SIMD kernels the fast quantized GEMV runs, after METALRT_CPU_ISA).");
   m.def(
       "_metal_device_facts",
       [] {

@@ -113,6 +113,10 @@ def _generate(args: argparse.Namespace) -> int:
     import metalrt
 
     model, tokenizer = metalrt.load(args.model, device=args.device)
+    if getattr(model, "device", None) == "cpu":
+        # METALRT_CPU_THREADS / METALRT_CPU_ISA are read at the first op that needs
+        # them, after the text's header is out: a bad one is refused here instead.
+        metalrt._metalrt._cpu_facts()
     prompt = args.prompt
     if args.chat:
         text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],

@@ -188,7 +188,10 @@ def to_tensor(obj, device: str, dtype=None, int_dtype=None, what: str = "asarray
         array = np.asarray(obj)
     except ValueError as e:   # ragged nested lists, for one
         raise ValueError(f"{what}: cannot make an array of the {type(obj).__name__} given: {e}") from None
-    python_ints = not isinstance(obj, (np.ndarray, np.generic)) and _holds_only_ints(obj, array)
+    # An empty list given for an index argument holds no value to infer from: it is
+    # int_dtype (numpy would infer float64, which the op then refuses as a dtype).
+    python_ints = not isinstance(obj, (np.ndarray, np.generic)) and (
+        _holds_only_ints(obj, array) or (int_dtype is not None and array.size == 0))
     if python_ints and array.dtype.kind not in "iu":
         array = np.asarray(obj, dtype=object)   # ints beyond int64: range-checked below
     elif array.dtype.kind not in "biuf":

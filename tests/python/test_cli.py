@@ -5,6 +5,7 @@ and the statistics lines."""
 import importlib.metadata
 import re
 import shutil
+import os
 import subprocess
 
 import pytest
@@ -128,6 +129,23 @@ def test_bad_settings_print_one_error_line_and_nothing_else(monkeypatch, capsys,
     assert main(["generate", "--prompt", "t1 t2", *args]) == 1
     out, err = capsys.readouterr()
     assert out == "" and err == f"metalrt: error: {message}\n"
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("METALRT_CPU_THREADS", "0", "METALRT_CPU_THREADS must be an integer in [1, 1024], got '0'"),
+    ("METALRT_CPU_ISA", "fastest",
+     "METALRT_CPU_ISA must be one of portable, avx2, avx512_vnni, neon, got 'fastest'"),
+])
+def test_bad_cpu_settings_print_one_error_line_and_nothing_else(tiny_model_dir, variable, value,
+                                                                message):
+    # They were met at the first forward step, after the '==========' header (and the
+    # float model's GEMMs never read METALRT_CPU_ISA: it generated with it).
+    script = shutil.which("metalrt")
+    assert script, "the metalrt console script is not installed"
+    result = subprocess.run([script, "generate", "--model", tiny_model_dir, "--prompt", "t1 t2",
+                             "--max-tokens", "2", "--device", "cpu"], capture_output=True,
+                            text=True, timeout=120, env={**os.environ, variable: value})
+    assert (result.returncode, result.stdout, result.stderr) == (1, "", f"metalrt: error: {message}\n")
 
 
 def test_a_closed_pipe_ends_generation_quietly(tiny_model_dir):

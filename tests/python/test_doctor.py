@@ -15,7 +15,7 @@ import metalrt
 KEYS = ("metalrt", "python", "platform", "models_run_on", "models_run_on_why", "metal_device",
         "metal_device_kind", "metal_selection", "gpu_family", "unified_memory",
         "max_threadgroup_memory_bytes", "max_threads_per_threadgroup", "simd_width",
-        "kernel_library", "cpu_threads", "cpu_features",
+        "kernel_library", "cpu_threads", "cpu_features", "cpu_gemv_isa",
         "cxx_compiler", "cache_dir")
 
 
@@ -65,6 +65,11 @@ def test_the_environment_is_reported(tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["cpu_threads"] == 3
+    assert report["cpu_gemv_isa"] in ("avx512_vnni", "avx2", "neon", "portable")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**env, "METALRT_CPU_ISA": "portable"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["cpu_gemv_isa"] == "portable"
     assert report["cache_dir"] == str(tmp_path)
     if metalrt.is_available("metal"):
         assert report["metal_selection"] == "sim (METALRT_METAL=sim)"
@@ -90,6 +95,12 @@ def test_a_bad_setting_is_a_one_line_error():
     proc = run_doctor(METALRT_CPU_THREADS="many")
     assert proc.returncode == 1
     assert proc.stderr == "metalrt: error: METALRT_CPU_THREADS must be an integer in [1, 1024], got 'many'\n"
+    # The GEMV's ISA was only checked at the first quantized matmul: a doctor run (and a
+    # float model) never saw a bad value.
+    proc = run_doctor(METALRT_CPU_ISA="fastest")
+    assert proc.returncode == 1
+    assert proc.stderr == ("metalrt: error: METALRT_CPU_ISA must be one of portable, avx2, "
+                           "avx512_vnni, neon, got 'fastest'\n")
 
 
 @pytest.mark.skipif(not metalrt.is_available("metal") or not metalrt.device_info("metal")["simulated"],

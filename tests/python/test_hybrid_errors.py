@@ -65,3 +65,43 @@ def test_missing_expert_tensor(files):
     name = "model.layers.1.linear_attn.in_proj_ba.weight"
     with pytest.raises(ValueError, match=rf"^\[qwen3_next\] missing tensor '{name}'"):
         build(files, "qwen3_next", drop=[name])
+
+
+def test_gdn_head_counts_below_one(files):
+    # Was a ZeroDivisionError (value heads % 0 key heads).
+    for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                "linear_value_head_dim"):
+        with pytest.raises(ValueError, match=rf"^\[qwen3_next\] config '{key}' must be >= 1, got 0"):
+            build(files, "qwen3_next", {key: 0})
+    with pytest.raises(ValueError, match=r"^\[qwen3_5_moe\] config 'num_attention_heads' must be "
+                                         r">= 1, got 0"):
+        build(files, "qwen3_5_moe", {"num_attention_heads": 0, "num_key_value_heads": 0})
+
+
+def test_layer_types_that_are_not_a_list(files):
+    # A string was read as a list of its characters ("has 14 entries").
+    with pytest.raises(ValueError, match=r"^\[qwen3_next\] config 'layer_types' must be a list of "
+                                         r"num_hidden_layers = 4 entries, got str"):
+        build(files, "qwen3_next", {"layer_types": "full_attention"})
+
+
+def test_rotary_dim_beyond_head_dim(files):
+    # Was raised by qk_norm_rope at the first forward step instead of at load.
+    rope = {**files["qwen3_next"].config["rope_parameters"], "partial_rotary_factor": 2.0}
+    with pytest.raises(ValueError, match=r"^\[qwen3_next\] head_dim 32 x partial_rotary_factor 2.0 "
+                                         r"gives rotary dim 64; expected a positive even number "
+                                         r"<= head_dim"):
+        build(files, "qwen3_next", {"rope_parameters": rope})
+
+
+@pytest.mark.parametrize("fused, rows", [("in_proj_qkvz", 256), ("in_proj_ba", 8)])
+@pytest.mark.parametrize("change", [-1, 1])
+def test_grouped_projection_of_the_wrong_row_count(files, fused, rows, change):
+    # One row short was an IndexError of the regrouping; one row more loaded silently.
+    name = f"model.layers.1.linear_attn.{fused}.weight"
+    weight = files["qwen3_next"].weights[name]
+    assert weight.shape[0] == rows
+    bad = np.zeros((rows + change, weight.shape[1]), np.float32)
+    with pytest.raises(ValueError, match=rf"^\[qwen3_next\] tensor '{name}' has shape "
+                                         rf"\[{rows + change}, 64\], expected \[{rows}, hidden_size\]"):
+        build(files, "qwen3_next", replace={name: bad})

@@ -210,3 +210,20 @@ def test_causal_conv1d_bad_input():
     with pytest.raises(ValueError):
         metalrt.ops.causal_conv1d(x, w, state, [0, 4], [5])
     np.testing.assert_array_equal(state.numpy(), before)   # refused before anything ran
+
+
+def test_empty_batches_as_python_lists():
+    # An empty list for an index argument is int32 like any list of Python ints: R = 0
+    # requests (query_start [0], state_slots []) run, and query_start [] is refused by
+    # the op's own check. numpy inferred float64 for [] ("state_slots must be int32, got
+    # float32").
+    args = _delta_args(tokens=0)
+    heads = dict(num_k_heads=2, head_k_dim=8, num_v_heads=4, head_v_dim=8)
+    args.update(query_start=[0], state_slots=[])
+    assert metalrt.ops.gated_delta_rule(*args.values(), **heads).shape == (0, 4, 8)
+    x, state = np.zeros((0, 6), np.float32), metalrt.zeros((2, 6, 3))
+    assert metalrt.ops.causal_conv1d(x, np.zeros((6, 4), np.float32), state, [0], []).shape == (0, 6)
+    with pytest.raises(ValueError, match=r"^\[causal_conv1d\] query_start must hold R \+ 1 >= 1 "
+                                         r"offsets, got shape \[0\]"):
+        metalrt.ops.causal_conv1d(x, np.zeros((6, 4), np.float32), state, [], [])
+    assert metalrt.ops.embedding(np.zeros((5, 3), np.float32), []).shape == (0, 3)

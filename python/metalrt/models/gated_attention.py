@@ -36,8 +36,9 @@ class GatedAttention(Attention):
         return ops.qkv_split(self.qkv[0](x), 2 * self.heads * self.head_dim, kv_width, kv_width)
 
     def attend(self, x, step: StepInputs, key_cache, value_cache):
-        """The gated attention output [tokens, heads * head_dim] before ``o_proj``
-        (``Attention.__call__`` and ``add_to`` apply it)."""
+        """The gated attention output [tokens, heads * head_dim] before ``o_proj``; the
+        base class's ``__call__`` and ``add_to`` (the residual add fused into
+        ``o_proj``, what ``PreNormLayer`` calls) both run it."""
         tokens = x.shape[0]
         q_gate, k, v = self.project_qkv(x)
         q, gate = ops.gated_query_split(q_gate, self.heads, self.head_dim)

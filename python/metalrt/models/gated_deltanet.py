@@ -42,6 +42,12 @@ class GdnShape:
         shape = cls(*(int(require(config, key, arch)) for key in (
             "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
             "linear_value_head_dim")), int(config.get("linear_conv_kernel_dim", 4)))
+        for key, value in (("linear_num_key_heads", shape.k_heads),
+                           ("linear_num_value_heads", shape.v_heads),
+                           ("linear_key_head_dim", shape.k_dim),
+                           ("linear_value_head_dim", shape.v_dim)):
+            if value < 1:
+                raise ValueError(f"[{arch}] config '{key}' must be >= 1, got {value}")
         if shape.v_heads % shape.k_heads:
             raise ValueError(f"[{arch}] config 'linear_num_value_heads' ({shape.v_heads}) must be "
                              f"a multiple of 'linear_num_key_heads' ({shape.k_heads})")

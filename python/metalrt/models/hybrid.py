@@ -27,9 +27,9 @@ def partial_rotary_dim(config: Mapping, head_dim: int, arch: str) -> int:
     factor = (config.get("rope_parameters") or {}).get("partial_rotary_factor",
                                                         config.get("partial_rotary_factor", 0.25))
     rotary = int(head_dim * float(factor))
-    if rotary < 2 or rotary % 2:
+    if rotary < 2 or rotary % 2 or rotary > head_dim:
         raise ValueError(f"[{arch}] head_dim {head_dim} x partial_rotary_factor {factor} gives "
-                         f"rotary dim {rotary}; expected a positive even number")
+                         f"rotary dim {rotary}; expected a positive even number <= head_dim")
     return rotary
 
 
@@ -59,6 +59,8 @@ class HybridModel(CausalLM):
         hidden = require(text, "hidden_size", arch)
         heads = require(text, "num_attention_heads", arch)
         kv_heads = text.get("num_key_value_heads") or heads
+        if heads < 1:
+            raise ValueError(f"[{arch}] config 'num_attention_heads' must be >= 1, got {heads}")
         if heads % kv_heads:
             raise ValueError(f"[{arch}] config 'num_attention_heads' ({heads}) must be a multiple "
                              f"of 'num_key_value_heads' ({kv_heads})")

@@ -39,6 +39,9 @@ def layer_types(config: Mapping, arch: str) -> List[str]:
             raise ValueError(f"[{arch}] config 'full_attention_interval' must be a positive "
                              f"integer, got {interval!r}")
         return [FULL if (i + 1) % interval == 0 else LINEAR for i in range(n)]
+    if not isinstance(types, (list, tuple)):
+        raise ValueError(f"[{arch}] config 'layer_types' must be a list of "
+                         f"num_hidden_layers = {n} entries, got {type(types).__name__} {types!r}")
     types = list(types)
     if len(types) != n:
         raise ValueError(f"[{arch}] config 'layer_types' has {len(types)} entries, expected "

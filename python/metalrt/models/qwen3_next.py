@@ -46,6 +46,11 @@ def regrouped_ba(ba, s: GdnShape) -> dict:
             "in_proj_a.weight": take_rows(ba, _per_key_head(s, 2 * r, r, r))}
 
 
+def _fused_rows(fused: str, s: GdnShape) -> int:
+    """Rows of in_proj_qkvz (q, k, v, z of every key head) or in_proj_ba (b, a)."""
+    return 2 * s.key_dim + 2 * s.value_dim if fused == "in_proj_qkvz" else 2 * s.v_heads
+
+
 class Qwen3NextModel(HybridModel):
     arch = "qwen3_next"
 
@@ -68,8 +73,14 @@ class Qwen3NextModel(HybridModel):
                                           ("in_proj_ba", "in_proj_b", regrouped_ba)):
                 if f"{p}{split}.weight" in weights:
                     continue
-                if f"{p}{fused}.weight" not in weights:
-                    raise ValueError(f"[{self.arch}] missing tensor '{p}{fused}.weight'")
-                regrouped.update({p + k: v for k, v in
-                                  regroup(weights[f"{p}{fused}.weight"], shape).items()})
+                name = f"{p}{fused}.weight"
+                if name not in weights:
+                    raise ValueError(f"[{self.arch}] missing tensor '{name}'")
+                # The regrouping picks rows by index: check the count first (the columns
+                # are checked when the regrouped projections load).
+                rows = _fused_rows(fused, shape)
+                if len(weights[name].shape) != 2 or weights[name].shape[0] != rows:
+                    raise ValueError(f"[{self.arch}] tensor '{name}' has shape "
+                                     f"{list(weights[name].shape)}, expected [{rows}, hidden_size]")
+                regrouped.update({p + k: v for k, v in regroup(weights[name], shape).items()})
         return ChainMap(regrouped, weights)
