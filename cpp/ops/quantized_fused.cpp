@@ -1,7 +1,8 @@
 // Entry points of the fused quantized GEMVs, quantized_matmul_bt_add,
-// quantized_matmul_bt_swiglu and quantized_matmul_bt_concat, and their composition (the oracle, the CPU provider and
-// the Metal path for m above the GEMV's). Providers receive the weight as the call's
-// params; inputs are x, then (add) the residual, then the weight's tensors.
+// quantized_matmul_bt_swiglu and quantized_matmul_bt_concat, and their composition (the
+// oracle, the CPU provider and the Metal path for m above the GEMV's). Providers receive
+// the weight (concat: the vector of weights) as the call's params; inputs are x, then
+// (add) the residual, then the weights' tensors.
 #include "ops/quantized_fused.h"
 
 #include <cstring>
@@ -85,8 +86,9 @@ namespace detail {
 
 bool ComposeQuantizedMatmulBTConcat(const OpCall& call) {
   // Each product is gathered on the host and the rows interleaved there: the runtime has
-  // no strided device copy, and this path serves only the oracle and batches past the
-  // GEMV's m (the Metal provider's decline).
+  // no strided device copy. On the CPU the copies are M x N values beside the GEMVs'
+  // M x N x K work; on Metal only batches past the GEMV's m come here (the provider's
+  // decline), and the model projects those with three GEMMs instead.
   const Tensor& x = call.inputs[0];
   const Tensor& out = call.outputs[0];
   const size_t elem = DTypeSize(out.dtype());
