@@ -35,7 +35,9 @@ class GatedAttention(Attention):
         kv_width = self.kv_heads * self.head_dim
         return ops.qkv_split(self.qkv[0](x), 2 * self.heads * self.head_dim, kv_width, kv_width)
 
-    def __call__(self, x, step: StepInputs, key_cache, value_cache):
+    def attend(self, x, step: StepInputs, key_cache, value_cache):
+        """The gated attention output [tokens, heads * head_dim] before ``o_proj`` (the
+        base class's ``__call__`` and ``add_to`` project it)."""
         tokens = x.shape[0]
         q_gate, k, v = self.project_qkv(x)
         q, gate = ops.gated_query_split(q_gate, self.heads, self.head_dim)
@@ -46,5 +48,4 @@ class GatedAttention(Attention):
         ops.reshape_and_cache(k, v, key_cache, value_cache, step.slot_mapping)
         attn = ops.paged_attention(q, key_cache, value_cache, step.block_tables, step.seq_lens,
                                    step.query_start_loc, self.scale)
-        attn = ops.sigmoid_mul(attn.reshape(tokens, self.heads * self.head_dim), gate)
-        return self.out(attn)
+        return ops.sigmoid_mul(attn.reshape(tokens, self.heads * self.head_dim), gate)
