@@ -1,6 +1,6 @@
 """Weight bytes a step's kernels read, counted from the weight tensors bound to each op
-call: a GEMV/GEMM (``matmul_bt``, ``quantized_matmul_bt``) and a norm read their whole
-weight, a gather (``embedding``, ``quantized_embedding``) only the rows it is asked
+call: a GEMV/GEMM (``matmul_bt``, ``quantized_matmul_bt``, each weight of
+``quantized_matmul_bt_concat``) and a norm read their whole weight, a gather (``embedding``, ``quantized_embedding``) only the rows it is asked
 for, and an expert GEMM (``moe_matmul_bt``) only the experts its tokens selected
 (counted after the step, from the expert ids it was given). The weights are the model's own tensors (found by walking its layers), so
 activations, the KV cache and step inputs are not counted. Compared with the file's
@@ -57,7 +57,10 @@ def bytes_read(op: str, args: Iterable, kwargs: Dict, weights: Dict[int, object]
     its rows' share of the table."""
     args = list(args)
     total = 0
-    for value in [*args, *kwargs.values()]:
+    values = [*args, *kwargs.values()]
+    # quantized_matmul_bt_concat takes its weights as one list argument.
+    values += [item for v in values if isinstance(v, (list, tuple)) for item in v]
+    for value in values:
         if id(value) not in weights:
             continue
         if op in _GATHERS:

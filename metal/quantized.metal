@@ -15,6 +15,9 @@
 //   with a fused epilogue (the residual add after the o / down projection; SwiGLU of
 //   the merged gate|up projection), so a decode layer needs neither the add nor the
 //   silu_and_mul dispatch.
+// * quantized_matmul_bt_concat_gemv_*: the same GEMV over up to three weights of one
+//   format and K (a GGUF's separate Q, K and V), their outputs concatenated along N, so
+//   a layer whose file keeps them apart still needs one projection dispatch.
 // * quantized_matmul_bt_gemm_* (m > 8, prefill). Design: MLX qmm_t: 32x32 output tiles,
 //   the weight tile dequantized into threadgroup memory (one chunk per thread), the
 //   activation tile staged as f32 (never half: activations beyond 65504 stay finite),
@@ -104,6 +107,49 @@ kernel void quantized_matmul_bt_swiglu_gemv(device const T* x [[buffer(0)]],
     }
 }
 
+// Concatenated GEMV: out [m, n0 + n1 + n2] = x [w0 | w1 | w2]^T. SIMD-group blocks of
+// kQuantGemvRows rows are numbered across the weights, each weight starting a fresh
+// block, so every SIMD-group's rows belong to one weight; the body and its rounding are
+// quantized_matmul_bt_gemv's (bit-exact with three of those).
+template <typename F, typename T, typename S>
+kernel void quantized_matmul_bt_concat_gemv(device const T* x [[buffer(0)]],
+                                            device const uchar* data0 [[buffer(1)]],
+                                            device const S* scales0 [[buffer(2)]],
+                                            device const S* biases0 [[buffer(3)]],
+                                            device T* out [[buffer(4)]],
+                                            constant QuantizedArgs& args [[buffer(5)]],
+                                            device const uchar* data1 [[buffer(6)]],
+                                            device const S* scales1 [[buffer(7)]],
+                                            device const S* biases1 [[buffer(8)]],
+                                            device const uchar* data2 [[buffer(9)]],
+                                            device const S* scales2 [[buffer(10)]],
+                                            device const S* biases2 [[buffer(11)]],
+                                            constant QuantizedConcatArgs& parts [[buffer(12)]],
+                                            uint group [[threadgroup_position_in_grid]],
+                                            uint simdgroup [[simdgroup_index_in_threadgroup]],
+                                            uint lane [[thread_index_in_simdgroup]]) {
+  int32_t row0 = gemv_row0(group, simdgroup), column0 = 0;
+  int part = 0;
+  for (; part < kQuantConcatMaxParts - 1; ++part) {
+    const int32_t blocks = (parts.rows[part] + kQuantGemvRows - 1) / kQuantGemvRows;
+    if (row0 < blocks * kQuantGemvRows) break;
+    row0 -= blocks * kQuantGemvRows;
+    column0 += parts.rows[part];
+  }
+  const int32_t n = parts.rows[part];
+  if (row0 >= n) return;
+  device const uchar* data = part == 0 ? data0 : part == 1 ? data1 : data2;
+  device const S* scales = part == 0 ? scales0 : part == 1 ? scales1 : scales2;
+  device const S* biases = part == 0 ? biases0 : part == 1 ? biases1 : biases2;
+  long rows[kQuantGemvRows];
+  gemv_rows(0, row0, n, rows);
+  float acc[kQuantGemvMaxM * kQuantGemvRows];
+  gemv_accumulate<F, T, S, kQuantGemvRows>(x, args.m, data, scales, biases, args, rows, acc, lane);
+  for (int32_t i = 0; i < args.m; ++i)
+    for (int r = 0; r < kQuantGemvRows; ++r)
+      if (lane == 0 && rows[r] >= 0) out[long(i) * args.n + column0 + rows[r]] = T(acc[i * kQuantGemvRows + r]);
+}
+
 // Prefill GEMM: MLX qmm_t's shape (dequantized weight tile in threadgroup memory, f32
 // activation tile, simdgroup matrices; body in quantized_gemm.h); expected
 // compute-bound like matmul_bt_gemm.
@@ -161,6 +207,12 @@ kernel void quantized_rows(device const int* ids [[buffer(0)]],
   quantized_matmul_bt_swiglu_gemv<F, T, S>(device const T*, device const uchar*, device const S*,      \
                                            device const S*, device T*, constant QuantizedArgs&,         \
                                            uint, uint, uint);                                           \
+  template [[host_name("quantized_matmul_bt_concat_gemv_" FNAME "_" TNAME)]] kernel void               \
+  quantized_matmul_bt_concat_gemv<F, T, S>(device const T*, device const uchar*, device const S*,      \
+                                           device const S*, device T*, constant QuantizedArgs&,         \
+                                           device const uchar*, device const S*, device const S*,       \
+                                           device const uchar*, device const S*, device const S*,       \
+                                           constant QuantizedConcatArgs&, uint, uint, uint);            \
   template [[host_name("quantized_matmul_bt_gemm_" FNAME "_" TNAME)]] kernel void                      \
   quantized_matmul_bt_gemm<F, T, S>(device const T*, device const uchar*, device const S*,             \
                                     device const S*, device T*, constant QuantizedArgs&, uint2, uint, uint); \

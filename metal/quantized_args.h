@@ -21,6 +21,14 @@ struct QuantizedArgs {
 };
 static_assert(sizeof(QuantizedArgs) == 32, "QuantizedArgs must match between host and MSL");
 
+// quantized_matmul_bt_concat: the rows of each weight (0 past the last), whose outputs
+// are concatenated along N in this order (QuantizedArgs.n is their sum).
+METALRT_CONSTANT int32_t kQuantConcatMaxParts = 3;
+struct QuantizedConcatArgs {
+  int32_t rows[4];   // kQuantConcatMaxParts used, padded to 16 bytes
+};
+static_assert(sizeof(QuantizedConcatArgs) == 16, "QuantizedConcatArgs must match between host and MSL");
+
 METALRT_CONSTANT int32_t kQuantChunk = 8;
 METALRT_CONSTANT int32_t kQuantSimdWidth = 32;
 // GEMV (m <= kQuantGemvMaxM): kQuantGemvRows weight rows per SIMD-group,

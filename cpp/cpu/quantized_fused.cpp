@@ -1,5 +1,6 @@
 // CPU providers of the fused quantized GEMVs: the compositions of the CPU oracles they
-// fuse (quantized_matmul_bt, then add or silu_and_mul), so the oracle is not a new formula.
+// fuse (quantized_matmul_bt, then add or silu_and_mul; one per concatenated weight), so
+// the oracle is not a new formula.
 #include "metalrt/op_registry.h"
 #include "ops/quantized_fused.h"
 
@@ -9,5 +10,7 @@ METALRT_REGISTER_PROVIDER("quantized_matmul_bt_add", DeviceType::kCPU, "cpu_quan
                           ops::detail::ComposeQuantizedMatmulBTAdd);
 METALRT_REGISTER_PROVIDER("quantized_matmul_bt_swiglu", DeviceType::kCPU, "cpu_quantized_matmul_bt_swiglu", 0,
                           ops::detail::ComposeQuantizedMatmulBTSwiglu);
+METALRT_REGISTER_PROVIDER("quantized_matmul_bt_concat", DeviceType::kCPU, "cpu_quantized_matmul_bt_concat", 0,
+                          ops::detail::ComposeQuantizedMatmulBTConcat);
 
 }  // namespace metalrt::cpu

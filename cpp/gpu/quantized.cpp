@@ -1,6 +1,6 @@
 // Metal dispatch of the quantized-weight ops (kernels: metal/quantized.metal): the
 // GEMV for m <= kQuantGemvMaxM, the tiled GEMM above it, the fused GEMVs
-// (quantized_matmul_bt_add / _swiglu), and one thread per 8-value
+// (quantized_matmul_bt_add / _swiglu), the concatenated GEMV, and one thread per 8-value
 // chunk for dequantize and quantized_embedding. Kernel names are
 // <op>_<variant>_<format>_<dtype>, the affine format named with its scales' dtype
 // ("affine_bf16"). Buffers: activations or ids, data, scales, biases (GGUF binds data
@@ -20,10 +20,12 @@ namespace {
 
 uint32_t CeilDiv(int64_t x, int64_t d) { return static_cast<uint32_t>((x + d - 1) / d); }
 
-// Binds the weight's tensors at buffers 1..3.
-KernelLaunch& BindWeight(KernelLaunch& launch, const QuantizedTensor& w) {
+// Binds the weight's tensors at buffers first..first + 2.
+KernelLaunch& BindWeight(KernelLaunch& launch, const QuantizedTensor& w, int first = 1) {
   const bool affine = w.format == QuantFormat::kAffine;
-  return launch.input(1, w.data).input(2, affine ? w.scales : w.data).input(3, affine ? w.biases : w.data);
+  return launch.input(first, w.data)
+      .input(first + 1, affine ? w.scales : w.data)
+      .input(first + 2, affine ? w.biases : w.data);
 }
 
 bool MetalQuantizedMatmulBT(const OpCall& call) {
@@ -77,6 +79,34 @@ bool MetalQuantizedMatmulBTSwiglu(const OpCall& call) {
   return MetalQuantizedMatmulBTFused(call, "quantized_matmul_bt_swiglu", true);
 }
 
+// quantized_matmul_bt_concat: one GEMV over up to kQuantConcatMaxParts weights (buffers
+// 1..3, 6..8, 9..11; a missing third repeats the second with no rows) for m <=
+// kQuantGemvMaxM; above it the Metal provider declines (the CPU composition).
+bool MetalQuantizedMatmulBTConcat(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const auto& weights = call.param<std::vector<QuantizedTensor>>();
+  const int64_t m = x.dim(0), n = call.outputs[0].dim(1);
+  if (weights.size() > static_cast<size_t>(kQuantConcatMaxParts) || m > kQuantGemvMaxM) return false;
+  if (reinterpret_cast<uintptr_t>(x.data()) % (4 * DTypeSize(x.dtype())) != 0) return false;
+  QuantizedArgs args = ArgsOf(weights[0], m, n);
+  QuantizedConcatArgs parts{};
+  int64_t blocks = 0;
+  for (size_t j = 0; j < weights.size(); ++j) {
+    // One row stride for every weight: the kernel reads them all with args.row_bytes.
+    if (!FitsInt(m, weights[j].rows, weights[j].cols, n) || ArgsOf(weights[j], m, n).row_bytes != args.row_bytes)
+      return false;
+    parts.rows[j] = static_cast<int32_t>(weights[j].rows);
+    blocks += CeilDiv(weights[j].rows, kQuantGemvRows);
+  }
+  KernelLaunch launch(KernelName("quantized_matmul_bt_concat", "gemv_" + FormatToken(weights[0]), x.dtype()));
+  launch.input(0, x);
+  BindWeight(launch, weights[0]).output(4, call.outputs[0]).bytes(5, args);
+  BindWeight(launch, weights[1], 6);
+  BindWeight(launch, weights.back(), 9).bytes(12, parts);
+  launch.threadgroups({CeilDiv(blocks, kQuantGemvSimdgroups), 1, 1}, {kQuantGemvSimdgroups * kQuantSimdWidth, 1, 1});
+  return true;
+}
+
 // dequantize (ids undefined: row y is weight row y) and quantized_embedding.
 bool LaunchRows(const char* op, const char* variant, const Tensor& ids, const QuantizedTensor& w,
                 const Tensor& out, int64_t rows) {
@@ -107,6 +137,8 @@ METALRT_REGISTER_PROVIDER("quantized_matmul_bt_add", DeviceType::kMETAL, "metal_
                           MetalQuantizedMatmulBTAdd);
 METALRT_REGISTER_PROVIDER("quantized_matmul_bt_swiglu", DeviceType::kMETAL, "metal_quantized_matmul_bt_swiglu", 10,
                           MetalQuantizedMatmulBTSwiglu);
+METALRT_REGISTER_PROVIDER("quantized_matmul_bt_concat", DeviceType::kMETAL, "metal_quantized_matmul_bt_concat", 10,
+                          MetalQuantizedMatmulBTConcat);
 METALRT_REGISTER_PROVIDER("dequantize", DeviceType::kMETAL, "metal_dequantize", 10, MetalDequantize);
 METALRT_REGISTER_PROVIDER("quantized_embedding", DeviceType::kMETAL, "metal_quantized_embedding", 10,
                           MetalQuantizedEmbedding);

@@ -9,5 +9,8 @@ namespace metalrt::ops::detail {
 bool ComposeQuantizedMatmulBTAdd(const OpCall& call);
 // quantized_matmul_bt then silu_and_mul (inputs: x, weight tensors; param: the weight).
 bool ComposeQuantizedMatmulBTSwiglu(const OpCall& call);
+// quantized_matmul_bt of each weight into its column slice (inputs: x, then every
+// weight's tensors; param: std::vector<QuantizedTensor>).
+bool ComposeQuantizedMatmulBTConcat(const OpCall& call);
 
 }  // namespace metalrt::ops::detail

@@ -6,6 +6,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "metalrt/errors.h"
 #include "metalrt/ops.h"
 #include "metalrt/quantized.h"
+#include "quantized_args.h"
 
 namespace metalrt::python {
 namespace {
@@ -129,6 +131,10 @@ void BindQuantizedOps(nb::module_& ops) {
   ops.def("quantized_matmul_bt_add", &ops::QuantizedMatmulBTAdd, nb::arg("x"), nb::arg("w"), nb::arg("residual"),
           nb::arg("out") = nb::none());
   ops.def("quantized_matmul_bt_swiglu", &ops::QuantizedMatmulBTSwiglu, nb::arg("x"), nb::arg("w"),
+          nb::arg("out") = nb::none());
+  // The batch the GEMV kernels take in one dispatch (above it, the GEMM or a composition).
+  ops.attr("quantized_gemv_max_m") = kQuantGemvMaxM;
+  ops.def("quantized_matmul_bt_concat", &ops::QuantizedMatmulBTConcat, nb::arg("x"), nb::arg("weights"),
           nb::arg("out") = nb::none());
   ops.def("quantized_embedding",
           [](const Tensor& ids, const QuantizedTensor& w, const std::string& dtype, const ops::OptTensor& out) {

@@ -4,7 +4,10 @@
 // model's shapes (o and down projections 576x576 and 576x1536, gate|up 3072x576, Q4_1
 // and Q8_0) and boundary shapes (N = 1, 5, 13: partial SIMD-groups; m = 1..8, and m = 9,
 // where the provider composes the GEMM with the second op); bit-exact against the
-// unfused Metal composition they replace; the in-place residual form.
+// unfused Metal composition they replace; the in-place residual form. The concatenated
+// GEMV (quantized_matmul_bt_concat_gemv) at the model's Q/K/V shapes (K = 576, Nq = 576,
+// Nk = Nv = 192), boundary shapes and every format, bit-exact with the three Metal
+// quantized_matmul_bt it replaces.
 #include <doctest/doctest.h>
 
 #include "metal_op_testing.h"
@@ -60,7 +63,68 @@ OpCase SwigluCase(const WeightSpec& s, int64_t m, int64_t k, int64_t inner, DTyp
   return WithMatmulBars(c, dtype);
 }
 
+// x [m, k] and the tensors of one weight per n in `ns`, each of format s.
+std::vector<Tensor> ConcatInputs(const WeightSpec& s, int64_t m, int64_t k, const std::vector<int64_t>& ns,
+                                 DType dtype, uint32_t seed) {
+  std::vector<Tensor> inputs{MakeFloat({m, k}, dtype, RandomValuesOf(dtype, m * k, seed))};
+  for (int64_t n : ns)
+    for (const Tensor& t : RandomWeight(s, n, k, ++seed)) inputs.push_back(t);
+  return inputs;
+}
+
+std::vector<QuantizedTensor> ConcatWeights(const WeightSpec& s, int64_t k, const std::vector<int64_t>& ns,
+                                           const std::vector<Tensor>& inputs) {
+  std::vector<QuantizedTensor> weights;
+  const size_t per = IsAffine(s) ? 3 : 1;
+  for (size_t j = 0; j < ns.size(); ++j) weights.push_back(WeightOf(s, ns[j], k, inputs, 1 + j * per));
+  return weights;
+}
+
+int64_t Total(const std::vector<int64_t>& ns) {
+  int64_t total = 0;
+  for (int64_t n : ns) total += n;
+  return total;
+}
+
+OpCase ConcatCase(const WeightSpec& s, int64_t m, int64_t k, std::vector<int64_t> ns, DType dtype, uint32_t seed) {
+  OpCase c = SingleOutputCase(CaseName("quantized_matmul_bt_concat", dtype, {m, k, Total(ns)}, SpecName(s)),
+                              "quantized_matmul_bt_concat",
+                              gpu::KernelName("quantized_matmul_bt_concat", "gemv_" + FormatToken(s), dtype),
+                              ConcatInputs(s, m, k, ns, dtype, seed), {{m, Total(ns)}, dtype}, {0.0, 0.0},
+                              [s, k, ns](const Inputs& in, const Tensor& out) {
+                                ops::QuantizedMatmulBTConcat(in[0], ConcatWeights(s, k, ns, in), out);
+                              });
+  return WithMatmulBars(c, dtype);
+}
+
+// Every GGUF format and two MLX affine layouts.
+std::vector<WeightSpec> AllSpecs() {
+  std::vector<WeightSpec> specs;
+  for (QuantFormat f : kGgufFormats) specs.push_back({f});
+  specs.push_back({QuantFormat::kAffine, 4, 64, DType::kBF16});
+  specs.push_back({QuantFormat::kAffine, 3, 32, DType::kF16});
+  return specs;
+}
+
 }  // namespace
+
+METALRT_OP_CASES(quantized_concat_cases) {
+  std::vector<OpCase> cases;
+  uint32_t seed = 19500;
+  auto next = [&seed] { return seed += 11; };
+  // The default model's Q/K/V (SmolLM2-135M Q4_1): K = 576, Nq = 576, Nk = Nv = 192.
+  for (DType dtype : kFloatDTypes) cases.push_back(ConcatCase({QuantFormat::kQ4_1}, 1, 576, {576, 192, 192}, dtype, next()));
+  // Boundaries in every format: N's not a multiple of the 4 rows per SIMD-group (a
+  // SIMD-group never spans two weights), two weights, m = 1..8 across the cases.
+  int64_t m = 1;
+  for (const WeightSpec& s : AllSpecs()) {
+    const int64_t k = IsKQuant(s.format) ? 256 : 128;
+    cases.push_back(ConcatCase(s, m, k, {5, 3, 13}, DType::kF32, next()));
+    cases.push_back(ConcatCase(s, 9 - m, k, {1, 6}, DType::kF16, next()));
+    m = m % 8 + 1;
+  }
+  return cases;
+}
 
 METALRT_OP_CASES(quantized_fused_cases) {
   std::vector<OpCase> cases;
@@ -133,4 +197,50 @@ TEST_CASE("quantized_matmul_bt_add on the CPU: the residual in place equals the 
   ops::QuantizedMatmulBTAdd(x, w, h, h);
   CHECK(ReadFloat(h) == ReadFloat(expected));
   CHECK(ReadFloat(h) != ReadFloat(residual));
+}
+
+TEST_CASE("metal quantized_matmul_bt_concat: bit-exact with one quantized_matmul_bt per weight, one dispatch") {
+  // The concatenated GEMV runs quantized_matmul_bt_gemv's body on each weight's rows, so
+  // every column slice matches that weight's own GEMV byte for byte; at m = 9 the Metal
+  // provider declines and the composition (three GEMMs) serves it.
+  const std::vector<int64_t> ns{7, 4, 9};
+  for (const WeightSpec& s : AllSpecs()) {
+    for (int64_t m : {1, 3, 8, 9}) {
+      CAPTURE(SpecName(s));
+      CAPTURE(m);
+      const int64_t k = IsKQuant(s.format) ? 256 : 64;
+      std::vector<Tensor> inputs = ConcatInputs(s, m, k, ns, DType::kF16, 31 + static_cast<uint32_t>(m));
+      for (Tensor& t : inputs) t = ToMetal(t);
+      const std::vector<QuantizedTensor> weights = ConcatWeights(s, k, ns, inputs);
+      std::vector<double> expected(static_cast<size_t>(m * Total(ns)));
+      int64_t column0 = 0;
+      for (const QuantizedTensor& w : weights) {
+        const std::vector<double> part = ReadMetal(ops::QuantizedMatmulBT(inputs[0], w));
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t r = 0; r < w.rows; ++r) expected[i * Total(ns) + column0 + r] = part[i * w.rows + r];
+        column0 += w.rows;
+      }
+      const Tensor out = PoisonedMetal({m, Total(ns)}, DType::kF16);
+      const std::string kernel = gpu::KernelName("quantized_matmul_bt_concat", "gemv_" + FormatToken(s), DType::kF16);
+      const auto rows = ProfiledRows([&] { ops::QuantizedMatmulBTConcat(inputs[0], weights, out); });
+      CHECK(Dispatches(rows, kernel) == (m <= 8 ? 1u : 0u));
+      CHECK(ReadMetal(out) == expected);
+    }
+  }
+}
+
+TEST_CASE("quantized_matmul_bt_concat: bad arguments are errors naming the op") {
+  const WeightSpec q8{QuantFormat::kQ8_0}, q4{QuantFormat::kQ4_1};
+  const QuantizedTensor a = MakeQuantizedTensor(q8.format, 5, 64, RandomWeight(q8, 5, 64, 1)[0]);
+  const QuantizedTensor b = MakeQuantizedTensor(q4.format, 5, 64, RandomWeight(q4, 5, 64, 2)[0]);
+  const QuantizedTensor wide = MakeQuantizedTensor(q8.format, 5, 128, RandomWeight(q8, 5, 128, 3)[0]);
+  const Tensor x = MakeFloat({2, 64}, DType::kF32, RandomValues(128, 4));
+  CHECK_THROWS_WITH_AS(ops::QuantizedMatmulBTConcat(x, {a}), doctest::Contains("expected 2 or 3 weights"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::QuantizedMatmulBTConcat(x, {a, b}), doctest::Contains("share the first's format"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::QuantizedMatmulBTConcat(x, {a, wide}),
+                       doctest::Contains("[quantized_matmul_bt_concat]"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ops::QuantizedMatmulBTConcat(x, {a, a}, MakeFloat({2, 5}, DType::kF32, RandomValues(10, 5))),
+                       doctest::Contains("[quantized_matmul_bt_concat] out"), std::invalid_argument);
 }

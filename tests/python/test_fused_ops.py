@@ -1,6 +1,7 @@
 """The fused decode-layer ops through the Python API, on each device: each equals the
 composition of the ops it fuses byte for byte (quantized_matmul_bt + add,
-quantized_matmul_bt + silu_and_mul, qkv_split + rope + reshape_and_cache), the residual
+quantized_matmul_bt + silu_and_mul, qkv_split + rope + reshape_and_cache, one
+quantized_matmul_bt per concatenated weight), the residual
 form works in place, and bad arguments raise ValueError / TypeError naming the op."""
 import numpy as np
 import pytest
@@ -52,6 +53,17 @@ def test_qkv_rope_cache_equals_split_rope_and_cache_write(device):
     assert not np.array_equal(fkc.numpy(), cache0)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m", [1, 9])
+def test_matmul_concat_equals_one_matmul_per_weight(device, m):
+    rng = np.random.default_rng(5)
+    x = metalrt.asarray(rng.uniform(-1, 1, (m, 576)).astype(np.float32), device=device)
+    weights = [q4_1(n, 576, device, seed) for n, seed in ((576, 6), (192, 7), (192, 8))]
+    got = ops.quantized_matmul_bt_concat(x, weights).numpy()
+    expected = np.concatenate([ops.quantized_matmul_bt(x, w).numpy() for w in weights], axis=1)
+    assert got.shape == (m, 960) and np.array_equal(got, expected)
+
+
 def test_bad_arguments_name_the_op():
     x = metalrt.asarray(np.zeros((1, 64), np.float32))
     w = q4_1(5, 64, "cpu")
@@ -61,6 +73,10 @@ def test_bad_arguments_name_the_op():
         ops.quantized_matmul_bt_swiglu(x, w)
     with pytest.raises(TypeError, match=r"\[quantized_matmul_bt_swiglu\] w must be a metalrt.QuantizedTensor"):
         ops.quantized_matmul_bt_swiglu(x, np.zeros((4, 64), np.float32))
+    with pytest.raises(TypeError, match=r"\[quantized_matmul_bt_concat\] weights must be a list"):
+        ops.quantized_matmul_bt_concat(x, w)
+    with pytest.raises(ValueError, match=r"\[quantized_matmul_bt_concat\] expected 2 or 3 weights"):
+        ops.quantized_matmul_bt_concat(x, [w, w, w, w])
     cache = metalrt.asarray(np.zeros((1, 16, 1, 8), np.float32))
     with pytest.raises(ValueError, match=r"\[qkv_rope_cache\] qkv must have"):
         ops.qkv_rope_cache(np.zeros((1, 16), np.float32), [0], cache, cache, [0], 1, 8, 1e4)

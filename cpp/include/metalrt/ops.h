@@ -77,6 +77,11 @@ Tensor QuantizedMatmulBTAdd(const Tensor& x, const QuantizedTensor& w, const Ten
 // [M, I] = silu(x . w_gate^T) * (x . w_up^T) (QuantizedMatmulBT then SiluAndMul).
 Tensor QuantizedMatmulBTSwiglu(const Tensor& x, const QuantizedTensor& w,
                                const OptTensor& out = std::nullopt);
+// x [M, K] . [w_0 | w_1 | ...]^T -> [M, N_0 + N_1 + ...]: the outputs of 2 or 3
+// weights of one format and K concatenated along N (a GGUF's separate Q, K and V in
+// one GEMV), each exactly QuantizedMatmulBT(x, w_j) in its column slice.
+Tensor QuantizedMatmulBTConcat(const Tensor& x, const std::vector<QuantizedTensor>& weights,
+                               const OptTensor& out = std::nullopt);
 
 // The decode layer's QKV split, RoPE of q and k and KV-cache write in one op: qkv
 // [T, (heads + 2 kv_heads) head_dim] (q | k | v, kv_heads and head_dim from the

@@ -250,8 +250,9 @@ class Attention:
     """Multi-head self-attention with grouped-query heads over the paged KV cache:
     the Q/K/V projection (one merged projection split by ``ops.qkv_split``, or three),
     position encoding (a callable ``(q, k, step) -> (q, k)`` or None), cache write,
-    variable-length paged attention, output projection. A merged projection with plain
-    ``Rope`` runs the split, RoPE and cache write as one ``ops.qkv_rope_cache``."""
+    variable-length paged attention, output projection. A merged projection (or three
+    quantized ones concatenated in one GEMV) with plain ``Rope`` runs the split, RoPE
+    and cache write as one ``ops.qkv_rope_cache``."""
 
     def __init__(self, qkv: Sequence[Linear], out: Linear, heads: int, kv_heads: int,
                  head_dim: int, positional: Optional[Callable]):
@@ -262,6 +263,18 @@ class Attention:
         self.qkv, self.out, self.positional = list(qkv), out, positional
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.scale = head_dim ** -0.5
+        self.concat_weights = _concatenable(self.qkv)
+
+    def merged_qkv(self, x):
+        """The q | k | v projection [tokens, (heads + 2 kv_heads) head_dim] in one
+        dispatch, or None: the merged Linear, or (decode-sized batches) three bias-free
+        quantized projections of one format in one ``ops.quantized_matmul_bt_concat``
+        GEMV. A prefill's three GEMMs are cheaper than the concat's host composition."""
+        if len(self.qkv) == 1:
+            return self.qkv[0](x)
+        if self.concat_weights is not None and x.shape[0] <= ops.QUANTIZED_GEMV_MAX_M:
+            return ops.quantized_matmul_bt_concat(x, self.concat_weights)
+        return None
 
     def project_qkv(self, x):
         if len(self.qkv) == 3:
@@ -280,9 +293,10 @@ class Attention:
         """The attention output [tokens, heads * head_dim] before the output projection."""
         tokens = x.shape[0]
         rope = self.positional
-        if len(self.qkv) == 1 and isinstance(rope, Rope) and rope.inv_freq is None:
+        qkv = self.merged_qkv(x) if isinstance(rope, Rope) and rope.inv_freq is None else None
+        if qkv is not None:
             # Split, RoPE of q and k and the cache write in one op (byte for byte the same).
-            q = ops.qkv_rope_cache(self.qkv[0](x), step.positions, key_cache, value_cache,
+            q = ops.qkv_rope_cache(qkv, step.positions, key_cache, value_cache,
                                    step.slot_mapping, self.heads, rope.rotary_dim, rope.base,
                                    rope.neox)
             return self.paged_attention(q, step, key_cache, value_cache)
@@ -299,6 +313,20 @@ class Attention:
         attn = ops.paged_attention(q, key_cache, value_cache, step.block_tables, step.seq_lens,
                                    step.query_start_loc, self.scale)
         return attn.reshape(q.shape[0], self.heads * self.head_dim)
+
+
+def _concatenable(projections: Sequence[Linear]):
+    """The weights of three bias-free quantized projections that one
+    ``ops.quantized_matmul_bt_concat`` decodes (one format, code width, group size and
+    scales dtype), else None."""
+    weights = [p.weight for p in projections]
+    if len(weights) != 3 or any(p.bias is not None for p in projections):
+        return None
+    if not all(isinstance(w, metalrt.QuantizedTensor) for w in weights):
+        return None
+    kinds = {(w.format, w.bits, w.group_size, None if w.scales is None else w.scales.dtype)
+             for w in weights}
+    return weights if len(kinds) == 1 else None
 
 
 class GatedMLP:

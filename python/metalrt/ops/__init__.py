@@ -8,6 +8,8 @@ from .linear_attention import causal_conv1d, gated_delta_rule, gdn_gating
 from .matmul import matmul, matmul_bt
 from .quantized import dequantize, quantized_embedding, quantized_matmul_bt
 from .fused import qkv_rope_cache, quantized_matmul_bt_add, quantized_matmul_bt_swiglu
+# QUANTIZED_GEMV_MAX_M is a constant, not an op: outside __all__ (the list of ops).
+from .fused import QUANTIZED_GEMV_MAX_M, quantized_matmul_bt_concat
 from .normalization import layer_norm, rms_norm, softmax
 from .rope import (qk_norm_rope, rope_cos_sin_cache, rope_from_cache, rope_interleaved,
                    rope_neox)
@@ -21,6 +23,7 @@ __all__ = [
     "matmul_bt", "mul", "paged_attention", "qk_norm_rope", "qkv_split", "quantized_embedding",
     "quantized_matmul_bt", "relu",
     "quantized_matmul_bt_add", "quantized_matmul_bt_swiglu", "qkv_rope_cache",
+    "quantized_matmul_bt_concat",
     "reshape_and_cache", "rms_norm", "rope_cos_sin_cache", "rope_from_cache",
     "rope_interleaved", "rope_neox", "silu_and_mul", "softmax",
     "gated_query_split", "gated_rms_norm", "moe_combine", "moe_matmul_bt", "moe_router", "sigmoid_mul",

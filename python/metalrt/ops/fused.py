@@ -39,6 +39,30 @@ def quantized_matmul_bt_swiglu(x, w, out=None) -> Tensor:
     return _native.quantized_matmul_bt_swiglu(x, w, out=out_tensor(op, out))
 
 
+def quantized_matmul_bt_concat(x, weights, out=None) -> Tensor:
+    """x @ [w_0 | w_1 | ...]^T: x [M, K] float32/float16/bfloat16, weights a list of 2
+    or 3 QuantizedTensors [N_j, K] of one format (GGUF type, or MLX affine bits, group
+    size and scales dtype) -> [M, N_0 + N_1 + ...] in x's dtype, column slice j exactly
+    ``quantized_matmul_bt(x, weights[j])`` (a GGUF's separate Q, K and V projected as
+    one merged QKV without copying the weights). On Metal one GEMV for M <=
+    ``QUANTIZED_GEMV_MAX_M``, each SIMD-group's rows taken from the weight that owns
+    them; above it the composition on the host. TypeError for a non-float x or a weight
+    that is not a QuantizedTensor; ValueError for a weight count outside 2..3, formats
+    or K that differ, or a wrong out."""
+    op = "quantized_matmul_bt_concat"
+    if not isinstance(weights, (list, tuple)):
+        raise TypeError(f"[{op}] weights must be a list of metalrt.QuantizedTensor, got "
+                        f"{type(weights).__name__}")
+    weights = [_weight(op, w) for w in weights]
+    (x,) = tensors(op, x=x)
+    return _native.quantized_matmul_bt_concat(x, weights, out=out_tensor(op, out))
+
+
+# The largest M the quantized GEMV kernels (and so quantized_matmul_bt_concat's single
+# dispatch) take on Metal: metal/quantized_args.h's kQuantGemvMaxM.
+QUANTIZED_GEMV_MAX_M = _native.quantized_gemv_max_m
+
+
 def qkv_rope_cache(qkv, positions, key_cache, value_cache, slot_mapping, heads, rotary_dim,
                    base, neox=True, out=None) -> Tensor:
     """The attention block's QKV split, rotary embedding (Su et al. 2021) of q and k,
