@@ -65,6 +65,34 @@ TEST_CASE("external memory: one wrapping per mapping, interior tensors read in p
   CHECK(released);
 }
 
+TEST_CASE("external memory: ranges of separate owners sharing a page merge, each tensor stays readable") {
+  // numpy puts small unrelated arrays side by side: the second range starts in the
+  // first one's page but does not fit its wrapping (it was "overlaps a shorter range").
+  gpu::MetalBackend& backend = gpu::ActiveMetalBackend();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  bool released = false;
+  {
+    std::shared_ptr<void> mapping = MapPages(3 * page, &released);
+    auto* base = static_cast<float*>(mapping.get());
+    const size_t before = backend.allocations().size();
+    Tensor first = Tensor::FromExternal(base + 4, {8}, DType::kF32, DeviceType::kMETAL, mapping);
+    Tensor second = Tensor::FromExternal(base + 16, {static_cast<int64_t>(page / 2)}, DType::kF32,
+                                         DeviceType::kMETAL, mapping);
+    mapping.reset();
+    CHECK(backend.allocations().size() == before + 1);   // one buffer over the union
+    CHECK(ReadMetal(ops::Add(second, second))[page / 2 - 1] == 2.0 * (16 + page / 2 - 1));
+    second = Tensor();   // the newer wrapping's tensors go first: the older still resolves
+    backend.Synchronize();
+    CHECK(ReadMetal(ops::Add(first, first))[7] == 2.0 * 11);
+    CHECK(backend.allocations().size() == before + 1);
+    CHECK_FALSE(released);
+    first = Tensor();
+    backend.Synchronize();
+    CHECK(backend.allocations().size() == before);
+  }
+  CHECK(released);
+}
+
 TEST_CASE("external memory: the CPU uses the memory as it is") {
   std::vector<float> host(8, 1.5f);
   auto owner = std::make_shared<int>(0);
