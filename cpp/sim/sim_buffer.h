@@ -1,5 +1,5 @@
 // Buffers of the simulated device: host memory (Metal's unified memory), either
-// owned (zero-initialised, 256-byte aligned) or wrapped without a copy.
+// owned (zero-initialised, whole pages) or wrapped without a copy.
 #pragma once
 #include <functional>
 #include <memory>
