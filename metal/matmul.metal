@@ -1,16 +1,26 @@
 // matmul_bt: out[M,N] = a[M,K] . b[N,K]^T (b in nn.Linear layout), and matmul:
-// out = a . b[K,N]; f32 accumulation. Two algorithms, named by the kernel so the
-// profiler shows which ran (<op> = matmul_bt or matmul):
-// * <op>_gemv_<dtype> (decode, M == 1): a SIMD-group per output column; the lanes read
-//   a and b's K-vector of that column, then simd_sum combines them. Coalesced along K
-//   for matmul_bt (the model layout); matmul's K-vector is strided.
-// * <op>_gemm_<dtype> (M > 1): 32x32 output tiles; A and B tiles are staged in
-//   threadgroup memory as float (zero-filled past the edges, so any M/N/K works; B as
-//   [column][k] whatever its layout) and multiplied with 8x8
-//   simdgroup_multiply_accumulate; the f32 result goes through threadgroup memory once
-//   more so the store can convert and guard the edges.
+// out = a . b[K,N]; f32 accumulation. The algorithms are named by the kernel so the
+// profiler shows which ran:
+// * matmul_bt_gemv_<dtype> (decode and batches m <= 8, K % 8 == 0): a multi-vector
+//   GEMV after MLX gemv / llama.cpp mul_mv (reference/metal-kernel-review.md 3.1): 4
+//   SIMD-groups of 4 weight rows each; a lane loads 8 consecutive values of each row
+//   (two 4-wide vector loads) and of each activation row, so each activation load
+//   serves 4 weight rows and each weight load all m activation rows; simd_sum at the
+//   end (body in matmul_gemv.h). Expected: bound by the weight bytes, as MLX's.
+// * matmul_bt_gemv_splitk_<dtype>: the same GEMV with each row block's K split over 2
+//   or 4 SIMD-groups and their sums added through threadgroup memory, for long rows
+//   on a grid too small to fill the GPU (down_proj: K = 1536, N = 576); the host's
+//   rule is GemvSplits in matmul_args.h.
+// * matmul_gemv_<dtype> (matmul, m == 1): a SIMD-group per output column; the lanes
+//   read a and b's strided K-vector of that column, then simd_sum combines them.
+// * <op>_gemm_<dtype> (matmul_bt: m > 8 or K % 8 != 0; matmul: m > 1): 32x32 output
+//   tiles; A and B tiles are staged in threadgroup memory as float (zero-filled past
+//   the edges, so any M/N/K works; B as [column][k] whatever its layout) and
+//   multiplied with 8x8 simdgroup_multiply_accumulate; the f32 result goes through
+//   threadgroup memory once more so the store can convert and guard the edges.
 #include <metal_stdlib>
 #include "matmul_args.h"
+#include "matmul_gemv.h"
 using namespace metal;
 
 // Element (column n, k) of b: b[n, k] for matmul_bt, b[k, n] for matmul.
@@ -19,7 +29,8 @@ inline T b_at(device const T* b, int32_t n, int32_t k, constant MatmulArgs& args
   return kTransposed ? b[long(n) * args.k + k] : b[long(k) * args.n + n];
 }
 
-template <typename T, bool kTransposed>
+// matmul's GEMV (b [K,N]): SIMD-group per output column n.
+template <typename T>
 kernel void matmul_gemv(device const T* a [[buffer(0)]],
                         device const T* b [[buffer(1)]],
                         device T* out [[buffer(2)]],
@@ -31,10 +42,47 @@ kernel void matmul_gemv(device const T* a [[buffer(0)]],
   if (n >= args.n) return;
   float acc = 0.0f;
   for (int32_t i = int32_t(lane); i < args.k; i += kMatmulSimdWidth) {
-    acc += float(a[i]) * float(b_at<kTransposed>(b, n, i, args));
+    acc += float(a[i]) * float(b_at<false>(b, n, i, args));
   }
   acc = simd_sum(acc);
   if (lane == 0) out[n] = T(acc);
+}
+
+// matmul_bt's multi-vector GEMV: SIMD-group s owns rows (group * kGemvSimdgroups + s) *
+// kGemvRows.. for all m <= kGemvMaxM activation rows.
+template <typename T>
+kernel void matmul_bt_gemv(device const T* a [[buffer(0)]],
+                           device const T* b [[buffer(1)]],
+                           device T* out [[buffer(2)]],
+                           constant MatmulArgs& args [[buffer(3)]],
+                           uint group [[threadgroup_position_in_grid]],
+                           uint simdgroup [[simdgroup_index_in_threadgroup]],
+                           uint lane [[thread_index_in_simdgroup]]) {
+  const int32_t row0 = (int32_t(group) * kGemvSimdgroups + int32_t(simdgroup)) * kGemvRows;
+  if (row0 >= args.n) return;
+  float acc[kGemvMaxM * kGemvRows];
+  gemv_accumulate(a, b, args, row0, 0, 1, lane, acc);
+  gemv_store(acc, out, args, row0, lane);
+}
+
+// The K-split GEMV: SIMD-groups s.. s + splits - 1 (s a multiple of args.splits) share
+// the rows (group * (kGemvSimdgroups / splits) + s / splits) * kGemvRows.., part
+// s % splits each; no early return, as every thread reaches the reduction's barrier.
+template <typename T>
+kernel void matmul_bt_gemv_splitk(device const T* a [[buffer(0)]],
+                                  device const T* b [[buffer(1)]],
+                                  device T* out [[buffer(2)]],
+                                  constant MatmulArgs& args [[buffer(3)]],
+                                  uint group [[threadgroup_position_in_grid]],
+                                  uint simdgroup [[simdgroup_index_in_threadgroup]],
+                                  uint lane [[thread_index_in_simdgroup]]) {
+  threadgroup float partials[kGemvSimdgroups * kGemvMaxM * kGemvRows];
+  const int32_t splits = args.splits, part = int32_t(simdgroup) % splits;
+  const int32_t row0 = (int32_t(group) * (kGemvSimdgroups / splits) + int32_t(simdgroup) / splits) * kGemvRows;
+  float acc[kGemvMaxM * kGemvRows];
+  gemv_accumulate(a, b, args, row0, part, splits, lane, acc);
+  gemv_reduce_parts(acc, partials, args.m, simdgroup, part, splits, lane);
+  if (part == 0 && row0 < args.n) gemv_store(acc, out, args, row0, lane);
 }
 
 template <typename T, bool kTransposed>
@@ -91,15 +139,20 @@ kernel void matmul_gemm(device const T* a [[buffer(0)]],
   }
 }
 
-#define METALRT_MATMUL(OP, TRANSPOSED, T, SUFFIX)                                           \
-  template [[host_name(#OP "_gemv_" #SUFFIX)]] kernel void matmul_gemv<T, TRANSPOSED>(     \
-      device const T*, device const T*, device T*, constant MatmulArgs&, uint, uint, uint); \
-  template [[host_name(#OP "_gemm_" #SUFFIX)]] kernel void matmul_gemm<T, TRANSPOSED>(     \
-      device const T*, device const T*, device T*, constant MatmulArgs&, uint2, uint, uint);
+#define METALRT_MATMUL_SIGNATURE(T) device const T*, device const T*, device T*, constant MatmulArgs&
 
-METALRT_MATMUL(matmul_bt, true, float, f32)
-METALRT_MATMUL(matmul_bt, true, half, f16)
-METALRT_MATMUL(matmul_bt, true, bfloat, bf16)
-METALRT_MATMUL(matmul, false, float, f32)
-METALRT_MATMUL(matmul, false, half, f16)
-METALRT_MATMUL(matmul, false, bfloat, bf16)
+#define METALRT_MATMUL(T, SUFFIX)                                                                         \
+  template [[host_name("matmul_bt_gemv_" #SUFFIX)]] kernel void matmul_bt_gemv<T>(                       \
+      METALRT_MATMUL_SIGNATURE(T), uint, uint, uint);                                                     \
+  template [[host_name("matmul_bt_gemv_splitk_" #SUFFIX)]] kernel void matmul_bt_gemv_splitk<T>(         \
+      METALRT_MATMUL_SIGNATURE(T), uint, uint, uint);                                                     \
+  template [[host_name("matmul_bt_gemm_" #SUFFIX)]] kernel void matmul_gemm<T, true>(                    \
+      METALRT_MATMUL_SIGNATURE(T), uint2, uint, uint);                                                    \
+  template [[host_name("matmul_gemv_" #SUFFIX)]] kernel void matmul_gemv<T>(METALRT_MATMUL_SIGNATURE(T), \
+                                                                             uint, uint, uint);           \
+  template [[host_name("matmul_gemm_" #SUFFIX)]] kernel void matmul_gemm<T, false>(                      \
+      METALRT_MATMUL_SIGNATURE(T), uint2, uint, uint);
+
+METALRT_MATMUL(float, f32)
+METALRT_MATMUL(half, f16)
+METALRT_MATMUL(bfloat, bf16)

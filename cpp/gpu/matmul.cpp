@@ -1,7 +1,9 @@
-// Metal dispatch of matmul_bt (out = a . b^T, b [N,K]) and matmul (out = a . b, b [K,N]):
-// the decode GEMV for m == 1, the simdgroup-matrix GEMM for every m > 1 (batched decode
-// m = 2..16 included: one 32-row tile holds it, and b is read once per tile as in the
-// GEMV). Kernels and constants: metal/matmul.metal, metal/matmul_args.h.
+// Metal dispatch of matmul_bt (out = a . b^T, b [N,K]) and matmul (out = a . b, b [K,N]).
+// matmul_bt: the multi-vector GEMV for m <= kGemvMaxM (K split over SIMD-groups by
+// GemvSplits' rule: matmul_bt_gemv_splitk), the simdgroup-matrix GEMM above it and for
+// any K % kGemvChunk != 0 or a or b not aligned for the GEMV's 4-wide loads (the GEMM
+// takes every shape). matmul: the column GEMV for m == 1, the GEMM above. Kernels and
+// constants: metal/matmul.metal, metal/matmul_args.h.
 #include <cstdint>
 
 #include "gpu/kernel_launch.h"
@@ -13,6 +15,10 @@ namespace {
 
 uint32_t CeilDiv(int64_t x, int64_t d) { return static_cast<uint32_t>((x + d - 1) / d); }
 
+bool AlignedForGemv(const Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data()) % (4 * DTypeSize(t.dtype())) == 0;
+}
+
 template <bool kTransposed>
 bool MetalMatmul(const OpCall& call) {
   const Tensor& a = call.inputs[0];
@@ -20,9 +26,18 @@ bool MetalMatmul(const OpCall& call) {
   const int64_t m = a.dim(0), k = a.dim(1), n = b.dim(kTransposed ? 0 : 1);
   // The kernels count in int32; element offsets are 64-bit.
   if (!FitsInt(m, n, k)) return false;
-  const MatmulArgs args{static_cast<int32_t>(m), static_cast<int32_t>(n), static_cast<int32_t>(k), 0};
-  const bool gemv = m == 1;
-  KernelLaunch launch(KernelName(kTransposed ? "matmul_bt" : "matmul", gemv ? "gemv" : "gemm", a.dtype()));
+  MatmulArgs args{static_cast<int32_t>(m), static_cast<int32_t>(n), static_cast<int32_t>(k), 1};
+  const char* op = kTransposed ? "matmul_bt" : "matmul";
+  if (kTransposed && m <= kGemvMaxM && k % kGemvChunk == 0 && AlignedForGemv(a) && AlignedForGemv(b)) {
+    args.splits = GemvSplits(n, k);
+    KernelLaunch launch(KernelName(op, args.splits > 1 ? "gemv_splitk" : "gemv", a.dtype()));
+    launch.input(0, a).input(1, b).output(2, call.outputs[0]).bytes(3, args);
+    launch.threadgroups({CeilDiv(n * args.splits, kGemvSimdgroups * kGemvRows), 1, 1},
+                        {kGemvSimdgroups * kMatmulSimdWidth, 1, 1});
+    return true;
+  }
+  const bool gemv = !kTransposed && m == 1;
+  KernelLaunch launch(KernelName(op, gemv ? "gemv" : "gemm", a.dtype()));
   launch.input(0, a).input(1, b).output(2, call.outputs[0]).bytes(3, args);
   if (gemv) {
     launch.threadgroups({CeilDiv(n, kGemvSimdgroups), 1, 1}, {kGemvSimdgroups * kMatmulSimdWidth, 1, 1});

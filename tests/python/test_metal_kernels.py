@@ -1,5 +1,6 @@
-"""Which Metal kernel and provider ran, seen from Python: the profiler names the decode
-GEMV for m = 1 and the simdgroup GEMM for m > 1, and the provider stats show the native
+"""Which Metal kernel and provider ran, seen from Python: the profiler names the
+multi-vector GEMV for m <= 8 (K % 8 == 0) and the simdgroup GEMM above it or for a K the
+GEMV's vector loads cannot take, and the provider stats show the native
 provider with no declines and no reference-tier hits. The numbers themselves are gated
 per op (test_matmul.py, test_rms_norm.py run on every device) and in tests/cpp."""
 import numpy as np
@@ -12,10 +13,11 @@ from metalrt import ops
 pytestmark = requires_metal
 
 
-@pytest.mark.parametrize("m, kernel", [(1, "matmul_bt_gemv_f32"), (2, "matmul_bt_gemm_f32"),
-                                       (16, "matmul_bt_gemm_f32"), (37, "matmul_bt_gemm_f32")])
-def test_matmul_bt_kernel_by_m(m, kernel):
-    a, w = rand((m, 333), seed=m), rand((201, 333), seed=100 + m)
+@pytest.mark.parametrize("m, k, kernel", [(1, 336, "matmul_bt_gemv_f32"), (8, 336, "matmul_bt_gemv_f32"),
+                                          (9, 336, "matmul_bt_gemm_f32"), (37, 336, "matmul_bt_gemm_f32"),
+                                          (1, 333, "matmul_bt_gemm_f32")])
+def test_matmul_bt_kernel_by_m(m, k, kernel):
+    a, w = rand((m, k), seed=m), rand((201, k), seed=100 + m)
     out = poisoned((m, 201), device="metal")
     metalrt.providers.reset_stats()
     rows = profiled(lambda: ops.matmul_bt(metalrt.asarray(a, device="metal"),
