@@ -81,7 +81,7 @@ kernel void matmul_bt_gemv_splitk(device const T* a [[buffer(0)]],
   const int32_t row0 = (int32_t(group) * (kGemvSimdgroups / splits) + int32_t(simdgroup) / splits) * kGemvRows;
   float acc[kGemvMaxM * kGemvRows];
   gemv_accumulate(a, b, args, row0, part, splits, lane, acc);
-  gemv_reduce_parts(acc, partials, args.m, simdgroup, part, splits, lane);
+  gemv_reduce_parts<kGemvMaxM * kGemvRows>(acc, partials, args.m * kGemvRows, simdgroup, part, splits, lane);
   if (part == 0 && row0 < args.n) gemv_store(acc, out, args, row0, lane);
 }
 

@@ -5,6 +5,7 @@
 #ifndef METALRT_METAL_MATMUL_GEMV_H_
 #define METALRT_METAL_MATMUL_GEMV_H_
 #include <metal_stdlib>
+#include "gemv_split.h"
 #include "matmul_args.h"
 using namespace metal;
 
@@ -43,21 +44,6 @@ inline void gemv_accumulate(device const T* a, device const T* b, constant Matmu
   }
   for (int32_t i = 0; i < args.m; ++i)
     for (int r = 0; r < kGemvRows; ++r) acc[i * kGemvRows + r] = simd_sum(acc[i * kGemvRows + r]);
-}
-
-// K split: parts 1.. of each row block leave their sums in `partials`
-// ([kGemvSimdgroups][kGemvMaxM * kGemvRows]) and part 0 adds them to its own in part
-// order (a fixed order: the result does not depend on scheduling). Every thread of the
-// threadgroup must call it (one barrier).
-inline void gemv_reduce_parts(thread float* acc, threadgroup float* partials, int32_t m, uint simdgroup,
-                              int32_t part, int32_t splits, uint lane) {
-  constexpr int kSums = kGemvMaxM * kGemvRows;
-  if (part != 0 && lane == 0)
-    for (int e = 0; e < m * kGemvRows; ++e) partials[int(simdgroup) * kSums + e] = acc[e];
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (part != 0) return;
-  for (int32_t s = 1; s < splits; ++s)
-    for (int e = 0; e < m * kGemvRows; ++e) acc[e] += partials[(int(simdgroup) + s) * kSums + e];
 }
 
 // out[i * n + row0 + r] = acc[i * kGemvRows + r] in T, rows below n, from lane 0.

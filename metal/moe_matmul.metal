@@ -41,8 +41,9 @@ kernel void moe_matmul_bt_gemv(device const T* x [[buffer(0)]],
     return;
   }
   device const T* row = x + (moe.per_slot ? pair : pair / moe.slots) * args.k;
-  quantized_gemv<F, T, S>(row, 1, data, scales, biases, long(expert) * args.n, args.n, y, args, group.x,
-                          simdgroup, lane);
+  threadgroup float partials[quant_gemv_partials(kQuantGemvRows)];
+  quantized_gemv<F, T, S>(row, 1, data, scales, biases, long(expert) * args.n, args.n, y, args, partials,
+                          group.x, simdgroup, lane);
 }
 
 template <typename T>

@@ -9,6 +9,10 @@
 //   decoded once and reused by all m activation rows, each activation chunk loaded once
 //   (two 4-wide vector loads) and shared by the 4 rows; the chunk's sum of x is taken once, so the bias costs one
 //   multiply per chunk and row (scale * sum(c x) + bias * sum(x)); simd_sum at the end.
+//   Long rows on a small grid (QuantGemvSplits: K >= 1024 and fewer than 256
+//   threadgroups, e.g. down_proj) split K: both SIMD-groups take one row block, every
+//   other 256-value stretch each, and part 1's sums meet part 0's in threadgroup memory
+//   (metal/gemv_split.h) before the epilogue, so every GEMV user below gets the split.
 //   Expected: bound by the weight bytes (the packed size, ~4.5-8.5 bits per weight) on
 //   Apple GPUs, within ~2x of MLX's qmv_fast, which also vectorises the activation loads.
 // * quantized_matmul_bt_add_gemv_* and quantized_matmul_bt_swiglu_gemv_*: the same GEMV
@@ -45,7 +49,8 @@ kernel void quantized_matmul_bt_gemv(device const T* x [[buffer(0)]],
                                      uint group [[threadgroup_position_in_grid]],
                                      uint simdgroup [[simdgroup_index_in_threadgroup]],
                                      uint lane [[thread_index_in_simdgroup]]) {
-  quantized_gemv<F, T, S>(x, args.m, data, scales, biases, 0, args.n, out, args, group, simdgroup, lane);
+  threadgroup float partials[quant_gemv_partials(kQuantGemvRows)];
+  quantized_gemv<F, T, S>(x, args.m, data, scales, biases, 0, args.n, out, args, partials, group, simdgroup, lane);
 }
 
 // Fused residual add: out [m, n] = residual + x w^T, the product rounded to T before
@@ -62,15 +67,17 @@ kernel void quantized_matmul_bt_add_gemv(device const T* x [[buffer(0)]],
                                          uint group [[threadgroup_position_in_grid]],
                                          uint simdgroup [[simdgroup_index_in_threadgroup]],
                                          uint lane [[thread_index_in_simdgroup]]) {
-  const int32_t row0 = gemv_row0(group, simdgroup);
-  if (row0 >= args.n) return;
+  threadgroup float partials[quant_gemv_partials(kQuantGemvRows)];
+  const QuantGemvPlace place = gemv_place(group, simdgroup, args);
   long rows[kQuantGemvRows];
-  gemv_rows(0, row0, args.n, rows);
+  gemv_rows(0, place.row0, args.n, rows);
   float acc[kQuantGemvMaxM * kQuantGemvRows];
-  gemv_accumulate<F, T, S, kQuantGemvRows>(x, args.m, data, scales, biases, args, rows, acc, lane);
+  gemv_accumulate<F, T, S, kQuantGemvRows>(x, args.m, data, scales, biases, args, rows, acc, partials, place.part,
+                                           simdgroup, lane);
+  if (place.part != 0 || lane != 0) return;
   for (int32_t i = 0; i < args.m; ++i)
     for (int r = 0; r < kQuantGemvRows; ++r) {
-      if (lane != 0 || rows[r] < 0) continue;
+      if (rows[r] < 0) continue;
       const long e = long(i) * args.n + rows[r];
       out[e] = T(float(T(acc[i * kQuantGemvRows + r])) + float(residual[e]));
     }
@@ -91,17 +98,19 @@ kernel void quantized_matmul_bt_swiglu_gemv(device const T* x [[buffer(0)]],
                                             uint simdgroup [[simdgroup_index_in_threadgroup]],
                                             uint lane [[thread_index_in_simdgroup]]) {
   constexpr int R = 2 * kQuantGemvRows;
+  threadgroup float partials[quant_gemv_partials(R)];
   const int32_t inner = args.n / 2;
-  const int32_t row0 = gemv_row0(group, simdgroup);
-  if (row0 >= inner) return;
+  const QuantGemvPlace place = gemv_place(group, simdgroup, args);
   long rows[R];
-  gemv_rows(0, row0, inner, rows);
+  gemv_rows(0, place.row0, inner, rows);
   for (int r = 0; r < kQuantGemvRows; ++r) rows[kQuantGemvRows + r] = rows[r] < 0 ? -1 : inner + rows[r];
   float acc[kQuantGemvMaxM * R];
-  gemv_accumulate<F, T, S, R>(x, args.m, data, scales, biases, args, rows, acc, lane);
+  gemv_accumulate<F, T, S, R>(x, args.m, data, scales, biases, args, rows, acc, partials, place.part, simdgroup,
+                              lane);
+  if (place.part != 0 || lane != 0) return;
   for (int32_t i = 0; i < args.m; ++i)
     for (int r = 0; r < kQuantGemvRows; ++r) {
-      if (lane != 0 || rows[r] < 0) continue;
+      if (rows[r] < 0) continue;
       const float gate = float(T(acc[i * R + r])), up = float(T(acc[i * R + kQuantGemvRows + r]));
       out[long(i) * inner + rows[r]] = T(gate / (1.0f + exp(-gate)) * up);
     }
@@ -128,7 +137,9 @@ kernel void quantized_matmul_bt_concat_gemv(device const T* x [[buffer(0)]],
                                             uint group [[threadgroup_position_in_grid]],
                                             uint simdgroup [[simdgroup_index_in_threadgroup]],
                                             uint lane [[thread_index_in_simdgroup]]) {
-  int32_t row0 = gemv_row0(group, simdgroup), column0 = 0;
+  threadgroup float partials[quant_gemv_partials(kQuantGemvRows)];
+  const QuantGemvPlace place = gemv_place(group, simdgroup, args);
+  int32_t row0 = place.row0, column0 = 0;
   int part = 0;
   for (; part < kQuantConcatMaxParts - 1; ++part) {
     const int32_t blocks = (parts.rows[part] + kQuantGemvRows - 1) / kQuantGemvRows;
@@ -137,17 +148,18 @@ kernel void quantized_matmul_bt_concat_gemv(device const T* x [[buffer(0)]],
     column0 += parts.rows[part];
   }
   const int32_t n = parts.rows[part];
-  if (row0 >= n) return;
   device const uchar* data = part == 0 ? data0 : part == 1 ? data1 : data2;
   device const S* scales = part == 0 ? scales0 : part == 1 ? scales1 : scales2;
   device const S* biases = part == 0 ? biases0 : part == 1 ? biases1 : biases2;
   long rows[kQuantGemvRows];
   gemv_rows(0, row0, n, rows);
   float acc[kQuantGemvMaxM * kQuantGemvRows];
-  gemv_accumulate<F, T, S, kQuantGemvRows>(x, args.m, data, scales, biases, args, rows, acc, lane);
+  gemv_accumulate<F, T, S, kQuantGemvRows>(x, args.m, data, scales, biases, args, rows, acc, partials, place.part,
+                                           simdgroup, lane);
+  if (place.part != 0 || lane != 0) return;
   for (int32_t i = 0; i < args.m; ++i)
     for (int r = 0; r < kQuantGemvRows; ++r)
-      if (lane == 0 && rows[r] >= 0) out[long(i) * args.n + column0 + rows[r]] = T(acc[i * kQuantGemvRows + r]);
+      if (rows[r] >= 0) out[long(i) * args.n + column0 + rows[r]] = T(acc[i * kQuantGemvRows + r]);
 }
 
 // Prefill GEMM: MLX qmm_t's shape (dequantized weight tile in threadgroup memory, f32

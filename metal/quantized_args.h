@@ -18,8 +18,10 @@ struct QuantizedArgs {
   int32_t groups;      // affine scales per row (K / group_size); GGUF: unused
   int32_t group_size;  // affine values per scale; GGUF: unused
   int32_t bits;        // affine code width
+  int32_t splits;      // GEMVs: SIMD-groups sharing one row block's K (1 or 2; QuantGemvSplits)
+  int32_t unused;      // keeps the struct a multiple of 8 bytes on both sides
 };
-static_assert(sizeof(QuantizedArgs) == 32, "QuantizedArgs must match between host and MSL");
+static_assert(sizeof(QuantizedArgs) == 40, "QuantizedArgs must match between host and MSL");
 
 // quantized_matmul_bt_concat: the rows of each weight (0 past the last), whose outputs
 // are concatenated along N in this order (QuantizedArgs.n is their sum).
@@ -32,10 +34,17 @@ static_assert(sizeof(QuantizedConcatArgs) == 16, "QuantizedConcatArgs must match
 METALRT_CONSTANT int32_t kQuantChunk = 8;
 METALRT_CONSTANT int32_t kQuantSimdWidth = 32;
 // GEMV (m <= kQuantGemvMaxM): kQuantGemvRows weight rows per SIMD-group,
-// kQuantGemvSimdgroups SIMD-groups per threadgroup.
+// kQuantGemvSimdgroups SIMD-groups per threadgroup; with K split (splits = 2) both
+// SIMD-groups share one row block, each taking every other 256-value stretch of K.
 METALRT_CONSTANT int32_t kQuantGemvMaxM = 8;
 METALRT_CONSTANT int32_t kQuantGemvRows = 4;
 METALRT_CONSTANT int32_t kQuantGemvSimdgroups = 2;
+// K is split when each part keeps at least kQuantGemvSplitMinPartK values (2 chunks
+// per lane) and the unsplit grid has fewer than kQuantGemvSplitMaxGroups threadgroups
+// (too few to fill the GPU): down_proj (K = 1536, N = 576) splits, the K = 576
+// projections do not.
+METALRT_CONSTANT int32_t kQuantGemvSplitMinPartK = 2 * kQuantSimdWidth * kQuantChunk;
+METALRT_CONSTANT int32_t kQuantGemvSplitMaxGroups = 256;
 // GEMM (m > kQuantGemvMaxM): kQuantGemmTile x kQuantGemmTile outputs per threadgroup,
 // K in steps of kQuantGemmTileK, four SIMD-groups in a 2x2 layout.
 METALRT_CONSTANT int32_t kQuantGemmTile = 32;
@@ -43,5 +52,16 @@ METALRT_CONSTANT int32_t kQuantGemmTileK = 32;
 METALRT_CONSTANT int32_t kQuantGemmThreads = 128;
 // dequantize / quantized_embedding: threads per threadgroup along a row's chunks.
 METALRT_CONSTANT int32_t kQuantGatherThreads = 64;
+
+#ifndef __METAL_VERSION__
+// SIMD-groups per row block of a quantized GEMV over `blocks` blocks of kQuantGemvRows
+// rows with K values each (the rule above).
+constexpr int32_t QuantGemvSplits(int64_t blocks, int64_t k) {
+  return k >= kQuantGemvSimdgroups * kQuantGemvSplitMinPartK &&
+                 (blocks + kQuantGemvSimdgroups - 1) / kQuantGemvSimdgroups < kQuantGemvSplitMaxGroups
+             ? kQuantGemvSimdgroups
+             : 1;
+}
+#endif
 
 #endif  // METALRT_METAL_QUANTIZED_ARGS_H_

@@ -1,23 +1,44 @@
 // The quantized GEMV body (design: metal/quantized.metal's header), shared by
 // quantized_matmul_bt_gemv (the whole weight), its fused-epilogue variants
-// (quantized_matmul_bt_add_gemv, quantized_matmul_bt_swiglu_gemv) and
-// moe_matmul_bt_gemv (one expert's rows).
+// (quantized_matmul_bt_add_gemv, quantized_matmul_bt_swiglu_gemv), the concatenated
+// GEMV and moe_matmul_bt_gemv (one expert's rows).
 #ifndef METALRT_METAL_QUANTIZED_GEMV_H_
 #define METALRT_METAL_QUANTIZED_GEMV_H_
 #include <metal_stdlib>
+#include "gemv_split.h"
 #include "quantized_blocks.h"
 using namespace metal;
 
-// gemv_accumulate sets acc[i * R + r] = x_i . w[rows[r]] (summed over the SIMD-group)
-// for the m activation rows of K = args.k and the R weight rows of the SIMD-group
-// (rows[r] < 0: no row); the kernels differ only in which rows they take and how
-// they store.
+// Floats of threadgroup memory the K split's partial sums take, for R rows per
+// SIMD-group (each kernel declares them: MSL allows threadgroup arrays only there).
+constexpr int quant_gemv_partials(int rows) { return kQuantGemvSimdgroups * kQuantGemvMaxM * rows; }
+
+// Where a SIMD-group works: the first of its kQuantGemvRows rows (blocks numbered over
+// the grid, args.splits SIMD-groups per block) and its part of K.
+struct QuantGemvPlace {
+  int32_t row0;
+  int32_t part;
+};
+inline QuantGemvPlace gemv_place(uint group, uint simdgroup, constant QuantizedArgs& args) {
+  const int32_t splits = args.splits;
+  return {(int32_t(group) * (kQuantGemvSimdgroups / splits) + int32_t(simdgroup) / splits) * kQuantGemvRows,
+          int32_t(simdgroup) % splits};
+}
+
+// gemv_accumulate sets acc[i * R + r] = x_i . w[rows[r]] for the m activation rows of
+// K = args.k and the R weight rows of the SIMD-group (rows[r] < 0: no row; rows[0] < 0:
+// none), complete in part 0's SIMD-group (K split: the other parts' sums added through
+// `partials`); the kernels differ only in which rows they take and how they store.
+// Every thread of the threadgroup must call it (the split's barrier).
 template <typename F, typename T, typename S, int R>
 inline void gemv_accumulate(device const T* x, int32_t m, device const uchar* data, device const S* scales,
                             device const S* biases, constant QuantizedArgs& args,
-                            thread const long* rows, thread float* acc, uint lane) {
+                            thread const long* rows, thread float* acc, threadgroup float* partials,
+                            int32_t part, uint simdgroup, uint lane) {
   for (int i = 0; i < kQuantGemvMaxM * R; ++i) acc[i] = 0.0f;
-  for (int32_t k0 = int32_t(lane) * kQuantChunk; k0 < args.k; k0 += kQuantSimdWidth * kQuantChunk) {
+  const int32_t stride = args.splits * kQuantSimdWidth * kQuantChunk;
+  const int32_t first = rows[0] < 0 ? args.k : (part * kQuantSimdWidth + int32_t(lane)) * kQuantChunk;
+  for (int32_t k0 = first; k0 < args.k; k0 += stride) {
     QuantChunk w[R];
     for (int r = 0; r < R; ++r)
       if (rows[r] >= 0) w[r] = load_chunk<F>(data, scales, biases, rows[r], k0, args);
@@ -39,11 +60,7 @@ inline void gemv_accumulate(device const T* x, int32_t m, device const uchar* da
   }
   for (int32_t i = 0; i < m; ++i)
     for (int r = 0; r < R; ++r) acc[i * R + r] = simd_sum(acc[i * R + r]);
-}
-
-// The first of the kQuantGemvRows output rows of this SIMD-group.
-inline int32_t gemv_row0(uint group, uint simdgroup) {
-  return (int32_t(group) * kQuantGemvSimdgroups + int32_t(simdgroup)) * kQuantGemvRows;
+  gemv_reduce_parts<kQuantGemvMaxM * R>(acc, partials, m * R, simdgroup, part, args.splits, lane);
 }
 
 // The weight rows row_base + row0 + r of this SIMD-group (-1 at and past n).
@@ -52,20 +69,22 @@ inline void gemv_rows(long row_base, int32_t row0, int32_t n, thread long* rows)
 }
 
 // out[i * n + r] = x[i] . w[row_base + r] for m activation rows and the threadgroup's
-// block of kQuantGemvRows * kQuantGemvSimdgroups rows r < n.
+// rows r < n; partials: quant_gemv_partials(kQuantGemvRows) floats.
 template <typename F, typename T, typename S>
 inline void quantized_gemv(device const T* x, int32_t m, device const uchar* data, device const S* scales,
                            device const S* biases, long row_base, int32_t n, device T* out,
-                           constant QuantizedArgs& args, uint group, uint simdgroup, uint lane) {
-  const int32_t row0 = gemv_row0(group, simdgroup);
-  if (row0 >= n) return;
+                           constant QuantizedArgs& args, threadgroup float* partials, uint group,
+                           uint simdgroup, uint lane) {
+  const QuantGemvPlace place = gemv_place(group, simdgroup, args);
   long rows[kQuantGemvRows];
-  gemv_rows(row_base, row0, n, rows);
+  gemv_rows(row_base, place.row0, n, rows);
   float acc[kQuantGemvMaxM * kQuantGemvRows];
-  gemv_accumulate<F, T, S, kQuantGemvRows>(x, m, data, scales, biases, args, rows, acc, lane);
+  gemv_accumulate<F, T, S, kQuantGemvRows>(x, m, data, scales, biases, args, rows, acc, partials, place.part,
+                                           simdgroup, lane);
+  if (place.part != 0 || lane != 0) return;
   for (int32_t i = 0; i < m; ++i)
     for (int r = 0; r < kQuantGemvRows; ++r)
-      if (lane == 0 && rows[r] >= 0) out[long(i) * n + row0 + r] = T(acc[i * kQuantGemvRows + r]);
+      if (rows[r] >= 0) out[long(i) * n + place.row0 + r] = T(acc[i * kQuantGemvRows + r]);
 }
 
 #endif  // METALRT_METAL_QUANTIZED_GEMV_H_

@@ -45,6 +45,7 @@ QuantizedArgs ExpertArgs(const OpCall& call, int64_t n) {
   args.m = 1;
   args.n = static_cast<int32_t>(n);
   args.k = static_cast<int32_t>(w.dim(1));
+  args.splits = 1;   // the pairs fill the grid: no K split
   return args;
 }
 

@@ -20,6 +20,14 @@ namespace {
 
 uint32_t CeilDiv(int64_t x, int64_t d) { return static_cast<uint32_t>((x + d - 1) / d); }
 
+// A GEMV launch over `blocks` blocks of kQuantGemvRows rows: args.splits by
+// QuantGemvSplits' rule, kQuantGemvSimdgroups / splits blocks per threadgroup.
+void LaunchGemv(KernelLaunch& launch, QuantizedArgs& args, int64_t blocks, int slot) {
+  args.splits = QuantGemvSplits(blocks, args.k);
+  launch.bytes(slot, args).threadgroups({CeilDiv(blocks * args.splits, kQuantGemvSimdgroups), 1, 1},
+                                        {kQuantGemvSimdgroups * kQuantSimdWidth, 1, 1});
+}
+
 // Binds the weight's tensors at buffers first..first + 2.
 KernelLaunch& BindWeight(KernelLaunch& launch, const QuantizedTensor& w, int first = 1) {
   const bool affine = w.format == QuantFormat::kAffine;
@@ -40,13 +48,13 @@ bool MetalQuantizedMatmulBT(const OpCall& call) {
   KernelLaunch launch(KernelName("quantized_matmul_bt", std::string(gemv ? "gemv_" : "gemm_") + FormatToken(w),
                                  x.dtype()));
   launch.input(0, x);
-  BindWeight(launch, w).output(4, call.outputs[0]).bytes(5, ArgsOf(w, m));
+  BindWeight(launch, w).output(4, call.outputs[0]);
+  QuantizedArgs args = ArgsOf(w, m);
   if (gemv) {
-    launch.threadgroups({CeilDiv(w.rows, kQuantGemvRows * kQuantGemvSimdgroups), 1, 1},
-                        {kQuantGemvSimdgroups * kQuantSimdWidth, 1, 1});
+    LaunchGemv(launch, args, CeilDiv(w.rows, kQuantGemvRows), 5);
   } else {
-    launch.threadgroups({CeilDiv(w.rows, kQuantGemmTile), CeilDiv(m, kQuantGemmTile), 1},
-                        {kQuantGemmThreads, 1, 1});
+    launch.bytes(5, args).threadgroups({CeilDiv(w.rows, kQuantGemmTile), CeilDiv(m, kQuantGemmTile), 1},
+                                       {kQuantGemmThreads, 1, 1});
   }
   return true;
 }
@@ -63,11 +71,10 @@ bool MetalQuantizedMatmulBTFused(const OpCall& call, const char* op, bool swiglu
     return swiglu ? ops::detail::ComposeQuantizedMatmulBTSwiglu(call) : ops::detail::ComposeQuantizedMatmulBTAdd(call);
   KernelLaunch launch(KernelName(op, "gemv_" + FormatToken(w), x.dtype()));
   launch.input(0, x);
-  BindWeight(launch, w).output(4, call.outputs[0]).bytes(5, ArgsOf(w, m));
+  BindWeight(launch, w).output(4, call.outputs[0]);
   if (!swiglu) launch.input(6, call.inputs[1]);
-  const int64_t rows = swiglu ? w.rows / 2 : w.rows;
-  launch.threadgroups({CeilDiv(rows, kQuantGemvRows * kQuantGemvSimdgroups), 1, 1},
-                      {kQuantGemvSimdgroups * kQuantSimdWidth, 1, 1});
+  QuantizedArgs args = ArgsOf(w, m);
+  LaunchGemv(launch, args, CeilDiv(swiglu ? w.rows / 2 : w.rows, kQuantGemvRows), 5);
   return true;
 }
 
@@ -100,10 +107,10 @@ bool MetalQuantizedMatmulBTConcat(const OpCall& call) {
   }
   KernelLaunch launch(KernelName("quantized_matmul_bt_concat", "gemv_" + FormatToken(weights[0]), x.dtype()));
   launch.input(0, x);
-  BindWeight(launch, weights[0]).output(4, call.outputs[0]).bytes(5, args);
+  BindWeight(launch, weights[0]).output(4, call.outputs[0]);
   BindWeight(launch, weights[1], 6);
   BindWeight(launch, weights.back(), 9).bytes(12, parts);
-  launch.threadgroups({CeilDiv(blocks, kQuantGemvSimdgroups), 1, 1}, {kQuantGemvSimdgroups * kQuantSimdWidth, 1, 1});
+  LaunchGemv(launch, args, blocks, 5);
   return true;
 }
 

@@ -27,6 +27,7 @@ inline QuantizedArgs ArgsOf(const QuantizedTensor& w, int64_t m, int64_t n) {
   args.groups = w.format == QuantFormat::kAffine ? static_cast<int32_t>(w.cols / w.group_size) : 0;
   args.group_size = w.group_size;
   args.bits = w.bits;
+  args.splits = 1;
   return args;
 }
 inline QuantizedArgs ArgsOf(const QuantizedTensor& w, int64_t m) { return ArgsOf(w, m, w.rows); }

@@ -97,6 +97,12 @@ METALRT_OP_CASES(quantized_cases) {
     cases.push_back(EmbeddingCase(s, 49152, 576, DType::kF32, next()));
   }
   cases.push_back(MatmulCase(WeightSpec{QuantFormat::kQ8_0}, 1, 576, 49152, DType::kF32, next()));
+  // down_proj (K = 1536, N = 576) and long rows at small N split K over the GEMV's
+  // SIMD-groups (QuantGemvSplits), at m = 1 and 8, a K-quant and an affine weight.
+  cases.push_back(MatmulCase(WeightSpec{QuantFormat::kQ4_1}, 1, 1536, 576, DType::kF32, next()));
+  cases.push_back(MatmulCase(WeightSpec{QuantFormat::kQ8_0}, 8, 1536, 576, DType::kBF16, next()));
+  cases.push_back(MatmulCase(WeightSpec{QuantFormat::kQ4_K}, 2, 1536, 5, DType::kF16, next()));
+  cases.push_back(MatmulCase(WeightSpec{QuantFormat::kAffine, 4, 64, DType::kBF16}, 1, 1536, 13, DType::kF32, next()));
   // K = 32, one block or group per row: the GEMM's single K step (llama.cpp PR #3542
   // kept mul_mm away from K < 64).
   cases.push_back(MatmulCase(WeightSpec{QuantFormat::kQ8_0}, 17, 32, 9, DType::kF32, next()));

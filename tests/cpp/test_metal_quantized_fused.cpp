@@ -13,7 +13,9 @@
 #include "metal_op_testing.h"
 #include "metalrt/ops.h"
 #include "op_cases.h"
+#include "quantized_args.h"
 #include "quantized_testing.h"
+#include "sim_testing.h"
 
 using namespace metalrt;
 using namespace metalrt::testing;
@@ -114,6 +116,8 @@ METALRT_OP_CASES(quantized_concat_cases) {
   auto next = [&seed] { return seed += 11; };
   // The default model's Q/K/V (SmolLM2-135M Q4_1): K = 576, Nq = 576, Nk = Nv = 192.
   for (DType dtype : kFloatDTypes) cases.push_back(ConcatCase({QuantFormat::kQ4_1}, 1, 576, {576, 192, 192}, dtype, next()));
+  // K split (K = 1536): ragged weights, a batch.
+  cases.push_back(ConcatCase({QuantFormat::kQ8_0}, 3, 1536, {7, 4, 9}, DType::kBF16, next()));
   // Boundaries in every format: N's not a multiple of the 4 rows per SIMD-group (a
   // SIMD-group never spans two weights), two weights, m = 1..8 across the cases.
   int64_t m = 1;
@@ -150,6 +154,10 @@ METALRT_OP_CASES(quantized_fused_cases) {
   const WeightSpec affine{QuantFormat::kAffine, 4, 64, DType::kBF16};
   cases.push_back(AddCase(affine, 1, 576, 9, DType::kF32, next()));
   cases.push_back(SwigluCase(affine, 1, 576, 9, DType::kF32, next()));
+  // K = 1536 splits K over the SIMD-groups (QuantGemvSplits) at every m and ragged N.
+  cases.push_back(AddCase(q8_0, 8, 1536, 13, DType::kF32, next()));
+  cases.push_back(SwigluCase(q4_1, 7, 1536, 40, DType::kF16, next()));
+  cases.push_back(SwigluCase(affine, 1, 1536, 5, DType::kBF16, next()));
   return cases;
 }
 
@@ -174,6 +182,87 @@ TEST_CASE("metal quantized fused GEMVs: bit-exact with the unfused Metal composi
     const Tensor fused = PoisonedMetal({1, 1536}, dtype);
     ops::QuantizedMatmulBTSwiglu(x, w, fused);
     CHECK(ReadMetal(fused) == ReadMetal(unfused_swiglu));
+  }
+}
+
+// The threadgroups of `kernel`'s last dispatch along x (the profiler's grid).
+uint32_t GridX(const std::vector<gpu::ProfileRow>& rows, const std::string& kernel) {
+  for (const gpu::ProfileRow& row : rows)
+    if (row.name == kernel) return row.last_grid[0];
+  return 0;
+}
+
+TEST_CASE("metal quantized GEMVs with K split (down_proj's K = 1536): fused bit-exact with unfused, every fiber order") {
+  // K = 1536 on a small grid splits K over both SIMD-groups (QuantGemvSplits): one
+  // threadgroup per 4-row block instead of per 8 rows, the profiler's grid shows it.
+  // The split sums in a fixed part order, so every fiber order gives the same bytes and
+  // the fused epilogues still match the plain GEMV then add / silu_and_mul exactly.
+  const int64_t k = 1536, n = 576, inner = 40;
+  REQUIRE(QuantGemvSplits(n / kQuantGemvRows, k) == 2);
+  REQUIRE(QuantGemvSplits(n / kQuantGemvRows, 576) == 1);
+  const std::vector<int64_t> ns{7, 4, 9};
+  for (const WeightSpec& s : {WeightSpec{QuantFormat::kQ4_1}, WeightSpec{QuantFormat::kAffine, 4, 64, DType::kBF16}}) {
+    CAPTURE(SpecName(s));
+    const DType dtype = DType::kBF16;
+    const std::string token = FormatToken(s);
+    const Tensor x = ToMetal(MakeFloat({2, k}, dtype, RandomValuesOf(dtype, 2 * k, 41)));
+    const std::vector<Tensor> wt = RandomWeight(s, n, k, 42);
+    std::vector<Tensor> wt_device;
+    for (const Tensor& t : wt) wt_device.push_back(ToMetal(t));
+    const QuantizedTensor w = WeightOf(s, n, k, wt_device, 0);
+    const QuantizedTensor gate_up = WeightOf(s, 2 * inner, k, [&] {
+      std::vector<Tensor> g;
+      for (const Tensor& t : RandomWeight(s, 2 * inner, k, 43)) g.push_back(ToMetal(t));
+      return g;
+    }(), 0);
+    const Tensor residual = ToMetal(MakeFloat({2, n}, dtype, RandomValuesOf(dtype, 2 * n, 44)));
+    std::vector<Tensor> concat_inputs = ConcatInputs(s, 2, k, ns, dtype, 45);
+    for (Tensor& t : concat_inputs) t = ToMetal(t);
+    const std::vector<QuantizedTensor> parts = ConcatWeights(s, k, ns, concat_inputs);
+    std::vector<uint8_t> first_add, first_swiglu;
+    for (const std::string& order : SimOrders()) {
+      CAPTURE(order);
+      const ScopedFiberOrder scoped(order);
+      Tensor product, unfused_add, fused_add = PoisonedMetal({2, n}, dtype);
+      const auto plain = ProfiledRows([&] { product = ops::QuantizedMatmulBT(x, w); });
+      CHECK(GridX(plain, gpu::KernelName("quantized_matmul_bt", "gemv_" + token, dtype)) == n / kQuantGemvRows);
+      unfused_add = ops::Add(product, residual);
+      const auto add = ProfiledRows([&] { ops::QuantizedMatmulBTAdd(x, w, residual, fused_add); });
+      CHECK(GridX(add, gpu::KernelName("quantized_matmul_bt_add", "gemv_" + token, dtype)) == n / kQuantGemvRows);
+      CHECK(ReadMetal(fused_add) == ReadMetal(unfused_add));
+      CHECK(Nmse(ReadMetal(product), ReadFloat(ops::QuantizedMatmulBT(CopyToDevice(x, DeviceType::kCPU),
+                                                                       WeightOf(s, n, k, wt, 0)))) <= 5e-4);
+
+      const Tensor fused_swiglu = PoisonedMetal({2, inner}, dtype);
+      const auto swiglu = ProfiledRows([&] { ops::QuantizedMatmulBTSwiglu(x, gate_up, fused_swiglu); });
+      CHECK(GridX(swiglu, gpu::KernelName("quantized_matmul_bt_swiglu", "gemv_" + token, dtype)) ==
+            inner / kQuantGemvRows);
+      CHECK(ReadMetal(fused_swiglu) == ReadMetal(ops::SiluAndMul(ops::QuantizedMatmulBT(x, gate_up))));
+
+      // The concatenated GEMV: blocks of 4 rows per weight (2 + 1 + 3), one per threadgroup.
+      const Tensor concat = PoisonedMetal({2, Total(ns)}, dtype);
+      const auto cat = ProfiledRows([&] { ops::QuantizedMatmulBTConcat(concat_inputs[0], parts, concat); });
+      CHECK(GridX(cat, gpu::KernelName("quantized_matmul_bt_concat", "gemv_" + token, dtype)) == 6u);
+      std::vector<double> expected(static_cast<size_t>(2 * Total(ns)));
+      int64_t column0 = 0;
+      for (const QuantizedTensor& part : parts) {
+        const std::vector<double> got = ReadMetal(ops::QuantizedMatmulBT(concat_inputs[0], part));
+        for (int64_t i = 0; i < 2; ++i)
+          for (int64_t r = 0; r < part.rows; ++r) expected[i * Total(ns) + column0 + r] = got[i * part.rows + r];
+        column0 += part.rows;
+      }
+      CHECK(ReadMetal(concat) == expected);
+
+      const std::vector<uint8_t> add_bytes = Bytes(CopyToDevice(fused_add, DeviceType::kCPU));
+      const std::vector<uint8_t> swiglu_bytes = Bytes(CopyToDevice(fused_swiglu, DeviceType::kCPU));
+      if (first_add.empty()) {
+        first_add = add_bytes;
+        first_swiglu = swiglu_bytes;
+      } else {
+        CHECK(add_bytes == first_add);
+        CHECK(swiglu_bytes == first_swiglu);
+      }
+    }
   }
 }
 
