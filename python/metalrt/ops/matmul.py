@@ -1,4 +1,4 @@
-"""Matrix products: activations times weights (GEMM; GEMV when M = 1)."""
+"""Matrix products: activations times weights (GEMM; GEMV for decode and small batches)."""
 from __future__ import annotations
 
 from .._metalrt import Tensor
@@ -25,11 +25,14 @@ def _product(op: str, a, b, out) -> Tensor:
     return getattr(_native, op)(a, b, out=out_tensor(op, out))
 
 
-matmul.__doc__ = """a [M, K] @ b [K, N] -> [M, N], accumulated in float32.
+matmul.__doc__ = """a [M, K] @ b [K, N] -> [M, N], accumulated in float32 (on Metal a GEMV for
+    M = 1, the tiled GEMM above).
 
     a, b: float (f32/f16/bf16), same dtype; out: optional [M, N] in a's dtype.""" + _ERRORS
 matmul_bt.__doc__ = """a [M, K] @ b[N, K]^T -> [M, N]: b is a weight in nn.Linear layout
     ([out_features, in_features]), so y = x W^T as in torch.nn.functional.linear.
-    Accumulated in float32.
+    Accumulated in float32. On Metal a GEMV serves M <= 8 when K % 8 == 0 (its 4-wide
+    loads; K split over SIMD-groups for long rows), the tiled GEMM every other shape
+    (docs/architecture.md).
 
     a, b: float (f32/f16/bf16), same dtype; out: optional [M, N] in a's dtype.""" + _ERRORS
