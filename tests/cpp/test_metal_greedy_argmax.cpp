@@ -86,7 +86,7 @@ METALRT_OP_CASES(greedy_argmax_cases) {
       cases.push_back(ArgmaxCase(dtype, 1, vocab, 2, seed += 8, "decode"));
     }
     for (int64_t vocab : {1, 31, 32, 33, 255, 256, 257, 4099})
-      cases.push_back(ArgmaxCase(dtype, 9, vocab, 0, seed += 16, "patterns"));
+      cases.push_back(ArgmaxCase(dtype, 10, vocab, 0, seed += 16, "patterns"));
   }
   return cases;
 }
