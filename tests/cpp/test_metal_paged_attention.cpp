@@ -64,7 +64,7 @@ const std::vector<AttentionCase> kSplitDecode = {
 // query counts ending mid-tile (45 = 32 + 13, 11 = 10 + 1, 23, 9 = 2 x 4 + 1), contexts
 // ending mid-block (block sizes 16 and 5), chunked prefill on a cached prefix,
 // one-query requests in the same batch (the decode kernel serves them), mixed lengths,
-// and m large (256 and 300 queries).
+// and m large (256 and 300 queries, kPrefillLong).
 const std::vector<AttentionCase> kPrefill = {
     {"gqa1/d64/mid_tile_and_prefix", 4, 4, 64, 16, {{45, 45}, {33, 70}, {1, 12}}},
     {"gqa1/d128/tile_edges", 2, 2, 128, 16, {{31, 31}, {32, 35}, {2, 19}}},
@@ -74,8 +74,11 @@ const std::vector<AttentionCase> kPrefill = {
     {"gqa8/d128/prefix", 8, 1, 128, 16, {{13, 29}, {4, 4}}},
     {"gqa16/d64", 16, 1, 64, 16, {{5, 21}, {2, 2}}},
     {"gqa40/d64/two_chunks", 40, 1, 64, 16, {{3, 19}, {2, 2}}},
-    {"gqa3/d64/m300", 9, 3, 64, 16, {{300, 300}}},
-    {"gqa8/d128/m256_on_prefix44", 16, 2, 128, 16, {{256, 300}}},
+};
+// m large, one dtype each (the sim's cost grows with m x context).
+const std::vector<std::pair<AttentionCase, DType>> kPrefillLong = {
+    {{"gqa3/d64/m300", 9, 3, 64, 16, {{300, 300}}}, DType::kF16},
+    {{"gqa8/d128/m256_on_prefix44", 16, 2, 128, 16, {{256, 300}}}, DType::kBF16},
 };
 
 const std::vector<AttentionCase> kDecodeBatches = {
@@ -183,6 +186,7 @@ METALRT_OP_CASES(paged_attention_cases) {
     for (DType dtype : {DType::kF32, DType::kF16}) cases.push_back(MakeCase(a, dtype, seed += 10));
   for (const AttentionCase& a : kPrefill)
     for (DType dtype : kFloatDTypes) cases.push_back(MakeCase(a, dtype, seed += 10));
+  for (const auto& [a, dtype] : kPrefillLong) cases.push_back(MakeCase(a, dtype, seed += 10));
   for (const AttentionCase& a : kBoundaries)
     for (DType dtype : {DType::kF32, DType::kF16}) cases.push_back(MakeCase(a, dtype, seed += 10));
   return cases;
