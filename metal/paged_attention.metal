@@ -135,7 +135,7 @@ inline float softmax_step(threadgroup float* scores, bool active, int32_t positi
   float tile_max = -INFINITY;
   for (int32_t j = 0; j < visible; ++j) tile_max = max(tile_max, scores[j]);
   const float new_max = max(row_max, tile_max);
-  if (visible <= 0 || new_max == -INFINITY) {
+  if (visible <= 0) {
     for (int32_t j = 0; j < kPrefillKeyTile; ++j) scores[j] = 0.0f;
     return 1.0f;
   }
