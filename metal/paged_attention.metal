@@ -53,7 +53,7 @@ struct PrefillTask {
 
 // Grid: (prefill tiles, kv_heads * chunks) threadgroups; tiles are numbered request by
 // request over the requests with more than one query, ceil(q_len / query_tile) each,
-// chunks = ceil(group / group_heads); the host counts both the same way.
+// chunks = PrefillHeadChunks(group); the host counts both the same way.
 inline PrefillTask prefill_task(uint2 group, device const int32_t* seq_lens,
                                 device const int32_t* query_start_loc,
                                 constant PagedAttentionArgs& args) {
@@ -71,7 +71,7 @@ inline PrefillTask prefill_task(uint2 group, device const int32_t* seq_lens,
   }
   t.token = query_start_loc[t.b];
   t.context = seq_lens[t.b];
-  const int32_t chunks = (group_size + t.group_heads - 1) / t.group_heads;
+  const int32_t chunks = PrefillHeadChunks(group_size);
   t.kv_head = int32_t(group.y) / chunks;
   const int32_t chunk_first = (int32_t(group.y) % chunks) * t.group_heads;
   t.first_head = t.kv_head * group_size + chunk_first;

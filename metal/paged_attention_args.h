@@ -43,6 +43,10 @@ METALRT_CONSTANT int32_t kPrefillKeyTile = 16;
 inline int32_t PrefillGroupHeads(int32_t group) { return group < kPrefillRows ? group : kPrefillRows; }
 // Query positions per prefill tile.
 inline int32_t PrefillQueryTile(int32_t group) { return kPrefillRows / PrefillGroupHeads(group); }
+// Prefill threadgroups per (query tile, kv head): 1 unless the group is wider than kPrefillRows.
+inline int32_t PrefillHeadChunks(int32_t group) {
+  return (group + PrefillGroupHeads(group) - 1) / PrefillGroupHeads(group);
+}
 
 struct PagedAttentionArgs {
   int32_t heads;          // query heads

@@ -95,8 +95,7 @@ bool MetalPagedAttention(const OpCall& call) {
     }
   }
   if (prefill_tiles > 0) {
-    const int64_t prefill_heads = PrefillGroupHeads(static_cast<int32_t>(group));
-    const int64_t chunks = (group + prefill_heads - 1) / prefill_heads;
+    const int64_t chunks = PrefillHeadChunks(static_cast<int32_t>(group));
     launch("prefill", out).threadgroups(
         {static_cast<uint32_t>(prefill_tiles), static_cast<uint32_t>(kv_heads * chunks), 1},
         {static_cast<uint32_t>(kPrefillThreads), 1, 1});
