@@ -1,23 +1,32 @@
-// paged_attention: variable-length causal attention with grouped-query heads over a paged
-// KV cache [num_blocks, block_size, kv_heads, head_dim] (vLLM's layout; the CPU oracle
-// cpp/cpu/paged_attention.cpp is the spec). Query i of request b sits at position
+// paged_attention prefill: variable-length causal attention with grouped-query heads
+// over a paged KV cache [num_blocks, block_size, kv_heads, head_dim] (vLLM's layout; the
+// CPU oracle cpp/cpu/paged_attention.cpp is the spec), for the requests of a batch with
+// more than one query (prefill, chunked prefill; the one-query decode kernels are in
+// paged_attention_decode.metal). Query i of request b sits at position
 // seq_lens[b] - q_len + i and attends to positions 0 .. that position of kv head
 // h / (heads / kv_heads).
 //
-// The prefill kernel walks the context in block-table order, kAttentionKeyTile positions at a
-// time: the threadgroup gathers the tile's K and V rows through the block table into
-// threadgroup memory as f32 (consecutive threads read consecutive features, so the
-// loads coalesce), then every query row of the threadgroup — one SIMD-group, lane l
-// holding features l + 32 i — folds the tile into an online softmax (Milakov &
-// Gimelshein 2018; tiled as in FlashAttention, Dao et al. 2022): scores by simd_sum,
-// one rescale of the running sum and accumulator per tile. Everything in f32; the
-// output is rounded once to the query's dtype.
-// paged_attention_prefill_<dtype> serves the requests with more than one query (the
-// decode kernels are in paged_attention_decode.metal): one threadgroup per (tile of
-// kPrefillQueryTile queries of one request, head); the tile's queries share each staged
-// K/V tile; key tiles stop at the tile's last query position, and within the diagonal
-// tile each query masks the keys after its own position. Queries past the request's end
-// (a partial tile) help stage but write nothing.
+// One threadgroup per (query tile of one request, kv head) serves the kv head's whole
+// GQA group: its kPrefillRows query rows are (query position, query head) pairs, row
+// r = t * group_heads + h, so every K/V tile it stages serves all the group's heads at
+// all the tile's positions (FlashAttention's tiling, Dao et al. 2022, with the GQA group
+// folded into the query rows as in FlashAttention-2's and llama.cpp's GQA kernels). The
+// context is walked in block-table order, kPrefillKeyTile positions at a time: the
+// threadgroup gathers the tile's K and V rows through the block table into threadgroup
+// memory as f32, zero-padded to whole 8-wide blocks; then SIMD-group s, owning rows
+// 8s .. 8s + 7, computes
+//   S = Q K^T on 8x8 simdgroup_multiply_accumulate (Q, pre-scaled, in registers),
+//   the online softmax of its rows (Milakov & Gimelshein 2018: running maximum m and sum
+//   l per row, kept by lane r of the SIMD-group for its row r; the causal mask keeps keys
+//   at positions <= the row's position), and
+//   O = diag(e^(m_old - m_new)) O + P V on simdgroup_multiply_accumulate,
+// all in f32. The output is O / l, rounded once to the query's dtype. Key tiles stop at
+// the tile's last query position. Rows past the request's end or the chunk's heads
+// (a partial tile) have zero queries and weights and write nothing.
+//
+// The accumulators' per-row scaling and the stores go through thread_elements(): lane
+// l holds row 4*l4 + 2*l2 + l1, columns 4*l3 + 2*l0 and the next (Apple GPUs' 8x8
+// layout; MLX's MMA fragments rely on the same; the sim's shim implements it).
 #include <metal_stdlib>
 #include "paged_attention_args.h"
 using namespace metal;
@@ -25,96 +34,122 @@ using namespace metal;
 static_assert(kAttentionHeadDimConstant == 0, "head_dim is function constant 0");
 constant int head_dim [[function_constant(0)]];
 
-// One query row's online-softmax state, per lane: the running maximum score and sum of
-// exp(score - max) (the same on every lane), and the lane's features of
-// sum_j exp(score_j - max) * v_j.
-struct RowState {
-  float max_score;
-  float sum;
-  float acc[kAttentionMaxDimsPerLane];
+typedef simdgroup_matrix<float, 8, 8> Block;
+
+// head_dim in whole 8-wide blocks, and the padded row length of the staged tiles.
+inline int32_t head_blocks() { return (head_dim + 7) / 8; }
+inline int32_t padded_dim() { return head_blocks() * 8; }
+
+// The row and first column of a lane's two elements of an 8x8 SIMD-group matrix.
+inline int32_t slot_row(uint lane) { return int32_t(4 * ((lane >> 4) & 1) + 2 * ((lane >> 2) & 1) + ((lane >> 1) & 1)); }
+inline int32_t slot_col(uint lane) { return int32_t(4 * ((lane >> 3) & 1) + 2 * (lane & 1)); }
+
+// What one threadgroup computes: request b's queries tile * query_tile ..
+// (tile + 1) * query_tile - 1 (of q_len, the first at query row `token`), query heads
+// first_head .. first_head + heads - 1 of kv head kv_head, keys at positions 0 .. keys - 1.
+struct PrefillTask {
+  int32_t b, token, q_len, context, tile, query_tile, group_heads, kv_head, first_head, heads, keys;
 };
 
-inline int32_t dims_per_lane() { return (head_dim + kAttentionSimdWidth - 1) / kAttentionSimdWidth; }
-
-inline RowState start_row() {
-  RowState row;
-  row.max_score = -INFINITY;
-  row.sum = 0.0f;
-  for (int32_t i = 0; i < kAttentionMaxDimsPerLane; ++i) row.acc[i] = 0.0f;
-  return row;
-}
-
-// This lane's features of a query row (zero past head_dim).
-template <typename T>
-inline void load_query(device const T* src, thread float* q, uint lane) {
-  for (int32_t i = 0; i < dims_per_lane(); ++i) {
-    const int32_t d = int32_t(lane) + kAttentionSimdWidth * i;
-    q[i] = d < head_dim ? float(src[d]) : 0.0f;
+// Grid: (prefill tiles, kv_heads * chunks) threadgroups; tiles are numbered request by
+// request over the requests with more than one query, ceil(q_len / query_tile) each,
+// chunks = PrefillHeadChunks(group); the host counts both the same way.
+inline PrefillTask prefill_task(uint2 group, device const int32_t* seq_lens,
+                                device const int32_t* query_start_loc,
+                                constant PagedAttentionArgs& args) {
+  PrefillTask t;
+  const int32_t group_size = args.heads / args.kv_heads;
+  t.group_heads = PrefillGroupHeads(group_size);
+  t.query_tile = PrefillQueryTile(group_size);
+  t.tile = int32_t(group.x);
+  for (t.b = 0;; ++t.b) {   // the grid holds exactly the host's tile count
+    t.q_len = query_start_loc[t.b + 1] - query_start_loc[t.b];
+    if (t.q_len < 2) continue;
+    const int32_t tiles = (t.q_len + t.query_tile - 1) / t.query_tile;
+    if (t.tile < tiles) break;
+    t.tile -= tiles;
   }
+  t.token = query_start_loc[t.b];
+  t.context = seq_lens[t.b];
+  const int32_t chunks = PrefillHeadChunks(group_size);
+  t.kv_head = int32_t(group.y) / chunks;
+  const int32_t chunk_first = (int32_t(group.y) % chunks) * t.group_heads;
+  t.first_head = t.kv_head * group_size + chunk_first;
+  t.heads = min(t.group_heads, group_size - chunk_first);
+  // The tile's last query sees the most keys; later positions are masked for all rows.
+  t.keys = t.context - t.q_len + min(t.q_len, (t.tile + 1) * t.query_tile);
+  return t;
 }
 
-// k_tile/v_tile [count][head_dim] = K and V of kv head `kv_head` at context positions
-// first .. first + count - 1, each position's slot looked up in the request's block
-// table `blocks`. Every thread of the threadgroup takes part.
+// Query row r (0 .. kPrefillRows - 1) of the task: whether it exists, its position, and
+// the element offset of its query (and output) row.
+struct QueryRow {
+  bool active;
+  int32_t position;
+  long offset;
+};
+
+inline QueryRow query_row(PrefillTask t, int32_t r, constant PagedAttentionArgs& args) {
+  const int32_t pos_in_tile = r / t.group_heads, h = r % t.group_heads;
+  const int32_t i = t.tile * t.query_tile + pos_in_tile;   // query within the request
+  QueryRow q;
+  q.active = pos_in_tile < t.query_tile && h < t.heads && i < t.q_len;
+  q.position = t.context - t.q_len + i;
+  q.offset = (long(t.token + i) * args.heads + t.first_head + h) * head_dim;
+  return q;
+}
+
+// k_tile/v_tile [kPrefillKeyTile][padded_dim()] = K and V of kv head `kv_head` at
+// context positions first .. first + count - 1 (each position's slot looked up in the
+// request's block table `blocks`), zero past count and head_dim. Every thread of the
+// threadgroup takes part; consecutive threads read consecutive features.
 template <typename T>
 inline void stage_kv_tile(device const T* key_cache, device const T* value_cache,
                           device const int32_t* blocks, int32_t first, int32_t count,
                           int32_t kv_head, constant PagedAttentionArgs& args,
-                          threadgroup float* k_tile, threadgroup float* v_tile, uint tid,
-                          int32_t threads) {
-  for (int32_t e = int32_t(tid); e < count * head_dim; e += threads) {
-    const int32_t position = first + e / head_dim;
-    const long slot = long(blocks[position / args.block_size]) * args.block_size +
-                      position % args.block_size;
-    const long src = (slot * args.kv_heads + kv_head) * head_dim + e % head_dim;
-    k_tile[e] = float(key_cache[src]);
-    v_tile[e] = float(value_cache[src]);
+                          threadgroup float* k_tile, threadgroup float* v_tile, uint tid) {
+  for (int32_t e = int32_t(tid); e < kPrefillKeyTile * padded_dim(); e += kPrefillThreads) {
+    const int32_t key = e / padded_dim(), d = e % padded_dim();
+    float k = 0.0f, v = 0.0f;
+    if (key < count && d < head_dim) {
+      const int32_t position = first + key;
+      const long slot = long(blocks[position / args.block_size]) * args.block_size +
+                        position % args.block_size;
+      const long src = (slot * args.kv_heads + kv_head) * head_dim + d;
+      k = float(key_cache[src]);
+      v = float(value_cache[src]);
+    }
+    k_tile[e] = k;
+    v_tile[e] = v;
   }
 }
 
-// Folds the first `count` (>= 1) staged keys into the row: their scores, one rescale of
-// the state to the new maximum, then their weighted values. All lanes of the SIMD-group
-// call it together (simd_sum).
-inline void attend_tile(thread RowState& row, thread const float* q,
-                        threadgroup const float* k_tile, threadgroup const float* v_tile,
-                        int32_t count, float scale, uint lane) {
-  float scores[kAttentionKeyTile];
+// Lane r < 8's online-softmax step for its SIMD-group's row r over the staged keys:
+// scores[0 .. kPrefillKeyTile - 1] (the row's q . k, already scaled) become the weights
+// exp(score - new max), 0 where masked (the key's position is past `position`, or it is
+// not staged). Returns the factor e^(old max - new max) the row's accumulator takes
+// (1 while no key has been visible).
+inline float softmax_step(threadgroup float* scores, bool active, int32_t position, int32_t first,
+                          int32_t count, thread float& row_max, thread float& row_sum) {
+  const int32_t visible = active ? min(count, position - first + 1) : 0;
   float tile_max = -INFINITY;
-  for (int32_t r = 0; r < count; ++r) {
-    float partial = 0.0f;
-    for (int32_t i = 0; i < dims_per_lane(); ++i) {
-      const int32_t d = int32_t(lane) + kAttentionSimdWidth * i;
-      if (d < head_dim) partial += q[i] * k_tile[r * head_dim + d];
-    }
-    scores[r] = simd_sum(partial) * scale;
-    tile_max = max(tile_max, scores[r]);
+  for (int32_t j = 0; j < visible; ++j) tile_max = max(tile_max, scores[j]);
+  const float new_max = max(row_max, tile_max);
+  if (visible <= 0) {
+    for (int32_t j = 0; j < kPrefillKeyTile; ++j) scores[j] = 0.0f;
+    return 1.0f;
   }
-  const float new_max = max(row.max_score, tile_max);
-  const float rescale = exp(row.max_score - new_max);   // 0 for the first tile
-  row.sum *= rescale;
-  for (int32_t i = 0; i < dims_per_lane(); ++i) row.acc[i] *= rescale;
-  for (int32_t r = 0; r < count; ++r) {
-    const float weight = exp(scores[r] - new_max);
-    row.sum += weight;
-    for (int32_t i = 0; i < dims_per_lane(); ++i) {
-      const int32_t d = int32_t(lane) + kAttentionSimdWidth * i;
-      if (d < head_dim) row.acc[i] += weight * v_tile[r * head_dim + d];
-    }
+  const float rescale = exp(row_max - new_max);   // 0 for the first visible tile
+  row_sum *= rescale;
+  for (int32_t j = 0; j < kPrefillKeyTile; ++j) {
+    const float weight = j < visible ? exp(scores[j] - new_max) : 0.0f;
+    row_sum += weight;
+    scores[j] = weight;
   }
-  row.max_score = new_max;
+  row_max = new_max;
+  return rescale;
 }
 
-template <typename T>
-inline void store_row(thread const RowState& row, device T* dst, uint lane) {
-  for (int32_t i = 0; i < dims_per_lane(); ++i) {
-    const int32_t d = int32_t(lane) + kAttentionSimdWidth * i;
-    if (d < head_dim) dst[d] = T(row.acc[i] / row.sum);
-  }
-}
-
-// Grid: (prefill tiles, heads) threadgroups of kPrefillThreads. Tiles are numbered
-// request by request over the requests with more than one query, ceil(q_len /
-// kPrefillQueryTile) each; the host counts them from the same query_start_loc.
 template <typename T>
 kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
                                     device const T* key_cache [[buffer(1)]],
@@ -128,41 +163,70 @@ kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
                                     uint tid [[thread_index_in_threadgroup]],
                                     uint simdgroup [[simdgroup_index_in_threadgroup]],
                                     uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float k_tile[kAttentionKeyTile * kAttentionMaxHeadDim];
-  threadgroup float v_tile[kAttentionKeyTile * kAttentionMaxHeadDim];
-  // Find the request and tile within it (the grid holds exactly the host's tile count).
-  int32_t tile = int32_t(group.x), b = 0, q_len = 0;
-  for (;; ++b) {
-    q_len = query_start_loc[b + 1] - query_start_loc[b];
-    if (q_len < 2) continue;
-    const int32_t tiles = (q_len + kPrefillQueryTile - 1) / kPrefillQueryTile;
-    if (tile < tiles) break;
-    tile -= tiles;
+  threadgroup float k_tile[kPrefillKeyTile * kAttentionMaxHeadDim];   // [key][padded_dim]
+  threadgroup float v_tile[kPrefillKeyTile * kAttentionMaxHeadDim];
+  threadgroup float p_tile[kPrefillRows * kPrefillKeyTile];           // [row][key]
+  const PrefillTask t = prefill_task(group, seq_lens, query_start_loc, args);
+  const int32_t row0 = 8 * int32_t(simdgroup);
+  threadgroup float* scores = p_tile + row0 * kPrefillKeyTile;   // this SIMD-group's 8 rows
+  // The row of this lane's matrix elements, and (lanes 0..7) the row whose softmax
+  // state the lane keeps.
+  const QueryRow mine = query_row(t, row0 + slot_row(lane), args);
+  const QueryRow owned = query_row(t, row0 + int32_t(lane % 8), args);
+  const int32_t col = slot_col(lane);
+
+  Block q[kAttentionMaxHeadDim / 8], o[kAttentionMaxHeadDim / 8];
+  for (int32_t j = 0; j < head_blocks(); ++j) {
+    for (int32_t e = 0; e < 2; ++e) {
+      const int32_t d = 8 * j + col + e;
+      q[j].thread_elements()[e] = mine.active && d < head_dim ? float(query[mine.offset + d]) * args.scale : 0.0f;
+    }
+    o[j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
   }
-  const int32_t i = tile * kPrefillQueryTile + int32_t(simdgroup);   // query within the request
-  const bool active = i < q_len;
-  const int32_t context = seq_lens[b];
-  const int32_t position = context - q_len + i;
-  // The tile's last query sees the most keys; later positions are masked for all.
-  const int32_t keys = context - q_len + min(q_len, (tile + 1) * kPrefillQueryTile);
-  const int32_t head = int32_t(group.y);
-  const int32_t kv_head = head / (args.heads / args.kv_heads);
-  const long row_offset = (long(query_start_loc[b] + i) * args.heads + head) * head_dim;
-  float q[kAttentionMaxDimsPerLane];
-  if (active) load_query(query + row_offset, q, lane);
-  RowState row = start_row();
-  device const int32_t* blocks = block_tables + long(b) * args.max_blocks;
-  for (int32_t first = 0; first < keys; first += kAttentionKeyTile) {
-    const int32_t count = min(kAttentionKeyTile, keys - first);
-    stage_kv_tile(key_cache, value_cache, blocks, first, count, kv_head, args, k_tile, v_tile,
-                  tid, kPrefillThreads);
+  float row_max = -INFINITY, row_sum = 0.0f;
+
+  device const int32_t* blocks = block_tables + long(t.b) * args.max_blocks;
+  for (int32_t first = 0; first < t.keys; first += kPrefillKeyTile) {
+    const int32_t count = min(kPrefillKeyTile, t.keys - first);
+    stage_kv_tile(key_cache, value_cache, blocks, first, count, t.kv_head, args, k_tile, v_tile, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    // Causal mask: this query sees the staged keys up to its own position.
-    const int32_t visible = active ? min(count, position - first + 1) : 0;
-    if (visible > 0) attend_tile(row, q, k_tile, v_tile, visible, args.scale, lane);
-    threadgroup_barrier(mem_flags::mem_threadgroup);
+    // S = Q K^T: k_tile holds K's rows, so the transposed load yields the [d][key] block.
+    for (int32_t kb = 0; kb < kPrefillKeyTile / 8; ++kb) {
+      Block s = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+      for (int32_t j = 0; j < head_blocks(); ++j) {
+        Block k;
+        simdgroup_load(k, k_tile + 8 * kb * padded_dim() + 8 * j, padded_dim(), ulong2(0, 0), true);
+        simdgroup_multiply_accumulate(s, q[j], k, s);
+      }
+      simdgroup_store(s, scores + 8 * kb, kPrefillKeyTile);
+    }
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    float rescale = 1.0f;
+    if (lane < 8)
+      rescale = softmax_step(scores + lane * kPrefillKeyTile, owned.active, owned.position, first,
+                             count, row_max, row_sum);
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    // O = diag(rescale) O + P V.
+    const float factor = simd_shuffle(rescale, ushort(slot_row(lane)));
+    for (int32_t j = 0; j < head_blocks(); ++j) o[j].thread_elements() *= factor;
+    for (int32_t kb = 0; kb < kPrefillKeyTile / 8; ++kb) {
+      Block p;
+      simdgroup_load(p, scores + 8 * kb, kPrefillKeyTile);
+      for (int32_t j = 0; j < head_blocks(); ++j) {
+        Block v;
+        simdgroup_load(v, v_tile + 8 * kb * padded_dim() + 8 * j, padded_dim());
+        simdgroup_multiply_accumulate(o[j], p, v, o[j]);
+      }
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);   // before the next tile is staged
   }
-  if (active) store_row(row, out + row_offset, lane);
+  const float sum = simd_shuffle(row_sum, ushort(slot_row(lane)));
+  if (!mine.active) return;
+  for (int32_t j = 0; j < head_blocks(); ++j)
+    for (int32_t e = 0; e < 2; ++e) {
+      const int32_t d = 8 * j + col + e;
+      if (d < head_dim) out[mine.offset + d] = T(o[j].thread_elements()[e] / sum);
+    }
 }
 
 #define METALRT_PAGED_ATTENTION(T, SUFFIX)                                                   \

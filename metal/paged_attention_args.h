@@ -16,9 +16,6 @@ METALRT_CONSTANT int32_t kAttentionSimdWidth = 32;
 METALRT_CONSTANT int32_t kAttentionMaxHeadDim = 128;
 // Lane l of a query row's SIMD-group holds features l, l + 32, l + 64, l + 96.
 METALRT_CONSTANT int32_t kAttentionMaxDimsPerLane = kAttentionMaxHeadDim / kAttentionSimdWidth;
-// Context positions staged per step in threadgroup memory: K and V tiles of
-// [kAttentionKeyTile][head_dim] f32, 2 x 16 x 128 x 4 = 16 KiB at most.
-METALRT_CONSTANT int32_t kAttentionKeyTile = 16;
 // Decode (metal/paged_attention_decode.metal): the context of a request is cut into
 // partitions of kDecodePartition positions, and one threadgroup per (request, kv head,
 // partition) serves up to kDecodeGroupHeads query heads of the GQA group (larger groups
@@ -31,10 +28,25 @@ METALRT_CONSTANT int32_t kDecodeSimdgroups = 4;
 METALRT_CONSTANT int32_t kDecodeThreads = kDecodeSimdgroups * kAttentionSimdWidth;
 // The merge pass: one SIMD-group per (request, query head).
 METALRT_CONSTANT int32_t kDecodeMergeThreads = kAttentionSimdWidth;
-// Prefill: one threadgroup per (tile of kPrefillQueryTile queries of one request, head),
-// one SIMD-group per query.
-METALRT_CONSTANT int32_t kPrefillQueryTile = 8;
-METALRT_CONSTANT int32_t kPrefillThreads = kPrefillQueryTile * kAttentionSimdWidth;
+// Prefill: one threadgroup per (query tile of one request, kv head) holds kPrefillRows
+// query rows, (query position, query head) pairs of the kv head's GQA group, as four
+// 8-row blocks of SIMD-group matrices (one SIMD-group each). A group of more than
+// kPrefillRows heads takes several threadgroups per kv head, each kPrefillRows heads
+// (the last fewer) of one position.
+METALRT_CONSTANT int32_t kPrefillRows = 32;
+METALRT_CONSTANT int32_t kPrefillSimdgroups = kPrefillRows / 8;
+METALRT_CONSTANT int32_t kPrefillThreads = kPrefillSimdgroups * kAttentionSimdWidth;
+// Context positions staged per step in threadgroup memory: K and V tiles of
+// [kPrefillKeyTile][head_dim rounded up to 8] f32, 2 x 16 x 128 x 4 = 16 KiB at most.
+METALRT_CONSTANT int32_t kPrefillKeyTile = 16;
+// Query heads one prefill threadgroup serves, of a GQA group of `group` heads.
+inline int32_t PrefillGroupHeads(int32_t group) { return group < kPrefillRows ? group : kPrefillRows; }
+// Query positions per prefill tile.
+inline int32_t PrefillQueryTile(int32_t group) { return kPrefillRows / PrefillGroupHeads(group); }
+// Prefill threadgroups per (query tile, kv head): 1 unless the group is wider than kPrefillRows.
+inline int32_t PrefillHeadChunks(int32_t group) {
+  return (group + PrefillGroupHeads(group) - 1) / PrefillGroupHeads(group);
+}
 
 struct PagedAttentionArgs {
   int32_t heads;          // query heads

@@ -13,7 +13,9 @@
 //   sizes come from the buffer cache (0 bytes allocated after warm-up; its size moves
 //   only when the longest decode context crosses a partition boundary);
 // * requests with more than one query (prefill, chunked prefill) go to
-//   paged_attention_prefill_<dtype>, a threadgroup per (query tile, head);
+//   paged_attention_prefill_<dtype>, a threadgroup per (query tile, kv head) serving
+//   the kv head's GQA group (PrefillGroupHeads heads, PrefillQueryTile positions; a
+//   group wider than kPrefillRows heads takes ceil(group / kPrefillRows) threadgroups);
 // * a mixed batch encodes both kernels; each serves only its own requests and writes
 //   only their rows, so the two run over disjoint request sets and in either order.
 // A pure decode batch therefore dispatches the decode kernel only, a prefill-only batch
@@ -46,13 +48,14 @@ bool MetalPagedAttention(const OpCall& call) {
 
   const int32_t* starts = call.inputs[5].data_as<int32_t>();
   const int32_t* seq_lens = call.inputs[4].data_as<int32_t>();
+  const int64_t group = heads / kv_heads;
+  const int64_t query_tile = PrefillQueryTile(static_cast<int32_t>(group));
   int64_t decode_context = 0, prefill_tiles = 0;   // the longest decode context
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t q_len = starts[b + 1] - starts[b];
     if (q_len == 1) decode_context = std::max<int64_t>(decode_context, seq_lens[b]);
-    if (q_len > 1) prefill_tiles += (q_len + kPrefillQueryTile - 1) / kPrefillQueryTile;
+    if (q_len > 1) prefill_tiles += (q_len + query_tile - 1) / query_tile;
   }
-  const int64_t group = heads / kv_heads;
   const int64_t group_heads = std::min<int64_t>(group, kDecodeGroupHeads);
   const int64_t partitions = (decode_context + kDecodePartition - 1) / kDecodePartition;
   const PagedAttentionArgs args{static_cast<int32_t>(heads),
@@ -92,8 +95,9 @@ bool MetalPagedAttention(const OpCall& call) {
     }
   }
   if (prefill_tiles > 0) {
+    const int64_t chunks = PrefillHeadChunks(static_cast<int32_t>(group));
     launch("prefill", out).threadgroups(
-        {static_cast<uint32_t>(prefill_tiles), static_cast<uint32_t>(heads), 1},
+        {static_cast<uint32_t>(prefill_tiles), static_cast<uint32_t>(kv_heads * chunks), 1},
         {static_cast<uint32_t>(kPrefillThreads), 1, 1});
   }
   return true;

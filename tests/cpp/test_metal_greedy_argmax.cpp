@@ -5,7 +5,7 @@
 // reduction: a tie inside one SIMD-group, a tie across SIMD-groups with the lower
 // index in the later SIMD-group, a tie within one thread's columns, an all-equal row,
 // NaNs sprinkled (also at the would-be maximum), rows of only NaN, of only -inf, and
-// -inf mixed with NaN.
+// -inf mixed with NaN, and +inf tied across SIMD-groups beside NaN.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -19,7 +19,7 @@ using namespace metalrt::testing;
 
 namespace {
 
-// Row r of the logits: normal values, then the pattern r % 9 selects. Thread t of the
+// Row r of the logits: normal values, then the pattern r % 10 selects. Thread t of the
 // kernel reads columns t, t + 256, ...; SIMD-group s holds threads 32s .. 32s + 31.
 std::vector<double> Row(int64_t r, int64_t vocab, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -30,7 +30,7 @@ std::vector<double> Row(int64_t r, int64_t vocab, uint32_t seed) {
     if (i < vocab) row[static_cast<size_t>(i)] = v;
   };
   const double top = 40.0;
-  switch (r % 9) {
+  switch (r % 10) {
     case 0: break;                                             // random (f16/bf16 rounding makes ties)
     case 1: set(1000, top); set(1010, top); break;            // threads 232, 242: one SIMD-group
     case 2: set(3100, top); set(3000, top); break;            // thread 28 (group 0) vs 184 (group 5)
@@ -48,6 +48,13 @@ std::vector<double> Row(int64_t r, int64_t vocab, uint32_t seed) {
     case 8:                                                       // -inf after leading NaNs
       std::fill(row.begin(), row.end(), -INFINITY);
       for (int64_t i = 0; i < std::min<int64_t>(vocab, 40); ++i) set(i, NAN);
+      break;
+    case 9:                                                       // +inf twice, NaN and a top value first
+      set(5, NAN);
+      set(6, top);
+      set(4000, INFINITY);
+      set(3000, NAN);
+      set(29, INFINITY);
       break;
   }
   return row;
@@ -74,12 +81,12 @@ METALRT_OP_CASES(greedy_argmax_cases) {
   for (DType dtype : kFloatDTypes) {
     for (int64_t vocab : {50272, 49152}) {
       // Every pattern at the real vocabularies, five rows at a time, and one row alone.
-      for (int64_t first = 0; first < 9; first += 5)
+      for (int64_t first = 0; first < 10; first += 5)
         cases.push_back(ArgmaxCase(dtype, 5, vocab, first, seed += 8, "patterns_from_" + std::to_string(first)));
       cases.push_back(ArgmaxCase(dtype, 1, vocab, 2, seed += 8, "decode"));
     }
     for (int64_t vocab : {1, 31, 32, 33, 255, 256, 257, 4099})
-      cases.push_back(ArgmaxCase(dtype, 9, vocab, 0, seed += 16, "patterns"));
+      cases.push_back(ArgmaxCase(dtype, 10, vocab, 0, seed += 16, "patterns"));
   }
   return cases;
 }

@@ -5,7 +5,9 @@
 // ending mid-block, requests of different lengths, GQA ratios 1, 3 and 8) and the
 // boundary shapes (head_dim 1/31/32/33/128, contexts around the 16-key tile, query tiles
 // of 7/8/9, GQA groups wider than a decode threadgroup, odd block sizes); which kernel a
-// batch dispatches; f32 versus float64; heads the kernels decline. Every cache slot a
+// batch dispatches; the prefill kernel's GQA-shared grid at GQA 1/3/8/16/40, head_dim 64
+// and 128, mid-tile and mid-block ends, chunked prefill and m up to 300 (and in every
+// fiber order); f32 versus float64; heads the kernels decline. Every cache slot a
 // request does not own is NaN, so a read outside a context fails the comparison.
 #include <doctest/doctest.h>
 
@@ -20,6 +22,7 @@
 #include "op_cases.h"
 #include "paged_attention_args.h"
 #include "paged_attention_testing.h"
+#include "sim_testing.h"
 
 using namespace metalrt;
 using namespace metalrt::testing;
@@ -52,6 +55,30 @@ const std::vector<AttentionCase> kSplitDecode = {
     {"block_size48/decode/ctx700", 9, 3, 64, 48, {{1, 700}}},
     {"smollm2/decode/B4_ctx3_300_1100_4000", 9, 3, 64, 16, {{1, 3}, {1, 300}, {1, 1100}, {1, 4000}}},
     {"smollm2/mixed_split", 9, 3, 64, 16, {{1, 900}, {17, 17}, {5, 300}}},
+};
+
+// Prefill (metal/paged_attention.metal): a threadgroup per (query tile, kv head) holds
+// 32 rows of (position, query head) of the GQA group, so a tile has 32 / group
+// positions: 32 at GQA 1, 10 at GQA 3, 4 at GQA 8, 2 at GQA 16, 1 at GQA 40 (two
+// threadgroups per kv head, 32 and 8 heads). GQA 1, 3 and 8 at head_dim 64 and 128:
+// query counts ending mid-tile (45 = 32 + 13, 11 = 10 + 1, 23, 9 = 2 x 4 + 1), contexts
+// ending mid-block (block sizes 16 and 5), chunked prefill on a cached prefix,
+// one-query requests in the same batch (the decode kernel serves them), mixed lengths,
+// and m large (256 and 300 queries, kPrefillLong).
+const std::vector<AttentionCase> kPrefill = {
+    {"gqa1/d64/mid_tile_and_prefix", 4, 4, 64, 16, {{45, 45}, {33, 70}, {1, 12}}},
+    {"gqa1/d128/tile_edges", 2, 2, 128, 16, {{31, 31}, {32, 35}, {2, 19}}},
+    {"gqa3/d64/chunked_mixed", 9, 3, 64, 16, {{11, 11}, {1, 30}, {23, 57}, {10, 10}}},
+    {"gqa3/d128/block_size5", 6, 2, 128, 5, {{21, 44}, {9, 9}, {2, 3}}},
+    {"gqa8/d64/mixed", 16, 2, 64, 16, {{5, 5}, {9, 50}, {1, 12}, {4, 21}}},
+    {"gqa8/d128/prefix", 8, 1, 128, 16, {{13, 29}, {4, 4}}},
+    {"gqa16/d64", 16, 1, 64, 16, {{5, 21}, {2, 2}}},
+    {"gqa40/d64/two_chunks", 40, 1, 64, 16, {{3, 19}, {2, 2}}},
+};
+// m large, one dtype each (the sim's cost grows with m x context).
+const std::vector<std::pair<AttentionCase, DType>> kPrefillLong = {
+    {{"gqa3/d64/m300", 9, 3, 64, 16, {{300, 300}}}, DType::kF16},
+    {{"gqa8/d128/m256_on_prefix44", 16, 2, 128, 16, {{256, 300}}}, DType::kBF16},
 };
 
 const std::vector<AttentionCase> kDecodeBatches = {
@@ -108,6 +135,25 @@ std::vector<std::string> KernelsOf(const Lens& lens, DType dtype) {
   return kernels;
 }
 
+// The batch attended on the Metal device into a NaN-poisoned output of its dtype.
+Tensor AttendOnMetal(const AttentionBatch& bt, float scale) {
+  const Tensor out = PoisonedMetal(bt.query.shape(), bt.query.dtype());
+  ops::PagedAttention(ToMetal(bt.query), ToMetal(bt.key_cache), ToMetal(bt.value_cache),
+                      ToMetal(bt.block_tables), ToMetal(bt.seq_lens), ToMetal(bt.query_start_loc),
+                      scale, out);
+  return out;
+}
+
+// The issue's bar against the float64 attention: NMSE <= 5e-4, every element within
+// OutputBar.
+void CheckAgainstReference(const std::vector<double>& got, const AttentionBatch& bt,
+                           const std::vector<AttentionRequest>& reqs, const AttentionGeometry& g,
+                           double scale, const char* what) {
+  const std::vector<double> ref = AttentionReference(bt, reqs, g, scale);
+  CHECK(Nmse(got, ref) <= 5e-4);
+  CheckClose(got, ref, OutputBar(bt.query.dtype()), what);
+}
+
 OpCase MakeCase(const AttentionCase& a, DType dtype, uint32_t seed) {
   AttentionGeometry g{a.heads, a.kv_heads, a.head_dim, a.block_size, 0, 0};
   const std::vector<AttentionRequest> reqs = ShuffledRequests(a.lens, g, seed);
@@ -138,6 +184,9 @@ METALRT_OP_CASES(paged_attention_cases) {
   for (const AttentionCase& a : kDecodeBatches) cases.push_back(MakeCase(a, DType::kBF16, seed += 10));
   for (const AttentionCase& a : kSplitDecode)
     for (DType dtype : {DType::kF32, DType::kF16}) cases.push_back(MakeCase(a, dtype, seed += 10));
+  for (const AttentionCase& a : kPrefill)
+    for (DType dtype : kFloatDTypes) cases.push_back(MakeCase(a, dtype, seed += 10));
+  for (const auto& [a, dtype] : kPrefillLong) cases.push_back(MakeCase(a, dtype, seed += 10));
   for (const AttentionCase& a : kBoundaries)
     for (DType dtype : {DType::kF32, DType::kF16}) cases.push_back(MakeCase(a, dtype, seed += 10));
   return cases;
@@ -215,12 +264,8 @@ TEST_CASE("metal paged_attention: split-KV decode grids at contexts 128, 1,024 a
     const Lens lens = {{1, e.context}};
     const std::vector<AttentionRequest> reqs = ShuffledRequests(lens, g, 3);
     const AttentionBatch bt = MakeAttentionBatch(reqs, g, DType::kF16, 17);
-    const Tensor out = PoisonedMetal(bt.query.shape(), DType::kF16);
-    const auto rows = ProfiledRows([&] {
-      ops::PagedAttention(ToMetal(bt.query), ToMetal(bt.key_cache), ToMetal(bt.value_cache),
-                          ToMetal(bt.block_tables), ToMetal(bt.seq_lens), ToMetal(bt.query_start_loc),
-                          0.125f, out);
-    });
+    Tensor out;
+    const auto rows = ProfiledRows([&] { out = AttendOnMetal(bt, 0.125f); });
     const bool split = e.per_kv_head > 1;
     const std::string first = split ? "paged_attention_decode_split_f16" : "paged_attention_decode_f16";
     const gpu::ProfileRow* attend = nullptr;
@@ -240,10 +285,7 @@ TEST_CASE("metal paged_attention: split-KV decode grids at contexts 128, 1,024 a
     } else {
       CHECK(merge == nullptr);
     }
-    const std::vector<double> ref = AttentionReference(bt, reqs, g, 0.125);
-    const std::vector<double> got = ReadMetal(out);
-    CHECK(Nmse(got, ref) <= 5e-4);
-    CheckClose(got, ref, OutputBar(DType::kF16), "split-KV decode vs float64");
+    CheckAgainstReference(ReadMetal(out), bt, reqs, g, 0.125, "split-KV decode vs float64");
   }
 }
 
@@ -264,4 +306,53 @@ TEST_CASE("metal paged_attention: the split-KV scratch allocates nothing after w
   CHECK(rows.back().name == "total");
   CHECK(rows.back().allocated_bytes == 0);
   CHECK(rows.back().allocations == 0);
+}
+
+TEST_CASE("metal paged_attention: prefill runs one threadgroup per (query tile, kv head, request), the GQA group sharing each K/V tile (profiler)") {
+  // Query heads per kv head -> positions per query tile (32 rows of (position, head))
+  // and threadgroups per (tile, kv head): a group wider than 32 heads takes two.
+  struct Expect {
+    int64_t heads, kv_heads;
+    int32_t query_tile;
+    uint32_t chunks;
+  };
+  // 45 queries on a 15-position prefix, 7 queries, and a decode request (not prefill's).
+  const Lens lens = {{45, 60}, {1, 9}, {7, 7}};
+  for (const Expect& e : {Expect{4, 4, 32, 1}, Expect{9, 3, 10, 1}, Expect{16, 2, 4, 1}, Expect{40, 1, 1, 2}}) {
+    CAPTURE(e.heads);
+    CAPTURE(e.kv_heads);
+    AttentionGeometry g{e.heads, e.kv_heads, 64, 16, 0, 0};
+    const std::vector<AttentionRequest> reqs = ShuffledRequests(lens, g, 9);
+    const AttentionBatch bt = MakeAttentionBatch(reqs, g, DType::kF16, 31);
+    Tensor out;
+    const auto rows = ProfiledRows([&] { out = AttendOnMetal(bt, 0.125f); });
+    const uint32_t tiles = static_cast<uint32_t>((45 + e.query_tile - 1) / e.query_tile + (7 + e.query_tile - 1) / e.query_tile);
+    const gpu::ProfileRow* prefill = nullptr;
+    for (const gpu::ProfileRow& row : rows)
+      if (row.name == "paged_attention_prefill_f16") prefill = &row;
+    REQUIRE(prefill != nullptr);
+    CHECK(prefill->dispatches == 1);
+    CHECK(prefill->last_grid[0] == tiles);
+    CHECK(prefill->last_grid[1] == e.kv_heads * e.chunks);
+    CHECK(prefill->threadgroups == tiles * e.kv_heads * e.chunks);
+    CHECK(Dispatches(rows, "paged_attention_decode_f16") == 1);
+    CheckAgainstReference(ReadMetal(out), bt, reqs, g, 0.125, "prefill vs float64");
+  }
+}
+
+TEST_CASE("metal paged_attention: the prefill kernel gives the same bytes in every fiber order") {
+  // A missing barrier between staging, the SIMD-group matrix stores and the softmax
+  // lanes' reads, or a lane-order assumption, changes the result between orders.
+  AttentionGeometry g{9, 3, 64, 5, 0, 0};
+  const Lens lens = {{23, 41}, {11, 11}};
+  const std::vector<AttentionRequest> reqs = ShuffledRequests(lens, g, 13);
+  const AttentionBatch bt = MakeAttentionBatch(reqs, g, DType::kF32, 77);
+  std::vector<std::vector<double>> results;
+  for (const std::string& order : SimOrders()) {
+    CAPTURE(order);
+    const ScopedFiberOrder scoped(order);
+    results.push_back(ReadMetal(AttendOnMetal(bt, 0.125f)));
+    CheckAgainstReference(results.back(), bt, reqs, g, 0.125, "prefill vs float64");
+  }
+  for (const std::vector<double>& r : results) CHECK(r == results.front());
 }

@@ -18,6 +18,7 @@ from metalrt import ops
 from ..loaders.quants import QuantizedWeight
 from ..runner.batch import ScheduledChunk, StepInputs, build_step
 from ..runner.kv_cache import PagedKVCache, blocks_for
+from ..runner.logits import as_float32
 from ..tensor import check_int_range
 from . import quantized
 
@@ -412,9 +413,12 @@ class CausalLM:
     def embed(self, step: StepInputs):
         return self.embed_tokens(step.token_ids)
 
-    def forward(self, step: StepInputs, cache: PagedKVCache):
-        """Runs one step, writing its K/V into ``cache``. Returns float32 logits
-        [step.num_logit_rows, vocab] on the device, or None when no row wants logits."""
+    def forward(self, step: StepInputs, cache: PagedKVCache, float32_logits: bool = True):
+        """Runs one step, writing its K/V into ``cache``. Returns the logits
+        [step.num_logit_rows, vocab] on the device, float32 (cast from the model's dtype
+        when it is float16/bfloat16), or in the model's dtype with ``float32_logits``
+        False (the decode step's greedy_argmax reads those directly, one dispatch less);
+        None when no row wants logits."""
         h = self.embed(step)
         # A prefill (more tokens than sequences) commits each layer's work: its GEMMs and
         # attention are large, and the dispatch cap alone could keep one command buffer
@@ -430,7 +434,7 @@ class CausalLM:
         if step.logit_rows is not None:
             h = ops.embedding(h, step.logit_rows)  # gather: only sampled rows reach the head
         logits = project(self.final_norm(h), self.lm_head)
-        return logits if self.dtype == "float32" else ops.cast(logits, "float32")
+        return as_float32(logits) if float32_logits else logits
 
     def new_cache(self, num_blocks: int) -> PagedKVCache:
         return PagedKVCache(self.num_layers, num_blocks, self.num_kv_heads, self.head_dim,

@@ -26,6 +26,7 @@ from metalrt import ops
 
 from ..plan import Plan, read_output, write_inputs
 from .batch import BLOCK_SIZE, StepInputs
+from .logits import as_float32
 
 
 def decode_key(num_rows: int, width: int, max_position: int) -> Tuple[int, int, int]:
@@ -64,7 +65,8 @@ class _Phase:
 @dataclass(frozen=True)
 class DecodeRun:
     """A committed decode step: where its outputs land. ``ids``: int32 [B] greedy ids
-    (the next phase's token-id tensor); ``logits``: float32 [B, vocab]."""
+    (the next phase's token-id tensor); ``logits``: [B, vocab] in the model's dtype
+    (``read_logits`` gives float32)."""
 
     key: Tuple[int, int, int]
     phase: int
@@ -136,7 +138,9 @@ class DecodePlans:
         if current.plan is None:
             plan = Plan(self.model.device)
             with plan.record():
-                logits = self.model.forward(slots.step_inputs(int(pos.max())), self.cache)
+                # In the model's dtype: the argmax needs no cast (read_logits casts).
+                logits = self.model.forward(slots.step_inputs(int(pos.max())), self.cache,
+                                            float32_logits=False)
                 ops.greedy_argmax(logits, out=following.slots.token_ids)
             current.plan, current.logits = plan, logits
             self.records += 1
@@ -152,7 +156,7 @@ class DecodePlans:
 
     @staticmethod
     def read_logits(run: DecodeRun) -> np.ndarray:
-        return read_output(run.logits)
+        return read_output(as_float32(run.logits))
 
     def release(self) -> None:
         """Releases every plan (and the tensors they hold)."""

@@ -13,6 +13,7 @@ from metalrt import ops
 from .batch import StepBuffers, build_step
 from .decode_plans import DecodePlans, DecodeRun
 from .kv_cache import BlockAllocator, PagedKVCache
+from .logits import as_float32
 from .request import Request
 from .sampling import SamplingParams
 from .scheduler import Scheduler
@@ -141,8 +142,11 @@ class Engine:
                 self.scheduler.advance(request, 1)
             self._count_step(len(requests))
             return self._decode_outputs(run, requests, requests)
+        # The model's dtype: greedy_argmax reads float16/bfloat16 logits directly, and
+        # only a request that samples from the logits pays for the float32 cast.
         logits = self.model.forward(
-            build_step([c for _, c in scheduled], self.model.device, self.inputs), self.cache)
+            build_step([c for _, c in scheduled], self.model.device, self.inputs), self.cache,
+            float32_logits=False)
         self.stats.steps += 1
         self.stats.max_batch_size = max(self.stats.max_batch_size, len(scheduled))
         for request, chunk in scheduled:
@@ -151,7 +155,7 @@ class Engine:
         if not sampling:
             return []
         on_host = any(r.params.needs_logits for r in sampling)
-        host_logits = logits.numpy() if on_host else None
+        host_logits = as_float32(logits).numpy() if on_host else None
         device_ids = None
         if not all(r.params.needs_logits for r in sampling):
             device_ids = ops.greedy_argmax(logits).numpy()
