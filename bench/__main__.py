@@ -98,12 +98,38 @@ def worker_env(threads: int) -> Dict[str, str]:
     return env
 
 
-def die_with_parent() -> None:
+def die_with_parent(signal_mask=None) -> None:
     """In a worker, before exec: the kernel kills it when the bench process dies, even
-    by SIGKILL (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
+    by SIGKILL (Linux's PR_SET_PDEATHSIG; elsewhere nothing); its signal mask is set to
+    ``signal_mask`` when given (run_stoppable forks with the stop signals blocked)."""
+    if signal_mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask)
     if sys.platform.startswith("linux"):
         import ctypes
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG = 1
+
+
+def run_stoppable(cmd: List[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, capture_output=True, timeout=timeout, **kwargs) of a worker
+    that is killed (and reaped) when this process is stopped, and dies with it
+    (die_with_parent). The stop signals are blocked while the worker starts: one that
+    arrived then used to raise Stopped inside subprocess.run's Popen, after the fork
+    and before the Popen existed to be killed, so the worker was left running."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=lambda: die_with_parent(held), **kwargs)
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        raise
+    with proc:   # waits for the worker on the way out
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)   # a held stop is raised here
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except BaseException:   # TimeoutExpired keeps the output read so far
+            proc.kill()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def tagged_result(stdout: str):
@@ -137,10 +163,8 @@ def run_worker(python: str, module: str, spec: Dict, threads: int, timeout: floa
                                      delete=False) as f:
         json.dump(spec, f)
     try:
-        # subprocess.run kills the worker on any exception, Stopped included.
-        proc = subprocess.run([python, "-m", module, f.name], capture_output=True, text=True,
-                              errors="replace", env=worker_env(threads), cwd=ROOT,
-                              timeout=timeout, preexec_fn=die_with_parent)
+        proc = run_stoppable([python, "-m", module, f.name], timeout, text=True,
+                             errors="replace", env=worker_env(threads), cwd=ROOT)
     except subprocess.TimeoutExpired as e:
         # The output read until the kill; on POSIX as bytes, even with text=True.
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout
@@ -164,10 +188,8 @@ def export_hf(python: str, gguf: str, out: Path, threads: int, timeout: float) -
     it could not."""
     print("bench: the Hugging Face export of the GGUF for the peers", file=sys.stderr)
     try:
-        proc = subprocess.run([python, "-m", "bench.export_hf", gguf, str(out)],
-                              capture_output=True, text=True, errors="replace",
-                              env=worker_env(threads), cwd=ROOT, timeout=timeout,
-                              preexec_fn=die_with_parent)
+        proc = run_stoppable([python, "-m", "bench.export_hf", gguf, str(out)], timeout,
+                             text=True, errors="replace", env=worker_env(threads), cwd=ROOT)
     except subprocess.TimeoutExpired:
         return f"could not export the GGUF to a Hugging Face directory within {timeout:g} s"
     if proc.returncode != 0:
