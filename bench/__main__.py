@@ -98,38 +98,52 @@ def worker_env(threads: int) -> Dict[str, str]:
     return env
 
 
-def die_with_parent(signal_mask=None) -> None:
+def die_with_parent() -> None:
     """In a worker, before exec: the kernel kills it when the bench process dies, even
-    by SIGKILL (Linux's PR_SET_PDEATHSIG; elsewhere nothing); its signal mask is set to
-    ``signal_mask`` when given (run_stoppable forks with the stop signals blocked)."""
-    if signal_mask is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask)
+    by SIGKILL (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
     if sys.platform.startswith("linux"):
         import ctypes
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG = 1
 
 
+# While a worker starts (run_stoppable), _stop only records the stop signals here.
+_worker_starting = False
+_held_stops: List[int] = []
+
+
 def run_stoppable(cmd: List[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
     """subprocess.run(cmd, capture_output=True, timeout=timeout, **kwargs) of a worker
     that is killed (and reaped) when this process is stopped, and dies with it
-    (die_with_parent). The stop signals are blocked while the worker starts: one that
-    arrived then used to raise Stopped inside subprocess.run's Popen, after the fork
-    and before the Popen existed to be killed, so the worker was left running."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    (die_with_parent). A stop signal that arrives while the worker starts is held
+    until the Popen exists: it used to raise Stopped inside subprocess.run's Popen,
+    after the fork and before there was a Popen to kill, so the worker was left
+    running. (Held by the handler, not the signal mask: the kernel may give a
+    process-directed signal to any thread, and Python runs the handler regardless.)"""
+    global _worker_starting
+    _worker_starting = True
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                preexec_fn=lambda: die_with_parent(held), **kwargs)
+                                preexec_fn=die_with_parent, **kwargs)
     except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        _worker_starting = False
+        _raise_held_stop()
         raise
     with proc:   # waits for the worker on the way out
         try:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)   # a held stop is raised here
+            _worker_starting = False
+            _raise_held_stop()
             stdout, stderr = proc.communicate(timeout=timeout)
         except BaseException:   # TimeoutExpired keeps the output read so far
             proc.kill()
             raise
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def _raise_held_stop() -> None:
+    if _held_stops:
+        signum = _held_stops[0]
+        _held_stops.clear()
+        _stop(signum, None)
 
 
 def tagged_result(stdout: str):
@@ -427,7 +441,12 @@ def _stop(signum, frame):
     does nothing, so that a second Ctrl-C or SIGTERM cannot break into the shutdown
     (the worker's kill, the message). Not SIG_IGN yet: signals already delivered and
     waiting for their Python handler would each be reported as "Signal N ignored due
-    to race condition" (``main`` sets SIG_IGN once they are handled)."""
+    to race condition" (``main`` sets SIG_IGN once they are handled). While a worker
+    starts the signal is only recorded (run_stoppable raises it once the worker can be
+    killed)."""
+    if _worker_starting:
+        _held_stops.append(signum)
+        return
     for s in STOP_SIGNALS:
         signal.signal(s, _ignore)
     if signum == signal.SIGINT:
