@@ -106,6 +106,46 @@ def die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG = 1
 
 
+# While a worker starts (run_stoppable), _stop only records the stop signals here.
+_worker_starting = False
+_held_stops: List[int] = []
+
+
+def run_stoppable(cmd: List[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, capture_output=True, timeout=timeout, **kwargs) of a worker
+    that is killed (and reaped) when this process is stopped, and dies with it
+    (die_with_parent). A stop signal that arrives while the worker starts is held
+    until the Popen exists: it used to raise Stopped inside subprocess.run's Popen,
+    after the fork and before there was a Popen to kill, so the worker was left
+    running. (Held by the handler, not the signal mask: the kernel may give a
+    process-directed signal to any thread, and Python runs the handler regardless.)"""
+    global _worker_starting
+    _worker_starting = True
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=die_with_parent, **kwargs)
+    except BaseException:
+        _worker_starting = False
+        _raise_held_stop()
+        raise
+    with proc:   # waits for the worker on the way out
+        try:
+            _worker_starting = False
+            _raise_held_stop()
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except BaseException:   # TimeoutExpired keeps the output read so far
+            proc.kill()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def _raise_held_stop() -> None:
+    if _held_stops:
+        signum = _held_stops[0]
+        _held_stops.clear()
+        _stop(signum, None)
+
+
 def tagged_result(stdout: str):
     """The value under RESULT_KEY in the last line of ``stdout`` that is a JSON object
     holding one (a library may print other JSON after it), or None."""
@@ -137,10 +177,8 @@ def run_worker(python: str, module: str, spec: Dict, threads: int, timeout: floa
                                      delete=False) as f:
         json.dump(spec, f)
     try:
-        # subprocess.run kills the worker on any exception, Stopped included.
-        proc = subprocess.run([python, "-m", module, f.name], capture_output=True, text=True,
-                              errors="replace", env=worker_env(threads), cwd=ROOT,
-                              timeout=timeout, preexec_fn=die_with_parent)
+        proc = run_stoppable([python, "-m", module, f.name], timeout, text=True,
+                             errors="replace", env=worker_env(threads), cwd=ROOT)
     except subprocess.TimeoutExpired as e:
         # The output read until the kill; on POSIX as bytes, even with text=True.
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout
@@ -164,10 +202,8 @@ def export_hf(python: str, gguf: str, out: Path, threads: int, timeout: float) -
     it could not."""
     print("bench: the Hugging Face export of the GGUF for the peers", file=sys.stderr)
     try:
-        proc = subprocess.run([python, "-m", "bench.export_hf", gguf, str(out)],
-                              capture_output=True, text=True, errors="replace",
-                              env=worker_env(threads), cwd=ROOT, timeout=timeout,
-                              preexec_fn=die_with_parent)
+        proc = run_stoppable([python, "-m", "bench.export_hf", gguf, str(out)], timeout,
+                             text=True, errors="replace", env=worker_env(threads), cwd=ROOT)
     except subprocess.TimeoutExpired:
         return f"could not export the GGUF to a Hugging Face directory within {timeout:g} s"
     if proc.returncode != 0:
@@ -405,7 +441,12 @@ def _stop(signum, frame):
     does nothing, so that a second Ctrl-C or SIGTERM cannot break into the shutdown
     (the worker's kill, the message). Not SIG_IGN yet: signals already delivered and
     waiting for their Python handler would each be reported as "Signal N ignored due
-    to race condition" (``main`` sets SIG_IGN once they are handled)."""
+    to race condition" (``main`` sets SIG_IGN once they are handled). While a worker
+    starts the signal is only recorded (run_stoppable raises it once the worker can be
+    killed)."""
+    if _worker_starting:
+        _held_stops.append(signum)
+        return
     for s in STOP_SIGNALS:
         signal.signal(s, _ignore)
     if signum == signal.SIGINT:

@@ -4,7 +4,8 @@
 // * moe_matmul_bt_gemv_<format>_<dtype>: one threadgroup per (block of 8 rows of N,
 //   (token, slot) pair): the quantized GEMV body (metal/quantized_gemv.h) over expert
 //   e = expert_ids[pair]'s rows e*N .. e*N + N - 1 with m = 1. An id outside [0, E)
-//   writes a zero row and reads no weight. Expected: bound by the selected experts'
+//   writes a NaN row (poison: the host cannot check device ids without a wait, so a
+//   bad id must never look like a result) and reads no weight. Expected: bound by the selected experts'
 //   weight bytes (each pair reads its expert's N rows once). Decode and batches of up
 //   to kQuantGemvMaxM tokens.
 // * moe_group_pairs_<dtype> then moe_matmul_bt_gemm_<format>_<dtype> (larger batches):
@@ -37,7 +38,7 @@ kernel void moe_matmul_bt_gemv(device const T* x [[buffer(0)]],
   device T* y = out + pair * args.n;
   if (expert < 0 || expert >= moe.experts) {
     const int32_t r = int32_t(group.x) * kQuantGemvRows * kQuantGemvSimdgroups + int32_t(tid);
-    if (int32_t(tid) < kQuantGemvRows * kQuantGemvSimdgroups && r < args.n) y[r] = T(0.0f);
+    if (int32_t(tid) < kQuantGemvRows * kQuantGemvSimdgroups && r < args.n) y[r] = T(NAN);
     return;
   }
   device const T* row = x + (moe.per_slot ? pair : pair / moe.slots) * args.k;
@@ -62,10 +63,10 @@ kernel void moe_group_pairs(device const int* expert_ids [[buffer(0)]],
     for (int32_t p = 0; p < args.pairs; ++p) count += expert_ids[p] == e ? 1 : 0;
     counts[e] = count;
   }
-  // A pair with an id outside [0, E) is in no group: its row is zero.
+  // A pair with an id outside [0, E) is in no group: its row is NaN (as in the GEMV).
   for (int32_t p = int32_t(tid); p < args.pairs; p += int32_t(kMoeThreads))
     if (expert_ids[p] < 0 || expert_ids[p] >= args.experts)
-      for (int32_t c = 0; c < args.n; ++c) out[long(p) * args.n + c] = T(0.0f);
+      for (int32_t c = 0; c < args.n; ++c) out[long(p) * args.n + c] = T(NAN);
   threadgroup_barrier(mem_flags::mem_threadgroup);
   if (tid == 0) {
     int position = 0, tile = 0;

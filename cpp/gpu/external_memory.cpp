@@ -54,10 +54,14 @@ std::shared_ptr<void> MetalBackend::AdoptExternal(void* data, size_t bytes, std:
     }
     // Every wrapping overlapping [begin, end): live ones are merged into the new one,
     // expired ones (their last tensor going away on another thread) unregistered now
-    // (their deleters then find nothing to do).
+    // (their deleters then find nothing to do). Registered wrappings never overlap, so
+    // of those below `begin` only the last can reach into the range: the walk starts
+    // there (a lookup, not a scan of every wrapping).
     std::vector<std::shared_ptr<void>> overlapping;
     std::vector<std::shared_ptr<GpuBuffer>> merged;   // their buffers hold their memory's owners
-    for (auto it = external_.begin(); it != external_.end() && it->first < reinterpret_cast<void*>(end);) {
+    auto it = external_.upper_bound(reinterpret_cast<const void*>(begin));
+    if (it != external_.begin()) --it;
+    while (it != external_.end() && it->first < reinterpret_cast<void*>(end)) {
       const auto base = reinterpret_cast<uintptr_t>(it->first);
       const ResolvedPointer own = allocations_.Resolve(it->first, 0, "[external memory]");
       const uintptr_t stop = base + own.buffer->length();

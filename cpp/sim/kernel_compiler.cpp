@@ -5,8 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -128,10 +131,23 @@ std::string BuildKernelModule(const std::string& source) {
   const std::string module = dir + "/module.so";
   if (Exists(module)) return module;
 
-  MakeDirs(dir);
-  const std::string tag = std::to_string(getpid());
-  const std::string metal = dir + "/shader.metal";
-  const std::string cpp = dir + "/shader." + tag + ".cpp";
+  // Built in a scratch directory of its own, renamed to the key's when complete, so a
+  // failed or interrupted build leaves nothing under the key for a later run to trust
+  // or trip on (the scratch directory is removed on every way out).
+  MakeDirs(CacheDir());
+  std::string scratch = dir + ".build-XXXXXX";
+  if (mkdtemp(scratch.data()) == nullptr)
+    throw std::runtime_error("[compile_library] cannot create a build directory in " + CacheDir() +
+                             ": " + std::strerror(errno));
+  struct RemoveScratch {
+    const std::string& path;
+    ~RemoveScratch() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } remove_scratch{scratch};
+  const std::string metal = scratch + "/shader.metal";
+  const std::string cpp = scratch + "/shader.cpp";
   {
     std::ofstream out(metal, std::ios::binary);
     out << source;
@@ -141,18 +157,25 @@ std::string BuildKernelModule(const std::string& source) {
               " --mode shared",
           output) != 0)
     throw std::runtime_error("[compile_library] " + output);
-  const std::string tmp = dir + "/module." + tag + ".so";
+  const std::string built = scratch + "/module.so";
   output.clear();
   // $CXX is a command line (`ccache g++`), as make and the generator's preprocessor
   // (msl_preprocess.compiler) read it: not quoted.
   if (Run(cxx + " " + flags + " -I" + Quote(tc.shim_dir) + " " + Quote(cpp) + " -o " +
-              Quote(tmp),
-          output) != 0) {
-    std::remove(cpp.c_str());
+              Quote(built),
+          output) != 0)
     throw std::runtime_error("[compile_library] compiling the kernel failed:\n" + output);
-  }
   std::remove(cpp.c_str());
-  std::rename(tmp.c_str(), module.c_str());   // atomic: concurrent builders agree
+  // Atomic: of concurrent builders the first rename wins and the others find its
+  // module. A key directory without a module (left by a build before scratch
+  // directories) is removed and the rename retried.
+  if (std::rename(scratch.c_str(), dir.c_str()) != 0 && !Exists(module)) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+    if (std::rename(scratch.c_str(), dir.c_str()) != 0 && !Exists(module))
+      throw std::runtime_error("[compile_library] cannot move the built kernel to " + dir + ": " +
+                               std::strerror(errno));
+  }
   return module;
 }
 

@@ -123,8 +123,8 @@ def token_budget(model: CausalLM, ids: Sequence[int], max_tokens: int) -> int:
         raise TypeError(f"[generate] max_tokens must be an int, got {type(max_tokens).__name__}")
     if max_tokens < 1:
         raise ValueError(f"[generate] max_tokens must be >= 1, got {max_tokens}")
-    context = model.config.get("max_position_embeddings")
-    if not context:
+    context = model.context_length
+    if context is None:
         return max_tokens
     if len(ids) >= context:
         raise ValueError(f"[generate] the prompt has {len(ids)} tokens; the model's context "

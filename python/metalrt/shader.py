@@ -28,6 +28,7 @@ from ._sim import msl_preprocess
 from ._sim.msl_to_cpp import MslError, describe
 from .shader_args import bind_argument, from_python
 from .shader_source import build_source
+from .shader_structs import struct_sizes
 
 # numpy scalar types a function constant may take, with FunctionConstant::Type codes
 # (cpp/gpu/gpu_device.h: kBool, kInt16, kUInt16, kInt32, kUInt32, kFloat, kHalf).
@@ -108,7 +109,7 @@ def compile_shader(source: str, *, defines=None, headers=None) -> "ShaderLibrary
         constants, kernels = describe(full)
     except MslError:
         constants, kernels = {}, {}   # only Metal understands it: Python values use the defaults
-    return ShaderLibrary(native, constants, kernels)
+    return ShaderLibrary(native, constants, kernels, struct_sizes(full))
 
 
 def _threadgroup_memory(kernel: str, lengths) -> list[tuple[int, int]]:
@@ -187,7 +188,8 @@ class ShaderKernel:
                 struct by its byte layout), or a Python bool/int/float converted to
                 the parameter's declared scalar type with a range check. Where the
                 declared type's size is known (scalars and vectors), the bytes must
-                have exactly that size.
+                have exactly that size; for a ``constant S&`` of a plain struct S
+                declared in the source, at least sizeof(S).
             threads: grid size in threads (x[, y[, z]]); edge threadgroups are partial
                 (Metal's ``dispatchThreads``).
             threadgroups: grid size in whole threadgroups (``dispatchThreadgroups``).
@@ -216,8 +218,8 @@ class ShaderKernel:
                 the kernel uses a function constant without a value (only one it tests
                 with ``is_function_constant_defined`` may be left out, as on Metal), or
                 a Python value does not fit the constant's declared type, or an
-                argument's byte size is not its parameter's (the message names the
-                parameter type, expected and given bytes), or the threadgroup memory
+                argument's byte size is not its parameter's or is short of its struct's
+                (the message names the parameter type, expected and given bytes), or the threadgroup memory
                 exceeds 32 KiB.
         """
         kernel = self.name
@@ -246,7 +248,7 @@ class ShaderKernel:
                                      "is writable: declare it const or pass a writable copy")
                 bound.append(a)
             else:
-                bound.append(bind_argument(kernel, i, a, params.get(i)))
+                bound.append(bind_argument(kernel, i, a, params.get(i), self._library._struct_sizes))
         if constants is not None and not isinstance(constants, dict):
             raise TypeError(f"[{kernel}] constants must be a dict {{index: value}}, "
                             f"got {type(constants).__name__}")
@@ -264,8 +266,10 @@ class ShaderLibrary:
     names of template instantiations that are not identifiers are reached with
     ``lib["name"]``."""
 
-    def __init__(self, native, constant_types: dict[int, str], kernel_params: dict[str, dict[int, str]]):
+    def __init__(self, native, constant_types: dict[int, str], kernel_params: dict[str, dict[int, str]],
+                 struct_sizes: dict[str, int]):
         self._native = native
+        self._struct_sizes = struct_sizes       # struct name -> sizeof (MSL layout)
         self._names = tuple(native.function_names())
         self._constant_types = constant_types   # function-constant index -> declared MSL type
         self._kernel_params = kernel_params     # kernel -> buffer index -> declared parameter type

@@ -18,7 +18,9 @@ _SCALARS = {"bool": (np.bool_, 1), "char": (np.int8, 1), "int8_t": (np.int8, 1),
             "half": (np.float16, 2), "bfloat": (None, 2), "int": (np.int32, 4),
             "int32_t": (np.int32, 4), "uint": (np.uint32, 4), "uint32_t": (np.uint32, 4),
             "float": (np.float32, 4), "long": (np.int64, 8), "int64_t": (np.int64, 8),
-            "ulong": (np.uint64, 8), "uint64_t": (np.uint64, 8)}
+            "ulong": (np.uint64, 8), "uint64_t": (np.uint64, 8), "size_t": (np.uint64, 8),
+            "ptrdiff_t": (np.int64, 8)}
+SCALAR_SIZES = {name: size for name, (_, size) in _SCALARS.items()}
 # Apple: setBytes is for data smaller than 4 KB; larger data goes in a buffer.
 MAX_BYTES = 4096
 
@@ -65,8 +67,10 @@ def from_python(value, target: type, what: str) -> np.generic:
     return converted
 
 
-def bind_argument(kernel: str, i: int, value, declared: str | None) -> bytes:
-    """The bytes a non-tensor argument ``i`` binds, checked against the declared type.
+def bind_argument(kernel: str, i: int, value, declared: str | None,
+                  structs: dict[str, int] | None = None) -> bytes:
+    """The bytes a non-tensor argument ``i`` binds, checked against the declared type
+    (``structs``: the source's struct sizes, ``shader_structs.struct_sizes``).
 
     Raises:
         TypeError: the parameter is not in the constant address space (it takes a
@@ -74,7 +78,9 @@ def bind_argument(kernel: str, i: int, value, declared: str | None) -> bytes:
             Python number for a parameter that is not a known scalar, or an array of
             another element type than the parameter's.
         ValueError: the byte size is not the parameter's (or not a multiple of its
-            element, for a pointer), or exceeds 4 KB.
+            element, for a pointer), is less than a ``constant Struct&``'s sizeof
+            (the kernel would read past the copied bytes; more is passed as given, as
+            Metal does), or exceeds 4 KB.
     """
     what = f"[{kernel}] argument {i}" + (f" ({declared})" if declared else "")
     if declared and "constant" not in re.findall(r"\w+", declared):
@@ -104,4 +110,16 @@ def bind_argument(kernel: str, i: int, value, declared: str | None) -> bytes:
         if (len(data) != size) if not pointer else (len(data) == 0 or len(data) % size):
             expected = f"{size} bytes" if not pointer else f"a positive multiple of {size} bytes"
             raise ValueError(f"{what} takes {expected}, got {len(data)} bytes")
+    struct = _struct_name(declared)
+    if struct in (structs or {}) and len(data) < structs[struct]:
+        raise ValueError(f"{what} takes a struct {struct} of {structs[struct]} bytes (MSL "
+                         f"layout), got {len(data)} bytes")
     return data
+
+
+def _struct_name(declared: str | None) -> str | None:
+    """``S`` of a ``constant S&`` parameter (a reference or value, not a pointer)."""
+    if not declared or "*" in declared:
+        return None
+    words = [w for w in re.findall(r"\w+", declared) if w not in ("constant", "const")]
+    return words[0] if len(words) == 1 else None

@@ -31,16 +31,23 @@ std::shared_ptr<void> MapPages(size_t bytes, bool* released) {
   });
 }
 
-}  // namespace
-
-TEST_CASE("external memory: one wrapping per mapping, interior tensors read in place, released with the last") {
+// The setup of a case: three mapped pages (the caller's only owner is `mapping`) and
+// the registry's size before any of them is wrapped.
+struct MappedPages {
   gpu::MetalBackend& backend = gpu::ActiveMetalBackend();
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   bool released = false;
+  std::shared_ptr<void> mapping = MapPages(3 * page, &released);
+  float* base = static_cast<float*>(mapping.get());
+  const size_t before = backend.allocations().size();
+};
+
+}  // namespace
+
+TEST_CASE("external memory: one wrapping per mapping, interior tensors read in place, released with the last") {
+  MappedPages m;
+  auto& [backend, page, released, mapping, base, before] = m;
   {
-    std::shared_ptr<void> mapping = MapPages(3 * page, &released);
-    auto* base = static_cast<float*>(mapping.get());
-    const size_t before = backend.allocations().size();
     // Unaligned tensors inside the mapping: the first wraps the page hull of the whole
     // region, the second shares that wrapping.
     Tensor region = Tensor::FromExternal(base, {static_cast<int64_t>(3 * page / 4)}, DType::kF32,
@@ -68,13 +75,9 @@ TEST_CASE("external memory: one wrapping per mapping, interior tensors read in p
 TEST_CASE("external memory: ranges of separate owners sharing a page merge, each tensor stays readable") {
   // numpy puts small unrelated arrays side by side: the second range starts in the
   // first one's page but does not fit its wrapping (it was "overlaps a shorter range").
-  gpu::MetalBackend& backend = gpu::ActiveMetalBackend();
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  bool released = false;
+  MappedPages m;
+  auto& [backend, page, released, mapping, base, before] = m;
   {
-    std::shared_ptr<void> mapping = MapPages(3 * page, &released);
-    auto* base = static_cast<float*>(mapping.get());
-    const size_t before = backend.allocations().size();
     Tensor first = Tensor::FromExternal(base + 4, {8}, DType::kF32, DeviceType::kMETAL, mapping);
     Tensor second = Tensor::FromExternal(base + 16, {static_cast<int64_t>(page / 2)}, DType::kF32,
                                          DeviceType::kMETAL, mapping);

@@ -6,11 +6,12 @@
 // * moe_matmul_bt for every quantization format and float32/f16/bf16 weights at the
 //   small MoE's geometries (H = 64..256, I = 32..128), T = 1, 3, 17, x shared or one
 //   row per slot, the experts no token selects poisoned with NaN (a kernel that reads
-//   them fails); an out-of-range id on Metal (zero row, no read);
+//   them fails); an out-of-range id on Metal (NaN row, no read);
 // * moe_combine with and without the (gated) shared expert.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -221,9 +222,11 @@ METALRT_OP_CASES(moe_combine_cases) {
   return cases;
 }
 
-TEST_CASE("metal moe_matmul_bt: an id outside [0, E) gives a zero row and reads no weight") {
+TEST_CASE("metal moe_matmul_bt: an id outside [0, E) gives a NaN row and reads no weight") {
   // Possible only on Metal, where the host does not read the ids (the CPU raises). Both
-  // paths: the GEMV (2 tokens) and the grouped GEMM (9 tokens).
+  // paths: the GEMV (2 tokens) and the grouped GEMM (9 tokens). The row was zero, which
+  // passes for a result; NaN never does. The output is filled with a finite value, not
+  // the NaN poison, so that the NaN rows show the kernel wrote them.
   const WeightSpec s{QuantFormat::kQ4_1};
   const int64_t experts = 4, n = 24, k = 64;
   const std::vector<Tensor> w = RandomWeight(s, experts * n, k, 15700);
@@ -240,15 +243,16 @@ TEST_CASE("metal moe_matmul_bt: an id outside [0, E) gives a zero row and reads 
     CHECK_THROWS_AS(ops::MoeMatmulBT(x, WeightOf(s, experts * n, k, w, 0), MakeInts({tokens, 2}, DType::kI32, ids),
                                      experts),
                     std::invalid_argument);
-    const Tensor out = PoisonedMetal({tokens, 2, n}, DType::kF32);
+    const Tensor out = ToMetal(MakeFloat({tokens, 2, n}, DType::kF32,
+                                         std::vector<double>(static_cast<size_t>(tokens * 2 * n), 7.0)));
     ops::MoeMatmulBT(ToMetal(x), WeightOf(s, experts * n, k, metal_w, 0),
                      ToMetal(MakeInts({tokens, 2}, DType::kI32, ids)), experts, out);
     const std::vector<double> got = ReadMetal(out), want = ReadFloat(ref);
     for (int64_t pair = 0; pair < 2 * tokens; ++pair) {
-      const bool zero = std::find(std::begin(bad_pairs), std::end(bad_pairs), pair) != std::end(bad_pairs);
+      const bool bad_id = std::find(std::begin(bad_pairs), std::end(bad_pairs), pair) != std::end(bad_pairs);
       for (int64_t c = 0; c < n; ++c) {
         const size_t i = static_cast<size_t>(pair * n + c);
-        if (zero) CHECK(got[i] == 0.0);
+        if (bad_id) CHECK(std::isnan(got[i]));
         else CHECK(std::fabs(got[i] - want[i]) <= 1e-5 * std::fabs(want[i]) + 1e-6);
       }
     }

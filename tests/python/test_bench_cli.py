@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -180,6 +181,45 @@ def test_sigterm_kills_the_worker_and_keeps_the_partial_result(tmp_path):
     assert "(an incomplete run, stopped or still running" in printed.stdout
     assert "(no engine was measured)" in printed.stdout
     assert "* metalrt cpu: not measured in this run (--engines)" in printed.stdout
+
+
+def _children():
+    """This process's children that have not exited."""
+    return {int(p) for p in os.listdir("/proc")
+            if p.isdigit() and _parent(int(p)) == os.getpid() and _alive(int(p))}
+
+
+def test_a_stop_while_the_worker_starts_kills_it(tmp_path, monkeypatch):
+    """The stop signal arrives while the worker is being started: sent by the child
+    itself before its exec, while the parent waits in Popen for the exec. That raised
+    Stopped inside subprocess.run's Popen, after the fork, and left the worker running:
+    the race behind the flaky SIGTERM test (its signal follows the worker's fork). An
+    idle second thread may take the signal (the kernel gives a process-directed signal
+    to any thread not blocking it), so blocking it in the main thread is no fix."""
+    python = fake_python(tmp_path, "exec sleep 30")
+    prepare = bench.die_with_parent
+
+    def stop_the_parent():
+        prepare()
+        os.kill(os.getppid(), signal.SIGTERM)
+
+    monkeypatch.setattr(bench, "die_with_parent", stop_the_parent)
+    idle = threading.Event()
+    threading.Thread(target=idle.wait, daemon=True).start()
+    handlers = {s: signal.signal(s, bench._stop) for s in bench.STOP_SIGNALS}
+    before = _children()
+    try:
+        with pytest.raises(bench.Stopped):
+            bench.run_worker(python, "m", {}, 1, 30)
+        left = _children() - before
+    finally:
+        idle.set()
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        for pid in _children() - before:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert left == set()
 
 
 def test_signals_during_the_shutdown_are_ignored(tmp_path):

@@ -109,6 +109,18 @@ def test_constant_arguments_are_sized_against_the_declared_type(args, error, mes
         lib.fill(out, *args, threads=(2, 2), group_size=(2, 2))
 
 
+def test_struct_bytes_shorter_than_the_struct_are_refused():
+    # 12 of ScaleArgs' 16 bytes used to bind: the kernel read past what setBytes copied.
+    lib = metalrt.compile_shader(SCALE, defines={"FACTOR": 1, "EXTRA": 0},
+                                 headers={"scale_args.h": SCALE_ARGS})
+    short = np.array([(37, 1.0, 0.0, 0)], ARGS_DTYPE).tobytes()[:12]
+    with pytest.raises(ValueError, match=r"^\[scale\] argument 2 \(constant ScaleArgs&\) takes a "
+                                         r"struct ScaleArgs of 16 bytes \(MSL layout\), got 12 bytes$"):
+        run_scale(lib, short)
+    x, y = run_scale(lib, short + b"\0" * 8)   # more than sizeof is passed as given
+    np.testing.assert_array_equal(y, x)
+
+
 def test_bad_compile_options_raise():
     with pytest.raises(TypeError, match=r"\[compile_shader\] defines must be a dict"):
         metalrt.compile_shader(DIMS, defines=["FACTOR"])

@@ -2,7 +2,8 @@
 device (metalrt.runner.decode_plans, Engine): bit-exact against the unrecorded step, the
 same tokens as the model's references, few calls into C++, one host wait per step with
 the next step committed before it, no allocation after warm-up, a stale key never
-replayed. On the CPU and the Metal device (the simulated one without an Apple GPU)."""
+replayed. On the CPU and the Metal device (the simulated one without an Apple GPU); the
+steady step's counts also for the tiny hybrids (their plans: test_hybrid_decode_plans.py)."""
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 import metalrt
+import tiny_hybrid
 from metalrt.runner.batch import ScheduledChunk, build_step
 from metalrt.runner.decode_plans import DecodePlans, DecodeRun, decode_key
 from metalrt.runner.engine import Engine
@@ -86,13 +88,12 @@ def test_greedy_reference_through_pipelined_plans(model):
     engine.close()
 
 
-def test_a_token_after_eos_is_discarded_never_emitted(model):
+def test_a_token_after_eos_is_discarded_never_emitted():
     """Two greedy requests decode together; the first meets its eos at its 4th token,
     after the next step (holding its row) was already committed on the device's ids:
     that row's token is dropped, the other request goes on unchanged. (The engine's
-    logic, the same on every device: run on the CPU.)"""
-    if model.device != "cpu":
-        pytest.skip("device-independent engine logic, gated on the CPU")
+    logic, the same on every device: run on the CPU only.)"""
+    model, _ = metalrt.load(device="cpu")
     other = [1, 2, 3, 4, 5, 6, 7]
     engine, (alone,) = _engine(model, [(other, 6)])
     _run(engine)
@@ -132,10 +133,26 @@ def test_stale_key_is_recorded_again_and_tokens_match_single_runs(model):
     engine.close()
 
 
+def _steady_case(name):
+    """(model on Metal, prompt, its 8 greedy tokens) of a steady-decode case: the default
+    model and its reference, or a tiny hybrid (recurrent state at its request's slot)
+    and its tokens run op by op."""
+    if name == "default":
+        return metalrt.load(device="metal")[0], PROMPT, CONTINUATION[:8]
+    model = metalrt.load(str(tiny_hybrid.path(name)), device="metal")[0]
+    prompt = tiny_hybrid.prompt(9, 3)
+    engine = Engine(model, model.new_cache(blocks_for(len(prompt) + 8)), decode_plans=False)
+    request = engine.add_request(prompt, SamplingParams(), 8)
+    _run(engine)
+    engine.close()
+    return model, prompt, request.output
+
+
 @requires_metal
-def test_metal_steady_decode_step_calls_waits_order_and_allocations():
-    model, _ = metalrt.load(device="metal")
-    engine, (request,) = _engine(model, [(PROMPT, 8)])
+@pytest.mark.parametrize("name", ["default", "qwen3_next", "qwen3_5"])
+def test_metal_steady_decode_step_calls_waits_order_and_allocations(name):
+    model, prompt, expected = _steady_case(name)
+    engine, (request,) = _engine(model, [(prompt, 8)])
     engine.step()                 # prefill
     for _ in range(3):            # recordings of both phases, then a replay
         engine.step()
@@ -166,7 +183,8 @@ def test_metal_steady_decode_step_calls_waits_order_and_allocations():
         replay = between.index(("mark", "replay"))
         assert any(e[0] == "commit" for e in between[replay:]), events
         start = w + 1
-    assert request.output == CONTINUATION[:len(request.output)]
+    assert request.output == expected[:len(request.output)]
+    assert engine.stats.plan_replays >= steps
     engine.close()
 
 

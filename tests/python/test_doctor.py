@@ -103,6 +103,19 @@ def test_a_bad_setting_is_a_one_line_error():
                            "avx512_vnni, neon, got 'fastest'\n")
 
 
+
+def test_an_isa_of_another_cpu_names_the_ones_available():
+    """METALRT_CPU_ISA=neon on x86 used to say it "asks for more than this CPU supports
+    (best: avx512_vnni)"; the error now lists what this CPU and build can run."""
+    best = metalrt.doctor()["cpu_gemv_isa"]   # METALRT_CPU_ISA is unset in the tests
+    x86 = ["portable", "avx2", "avx512_vnni"]
+    foreign, available = (("avx2", ["portable", "neon"]) if best == "neon"
+                          else ("neon", x86[:x86.index(best) + 1]))
+    proc = run_doctor(METALRT_CPU_ISA=foreign)
+    assert proc.returncode == 1
+    assert proc.stderr == (f"metalrt: error: METALRT_CPU_ISA={foreign} is not available: this CPU "
+                           f"and build support {', '.join(available)}\n")
+
 @pytest.mark.skipif(not metalrt.is_available("metal") or not metalrt.device_info("metal")["simulated"],
                     reason="the simulated device needs a C++ compiler; an Apple GPU does not")
 def test_compile_shader_without_a_cxx_compiler_says_what_to_install(tmp_path, monkeypatch):

@@ -181,6 +181,15 @@ def test_bad_input_is_a_4xx_in_openai_shape(server, client):
         assert error["message"] == (f"prompt token id {bad} is outside the model's "
                                     "vocabulary [0, 49152)")
 
+    # Was pydantic's union dump ("Input should be a valid string"): say what a prompt may be.
+    for prompt, got in (([1.5], "a list holding float 1.5 at index 0"),
+                        ([3, True], "a list holding bool True at index 1"), (7, "int 7"),
+                        (["a", "b"], "a list holding str 'a' at index 0")):
+        status, body = server.request("POST", "/v1/completions",
+                                      json.dumps({"model": MODEL_ID, "prompt": prompt}).encode())
+        assert (status, body["error"]["param"]) == (400, "prompt")
+        assert body["error"]["message"] == ("prompt: must be a string or a list of token ids "
+                                            f"(integers); got {got}")
     status, body = server.request("POST", "/v1/chat/completions", b'{"model": "x", "messages": [')
     assert status == 400 and "not valid JSON" in body["error"]["message"]
     assert body["error"]["type"] == "invalid_request_error"

@@ -40,6 +40,16 @@ GemvIsa Detect() { return GemvIsa::kPortable; }
 // The ISAs in increasing order of what they need; an override may only go down it.
 int Rank(GemvIsa isa) { return isa == GemvIsa::kPortable ? 0 : isa == GemvIsa::kAvx2 ? 1 : 2; }
 
+// What an override may name given the best ISA: portable, then the best one's family
+// up to it ("portable, avx2" on an AVX2 CPU; a NEON name on x86 is never in it).
+std::string Available(GemvIsa best) {
+  if (best == GemvIsa::kNeon) return "portable, neon";
+  std::string names = GemvIsaName(GemvIsa::kPortable);
+  for (GemvIsa isa : {GemvIsa::kAvx2, GemvIsa::kAvx512Vnni})
+    if (Rank(isa) <= Rank(best)) names += std::string(", ") + GemvIsaName(isa);
+  return names;
+}
+
 GemvIsa FromEnv(GemvIsa best) {
   const char* env = std::getenv("METALRT_CPU_ISA");
   if (env == nullptr || *env == '\0') return best;
@@ -48,8 +58,8 @@ GemvIsa FromEnv(GemvIsa best) {
     if (name != GemvIsaName(isa)) continue;
     const bool same_family = isa == GemvIsa::kPortable || (isa == GemvIsa::kNeon) == (best == GemvIsa::kNeon);
     if (same_family && Rank(isa) <= Rank(best)) return isa;
-    throw std::invalid_argument("METALRT_CPU_ISA=" + name + " asks for more than this CPU supports (best: " +
-                                GemvIsaName(best) + ")");
+    throw std::invalid_argument("METALRT_CPU_ISA=" + name + " is not available: this CPU and build support " +
+                                Available(best));
   }
   throw std::invalid_argument("METALRT_CPU_ISA must be one of portable, avx2, avx512_vnni, neon, got '" + name + "'");
 }

@@ -56,7 +56,7 @@ struct MoeMatmulParams {
 // QuantFormat); expert_ids int32 [T, k]. -> [T, k, N] in x's dtype, accumulated in f32.
 // Only the selected experts' rows are read. An id outside [0, E) raises on the CPU; on
 // Metal (ids usually written by the router on the device, so not read by the host) the
-// kernels never read out of bounds and give a zero row for such an id.
+// kernels never read out of bounds and write a NaN row for such an id (never silent).
 Tensor MoeMatmulBT(const Tensor& x, const Tensor& w, const Tensor& expert_ids, int64_t num_experts,
                    const std::optional<Tensor>& out = std::nullopt);
 Tensor MoeMatmulBT(const Tensor& x, const QuantizedTensor& w, const Tensor& expert_ids,

@@ -21,13 +21,7 @@ from ..runner.kv_cache import PagedKVCache, blocks_for
 from ..runner.logits import as_float32
 from ..tensor import check_int_range
 from . import quantized
-
-
-def require(config: Mapping, key: str, arch: str):
-    """config[key], or ValueError naming the architecture and the missing key."""
-    if config.get(key) is None:
-        raise ValueError(f"[{arch}] config lacks '{key}'")
-    return config[key]
+from .config_values import config_bool, config_float, config_int
 
 
 class Weights:
@@ -188,7 +182,8 @@ def rope_parameters(config: Mapping, arch: str) -> Tuple[float, Mapping]:
     or the older ``rope_theta`` / ``rope_scaling`` keys; scaling is {} for plain RoPE."""
     params = dict(config.get("rope_scaling") or {})
     params.update(config.get("rope_parameters") or {})
-    theta = float(params.pop("rope_theta", config.get("rope_theta") or 10000.0))
+    theta = config_float(params, "rope_theta", arch, config_float(config, "rope_theta", arch, 10000.0))
+    params.pop("rope_theta", None)
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type == "default":
         return theta, {}
@@ -223,7 +218,7 @@ class Rope:
     def __init__(self, config: Mapping, rotary_dim: int, device: str, arch: str):
         self.base, scaling = rope_parameters(config, arch)
         self.rotary_dim, self.device = rotary_dim, device
-        self.neox = not config.get("rope_interleaved", False)
+        self.neox = not config_bool(config, "rope_interleaved", arch, False)
         self.inv_freq = llama3_inv_freq(self.base, rotary_dim, scaling) if scaling else None
         self.table, self.table_rows = None, 0
 
@@ -389,21 +384,19 @@ class CausalLM:
     Subclasses set ``arch`` and build ``embed_tokens`` (an ``Embedding``), ``layers``,
     ``final_norm`` and ``lm_head`` (a float Tensor or QuantizedTensor [vocab, hidden])
     in ``__init__(config, weights, device, dtype)``; ``embed`` may be overridden (OPT
-    adds learned positions).
+    adds learned positions). ``context_length``: the config's
+    ``max_position_embeddings`` (None when it has none; ValueError when it is not a
+    positive integer).
     """
 
     arch = "model"
     layers: List[PreNormLayer]
-    # The runner may record a decode step's op calls once and replay them
-    # (runner/decode_plans.py): true while forward's ops, their shapes and their
-    # parameters depend only on the step's shapes, never on values read to the host.
-    # A model whose forward branches on device values (e.g. routing read back) sets False.
-    replayable_decode = True
 
     def __init__(self, config: Mapping, device: str, dtype: str, num_kv_heads: int,
                  head_dim: int, vocab_size: int):
         self.config, self.device, self.dtype = dict(config), device, dtype
         self.num_kv_heads, self.head_dim, self.vocab_size = num_kv_heads, head_dim, vocab_size
+        self.context_length = config_int(config, "max_position_embeddings", self.arch, None)
         self._cache: Optional[PagedKVCache] = None
 
     @property

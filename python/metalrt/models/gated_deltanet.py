@@ -24,7 +24,8 @@ import metalrt
 from metalrt import ops
 
 from ..runner.batch import StepInputs
-from .base import Linear, Weights, require
+from .base import Linear, Weights
+from .config_values import config_int
 
 
 @dataclass(frozen=True)
@@ -39,21 +40,12 @@ class GdnShape:
 
     @classmethod
     def from_config(cls, config: Mapping, arch: str) -> "GdnShape":
-        shape = cls(*(int(require(config, key, arch)) for key in (
+        shape = cls(*(config_int(config, key, arch) for key in (
             "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-            "linear_value_head_dim")), int(config.get("linear_conv_kernel_dim", 4)))
-        for key, value in (("linear_num_key_heads", shape.k_heads),
-                           ("linear_num_value_heads", shape.v_heads),
-                           ("linear_key_head_dim", shape.k_dim),
-                           ("linear_value_head_dim", shape.v_dim)):
-            if value < 1:
-                raise ValueError(f"[{arch}] config '{key}' must be >= 1, got {value}")
+            "linear_value_head_dim")), config_int(config, "linear_conv_kernel_dim", arch, 4, minimum=2))
         if shape.v_heads % shape.k_heads:
             raise ValueError(f"[{arch}] config 'linear_num_value_heads' ({shape.v_heads}) must be "
                              f"a multiple of 'linear_num_key_heads' ({shape.k_heads})")
-        if shape.conv_width < 2:
-            raise ValueError(f"[{arch}] config 'linear_conv_kernel_dim' must be >= 2, got "
-                             f"{shape.conv_width}")
         return shape
 
     @property

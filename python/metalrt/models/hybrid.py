@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import List, Mapping
 
 from ..runner.recurrent_state import HybridCache
-from .base import CausalLM, Embedding, PreNormLayer, Rope, Weights, dense_mlp, require
+from .base import CausalLM, Embedding, PreNormLayer, Rope, Weights, dense_mlp
+from .config_values import config_bool, config_float, config_int
 from .gated_attention import GatedAttention
 from .gated_deltanet import GatedDeltaNet, GdnShape
 from .hybrid_config import FULL, layer_types, text_config
@@ -40,9 +41,6 @@ class HybridModel(CausalLM):
     (``qwen3_5_layout``)."""
 
     arch = "hybrid"
-    # A decode plan (runner/decode_plans.py) fixes the step inputs it replays over, and
-    # those do not carry the requests' recurrent-state slots yet: op by op for now.
-    replayable_decode = False
 
     def sparse_layers(self, config: Mapping) -> List[bool]:
         raise NotImplementedError
@@ -56,17 +54,15 @@ class HybridModel(CausalLM):
     def __init__(self, config: Mapping, weights: Mapping, device: str, dtype: str = "float32"):
         arch = self.arch
         text, prefix = text_config(config)
-        hidden = require(text, "hidden_size", arch)
-        heads = require(text, "num_attention_heads", arch)
-        kv_heads = text.get("num_key_value_heads") or heads
-        if heads < 1:
-            raise ValueError(f"[{arch}] config 'num_attention_heads' must be >= 1, got {heads}")
+        hidden = config_int(text, "hidden_size", arch)
+        heads = config_int(text, "num_attention_heads", arch)
+        kv_heads = config_int(text, "num_key_value_heads", arch, heads)
         if heads % kv_heads:
             raise ValueError(f"[{arch}] config 'num_attention_heads' ({heads}) must be a multiple "
                              f"of 'num_key_value_heads' ({kv_heads})")
-        head_dim = text.get("head_dim") or hidden // heads
-        vocab = require(text, "vocab_size", arch)
-        eps = float(text.get("rms_norm_eps", 1e-6))
+        head_dim = config_int(text, "head_dim", arch, hidden // heads)
+        vocab = config_int(text, "vocab_size", arch)
+        eps = config_float(text, "rms_norm_eps", arch, 1e-6)
         super().__init__(text, device, dtype, kv_heads, head_dim, vocab)
         self.layer_types = layer_types(text, arch)
         self.gdn = GdnShape.from_config(text, arch)
@@ -84,12 +80,12 @@ class HybridModel(CausalLM):
                      if kind == FULL else GatedDeltaNet(w, p, self.gdn, hidden, eps))
             mlp = (SparseMoE(text, w, p + "mlp.", hidden, self.renormalize(text), shared=True)
                    if sparse[i] else
-                   dense_mlp(w, p + "mlp.", hidden, require(text, "intermediate_size", arch)))
+                   dense_mlp(w, p + "mlp.", hidden, config_int(text, "intermediate_size", arch)))
             self.layers.append(PreNormLayer(
                 UnitOffsetRMSNorm(w, p + "input_layernorm.weight", hidden, eps), mixer,
                 UnitOffsetRMSNorm(w, p + "post_attention_layernorm.weight", hidden, eps), mlp))
         self.final_norm = UnitOffsetRMSNorm(w, prefix + "norm.weight", hidden, eps)
-        tied = bool(text.get("tie_word_embeddings") or False)
+        tied = config_bool(text, "tie_word_embeddings", arch, False)
         self.lm_head = (self.embed_tokens.table if tied
                         else w.matrix("lm_head.weight", (vocab, hidden)))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import List, Mapping, Tuple
 
-from .base import require
+from .config_values import config_int
 
 LINEAR, FULL = "linear_attention", "full_attention"
 
@@ -31,13 +31,10 @@ def layer_types(config: Mapping, arch: str) -> List[str]:
     pattern), else full attention at layers i with (i + 1) % full_attention_interval
     == 0 (default 4). Raises ValueError naming ``layer_types`` for a wrong length or an
     unknown entry, and ``full_attention_interval`` for a non-positive one."""
-    n = require(config, "num_hidden_layers", arch)
+    n = config_int(config, "num_hidden_layers", arch)
     types = config.get("layer_types")
     if types is None:
-        interval = config.get("full_attention_interval", 4)
-        if not isinstance(interval, int) or interval < 1:
-            raise ValueError(f"[{arch}] config 'full_attention_interval' must be a positive "
-                             f"integer, got {interval!r}")
+        interval = config_int(config, "full_attention_interval", arch, 4)
         return [FULL if (i + 1) % interval == 0 else LINEAR for i in range(n)]
     if not isinstance(types, (list, tuple)):
         raise ValueError(f"[{arch}] config 'layer_types' must be a list of "
@@ -57,18 +54,15 @@ def sparse_layers(config: Mapping, arch: str) -> List[bool]:
     """Whether each layer's MLP is the sparse MoE block: layer i is sparse iff it is not
     in ``mlp_only_layers``, ``num_experts`` > 0 and (i + 1) % decoder_sparse_step == 0
     (Qwen3-MoE and Qwen3-Next; transformers' modeling code)."""
-    n = require(config, "num_hidden_layers", arch)
-    step = config.get("decoder_sparse_step", 1)
-    if not isinstance(step, int) or step < 1:
-        raise ValueError(f"[{arch}] config 'decoder_sparse_step' must be a positive integer, "
-                         f"got {step!r}")
+    n = config_int(config, "num_hidden_layers", arch)
+    step = config_int(config, "decoder_sparse_step", arch, 1)
     dense = set(config.get("mlp_only_layers") or ())
-    experts = num_experts(config)
+    experts = num_experts(config, arch)
     return [i not in dense and experts > 0 and (i + 1) % step == 0 for i in range(n)]
 
 
-def num_experts(config: Mapping) -> int:
+def num_experts(config: Mapping, arch: str) -> int:
     """``num_experts``, or ``num_local_experts`` (what transformers 5 writes for
     Qwen3-MoE), 0 when neither is set."""
-    value = config.get("num_experts")
-    return int(config.get("num_local_experts") or 0) if value is None else int(value)
+    return config_int(config, "num_experts", arch,
+                      config_int(config, "num_local_experts", arch, 0, minimum=0), minimum=0)

@@ -10,7 +10,8 @@ from typing import Mapping
 import numpy as np
 
 from .base import (Attention, CausalLM, Embedding, Linear, PreNormLayer, RMSNorm, Rope,
-                   Weights, dense_mlp, require)
+                   Weights, dense_mlp)
+from .config_values import config_bool, config_float, config_int
 
 
 class LlamaModel(CausalLM):
@@ -22,22 +23,21 @@ class LlamaModel(CausalLM):
     def __init__(self, config: Mapping, weights: Mapping[str, np.ndarray], device: str,
                  dtype: str = "float32"):
         arch = self.arch
-        hidden = require(config, "hidden_size", arch)
-        heads = require(config, "num_attention_heads", arch)
-        kv_heads = config.get("num_key_value_heads") or heads
-        head_dim = config.get("head_dim") or hidden // heads
-        vocab = require(config, "vocab_size", arch)
-        eps = float(config.get("rms_norm_eps", 1e-6))
+        hidden = config_int(config, "hidden_size", arch)
+        heads = config_int(config, "num_attention_heads", arch)
+        kv_heads = config_int(config, "num_key_value_heads", arch, heads)
+        head_dim = config_int(config, "head_dim", arch, hidden // heads)
+        vocab = config_int(config, "vocab_size", arch)
+        eps = config_float(config, "rms_norm_eps", arch, 1e-6)
         super().__init__(config, device, dtype, kv_heads, head_dim, vocab)
 
         w = Weights(weights, device, dtype, arch)
         self.embed_tokens = Embedding(w, "model.embed_tokens.weight", vocab, hidden)
-        qkv_bias = config.get("attention_bias")
-        qkv_bias = self.qkv_bias_default if qkv_bias is None else bool(qkv_bias)
-        mlp_bias = bool(config.get("mlp_bias") or False)
+        qkv_bias = config_bool(config, "attention_bias", arch, self.qkv_bias_default)
+        mlp_bias = config_bool(config, "mlp_bias", arch, False)
         self.rope = Rope(config, head_dim, device, arch)
         self.layers = []
-        for i in range(require(config, "num_hidden_layers", arch)):
+        for i in range(config_int(config, "num_hidden_layers", arch)):
             p = f"model.layers.{i}."
             qkv = Linear.load_split(
                 w, [p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"],
@@ -52,15 +52,14 @@ class LlamaModel(CausalLM):
                                             RMSNorm(w, p + "post_attention_layernorm.weight", hidden, eps),
                                             mlp))
         self.final_norm = RMSNorm(w, "model.norm.weight", hidden, eps)
-        tied = config.get("tie_word_embeddings")
-        tied = self.tied_default if tied is None else bool(tied)
+        tied = config_bool(config, "tie_word_embeddings", arch, self.tied_default)
         self.lm_head = (self.embed_tokens.table if tied
                         else w.matrix("lm_head.weight", (vocab, hidden)))
 
     def feed_forward(self, config, w: Weights, prefix: str, index: int, hidden: int,
                      bias: bool):
         """The MLP of layer ``index`` (Qwen3-MoE puts sparse MoE blocks here)."""
-        return dense_mlp(w, prefix + "mlp.", hidden, require(config, "intermediate_size", self.arch),
+        return dense_mlp(w, prefix + "mlp.", hidden, config_int(config, "intermediate_size", self.arch),
                          bias)
 
     def positional(self, config, w: Weights, prefix: str, head_dim: int, eps: float):

@@ -10,8 +10,8 @@ import numpy as np
 
 from metalrt import ops
 
-from .base import (Attention, CausalLM, Embedding, LayerNorm, Linear, PreNormLayer, Weights,
-                   require)
+from .base import Attention, CausalLM, Embedding, LayerNorm, Linear, PreNormLayer, Weights
+from .config_values import config_bool, config_int
 
 POSITION_OFFSET = 2
 
@@ -32,14 +32,14 @@ class OPTModel(CausalLM):
     def __init__(self, config: Mapping, weights: Mapping[str, np.ndarray], device: str,
                  dtype: str = "float32"):
         arch = self.arch
-        hidden = require(config, "hidden_size", arch)
-        heads = require(config, "num_attention_heads", arch)
-        vocab = require(config, "vocab_size", arch)
-        ffn = require(config, "ffn_dim", arch)
-        max_pos = require(config, "max_position_embeddings", arch)
+        hidden = config_int(config, "hidden_size", arch)
+        heads = config_int(config, "num_attention_heads", arch)
+        vocab = config_int(config, "vocab_size", arch)
+        ffn = config_int(config, "ffn_dim", arch)
+        max_pos = config_int(config, "max_position_embeddings", arch)
         head_dim = hidden // heads
         # opt-350m's variant (post-norm, projected embeddings) is not implemented.
-        if not config.get("do_layer_norm_before", True) or \
+        if not config_bool(config, "do_layer_norm_before", arch, True) or \
                 config.get("word_embed_proj_dim", hidden) != hidden:
             raise ValueError("[opt] only pre-LayerNorm OPT with word_embed_proj_dim == "
                              "hidden_size is supported")
@@ -55,7 +55,7 @@ class OPTModel(CausalLM):
         positions = w.float_host(d + "embed_positions.weight", (max_pos + POSITION_OFFSET, hidden))
         self.embed_positions = w.upload(positions[POSITION_OFFSET:])
         self.layers = []
-        for i in range(require(config, "num_hidden_layers", arch)):
+        for i in range(config_int(config, "num_hidden_layers", arch)):
             p = f"{d}layers.{i}."
             a = p + "self_attn."
             qkv = Linear.load_split(w, [a + "q_proj", a + "k_proj", a + "v_proj"], [hidden] * 3, hidden,

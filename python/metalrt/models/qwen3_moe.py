@@ -6,7 +6,8 @@ shared expert where the sparse-layer rule says (``mlp_only_layers``,
 ``num_local_experts`` (what transformers 5 writes)."""
 from __future__ import annotations
 
-from .base import dense_mlp, require
+from .base import dense_mlp
+from .config_values import config_bool, config_int
 from .hybrid_config import sparse_layers
 from .qwen3 import Qwen3Model
 from .sparse_moe import SparseMoE
@@ -18,5 +19,5 @@ class Qwen3MoeModel(Qwen3Model):
     def feed_forward(self, config, w, prefix, index, hidden, bias):
         if sparse_layers(config, self.arch)[index]:
             return SparseMoE(config, w, prefix + "mlp.", hidden,
-                             bool(config.get("norm_topk_prob") or False), shared=False)
-        return dense_mlp(w, prefix + "mlp.", hidden, require(config, "intermediate_size", self.arch))
+                             config_bool(config, "norm_topk_prob", self.arch, False), shared=False)
+        return dense_mlp(w, prefix + "mlp.", hidden, config_int(config, "intermediate_size", self.arch))

@@ -15,6 +15,7 @@ from collections import ChainMap
 
 import numpy as np
 
+from .config_values import config_bool
 from .gated_deltanet import GdnShape
 from .hybrid import HybridModel
 from .hybrid_config import LINEAR, sparse_layers
@@ -58,8 +59,7 @@ class Qwen3NextModel(HybridModel):
         return sparse_layers(config, self.arch)
 
     def renormalize(self, config):
-        value = config.get("norm_topk_prob")
-        return True if value is None else bool(value)
+        return config_bool(config, "norm_topk_prob", self.arch, True)
 
     def qwen3_5_layout(self, weights, prefix, types, shape):
         """Qwen3-Next's grouped projections as Qwen3.5's (GGUF files hold in_proj_qkv

@@ -11,7 +11,8 @@ from typing import Mapping, Optional
 
 from metalrt import ops
 
-from .base import GatedMLP, Linear, Weights, project, require
+from .base import GatedMLP, Linear, Weights, project
+from .config_values import config_int
 from .experts import load_experts
 from .hybrid_config import num_experts
 
@@ -24,12 +25,12 @@ class SparseMoE:
     def __init__(self, config: Mapping, w: Weights, prefix: str, hidden: int,
                  renormalize: bool, shared: bool):
         arch = w.arch
-        self.experts = num_experts(config)
-        self.top_k = int(require(config, "num_experts_per_tok", arch))
+        self.experts = num_experts(config, arch)
+        self.top_k = config_int(config, "num_experts_per_tok", arch)
         if not 0 < self.top_k <= self.experts:
             raise ValueError(f"[{arch}] config 'num_experts_per_tok' ({self.top_k}) must be in "
                              f"[1, num_experts = {self.experts}]")
-        intermediate = require(config, "moe_intermediate_size", arch)
+        intermediate = config_int(config, "moe_intermediate_size", arch)
         self.renormalize = renormalize
         # The router stays float (as llama.cpp, mlx-lm and vLLM keep it).
         self.router = w.load(prefix + "gate.weight", (self.experts, hidden))
@@ -37,7 +38,7 @@ class SparseMoE:
         self.shared: Optional[GatedMLP] = None
         self.shared_gate = None
         if shared:
-            n = require(config, "shared_expert_intermediate_size", arch)
+            n = config_int(config, "shared_expert_intermediate_size", arch)
             s = prefix + "shared_expert."
             self.shared = GatedMLP(Linear.load(w, [s + "gate_proj", s + "up_proj"], [n, n],
                                                hidden, False),

@@ -43,9 +43,10 @@ def moe_matmul_bt(x, w, expert_ids, *, num_experts, out=None) -> Tensor:
     selected experts' rows are read; on Metal a batch (T > 1) groups the (token, slot)
     pairs by expert.
     Raises ValueError when num_experts does not divide w's rows, shapes do not match
-    (naming x or expert_ids), or — on the CPU — an id is outside [0, E) (on Metal the
-    ids stay on the device; the kernels never read out of bounds and give a zero row for
-    such an id); TypeError for expert_ids not int32, or dtypes that do not match.
+    (naming x or expert_ids), or — on the CPU — an id is outside [0, E). On Metal the
+    ids stay on the device (the host cannot read them without a wait): the kernels never
+    read out of bounds and write a NaN row for such an id, so it is never silent.
+    TypeError for expert_ids not int32, or dtypes that do not match.
     """
     op = "moe_matmul_bt"
     ids = {"expert_ids": "int32"}

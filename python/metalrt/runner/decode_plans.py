@@ -5,7 +5,9 @@ step; only the values of its inputs change. ``DecodePlans`` records the step onc
 key — what changes its shapes or host-built tables: B, the block-table width bucket
 (the next power of two of the widest table) and the position bucket (Rope's host-built
 cos|sin table grows at powers of two from 1024) — and replays it after writing the
-new inputs into the plan's fixed tensors with one call (``metalrt.plan``).
+new inputs into the plan's fixed tensors with one call (``metalrt.plan``). The
+requests' recurrent-state slots (hybrid models) are such an input too, like the block
+tables: the conv and delta-rule kernels read them on the device.
 
 Every key has two phases, each with its own input tensors and plan; phase p's greedy
 argmax writes its ids straight into phase 1 - p's token-id tensor. So step n + 1 can
@@ -37,8 +39,9 @@ def decode_key(num_rows: int, width: int, max_position: int) -> Tuple[int, int, 
 class DecodeSlots:
     """The fixed device tensors one phase of a decode plan reads: token_ids int32 [B],
     positions int32 [B], slot_mapping int64 [B], block_tables int32 [B, W],
-    seq_lens int32 [B], query_start_loc int32 [B + 1] (0..B: one token per request,
-    written once)."""
+    seq_lens int32 [B], state_slots int32 [B] (the requests' recurrent-state slots;
+    zeros for a model without recurrent state), query_start_loc int32 [B + 1] (0..B:
+    one token per request, written once)."""
 
     def __init__(self, device: str, rows: int, width: int):
         self.rows, self.width = rows, width
@@ -47,12 +50,14 @@ class DecodeSlots:
         self.slot_mapping = metalrt.empty(rows, "int64", device)
         self.block_tables = metalrt.empty((rows, width), "int32", device)
         self.seq_lens = metalrt.empty(rows, "int32", device)
+        self.state_slots = metalrt.zeros(rows, "int32", device)
         self.query_start_loc = metalrt.asarray(np.arange(rows + 1, dtype=np.int32), device=device)
 
     def step_inputs(self, max_position: int) -> StepInputs:
         return StepInputs(self.token_ids, self.positions, self.slot_mapping, self.block_tables,
                           self.seq_lens, self.query_start_loc, logit_rows=None,
-                          num_logit_rows=self.rows, max_position=max_position)
+                          num_logit_rows=self.rows, max_position=max_position,
+                          state_slots=self.state_slots)
 
 
 @dataclass
@@ -107,12 +112,16 @@ class DecodePlans:
         return decode_key(len(positions), max(len(b) for b in blocks), max(positions)) == run.key
 
     def launch(self, blocks: Sequence[Sequence[int]], positions: Sequence[int],
-               token_ids: Optional[Sequence[int]], after: Optional[DecodeRun] = None) -> DecodeRun:
+               token_ids: Optional[Sequence[int]], after: Optional[DecodeRun] = None,
+               state_slots: Optional[Sequence[int]] = None) -> DecodeRun:
         """Commits the decode step of len(positions) requests: request b feeds
-        ``token_ids[b]`` at ``positions[b]`` (its block table ``blocks[b]``), or, with
-        ``token_ids`` None, the ids ``after`` (a run of the same key) produces on the
-        device. Replays the key's plan, or records it (running the step through the
-        model) on a miss. Returns without waiting for the device."""
+        ``token_ids[b]`` at ``positions[b]`` (its block table ``blocks[b]``, its
+        recurrent state at ``state_slots[b]``: distinct slots of the cache's pools, for
+        a model with recurrent state), or, with ``token_ids`` None, the ids ``after`` (a
+        run of the same key) produces on the device. Replays the key's plan, or records
+        it (running the step through the model) on a miss. Returns without waiting for
+        the device. The slots are checked when the step records, not when it replays
+        (``metalrt.plan``): pass the scheduler's."""
         pos = np.asarray(positions, dtype=np.int64)
         width = max(len(b) for b in blocks)
         key = decode_key(len(pos), width, int(pos.max()))
@@ -134,6 +143,8 @@ class DecodePlans:
                  (slots.seq_lens, (pos + 1).astype(np.int32))]
         if token_ids is not None:
             pairs.append((slots.token_ids, np.asarray(token_ids, dtype=np.int32)))
+        if state_slots is not None:
+            pairs.append((slots.state_slots, np.asarray(state_slots, dtype=np.int32)))
         write_inputs(pairs)
         if current.plan is None:
             plan = Plan(self.model.device)

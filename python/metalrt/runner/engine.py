@@ -60,8 +60,7 @@ class Engine:
     chunk.
 
     ``decode_plans``: a step of decodes only is replayed from a recorded plan
-    (``decode_plans.DecodePlans``) instead of running the model op by op, for a model
-    whose ``replayable_decode`` is true (``models.base.CausalLM``). When every
+    (``decode_plans.DecodePlans``) instead of running the model op by op. When every
     request of it is greedy (no logprobs, no penalty), no request is waiting and none
     reaches max_tokens with this token, the next step is committed on the device's ids
     before this step's ids are read; its tokens are returned by the next ``step()``,
@@ -82,8 +81,7 @@ class Engine:
         self.inputs = StepBuffers(model.device)
         self.stats = EngineStats()
         self._ids = count()
-        replayable = getattr(model, "replayable_decode", False)
-        self.plans = DecodePlans(model, cache) if decode_plans and replayable else None
+        self.plans = DecodePlans(model, cache) if decode_plans else None
         # The pipelined step in flight and its requests, in row order.
         self._inflight: Optional[Tuple[DecodeRun, List[Request]]] = None
 
@@ -137,7 +135,8 @@ class Engine:
             requests = [r for r, _ in scheduled]
             chunks = [c for _, c in scheduled]
             run = self.plans.launch([c.block_table for c in chunks], [c.start for c in chunks],
-                                    [c.token_ids[0] for c in chunks])
+                                    [c.token_ids[0] for c in chunks],
+                                    state_slots=self._state_slots(requests))
             for request in requests:
                 self.scheduler.advance(request, 1)
             self._count_step(len(requests))
@@ -183,6 +182,10 @@ class Engine:
         self.stats.max_batch_size = max(self.stats.max_batch_size, rows)
         self.stats.plan_records, self.stats.plan_replays = self.plans.records, self.plans.replays
 
+    def _state_slots(self, requests: List[Request]) -> Optional[List[int]]:
+        """The requests' recurrent-state slots, None for a cache without that state."""
+        return None if self.state is None else [r.state_slot for r in requests]
+
     def _can_pipeline(self, requests: List[Request]) -> bool:
         """The next step is these requests' decodes whatever this step samples, short
         of an eos: all greedy, none waiting to join, none at max_tokens after it."""
@@ -198,7 +201,9 @@ class Engine:
         # A next step of another key (its positions reach a new bucket) starts unpipelined.
         if live == requests and self._can_pipeline(requests) and \
                 self.plans.can_follow(run, blocks, positions):
-            self._inflight = (self.plans.launch(blocks, positions, None, after=run), requests)
+            self._inflight = (self.plans.launch(blocks, positions, None, after=run,
+                                                state_slots=self._state_slots(requests)),
+                              requests)
             self.stats.pipelined_steps += 1
         rows = [(row, r) for row, r in enumerate(requests) if r in live]
         self.stats.discarded_tokens += len(requests) - len(rows)

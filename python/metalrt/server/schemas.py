@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import List, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator,
+                      model_validator)
+from pydantic_core import PydanticCustomError
 
 _IGNORED = ("user", "metadata", "store", "service_tier", "parallel_tool_calls")
 
@@ -87,8 +89,31 @@ class ChatCompletionRequest(_Sampling):
         return self.max_completion_tokens or self.max_tokens
 
 
+def _describe(value) -> str:
+    return f"{type(value).__name__} {value!r}" if len(repr(value)) <= 40 else type(value).__name__
+
+
 class CompletionRequest(_Sampling):
     prompt: Union[str, List[StrictInt]]
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _prompt_form(cls, value):
+        # Else pydantic reports each member of the union ("Input should be a valid
+        # string" for [1.5]); OpenAI's error says what a prompt may be.
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list):
+            bad = next(((i, t) for i, t in enumerate(value)
+                        if isinstance(t, bool) or not isinstance(t, int)), None)
+            if bad is None:
+                return value
+            got = f"a list holding {_describe(bad[1])} at index {bad[0]}"
+        else:
+            got = _describe(value)
+        raise PydanticCustomError(
+            "prompt_type", "must be a string or a list of token ids (integers); got {got}",
+            {"got": got})
     logprobs: Optional[StrictInt] = Field(None, ge=0, le=20)
     echo: Literal[False] = False
 
