@@ -19,7 +19,7 @@ struct QuantizedArgs {
   int32_t group_size;  // affine values per scale; GGUF: unused
   int32_t bits;        // affine code width
   int32_t splits;      // GEMVs: SIMD-groups sharing one row block's K (1 or 2; QuantGemvSplits)
-  int32_t unused;      // keeps the struct a multiple of 8 bytes on both sides
+  int32_t chunk;       // GEMVs: values per lane and pass (kQuantChunk or kQuantWideChunk; QuantGemvChunk)
 };
 static_assert(sizeof(QuantizedArgs) == 40, "QuantizedArgs must match between host and MSL");
 
@@ -32,6 +32,11 @@ struct QuantizedConcatArgs {
 static_assert(sizeof(QuantizedConcatArgs) == 16, "QuantizedConcatArgs must match between host and MSL");
 
 METALRT_CONSTANT int32_t kQuantChunk = 8;
+// The GEMVs' wide chunk (kernels <op>_gemv16_*): 16 values per lane and pass, which
+// still share one scale and bias in every format (GGUF blocks and K-quant sub-blocks of
+// 32, Q6_K's 16-value scales, affine groups of >= 32), their quants read as 2- or
+// 4-byte words (quantized_blocks.h) and the scale decoded once per 16 values.
+METALRT_CONSTANT int32_t kQuantWideChunk = 16;
 METALRT_CONSTANT int32_t kQuantSimdWidth = 32;
 // GEMV (m <= kQuantGemvMaxM): kQuantGemvRows weight rows per SIMD-group,
 // kQuantGemvSimdgroups SIMD-groups per threadgroup; with K split (splits = 2) both
@@ -62,6 +67,20 @@ constexpr int32_t QuantGemvSplits(int64_t blocks, int64_t k) {
              ? kQuantGemvSimdgroups
              : 1;
 }
+
+// Values per lane and pass of a quantized GEMV of K values split over `splits`
+// SIMD-groups: kQuantWideChunk when every lane of every part then takes the same number
+// of wide chunks (K % (splits * 32 * 16) == 0, e.g. K = 512, 2048, or 1536 unsplit) and
+// the weight's data is aligned for the word loads; otherwise kQuantChunk, because an
+// unbalanced wide pass makes the slowest lane longer (K = 576: 2 wide chunks = 32
+// values against 3 narrow ones = 24; down_proj's split K = 1536: 32 against 24).
+constexpr int32_t QuantGemvChunk(int64_t k, int32_t splits, bool data_aligned) {
+  return data_aligned && k % (int64_t(splits) * kQuantSimdWidth * kQuantWideChunk) == 0 ? kQuantWideChunk
+                                                                                        : kQuantChunk;
+}
+// Bytes of alignment the wide chunk's word loads need of the weight's data (the largest
+// word: 4-byte loads of the formats whose blocks keep them aligned).
+METALRT_CONSTANT int64_t kQuantWideDataAlign = 4;
 #endif
 
 #endif  // METALRT_METAL_QUANTIZED_ARGS_H_

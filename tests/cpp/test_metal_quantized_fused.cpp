@@ -192,14 +192,14 @@ uint32_t GridX(const std::vector<gpu::ProfileRow>& rows, const std::string& kern
   return 0;
 }
 
-TEST_CASE("metal quantized GEMVs with K split (down_proj's K = 1536): fused bit-exact with unfused, every fiber order") {
-  // K = 1536 on a small grid splits K over both SIMD-groups (QuantGemvSplits): one
-  // threadgroup per 4-row block instead of per 8 rows, the profiler's grid shows it.
-  // The split sums in a fixed part order, so every fiber order gives the same bytes and
-  // the fused epilogues still match the plain GEMV then add / silu_and_mul exactly.
-  const int64_t k = 1536, n = 576, inner = 40;
-  REQUIRE(QuantGemvSplits(n / kQuantGemvRows, k) == 2);
-  REQUIRE(QuantGemvSplits(n / kQuantGemvRows, 576) == 1);
+// The fused, concatenated and plain GEMVs at K = k over n rows, in every fiber order:
+// the fused epilogues match the plain GEMV then add / silu_and_mul byte for byte, every
+// order gives the same bytes, and the profiler shows kernel variant `gemv` ("gemv_" or
+// "gemv16_") on a grid of threadgroups per 8 rows (per 4 with K split).
+void CheckFusedGemvs(int64_t k, int64_t n, const char* gemv, int32_t splits) {
+  const int64_t inner = 40;
+  REQUIRE(QuantGemvSplits(n / kQuantGemvRows, k) == splits);
+  const uint32_t rows_per_group = static_cast<uint32_t>(kQuantGemvRows * kQuantGemvSimdgroups / splits);
   const std::vector<int64_t> ns{7, 4, 9};
   for (const WeightSpec& s : {WeightSpec{QuantFormat::kQ4_1}, WeightSpec{QuantFormat::kAffine, 4, 64, DType::kBF16}}) {
     CAPTURE(SpecName(s));
@@ -225,24 +225,25 @@ TEST_CASE("metal quantized GEMVs with K split (down_proj's K = 1536): fused bit-
       const ScopedFiberOrder scoped(order);
       Tensor product, unfused_add, fused_add = PoisonedMetal({2, n}, dtype);
       const auto plain = ProfiledRows([&] { product = ops::QuantizedMatmulBT(x, w); });
-      CHECK(GridX(plain, gpu::KernelName("quantized_matmul_bt", "gemv_" + token, dtype)) == n / kQuantGemvRows);
+      CHECK(GridX(plain, gpu::KernelName("quantized_matmul_bt", std::string(gemv) + token, dtype)) == n / rows_per_group);
       unfused_add = ops::Add(product, residual);
       const auto add = ProfiledRows([&] { ops::QuantizedMatmulBTAdd(x, w, residual, fused_add); });
-      CHECK(GridX(add, gpu::KernelName("quantized_matmul_bt_add", "gemv_" + token, dtype)) == n / kQuantGemvRows);
+      CHECK(GridX(add, gpu::KernelName("quantized_matmul_bt_add", std::string(gemv) + token, dtype)) == n / rows_per_group);
       CHECK(ReadMetal(fused_add) == ReadMetal(unfused_add));
       CHECK(Nmse(ReadMetal(product), ReadFloat(ops::QuantizedMatmulBT(CopyToDevice(x, DeviceType::kCPU),
                                                                        WeightOf(s, n, k, wt, 0)))) <= 5e-4);
 
       const Tensor fused_swiglu = PoisonedMetal({2, inner}, dtype);
       const auto swiglu = ProfiledRows([&] { ops::QuantizedMatmulBTSwiglu(x, gate_up, fused_swiglu); });
-      CHECK(GridX(swiglu, gpu::KernelName("quantized_matmul_bt_swiglu", "gemv_" + token, dtype)) ==
-            inner / kQuantGemvRows);
+      CHECK(GridX(swiglu, gpu::KernelName("quantized_matmul_bt_swiglu", std::string(gemv) + token, dtype)) ==
+            (inner + rows_per_group - 1) / rows_per_group);
       CHECK(ReadMetal(fused_swiglu) == ReadMetal(ops::SiluAndMul(ops::QuantizedMatmulBT(x, gate_up))));
 
-      // The concatenated GEMV: blocks of 4 rows per weight (2 + 1 + 3), one per threadgroup.
+      // The concatenated GEMV: blocks of 4 rows per weight (2 + 1 + 3).
       const Tensor concat = PoisonedMetal({2, Total(ns)}, dtype);
       const auto cat = ProfiledRows([&] { ops::QuantizedMatmulBTConcat(concat_inputs[0], parts, concat); });
-      CHECK(GridX(cat, gpu::KernelName("quantized_matmul_bt_concat", "gemv_" + token, dtype)) == 6u);
+      CHECK(GridX(cat, gpu::KernelName("quantized_matmul_bt_concat", std::string(gemv) + token, dtype)) ==
+            (6u * splits + 1) / 2);
       std::vector<double> expected(static_cast<size_t>(2 * Total(ns)));
       int64_t column0 = 0;
       for (const QuantizedTensor& part : parts) {
@@ -264,6 +265,16 @@ TEST_CASE("metal quantized GEMVs with K split (down_proj's K = 1536): fused bit-
       }
     }
   }
+}
+
+TEST_CASE("metal quantized GEMVs with K split (down_proj's K = 1536): fused bit-exact with unfused, every fiber order") {
+  REQUIRE(QuantGemvSplits(576 / kQuantGemvRows, 576) == 1);
+  CheckFusedGemvs(1536, 576, "gemv_", 2);   // split K = 768 per part: narrow chunks
+}
+
+TEST_CASE("metal quantized GEMVs with the wide chunk (gemv16): fused bit-exact with unfused, every fiber order") {
+  CheckFusedGemvs(512, 576, "gemv16_", 1);
+  CheckFusedGemvs(2048, 576, "gemv16_", 2);   // wide chunks and K split together
 }
 
 TEST_CASE("quantized fused GEMVs: bad arguments are errors naming the op") {
