@@ -69,14 +69,12 @@ constexpr int32_t QuantGemvSplits(int64_t blocks, int64_t k) {
 }
 
 // Values per lane and pass of a quantized GEMV of K values split over `splits`
-// SIMD-groups: kQuantWideChunk when every lane of every part then takes the same number
-// of wide chunks (K % (splits * 32 * 16) == 0, e.g. K = 512, 2048, or 1536 unsplit) and
-// the weight's data is aligned for the word loads; otherwise kQuantChunk, because an
-// unbalanced wide pass makes the slowest lane longer (K = 576: 2 wide chunks = 32
-// values against 3 narrow ones = 24; down_proj's split K = 1536: 32 against 24).
+// SIMD-groups: kQuantWideChunk when K holds at least one wide pass (splits * 32 lanes *
+// 16 values; the rest of K then goes in 8-value chunks, quantized_gemv.h) and the
+// weight's data is aligned for the word loads; otherwise kQuantChunk (K < 512 unsplit:
+// the wide chunks would leave lanes idle).
 constexpr int32_t QuantGemvChunk(int64_t k, int32_t splits, bool data_aligned) {
-  return data_aligned && k % (int64_t(splits) * kQuantSimdWidth * kQuantWideChunk) == 0 ? kQuantWideChunk
-                                                                                        : kQuantChunk;
+  return data_aligned && k >= int64_t(splits) * kQuantSimdWidth * kQuantWideChunk ? kQuantWideChunk : kQuantChunk;
 }
 // Bytes of alignment the wide chunk's word loads need of the weight's data (the largest
 // word: 4-byte loads of the formats whose blocks keep them aligned).

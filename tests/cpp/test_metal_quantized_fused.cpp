@@ -33,10 +33,14 @@ OpCase WithMatmulBars(OpCase c, DType dtype) {
   return c;
 }
 
+// The GEMV variant at K: the wide chunk from K = 512 on (QuantGemvChunk; the weights
+// the tests make are aligned for it).
+std::string GemvVariant(int64_t k) { return k >= 512 ? "gemv16_" : "gemv_"; }
+
 // The kernels a call dispatches: the fused GEMV, or (m > 8) the GEMM and the second op.
-std::vector<std::string> FusedKernels(const char* op, const char* second, const WeightSpec& s, int64_t m,
+std::vector<std::string> FusedKernels(const char* op, const char* second, const WeightSpec& s, int64_t m, int64_t k,
                                       DType dtype) {
-  if (m <= 8) return {gpu::KernelName(op, "gemv_" + FormatToken(s), dtype)};
+  if (m <= 8) return {gpu::KernelName(op, GemvVariant(k) + FormatToken(s), dtype)};
   return {gpu::KernelName("quantized_matmul_bt", "gemm_" + FormatToken(s), dtype), gpu::KernelName(second, "", dtype)};
 }
 
@@ -49,7 +53,7 @@ OpCase AddCase(const WeightSpec& s, int64_t m, int64_t k, int64_t n, DType dtype
                               [s, n, k](const Inputs& in, const Tensor& out) {
                                 ops::QuantizedMatmulBTAdd(in[0], WeightOf(s, n, k, in, 2), in[1], out);
                               });
-  c.kernels = FusedKernels("quantized_matmul_bt_add", "add", s, m, dtype);
+  c.kernels = FusedKernels("quantized_matmul_bt_add", "add", s, m, k, dtype);
   return WithMatmulBars(c, dtype);
 }
 
@@ -61,7 +65,7 @@ OpCase SwigluCase(const WeightSpec& s, int64_t m, int64_t k, int64_t inner, DTyp
                               [s, inner, k](const Inputs& in, const Tensor& out) {
                                 ops::QuantizedMatmulBTSwiglu(in[0], WeightOf(s, 2 * inner, k, in, 1), out);
                               });
-  c.kernels = FusedKernels("quantized_matmul_bt_swiglu", "silu_and_mul", s, m, dtype);
+  c.kernels = FusedKernels("quantized_matmul_bt_swiglu", "silu_and_mul", s, m, k, dtype);
   return WithMatmulBars(c, dtype);
 }
 
@@ -91,7 +95,7 @@ int64_t Total(const std::vector<int64_t>& ns) {
 OpCase ConcatCase(const WeightSpec& s, int64_t m, int64_t k, std::vector<int64_t> ns, DType dtype, uint32_t seed) {
   OpCase c = SingleOutputCase(CaseName("quantized_matmul_bt_concat", dtype, {m, k, Total(ns)}, SpecName(s)),
                               "quantized_matmul_bt_concat",
-                              gpu::KernelName("quantized_matmul_bt_concat", "gemv_" + FormatToken(s), dtype),
+                              gpu::KernelName("quantized_matmul_bt_concat", GemvVariant(k) + FormatToken(s), dtype),
                               ConcatInputs(s, m, k, ns, dtype, seed), {{m, Total(ns)}, dtype}, {0.0, 0.0},
                               [s, k, ns](const Inputs& in, const Tensor& out) {
                                 ops::QuantizedMatmulBTConcat(in[0], ConcatWeights(s, k, ns, in), out);
@@ -269,12 +273,13 @@ void CheckFusedGemvs(int64_t k, int64_t n, const char* gemv, int32_t splits) {
 
 TEST_CASE("metal quantized GEMVs with K split (down_proj's K = 1536): fused bit-exact with unfused, every fiber order") {
   REQUIRE(QuantGemvSplits(576 / kQuantGemvRows, 576) == 1);
-  CheckFusedGemvs(1536, 576, "gemv_", 2);   // split K = 768 per part: narrow chunks
+  CheckFusedGemvs(1536, 576, "gemv16_", 2);   // 768 per part: a wide pass, an 8-value tail
 }
 
 TEST_CASE("metal quantized GEMVs with the wide chunk (gemv16): fused bit-exact with unfused, every fiber order") {
-  CheckFusedGemvs(512, 576, "gemv16_", 1);
-  CheckFusedGemvs(2048, 576, "gemv16_", 2);   // wide chunks and K split together
+  CheckFusedGemvs(576, 576, "gemv16_", 1);    // a wide pass, an 8-value tail for 8 lanes
+  CheckFusedGemvs(2048, 576, "gemv16_", 2);   // wide passes only, K split
+  CheckFusedGemvs(256, 576, "gemv_", 1);      // below one wide pass
 }
 
 TEST_CASE("quantized fused GEMVs: bad arguments are errors naming the op") {
