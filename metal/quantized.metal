@@ -5,7 +5,9 @@
 // profiler shows which ran:
 // * quantized_matmul_bt_gemv_* (m <= 8, decode and small batches). Design: MLX qmv /
 //   llama.cpp mul_mv_q (reference/quantization.md section 3): 2 SIMD-groups of 4 weight
-//   rows each, lanes strided along K one 8-value chunk at a time; each weight chunk is
+//   rows each, lanes strided along K one 8-value chunk at a time (quantized_matmul_bt_
+//   gemv16_*, QuantGemvChunk: K >= 512 per K part: 16-value chunks over whole passes of
+//   512 values, then 8-value ones; quants as 2/4-byte words, one scale per 16 values); each weight chunk is
 //   decoded once and reused by all m activation rows, each activation chunk loaded once
 //   (two 4-wide vector loads) and shared by the 4 rows; the chunk's sum of x is taken once, so the bias costs one
 //   multiply per chunk and row (scale * sum(c x) + bias * sum(x)); simd_sum at the end.
