@@ -19,7 +19,7 @@ struct QuantizedArgs {
   int32_t group_size;  // affine values per scale; GGUF: unused
   int32_t bits;        // affine code width
   int32_t splits;      // GEMVs: SIMD-groups sharing one row block's K (1 or 2; QuantGemvSplits)
-  int32_t chunk;       // GEMVs: values per lane and pass (kQuantChunk or kQuantWideChunk; QuantGemvChunk)
+  int32_t unused;      // keeps the struct a multiple of 8 bytes on both sides
 };
 static_assert(sizeof(QuantizedArgs) == 40, "QuantizedArgs must match between host and MSL");
 

@@ -60,7 +60,7 @@ inline void gemv_chunk(device const T* x, int32_t m, device const uchar* data, d
 // K = args.k and the R weight rows of the SIMD-group (rows[r] < 0: no row; rows[0] < 0:
 // none), complete in part 0's SIMD-group (K split: the other parts' sums added through
 // `partials`); the kernels differ only in which rows they take and how they store.
-// W = kQuantWideChunk (the kernels' gemv16 instances, QuantGemvChunk's choice): the
+// W = kQuantWideChunk (the kernels' gemv16 instances, QuantGemvChunk's choice on the host): the
 // lanes take 16-value chunks over the largest multiple of splits * 32 * 16 values of K,
 // then 8-value chunks over the rest, so no lane takes more values than with 8-value
 // chunks alone (K = 576: 16 + 8 = 24 in 2 passes instead of 3). Every thread of the

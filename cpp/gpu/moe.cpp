@@ -46,7 +46,6 @@ QuantizedArgs ExpertArgs(const OpCall& call, int64_t n) {
   args.n = static_cast<int32_t>(n);
   args.k = static_cast<int32_t>(w.dim(1));
   args.splits = 1;   // the pairs fill the grid: no K split
-  args.chunk = kQuantChunk;
   return args;
 }
 
@@ -85,7 +84,7 @@ bool MetalMoeMatmulBT(const OpCall& call) {
                                static_cast<int32_t>(n)})
         .threadgroups({1, 1, 1}, {kMoeThreads, 1, 1});
   }
-  QuantizedArgs args = ExpertArgs(call, n);
+  const QuantizedArgs args = ExpertArgs(call, n);
   const std::string variant = grouped ? "gemm_" : GemvVariant(args, WideChunkAligned(data));
   KernelLaunch launch(KernelName("moe_matmul_bt", variant + format, x.dtype()));
   launch.input(0, x)

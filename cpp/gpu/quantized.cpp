@@ -22,7 +22,7 @@ namespace {
 uint32_t CeilDiv(int64_t x, int64_t d) { return static_cast<uint32_t>((x + d - 1) / d); }
 
 // The GEMV kernel <op>_<gemv|gemv16>_<format>_<dtype> over `blocks` blocks of
-// kQuantGemvRows rows: args.splits by QuantGemvSplits' rule, then args.chunk by
+// kQuantGemvRows rows: args.splits by QuantGemvSplits' rule, then the chunk width by
 // QuantGemvChunk's.
 std::string GemvKernel(const char* op, QuantizedArgs& args, int64_t blocks, const QuantizedTensor& w,
                        DType dtype, bool data_aligned) {

@@ -28,7 +28,6 @@ inline QuantizedArgs ArgsOf(const QuantizedTensor& w, int64_t m, int64_t n) {
   args.group_size = w.group_size;
   args.bits = w.bits;
   args.splits = 1;
-  args.chunk = kQuantChunk;
   return args;
 }
 inline QuantizedArgs ArgsOf(const QuantizedTensor& w, int64_t m) { return ArgsOf(w, m, w.rows); }
@@ -38,11 +37,11 @@ inline bool WideChunkAligned(const Tensor& data) {
   return reinterpret_cast<uintptr_t>(data.data()) % kQuantWideDataAlign == 0;
 }
 
-// Sets args.chunk by QuantGemvChunk (args.splits already chosen) and returns the GEMV
-// variant of the kernel name: "gemv_" (8 values per lane and pass) or "gemv16_".
-inline std::string GemvVariant(QuantizedArgs& args, bool data_aligned) {
-  args.chunk = QuantGemvChunk(args.k, args.splits, data_aligned);
-  return args.chunk == kQuantWideChunk ? "gemv16_" : "gemv_";
+// The GEMV variant of the kernel name for args (args.splits already chosen), by
+// QuantGemvChunk: "gemv_" (8 values per lane and pass) or "gemv16_" (the kernels'
+// template width W, so the profiler's kernel name records the choice).
+inline std::string GemvVariant(const QuantizedArgs& args, bool data_aligned) {
+  return QuantGemvChunk(args.k, args.splits, data_aligned) == kQuantWideChunk ? "gemv16_" : "gemv_";
 }
 
 }  // namespace metalrt::gpu
