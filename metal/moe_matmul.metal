@@ -1,7 +1,8 @@
 // moe_matmul_bt kernels: the experts' linear layers reading only the selected experts'
 // rows (math: metalrt/moe_ops.h; oracle: cpp/cpu/moe.cpp). Weights [E * N, K]: GGUF
 // blocks, MLX affine or float (FormatFloat), decoded by metal/quantized_blocks.h.
-// * moe_matmul_bt_gemv_<format>_<dtype>: one threadgroup per (block of 8 rows of N,
+// * moe_matmul_bt_gemv_<format>_<dtype> (gemv16_: 16 values per lane and pass, by
+//   QuantGemvChunk's rule with no K split): one threadgroup per (block of 8 rows of N,
 //   (token, slot) pair): the quantized GEMV body (metal/quantized_gemv.h) over expert
 //   e = expert_ids[pair]'s rows e*N .. e*N + N - 1 with m = 1. An id outside [0, E)
 //   writes a NaN row (poison: the host cannot check device ids without a wait, so a
@@ -20,7 +21,7 @@
 #include "quantized_gemv.h"
 using namespace metal;
 
-template <typename F, typename T, typename S>
+template <typename F, typename T, typename S, int W>
 kernel void moe_matmul_bt_gemv(device const T* x [[buffer(0)]],
                                device const int* expert_ids [[buffer(1)]],
                                device const uchar* data [[buffer(2)]],
@@ -43,7 +44,7 @@ kernel void moe_matmul_bt_gemv(device const T* x [[buffer(0)]],
   }
   device const T* row = x + (moe.per_slot ? pair : pair / moe.slots) * args.k;
   threadgroup float partials[quant_gemv_partials(kQuantGemvRows)];
-  quantized_gemv<F, T, S>(row, 1, data, scales, biases, long(expert) * args.n, args.n, y, args, partials,
+  quantized_gemv<F, T, S, W>(row, 1, data, scales, biases, long(expert) * args.n, args.n, y, args, partials,
                           group.x, simdgroup, lane);
 }
 
@@ -134,7 +135,11 @@ kernel void moe_matmul_bt_gemm(device const T* x [[buffer(0)]],
 
 #define METALRT_MOE_MATMUL(F, FNAME, T, TNAME, S)                                                     \
   template [[host_name("moe_matmul_bt_gemv_" FNAME "_" TNAME)]] kernel void                          \
-  moe_matmul_bt_gemv<F, T, S>(device const T*, device const int*, device const uchar*, device const S*, \
+  moe_matmul_bt_gemv<F, T, S, kQuantChunk>(device const T*, device const int*, device const uchar*, device const S*, \
+                              device const S*, device T*, constant QuantizedArgs&,                   \
+                              constant MoeMatmulArgs&, uint2, uint, uint, uint);                  \
+  template [[host_name("moe_matmul_bt_gemv16_" FNAME "_" TNAME)]] kernel void                          \
+  moe_matmul_bt_gemv<F, T, S, kQuantWideChunk>(device const T*, device const int*, device const uchar*, device const S*, \
                               device const S*, device T*, constant QuantizedArgs&,                   \
                               constant MoeMatmulArgs&, uint2, uint, uint, uint);                  \
   template [[host_name("moe_matmul_bt_gemm_" FNAME "_" TNAME)]] kernel void                          \

@@ -5,7 +5,9 @@
 // profiler shows which ran:
 // * quantized_matmul_bt_gemv_* (m <= 8, decode and small batches). Design: MLX qmv /
 //   llama.cpp mul_mv_q (reference/quantization.md section 3): 2 SIMD-groups of 4 weight
-//   rows each, lanes strided along K one 8-value chunk at a time; each weight chunk is
+//   rows each, lanes strided along K one 8-value chunk at a time (quantized_matmul_bt_
+//   gemv16_*, QuantGemvChunk: K >= 512 per K part: 16-value chunks over whole passes of
+//   512 values, then 8-value ones; quants as 2/4-byte words, one scale per 16 values); each weight chunk is
 //   decoded once and reused by all m activation rows, each activation chunk loaded once
 //   (two 4-wide vector loads) and shared by the 4 rows; the chunk's sum of x is taken once, so the bias costs one
 //   multiply per chunk and row (scale * sum(c x) + bias * sum(x)); simd_sum at the end.
@@ -39,7 +41,7 @@ using namespace metal;
 // Decode GEMV: MLX qmv's shape (rows per SIMD-group, shared activation loads, the sum
 // of x for the bias; body in quantized_gemv.h); expected to reach the weight-bandwidth
 // bound (see the top).
-template <typename F, typename T, typename S>
+template <typename F, typename T, typename S, int W>
 kernel void quantized_matmul_bt_gemv(device const T* x [[buffer(0)]],
                                      device const uchar* data [[buffer(1)]],
                                      device const S* scales [[buffer(2)]],
@@ -50,13 +52,13 @@ kernel void quantized_matmul_bt_gemv(device const T* x [[buffer(0)]],
                                      uint simdgroup [[simdgroup_index_in_threadgroup]],
                                      uint lane [[thread_index_in_simdgroup]]) {
   threadgroup float partials[quant_gemv_partials(kQuantGemvRows)];
-  quantized_gemv<F, T, S>(x, args.m, data, scales, biases, 0, args.n, out, args, partials, group, simdgroup, lane);
+  quantized_gemv<F, T, S, W>(x, args.m, data, scales, biases, 0, args.n, out, args, partials, group, simdgroup, lane);
 }
 
 // Fused residual add: out [m, n] = residual + x w^T, the product rounded to T before
 // the add as quantized_matmul_bt then add would (so bit-exact with that composition);
 // out may be residual itself (each element is read, then written, by one lane).
-template <typename F, typename T, typename S>
+template <typename F, typename T, typename S, int W>
 kernel void quantized_matmul_bt_add_gemv(device const T* x [[buffer(0)]],
                                          device const uchar* data [[buffer(1)]],
                                          device const S* scales [[buffer(2)]],
@@ -72,7 +74,7 @@ kernel void quantized_matmul_bt_add_gemv(device const T* x [[buffer(0)]],
   long rows[kQuantGemvRows];
   gemv_rows(0, place.row0, args.n, rows);
   float acc[kQuantGemvMaxM * kQuantGemvRows];
-  gemv_accumulate<F, T, S, kQuantGemvRows>(x, args.m, data, scales, biases, args, rows, acc, partials, place.part,
+  gemv_accumulate<F, T, S, kQuantGemvRows, W>(x, args.m, data, scales, biases, args, rows, acc, partials, place.part,
                                            simdgroup, lane);
   if (place.part != 0 || lane != 0) return;
   for (int32_t i = 0; i < args.m; ++i)
@@ -87,7 +89,7 @@ kernel void quantized_matmul_bt_add_gemv(device const T* x [[buffer(0)]],
 // silu(x w_gate^T) * (x w_up^T). The SIMD-group computes gate rows row0.. and the up
 // rows I + row0.. together, so the epilogue has both; gate and up are rounded to T
 // first and combined as silu_and_mul does (bit-exact with that composition).
-template <typename F, typename T, typename S>
+template <typename F, typename T, typename S, int W>
 kernel void quantized_matmul_bt_swiglu_gemv(device const T* x [[buffer(0)]],
                                             device const uchar* data [[buffer(1)]],
                                             device const S* scales [[buffer(2)]],
@@ -105,7 +107,7 @@ kernel void quantized_matmul_bt_swiglu_gemv(device const T* x [[buffer(0)]],
   gemv_rows(0, place.row0, inner, rows);
   for (int r = 0; r < kQuantGemvRows; ++r) rows[kQuantGemvRows + r] = rows[r] < 0 ? -1 : inner + rows[r];
   float acc[kQuantGemvMaxM * R];
-  gemv_accumulate<F, T, S, R>(x, args.m, data, scales, biases, args, rows, acc, partials, place.part, simdgroup,
+  gemv_accumulate<F, T, S, R, W>(x, args.m, data, scales, biases, args, rows, acc, partials, place.part, simdgroup,
                               lane);
   if (place.part != 0 || lane != 0) return;
   for (int32_t i = 0; i < args.m; ++i)
@@ -120,7 +122,7 @@ kernel void quantized_matmul_bt_swiglu_gemv(device const T* x [[buffer(0)]],
 // kQuantGemvRows rows are numbered across the weights, each weight starting a fresh
 // block, so every SIMD-group's rows belong to one weight; the body and its rounding are
 // quantized_matmul_bt_gemv's (bit-exact with three of those).
-template <typename F, typename T, typename S>
+template <typename F, typename T, typename S, int W>
 kernel void quantized_matmul_bt_concat_gemv(device const T* x [[buffer(0)]],
                                             device const uchar* data0 [[buffer(1)]],
                                             device const S* scales0 [[buffer(2)]],
@@ -154,7 +156,7 @@ kernel void quantized_matmul_bt_concat_gemv(device const T* x [[buffer(0)]],
   long rows[kQuantGemvRows];
   gemv_rows(0, row0, n, rows);
   float acc[kQuantGemvMaxM * kQuantGemvRows];
-  gemv_accumulate<F, T, S, kQuantGemvRows>(x, args.m, data, scales, biases, args, rows, acc, partials, place.part,
+  gemv_accumulate<F, T, S, kQuantGemvRows, W>(x, args.m, data, scales, biases, args, rows, acc, partials, place.part,
                                            simdgroup, lane);
   if (place.part != 0 || lane != 0) return;
   for (int32_t i = 0; i < args.m; ++i)
@@ -207,24 +209,29 @@ kernel void quantized_rows(device const int* ids [[buffer(0)]],
   for (int j = 0; j < 8; ++j) dst[j] = T(chunk_value<F>(q, j));
 }
 
-#define METALRT_QUANTIZED(F, FNAME, T, TNAME, S)                                                         \
-  template [[host_name("quantized_matmul_bt_gemv_" FNAME "_" TNAME)]] kernel void                      \
-  quantized_matmul_bt_gemv<F, T, S>(device const T*, device const uchar*, device const S*,             \
+// The GEMVs with W values per lane and pass, named <op>_<VARIANT>_<format>_<dtype>.
+#define METALRT_QUANTIZED_GEMVS(F, FNAME, T, TNAME, S, W, VARIANT)                                        \
+  template [[host_name("quantized_matmul_bt_" VARIANT "_" FNAME "_" TNAME)]] kernel void                      \
+  quantized_matmul_bt_gemv<F, T, S, W>(device const T*, device const uchar*, device const S*,             \
                                     device const S*, device T*, constant QuantizedArgs&, uint, uint, uint); \
-  template [[host_name("quantized_matmul_bt_add_gemv_" FNAME "_" TNAME)]] kernel void                  \
-  quantized_matmul_bt_add_gemv<F, T, S>(device const T*, device const uchar*, device const S*,         \
+  template [[host_name("quantized_matmul_bt_add_" VARIANT "_" FNAME "_" TNAME)]] kernel void                  \
+  quantized_matmul_bt_add_gemv<F, T, S, W>(device const T*, device const uchar*, device const S*,         \
                                         device const S*, device T*, constant QuantizedArgs&,            \
                                         device const T*, uint, uint, uint);                             \
-  template [[host_name("quantized_matmul_bt_swiglu_gemv_" FNAME "_" TNAME)]] kernel void               \
-  quantized_matmul_bt_swiglu_gemv<F, T, S>(device const T*, device const uchar*, device const S*,      \
+  template [[host_name("quantized_matmul_bt_swiglu_" VARIANT "_" FNAME "_" TNAME)]] kernel void               \
+  quantized_matmul_bt_swiglu_gemv<F, T, S, W>(device const T*, device const uchar*, device const S*,      \
                                            device const S*, device T*, constant QuantizedArgs&,         \
                                            uint, uint, uint);                                           \
-  template [[host_name("quantized_matmul_bt_concat_gemv_" FNAME "_" TNAME)]] kernel void               \
-  quantized_matmul_bt_concat_gemv<F, T, S>(device const T*, device const uchar*, device const S*,      \
+  template [[host_name("quantized_matmul_bt_concat_" VARIANT "_" FNAME "_" TNAME)]] kernel void               \
+  quantized_matmul_bt_concat_gemv<F, T, S, W>(device const T*, device const uchar*, device const S*,      \
                                            device const S*, device T*, constant QuantizedArgs&,         \
                                            device const uchar*, device const S*, device const S*,       \
                                            device const uchar*, device const S*, device const S*,       \
-                                           constant QuantizedConcatArgs&, uint, uint, uint);            \
+                                           constant QuantizedConcatArgs&, uint, uint, uint);
+
+#define METALRT_QUANTIZED(F, FNAME, T, TNAME, S)                                                         \
+  METALRT_QUANTIZED_GEMVS(F, FNAME, T, TNAME, S, kQuantChunk, "gemv")                                 \
+  METALRT_QUANTIZED_GEMVS(F, FNAME, T, TNAME, S, kQuantWideChunk, "gemv16")                            \
   template [[host_name("quantized_matmul_bt_gemm_" FNAME "_" TNAME)]] kernel void                      \
   quantized_matmul_bt_gemm<F, T, S>(device const T*, device const uchar*, device const S*,             \
                                     device const S*, device T*, constant QuantizedArgs&, uint2, uint, uint); \

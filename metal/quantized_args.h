@@ -32,6 +32,11 @@ struct QuantizedConcatArgs {
 static_assert(sizeof(QuantizedConcatArgs) == 16, "QuantizedConcatArgs must match between host and MSL");
 
 METALRT_CONSTANT int32_t kQuantChunk = 8;
+// The GEMVs' wide chunk (kernels <op>_gemv16_*): 16 values per lane and pass, which
+// still share one scale and bias in every format (GGUF blocks and K-quant sub-blocks of
+// 32, Q6_K's 16-value scales, affine groups of >= 32), their quants read as 2- or
+// 4-byte words (quantized_blocks.h) and the scale decoded once per 16 values.
+METALRT_CONSTANT int32_t kQuantWideChunk = 16;
 METALRT_CONSTANT int32_t kQuantSimdWidth = 32;
 // GEMV (m <= kQuantGemvMaxM): kQuantGemvRows weight rows per SIMD-group,
 // kQuantGemvSimdgroups SIMD-groups per threadgroup; with K split (splits = 2) both
@@ -62,6 +67,18 @@ constexpr int32_t QuantGemvSplits(int64_t blocks, int64_t k) {
              ? kQuantGemvSimdgroups
              : 1;
 }
+
+// Values per lane and pass of a quantized GEMV of K values split over `splits`
+// SIMD-groups: kQuantWideChunk when K holds at least one wide pass (splits * 32 lanes *
+// 16 values; the rest of K then goes in 8-value chunks, quantized_gemv.h) and the
+// weight's data is aligned for the word loads; otherwise kQuantChunk (K < 512 unsplit:
+// the wide chunks would leave lanes idle).
+constexpr int32_t QuantGemvChunk(int64_t k, int32_t splits, bool data_aligned) {
+  return data_aligned && k >= int64_t(splits) * kQuantSimdWidth * kQuantWideChunk ? kQuantWideChunk : kQuantChunk;
+}
+// Bytes of alignment the wide chunk's word loads need of the weight's data (the largest
+// word: 4-byte loads of the formats whose blocks keep them aligned).
+METALRT_CONSTANT int64_t kQuantWideDataAlign = 4;
 #endif
 
 #endif  // METALRT_METAL_QUANTIZED_ARGS_H_

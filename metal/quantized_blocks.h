@@ -1,5 +1,5 @@
-// Chunk decoders of the quantized-weight kernels: values k0 .. k0 + 7 of one weight row
-// (k0 a multiple of 8) as integer codes c[i] with one scale and one bias, so that
+// Chunk decoders of the quantized-weight kernels: values k0 .. k0 + W - 1 of one weight
+// row (W = 8, or the GEMVs' wide 16; k0 a multiple of W) as integer codes c[i] with one scale and one bias, so that
 // w = scale * c + bias (bias-free formats: w = scale * c, kHasBias false, which keeps
 // the sign of a zero product as the reference does). The f32 operations that build
 // scale and bias are the CPU oracle's (cpp/cpu/quantized_blocks.cpp), so dequantize is
@@ -10,11 +10,15 @@
 #include "quantized_args.h"
 using namespace metal;
 
-struct QuantChunk {
+// W values sharing one scale and one bias: the 8-value chunk (QuantChunk) of every
+// kernel, and the GEMVs' wide chunk of kQuantWideChunk values.
+template <int W>
+struct QuantChunkW {
   float scale;
   float bias;
-  float c[8];
+  float c[W];
 };
+typedef QuantChunkW<kQuantChunk> QuantChunk;
 
 inline float load_half(device const uchar* p) {
   return float(as_type<half>(ushort(ushort(p[0]) | ushort(ushort(p[1]) << 8))));
@@ -24,34 +28,67 @@ inline uint load_u32(device const uchar* p) {
   return uint(p[0]) | uint(p[1]) << 8 | uint(p[2]) << 16 | uint(p[3]) << 24;
 }
 
+// The W quant bytes p[0 .. W - 1] of a chunk. The 8-value chunk reads bytes (it also
+// serves dequantize and the GEMM, whose callers check no alignment); the wide chunk reads
+// kAlign-byte words: the host takes it only for data aligned to kQuantWideDataAlign, GGUF
+// block sizes are all even, and kAlign = 4 where the block size and the quants' offset
+// in it are multiples of 4 (Q4_1, Q5_1, Q4_K, Q5_K).
+template <int W, int kAlign>
+inline void load_quants(device const uchar* p, thread uchar* q) {
+  if (W == kQuantChunk) {
+    for (int i = 0; i < W; ++i) q[i] = p[i];
+  } else if (kAlign == 4) {
+    for (int i = 0; i < W / 4; ++i) {
+      const uint v = ((device const uint*)p)[i];
+      for (int b = 0; b < 4; ++b) q[4 * i + b] = uchar(v >> (8 * b));
+    }
+  } else {
+    for (int i = 0; i < W / 2; ++i) {
+      const ushort v = ((device const ushort*)p)[i];
+      q[2 * i] = uchar(v);
+      q[2 * i + 1] = uchar(v >> 8);
+    }
+  }
+}
+
+// A little-endian uint32 at p, in kAlign-byte words for the wide chunk (as load_quants).
+template <int W, int kAlign>
+inline uint load_word(device const uchar* p) {
+  if (W == kQuantChunk) return load_u32(p);
+  if (kAlign == 4) return *(device const uint*)p;
+  return uint(((device const ushort*)p)[0]) | uint(((device const ushort*)p)[1]) << 16;
+}
+
 // Q4_0 (18 bytes / 32 values: d, qs[16]) and Q4_1 (20: d, m, qs[16]): byte j holds
 // value j (low nibble) and j + 16 (high nibble).
-template <bool kMin>
-inline QuantChunk chunk_q4(device const uchar* row, int k0) {
+template <bool kMin, int W>
+inline QuantChunkW<W> chunk_q4(device const uchar* row, int k0) {
   device const uchar* b = row + (k0 / 32) * (kMin ? 20 : 18);
   const int j = k0 % 32;
-  device const uchar* qs = b + (kMin ? 4 : 2) + (j % 16);
+  uchar qs[W];
+  load_quants<W, kMin ? 4 : 2>(b + (kMin ? 4 : 2) + (j % 16), qs);
   const int shift = j < 16 ? 0 : 4;
-  QuantChunk q;
+  QuantChunkW<W> q;
   q.scale = load_half(b);
   q.bias = kMin ? load_half(b + 2) : 0.0f;
-  for (int i = 0; i < 8; ++i) q.c[i] = float(int((qs[i] >> shift) & 15) - (kMin ? 0 : 8));
+  for (int i = 0; i < W; ++i) q.c[i] = float(int((qs[i] >> shift) & 15) - (kMin ? 0 : 8));
   return q;
 }
 
 // Q5_0 (22: d, qh[4], qs[16]) and Q5_1 (24: d, m, qh[4], qs[16]): bit v of qh is the
 // fifth bit of value v.
-template <bool kMin>
-inline QuantChunk chunk_q5(device const uchar* row, int k0) {
+template <bool kMin, int W>
+inline QuantChunkW<W> chunk_q5(device const uchar* row, int k0) {
   device const uchar* b = row + (k0 / 32) * (kMin ? 24 : 22);
   const int j = k0 % 32;
-  const uint qh = load_u32(b + (kMin ? 4 : 2));
-  device const uchar* qs = b + (kMin ? 8 : 6) + (j % 16);
+  const uint qh = load_word<W, kMin ? 4 : 2>(b + (kMin ? 4 : 2));
+  uchar qs[W];
+  load_quants<W, kMin ? 4 : 2>(b + (kMin ? 8 : 6) + (j % 16), qs);
   const int shift = j < 16 ? 0 : 4;
-  QuantChunk q;
+  QuantChunkW<W> q;
   q.scale = load_half(b);
   q.bias = kMin ? load_half(b + 2) : 0.0f;
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < W; ++i) {
     const int code = int((qs[i] >> shift) & 15) | int((qh >> (j + i)) & 1) << 4;
     q.c[i] = float(code - (kMin ? 0 : 16));
   }
@@ -59,13 +96,15 @@ inline QuantChunk chunk_q5(device const uchar* row, int k0) {
 }
 
 // Q8_0 (34: d, qs[32] int8).
-inline QuantChunk chunk_q8_0(device const uchar* row, int k0) {
+template <int W>
+inline QuantChunkW<W> chunk_q8_0(device const uchar* row, int k0) {
   device const uchar* b = row + (k0 / 32) * 34;
-  device const char* qs = (device const char*)(b + 2 + k0 % 32);
-  QuantChunk q;
+  uchar qs[W];
+  load_quants<W, 2>(b + 2 + k0 % 32, qs);
+  QuantChunkW<W> q;
   q.scale = load_half(b);
   q.bias = 0.0f;
-  for (int i = 0; i < 8; ++i) q.c[i] = float(qs[i]);
+  for (int i = 0; i < W; ++i) q.c[i] = float(as_type<char>(qs[i]));
   return q;
 }
 
@@ -73,8 +112,8 @@ inline QuantChunk chunk_q8_0(device const uchar* row, int k0) {
 // qh[32], qs[128]): 64-value chunks c take the low then the high nibbles of
 // qs[32c .. 32c + 31] (sub-blocks 2c, 2c + 1); Q5_K's fifth bit of sub-block s is bit s
 // of qh[l]. w = (d * sc) * q - dmin * m.
-template <bool kFive>
-inline QuantChunk chunk_qk(device const uchar* row, int k0) {
+template <bool kFive, int W>
+inline QuantChunkW<W> chunk_qk(device const uchar* row, int k0) {
   device const uchar* b = row + (k0 / 256) * (kFive ? 176 : 144);
   const int v = k0 % 256;
   const int sub = v / 32, l0 = v % 32;
@@ -87,13 +126,14 @@ inline QuantChunk chunk_qk(device const uchar* row, int k0) {
     sc = (s[sub + 4] & 15) | ((s[sub - 4] >> 6) << 4);
     m = (s[sub + 4] >> 4) | ((s[sub] >> 6) << 4);
   }
-  device const uchar* qs = b + (kFive ? 48 : 16) + 32 * (sub / 2) + l0;
-  device const uchar* qh = b + 16 + l0;
+  uchar qs[W], qh[W];
+  load_quants<W, 4>(b + (kFive ? 48 : 16) + 32 * (sub / 2) + l0, qs);
+  if (kFive) load_quants<W, 4>(b + 16 + l0, qh);
   const int shift = (sub % 2) * 4;
-  QuantChunk q;
+  QuantChunkW<W> q;
   q.scale = load_half(b) * float(sc);
   q.bias = -(load_half(b + 2) * float(m));
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < W; ++i) {
     int code = (qs[i] >> shift) & 15;
     if (kFive) code |= ((qh[i] >> sub) & 1) << 4;
     q.c[i] = float(code);
@@ -104,34 +144,48 @@ inline QuantChunk chunk_qk(device const uchar* row, int k0) {
 // Q6_K (210: ql[128], qh[64], scales[16] int8, d): value 128h + i takes its low bits
 // from ql[64h + i % 64] (high nibble when i >= 64) and its top two bits from
 // qh[32h + i % 32] at bit 2 * (i / 32). w = (d * scales[v / 16]) * (q - 32).
-inline QuantChunk chunk_q6_k(device const uchar* row, int k0) {
+template <int W>
+inline QuantChunkW<W> chunk_q6_k(device const uchar* row, int k0) {
   device const uchar* b = row + (k0 / 256) * 210;
   const int v = k0 % 256, h = v / 128, i0 = v % 128;
-  device const uchar* ql = b + 64 * h + i0 % 64;
-  device const uchar* qh = b + 128 + 32 * h + i0 % 32;
+  uchar ql[W], qh[W];
+  load_quants<W, 2>(b + 64 * h + i0 % 64, ql);
+  load_quants<W, 2>(b + 128 + 32 * h + i0 % 32, qh);
   const int lo_shift = i0 < 64 ? 0 : 4, hi_shift = 2 * (i0 / 32);
-  QuantChunk q;
+  QuantChunkW<W> q;
   q.scale = load_half(b + 208) * float(((device const char*)(b + 192))[v / 16]);
   q.bias = 0.0f;
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < W; ++i)
     q.c[i] = float(int(((ql[i] >> lo_shift) & 15) | ((qh[i] >> hi_shift) & 3) << 4) - 32);
   return q;
 }
 
-// MLX affine: 8 codes of `bits` bits are `bits` whole bytes of the row's LSB-first
-// bitstream, starting at byte k0 * bits / 8; w = scale * q + bias of the value's group.
-template <typename S>
-inline QuantChunk chunk_affine(device const uchar* row, device const S* scales, device const S* biases,
-                               long row_index, int k0, constant QuantizedArgs& args) {
+// MLX affine: W codes of `bits` bits are W * bits / 8 whole bytes of the row's LSB-first
+// bitstream, starting at byte k0 * bits / 8 (the wide chunk: `bits` 2-byte words, as
+// k0 * bits / 8 is even and rows are whole uint32 words); w = scale * q + bias of the
+// value's group.
+template <typename S, int W>
+inline QuantChunkW<W> chunk_affine(device const uchar* row, device const S* scales, device const S* biases,
+                                   long row_index, int k0, constant QuantizedArgs& args) {
   device const uchar* p = row + k0 * args.bits / 8;
-  ulong bits = 0;
-  for (int i = 0; i < args.bits; ++i) bits |= ulong(p[i]) << (8 * i);
-  const ulong mask = (ulong(1) << args.bits) - 1;
+  const uint mask = (uint(1) << args.bits) - 1;
   const long g = row_index * args.groups + k0 / args.group_size;
-  QuantChunk q;
+  QuantChunkW<W> q;
   q.scale = float(scales[g]);
   q.bias = float(biases[g]);
-  for (int i = 0; i < 8; ++i) q.c[i] = float(uint((bits >> (i * args.bits)) & mask));
+  if (W == kQuantChunk) {
+    ulong bits = 0;
+    for (int i = 0; i < args.bits; ++i) bits |= ulong(p[i]) << (8 * i);
+    for (int i = 0; i < W; ++i) q.c[i] = float(uint(bits >> (i * args.bits)) & mask);
+  } else {
+    ushort words[kQuantWideChunk / 2];   // `bits` of them (bits <= 8)
+    for (int i = 0; i < args.bits; ++i) words[i] = ((device const ushort*)p)[i];
+    for (int i = 0; i < W; ++i) {
+      const int at = i * args.bits, w = at / 16;
+      const uint pair = uint(words[w]) | (w + 1 < args.bits ? uint(words[w + 1]) << 16 : 0u);
+      q.c[i] = float((pair >> (at % 16)) & mask);
+    }
+  }
   return q;
 }
 
@@ -158,30 +212,31 @@ template <typename W> struct FloatFormatValue<FormatFloat<W>> {
   static constant constexpr bool kIsFloat = true;
 };
 
-template <typename W>
-inline QuantChunk chunk_float(device const uchar* row, int k0) {
-  device const W* p = (device const W*)row + k0;
-  QuantChunk q;
+template <typename V, int W>
+inline QuantChunkW<W> chunk_float(device const uchar* row, int k0) {
+  device const V* p = (device const V*)row + k0;
+  QuantChunkW<W> q;
   q.scale = 1.0f;
   q.bias = 0.0f;
-  for (int i = 0; i < 8; ++i) q.c[i] = float(p[i]);
+  for (int i = 0; i < W; ++i) q.c[i] = float(p[i]);
   return q;
 }
 
-template <typename F, typename S>
-inline QuantChunk load_chunk(device const uchar* data, device const S* scales, device const S* biases,
-                             long row_index, int k0, constant QuantizedArgs& args) {
+// Values k0 .. k0 + W - 1 of weight row row_index (k0 a multiple of W).
+template <typename F, typename S, int W = kQuantChunk>
+inline QuantChunkW<W> load_chunk(device const uchar* data, device const S* scales, device const S* biases,
+                                 long row_index, int k0, constant QuantizedArgs& args) {
   device const uchar* row = data + row_index * args.row_bytes;
-  if (is_same<F, FormatQ4_0>::value) return chunk_q4<false>(row, k0);
-  if (is_same<F, FormatQ4_1>::value) return chunk_q4<true>(row, k0);
-  if (is_same<F, FormatQ5_0>::value) return chunk_q5<false>(row, k0);
-  if (is_same<F, FormatQ5_1>::value) return chunk_q5<true>(row, k0);
-  if (is_same<F, FormatQ8_0>::value) return chunk_q8_0(row, k0);
-  if (is_same<F, FormatQ4_K>::value) return chunk_qk<false>(row, k0);
-  if (is_same<F, FormatQ5_K>::value) return chunk_qk<true>(row, k0);
-  if (is_same<F, FormatQ6_K>::value) return chunk_q6_k(row, k0);
-  if (FloatFormatValue<F>::kIsFloat) return chunk_float<typename FloatFormatValue<F>::type>(row, k0);
-  return chunk_affine(row, scales, biases, row_index, k0, args);
+  if (is_same<F, FormatQ4_0>::value) return chunk_q4<false, W>(row, k0);
+  if (is_same<F, FormatQ4_1>::value) return chunk_q4<true, W>(row, k0);
+  if (is_same<F, FormatQ5_0>::value) return chunk_q5<false, W>(row, k0);
+  if (is_same<F, FormatQ5_1>::value) return chunk_q5<true, W>(row, k0);
+  if (is_same<F, FormatQ8_0>::value) return chunk_q8_0<W>(row, k0);
+  if (is_same<F, FormatQ4_K>::value) return chunk_qk<false, W>(row, k0);
+  if (is_same<F, FormatQ5_K>::value) return chunk_qk<true, W>(row, k0);
+  if (is_same<F, FormatQ6_K>::value) return chunk_q6_k<W>(row, k0);
+  if (FloatFormatValue<F>::kIsFloat) return chunk_float<typename FloatFormatValue<F>::type, W>(row, k0);
+  return chunk_affine<S, W>(row, scales, biases, row_index, k0, args);
 }
 
 // The weight of code i: scale * c + bias, rounded as the oracle rounds it: the

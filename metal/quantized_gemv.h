@@ -25,39 +25,61 @@ inline QuantGemvPlace gemv_place(uint group, uint simdgroup, constant QuantizedA
           int32_t(simdgroup) % splits};
 }
 
+// Adds the W values k0 .. k0 + W - 1 of each weight row and activation row to acc.
+template <typename F, typename T, typename S, int R, int W>
+inline void gemv_chunk(device const T* x, int32_t m, device const uchar* data, device const S* scales,
+                       device const S* biases, constant QuantizedArgs& args, thread const long* rows,
+                       thread float* acc, int32_t k0) {
+  QuantChunkW<W> w[R];
+  for (int r = 0; r < R; ++r)
+    if (rows[r] >= 0) w[r] = load_chunk<F, S, W>(data, scales, biases, rows[r], k0, args);
+  for (int32_t i = 0; i < m; ++i) {
+    // W / 4 4-wide loads (the host declines an x not aligned for them); each x is
+    // widened to f32 before it is summed (MLX PR #4516 summed in the activation dtype).
+    device const vec<T, 4>* xv = (device const vec<T, 4>*)(x + long(i) * args.k + k0);
+    float xs[W];
+    for (int v = 0; v < W / 4; ++v) {
+      const float4 x4 = float4(xv[v]);
+      xs[4 * v] = x4.x;
+      xs[4 * v + 1] = x4.y;
+      xs[4 * v + 2] = x4.z;
+      xs[4 * v + 3] = x4.w;
+    }
+    float sum_x = 0.0f;
+    for (int j = 0; j < W; ++j) sum_x += xs[j];
+    for (int r = 0; r < R; ++r) {
+      if (rows[r] < 0) continue;
+      float dot = 0.0f;
+      for (int j = 0; j < W; ++j) dot += w[r].c[j] * xs[j];
+      acc[i * R + r] += F::kHasBias ? w[r].scale * dot + w[r].bias * sum_x : w[r].scale * dot;
+    }
+  }
+}
+
 // gemv_accumulate sets acc[i * R + r] = x_i . w[rows[r]] for the m activation rows of
 // K = args.k and the R weight rows of the SIMD-group (rows[r] < 0: no row; rows[0] < 0:
 // none), complete in part 0's SIMD-group (K split: the other parts' sums added through
 // `partials`); the kernels differ only in which rows they take and how they store.
-// Every thread of the threadgroup must call it (the split's barrier).
-template <typename F, typename T, typename S, int R>
+// W = kQuantWideChunk (the kernels' gemv16 instances, QuantGemvChunk's choice on the host): the
+// lanes take 16-value chunks over the largest multiple of splits * 32 * 16 values of K,
+// then 8-value chunks over the rest, so no lane takes more values than with 8-value
+// chunks alone (K = 576: 16 + 8 = 24 in 2 passes instead of 3). Every thread of the
+// threadgroup must call it (the split's barrier).
+template <typename F, typename T, typename S, int R, int W>
 inline void gemv_accumulate(device const T* x, int32_t m, device const uchar* data, device const S* scales,
                             device const S* biases, constant QuantizedArgs& args,
                             thread const long* rows, thread float* acc, threadgroup float* partials,
                             int32_t part, uint simdgroup, uint lane) {
   for (int i = 0; i < kQuantGemvMaxM * R; ++i) acc[i] = 0.0f;
+  const int32_t position = part * kQuantSimdWidth + int32_t(lane);
+  const int32_t k = rows[0] < 0 ? 0 : args.k;
+  const int32_t wide_stride = args.splits * kQuantSimdWidth * W;
+  const int32_t wide_end = W == kQuantChunk ? 0 : k / wide_stride * wide_stride;
+  for (int32_t k0 = position * W; k0 < wide_end; k0 += wide_stride)
+    gemv_chunk<F, T, S, R, W>(x, m, data, scales, biases, args, rows, acc, k0);
   const int32_t stride = args.splits * kQuantSimdWidth * kQuantChunk;
-  const int32_t first = rows[0] < 0 ? args.k : (part * kQuantSimdWidth + int32_t(lane)) * kQuantChunk;
-  for (int32_t k0 = first; k0 < args.k; k0 += stride) {
-    QuantChunk w[R];
-    for (int r = 0; r < R; ++r)
-      if (rows[r] >= 0) w[r] = load_chunk<F>(data, scales, biases, rows[r], k0, args);
-    for (int32_t i = 0; i < m; ++i) {
-      // Two 4-wide loads (the host declines an x not aligned for them); each x is
-      // widened to f32 before it is summed (MLX PR #4516 summed in the activation dtype).
-      device const vec<T, 4>* xv = (device const vec<T, 4>*)(x + long(i) * args.k + k0);
-      const float4 lo = float4(xv[0]), hi = float4(xv[1]);
-      const float xs[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-      float sum_x = 0.0f;
-      for (int j = 0; j < 8; ++j) sum_x += xs[j];
-      for (int r = 0; r < R; ++r) {
-        if (rows[r] < 0) continue;
-        float dot = 0.0f;
-        for (int j = 0; j < 8; ++j) dot += w[r].c[j] * xs[j];
-        acc[i * R + r] += F::kHasBias ? w[r].scale * dot + w[r].bias * sum_x : w[r].scale * dot;
-      }
-    }
-  }
+  for (int32_t k0 = wide_end + position * kQuantChunk; k0 < k; k0 += stride)
+    gemv_chunk<F, T, S, R, kQuantChunk>(x, m, data, scales, biases, args, rows, acc, k0);
   for (int32_t i = 0; i < m; ++i)
     for (int r = 0; r < R; ++r) acc[i * R + r] = simd_sum(acc[i * R + r]);
   gemv_reduce_parts<kQuantGemvMaxM * R>(acc, partials, m * R, simdgroup, part, args.splits, lane);
@@ -70,7 +92,7 @@ inline void gemv_rows(long row_base, int32_t row0, int32_t n, thread long* rows)
 
 // out[i * n + r] = x[i] . w[row_base + r] for m activation rows and the threadgroup's
 // rows r < n; partials: quant_gemv_partials(kQuantGemvRows) floats.
-template <typename F, typename T, typename S>
+template <typename F, typename T, typename S, int W>
 inline void quantized_gemv(device const T* x, int32_t m, device const uchar* data, device const S* scales,
                            device const S* biases, long row_base, int32_t n, device T* out,
                            constant QuantizedArgs& args, threadgroup float* partials, uint group,
@@ -79,7 +101,7 @@ inline void quantized_gemv(device const T* x, int32_t m, device const uchar* dat
   long rows[kQuantGemvRows];
   gemv_rows(row_base, place.row0, n, rows);
   float acc[kQuantGemvMaxM * kQuantGemvRows];
-  gemv_accumulate<F, T, S, kQuantGemvRows>(x, m, data, scales, biases, args, rows, acc, partials, place.part,
+  gemv_accumulate<F, T, S, kQuantGemvRows, W>(x, m, data, scales, biases, args, rows, acc, partials, place.part,
                                            simdgroup, lane);
   if (place.part != 0 || lane != 0) return;
   for (int32_t i = 0; i < m; ++i)

@@ -84,14 +84,16 @@ bool MetalMoeMatmulBT(const OpCall& call) {
                                static_cast<int32_t>(n)})
         .threadgroups({1, 1, 1}, {kMoeThreads, 1, 1});
   }
-  KernelLaunch launch(KernelName("moe_matmul_bt", (grouped ? "gemm_" : "gemv_") + format, x.dtype()));
+  const QuantizedArgs args = ExpertArgs(call, n);
+  const std::string variant = grouped ? "gemm_" : GemvVariant(args, WideChunkAligned(data));
+  KernelLaunch launch(KernelName("moe_matmul_bt", variant + format, x.dtype()));
   launch.input(0, x)
       .input(1, grouped ? order : ids)
       .input(2, data)
       .input(3, affine ? p.w.scales : data)   // stand-ins where the format has none
       .input(4, affine ? p.w.biases : data)
       .output(5, out)
-      .bytes(6, ExpertArgs(call, n))
+      .bytes(6, args)
       .bytes(7, moe);
   if (grouped) {
     launch.input(8, tiles).threadgroups({CeilDiv(n, kQuantGemmTile), static_cast<uint32_t>(max_tiles), 1},

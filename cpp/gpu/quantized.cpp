@@ -1,5 +1,6 @@
 // Metal dispatch of the quantized-weight ops (kernels: metal/quantized.metal): the
-// GEMV for m <= kQuantGemvMaxM, the tiled GEMM above it, the fused GEMVs
+// GEMV for m <= kQuantGemvMaxM (8 or, by QuantGemvChunk, 16 values per lane and pass:
+// variant gemv or gemv16), the tiled GEMM above it, the fused GEMVs
 // (quantized_matmul_bt_add / _swiglu), the concatenated GEMV, and one thread per 8-value
 // chunk for dequantize and quantized_embedding. Kernel names are
 // <op>_<variant>_<format>_<dtype>, the affine format named with its scales' dtype
@@ -20,10 +21,18 @@ namespace {
 
 uint32_t CeilDiv(int64_t x, int64_t d) { return static_cast<uint32_t>((x + d - 1) / d); }
 
-// A GEMV launch over `blocks` blocks of kQuantGemvRows rows: args.splits by
-// QuantGemvSplits' rule, kQuantGemvSimdgroups / splits blocks per threadgroup.
-void LaunchGemv(KernelLaunch& launch, QuantizedArgs& args, int64_t blocks, int slot) {
+// The GEMV kernel <op>_<gemv|gemv16>_<format>_<dtype> over `blocks` blocks of
+// kQuantGemvRows rows: args.splits by QuantGemvSplits' rule, then the chunk width by
+// QuantGemvChunk's.
+std::string GemvKernel(const char* op, QuantizedArgs& args, int64_t blocks, const QuantizedTensor& w,
+                       DType dtype, bool data_aligned) {
   args.splits = QuantGemvSplits(blocks, args.k);
+  return KernelName(op, GemvVariant(args, data_aligned) + FormatToken(w), dtype);
+}
+
+// Launches a GEMV over `blocks` row blocks: kQuantGemvSimdgroups / splits blocks per
+// threadgroup.
+void LaunchGemv(KernelLaunch& launch, const QuantizedArgs& args, int64_t blocks, int slot) {
   launch.bytes(slot, args).threadgroups({CeilDiv(blocks * args.splits, kQuantGemvSimdgroups), 1, 1},
                                         {kQuantGemvSimdgroups * kQuantSimdWidth, 1, 1});
 }
@@ -45,13 +54,14 @@ bool MetalQuantizedMatmulBT(const OpCall& call) {
   // The GEMV reads x with 4-wide vector loads; a view starting off that alignment
   // declines to the reference tier (tensors the runtime allocates are 64-byte aligned).
   if (gemv && reinterpret_cast<uintptr_t>(x.data()) % (4 * DTypeSize(x.dtype())) != 0) return false;
-  KernelLaunch launch(KernelName("quantized_matmul_bt", std::string(gemv ? "gemv_" : "gemm_") + FormatToken(w),
-                                 x.dtype()));
+  QuantizedArgs args = ArgsOf(w, m);
+  const int64_t blocks = CeilDiv(w.rows, kQuantGemvRows);
+  KernelLaunch launch(gemv ? GemvKernel("quantized_matmul_bt", args, blocks, w, x.dtype(), WideChunkAligned(w.data))
+                           : KernelName("quantized_matmul_bt", "gemm_" + FormatToken(w), x.dtype()));
   launch.input(0, x);
   BindWeight(launch, w).output(4, call.outputs[0]);
-  QuantizedArgs args = ArgsOf(w, m);
   if (gemv) {
-    LaunchGemv(launch, args, CeilDiv(w.rows, kQuantGemvRows), 5);
+    LaunchGemv(launch, args, blocks, 5);
   } else {
     launch.bytes(5, args).threadgroups({CeilDiv(w.rows, kQuantGemmTile), CeilDiv(m, kQuantGemmTile), 1},
                                        {kQuantGemmThreads, 1, 1});
@@ -69,12 +79,13 @@ bool MetalQuantizedMatmulBTFused(const OpCall& call, const char* op, bool swiglu
   if (!FitsInt(m, w.rows, w.cols)) return false;
   if (m > kQuantGemvMaxM || reinterpret_cast<uintptr_t>(x.data()) % (4 * DTypeSize(x.dtype())) != 0)
     return swiglu ? ops::detail::ComposeQuantizedMatmulBTSwiglu(call) : ops::detail::ComposeQuantizedMatmulBTAdd(call);
-  KernelLaunch launch(KernelName(op, "gemv_" + FormatToken(w), x.dtype()));
+  QuantizedArgs args = ArgsOf(w, m);
+  const int64_t blocks = CeilDiv(swiglu ? w.rows / 2 : w.rows, kQuantGemvRows);
+  KernelLaunch launch(GemvKernel(op, args, blocks, w, x.dtype(), WideChunkAligned(w.data)));
   launch.input(0, x);
   BindWeight(launch, w).output(4, call.outputs[0]);
   if (!swiglu) launch.input(6, call.inputs[1]);
-  QuantizedArgs args = ArgsOf(w, m);
-  LaunchGemv(launch, args, CeilDiv(swiglu ? w.rows / 2 : w.rows, kQuantGemvRows), 5);
+  LaunchGemv(launch, args, blocks, 5);
   return true;
 }
 
@@ -98,14 +109,16 @@ bool MetalQuantizedMatmulBTConcat(const OpCall& call) {
   QuantizedArgs args = ArgsOf(weights[0], m, n);
   QuantizedConcatArgs parts{};
   int64_t blocks = 0;
+  bool aligned = true;
   for (size_t j = 0; j < weights.size(); ++j) {
     // One row stride for every weight: the kernel reads them all with args.row_bytes.
     if (!FitsInt(m, weights[j].rows, weights[j].cols, n) || ArgsOf(weights[j], m, n).row_bytes != args.row_bytes)
       return false;
     parts.rows[j] = static_cast<int32_t>(weights[j].rows);
     blocks += CeilDiv(weights[j].rows, kQuantGemvRows);
+    aligned = aligned && WideChunkAligned(weights[j].data);
   }
-  KernelLaunch launch(KernelName("quantized_matmul_bt_concat", "gemv_" + FormatToken(weights[0]), x.dtype()));
+  KernelLaunch launch(GemvKernel("quantized_matmul_bt_concat", args, blocks, weights[0], x.dtype(), aligned));
   launch.input(0, x);
   BindWeight(launch, weights[0]).output(4, call.outputs[0]);
   BindWeight(launch, weights[1], 6);

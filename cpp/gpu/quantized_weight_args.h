@@ -32,4 +32,16 @@ inline QuantizedArgs ArgsOf(const QuantizedTensor& w, int64_t m, int64_t n) {
 }
 inline QuantizedArgs ArgsOf(const QuantizedTensor& w, int64_t m) { return ArgsOf(w, m, w.rows); }
 
+// Whether a weight's data is aligned for the wide GEMV chunk's word loads.
+inline bool WideChunkAligned(const Tensor& data) {
+  return reinterpret_cast<uintptr_t>(data.data()) % kQuantWideDataAlign == 0;
+}
+
+// The GEMV variant of the kernel name for args (args.splits already chosen), by
+// QuantGemvChunk: "gemv_" (8 values per lane and pass) or "gemv16_" (the kernels'
+// template width W, so the profiler's kernel name records the choice).
+inline std::string GemvVariant(const QuantizedArgs& args, bool data_aligned) {
+  return QuantGemvChunk(args.k, args.splits, data_aligned) == kQuantWideChunk ? "gemv16_" : "gemv_";
+}
+
 }  // namespace metalrt::gpu

@@ -107,11 +107,12 @@ OpCase MatmulCase(const WeightSpec* s, const MoeShape& g, DType dtype, bool per_
   const std::string format = s ? FormatToken(*s) : "float";
   const std::string variant = (s ? SpecName(*s) : std::string("float")) + (per_slot ? "/per_slot" : "") +
                               "/e" + std::to_string(g.experts);
-  // Batches beyond 8 tokens group the pairs by expert for the GEMM (K in steps of 32).
+  // Batches beyond 8 tokens group the pairs by expert for the GEMM (K in steps of 32);
+  // the GEMV takes 16 values per lane and pass from K = 512 on (QuantGemvChunk, no split).
   const bool grouped = g.tokens > 8 && g.k % 32 == 0;
   OpCase c = SingleOutputCase(
       CaseName("moe_matmul_bt", dtype, {g.tokens, g.slots, g.k, g.n}, variant), "moe_matmul_bt",
-      gpu::KernelName("moe_matmul_bt", (grouped ? "gemm_" : "gemv_") + format, dtype), inputs,
+      gpu::KernelName("moe_matmul_bt", (grouped ? "gemm_" : g.k < 512 ? "gemv_" : "gemv16_") + format, dtype), inputs,
       {{g.tokens, g.slots, g.n}, dtype},
       {0.0, 0.0}, [s = s ? std::optional<WeightSpec>(*s) : std::nullopt, g, rows](const Inputs& in, const Tensor& out) {
         if (s) ops::MoeMatmulBT(in[0], WeightOf(*s, rows, g.k, in, 2), in[1], g.experts, out);
@@ -198,6 +199,10 @@ METALRT_OP_CASES(moe_matmul_cases) {
     cases.push_back(MatmulCase(nullptr, {17, 2, 8, 256, 128}, dtype, false, next()));
     cases.push_back(MatmulCase(nullptr, {17, 2, 8, 128, 256}, dtype, true, next()));   // down: K = I
   }
+  // The wide GEMV chunk (gemv16) in every format and a float expert: K = 512, 576.
+  for (const WeightSpec& s : formats)
+    cases.push_back(MatmulCase(&s, {3, 2, 8, IsKQuant(s.format) || (IsAffine(s) && s.group_size == 128) ? 512 : 576, 8}, DType::kF32, false, next()));
+  cases.push_back(MatmulCase(nullptr, {2, 2, 8, 544, 8}, DType::kBF16, true, next()));
   // Float K not a multiple of 32: a batch stays on the GEMV.
   cases.push_back(MatmulCase(nullptr, {17, 2, 8, 72, 24}, DType::kF32, false, next()));
   // A prefill-sized batch (GEMM tiles: several per expert, partial last tiles) and a

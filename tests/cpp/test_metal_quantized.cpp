@@ -3,12 +3,15 @@
 // NMSE <= 1e-6 for f32 activations (5e-4 for f16/bf16) plus a per-element bound, and
 // dequantize / quantized_embedding bit-exact, for every format and affine bit width and
 // group size, at the boundary shapes of issue #13 (K = 64 ... 896, not a multiple of 256
-// or 512; N = 1, 5, 8, 49152; m = 1..9, 33, 512). Random scales include negative ones.
+// or 512; N = 1, 5, 8, 49152; m = 1..9, 33, 512), the wide GEMV chunk (gemv16, K >= 512)
+// in every format at K = 512, 1536, 2048, 2080, and the model's shapes. Random scales
+// include negative ones.
 #include <doctest/doctest.h>
 
 #include "metal_op_testing.h"
 #include "metalrt/ops.h"
 #include "op_cases.h"
+#include "quantized_args.h"
 #include "quantized_testing.h"
 
 using namespace metalrt;
@@ -25,7 +28,9 @@ OpCase MatmulCase(const WeightSpec& s, int64_t m, int64_t k, int64_t n, DType dt
   const Tensor x = MakeFloat({m, k}, dtype, RandomValuesOf(dtype, m * k, seed));
   std::vector<Tensor> inputs{x};
   for (const Tensor& t : RandomWeight(s, n, k, seed + 1)) inputs.push_back(t);
-  const std::string variant = m <= 8 ? "gemv_" : "gemm_";
+  // m <= 8: the GEMV, with the wide chunk (gemv16) from K = 512 on (QuantGemvChunk;
+  // the weights the tests make are aligned for it), so the profiler proves the width.
+  const std::string variant = m > 8 ? "gemm_" : k >= 512 ? "gemv16_" : "gemv_";
   OpCase c = SingleOutputCase(CaseName("quantized_matmul_bt", dtype, {m, k, n}, SpecName(s)),
                               "quantized_matmul_bt",
                               gpu::KernelName("quantized_matmul_bt", variant + FormatToken(s), dtype),
@@ -121,12 +126,53 @@ METALRT_OP_CASES(quantized_cases) {
       cases.push_back(DequantizeCase(s, 3, k, DType::kF32, next()));
       cases.push_back(EmbeddingCase(s, 5, k, DType::kBF16, next()));
     }
+  // The wide GEMV chunk (16 values per lane and pass over whole passes of 512 values per
+  // part, QuantGemvChunk) in every format: K = 512 (wide only), 2048 at a small N (K
+  // split over both SIMD-groups, wide only), 1536 at N = 3072 (no split: 3 wide
+  // passes), 2048 + 32 (a ragged 8-value tail); m = 1, 7, 8.
+  std::vector<WeightSpec> wide_specs;
+  for (QuantFormat f : kGgufFormats) wide_specs.push_back({f});
+  for (int bits : {2, 3, 4, 5, 6, 8})
+    wide_specs.push_back({QuantFormat::kAffine, bits, bits % 2 ? 32 : 64 * (bits % 4 ? 2 : 1),
+                          scale_dtypes[bits % 3]});
+  for (const WeightSpec& s : wide_specs) {
+    cases.push_back(MatmulCase(s, 1, 512, 3, DType::kF32, next()));
+    cases.push_back(MatmulCase(s, 7, 2048, 1, DType::kF16, next()));
+    cases.push_back(MatmulCase(s, 8, 512, 13, DType::kBF16, next()));
+    if (!IsKQuant(s.format) && (!IsAffine(s) || s.group_size == 32))
+      cases.push_back(MatmulCase(s, 1, 2080, 5, DType::kF32, next()));
+  }
+  cases.push_back(MatmulCase(WeightSpec{QuantFormat::kQ4_0}, 1, 1536, 3072, DType::kF32, next()));
+  cases.push_back(MatmulCase(WeightSpec{QuantFormat::kQ6_K}, 2, 2048, 49152 / 64, DType::kF32, next()));
+  cases.push_back(MatmulCase(WeightSpec{QuantFormat::kQ4_1}, 1, 512, 49152, DType::kF32, next()));
+  // The model's shapes: K = 576 (one wide pass, then 8-value chunks for 8 lanes), K =
+  // 1536 split over both SIMD-groups (down_proj; 768 values per part: one wide pass and
+  // one 8-value chunk per lane); K = 256 and 32, below one wide pass, stay on gemv.
+  for (QuantFormat f : {QuantFormat::kQ4_1, QuantFormat::kQ8_0}) {
+    const WeightSpec s{f};
+    cases.push_back(MatmulCase(s, 1, 576, 192, DType::kF32, next()));
+    cases.push_back(MatmulCase(s, 1, 576, 960, DType::kBF16, next()));
+    cases.push_back(MatmulCase(s, 8, 576, 3072, DType::kF32, next()));
+    cases.push_back(MatmulCase(s, 1, 1536, 1536, DType::kF32, next()));
+    cases.push_back(MatmulCase(s, 7, 1536, 576, DType::kF16, next()));
+    cases.push_back(MatmulCase(s, 8, 256, 3, DType::kF32, next()));
+  }
   const WeightSpec affine4{QuantFormat::kAffine, 4, 64, DType::kBF16};
   cases.push_back(MatmulCase(affine4, 2, 576, 8, DType::kBF16, next()));
   cases.push_back(MatmulCase(affine4, 33, 576, 40, DType::kBF16, next()));
   cases.push_back(MatmulCase(affine4, 512, 64, 5, DType::kBF16, next()));
   cases.push_back(MatmulCase(affine4, 1, 64, 49152, DType::kF32, next()));
   return cases;
+}
+
+TEST_CASE("quantized GEMV chunk rule: wide from one whole wide pass per part on") {
+  CHECK(QuantGemvChunk(512, 1, true) == kQuantWideChunk);
+  CHECK(QuantGemvChunk(576, 1, true) == kQuantWideChunk);
+  CHECK(QuantGemvChunk(1536, 2, true) == kQuantWideChunk);   // down_proj's split K
+  CHECK(QuantGemvChunk(992, 2, true) == kQuantChunk);
+  CHECK(QuantGemvChunk(480, 1, true) == kQuantChunk);
+  CHECK(QuantGemvChunk(32, 1, true) == kQuantChunk);
+  CHECK(QuantGemvChunk(512, 1, false) == kQuantChunk);   // data not aligned for word loads
 }
 
 TEST_CASE("metal quantized_matmul_bt: f32 activations beyond the half range stay finite in the GEMM") {

@@ -33,10 +33,14 @@ OpCase WithMatmulBars(OpCase c, DType dtype) {
   return c;
 }
 
+// The GEMV variant at K: the wide chunk from K = 512 on (QuantGemvChunk; the weights
+// the tests make are aligned for it).
+std::string GemvVariant(int64_t k) { return k >= 512 ? "gemv16_" : "gemv_"; }
+
 // The kernels a call dispatches: the fused GEMV, or (m > 8) the GEMM and the second op.
-std::vector<std::string> FusedKernels(const char* op, const char* second, const WeightSpec& s, int64_t m,
+std::vector<std::string> FusedKernels(const char* op, const char* second, const WeightSpec& s, int64_t m, int64_t k,
                                       DType dtype) {
-  if (m <= 8) return {gpu::KernelName(op, "gemv_" + FormatToken(s), dtype)};
+  if (m <= 8) return {gpu::KernelName(op, GemvVariant(k) + FormatToken(s), dtype)};
   return {gpu::KernelName("quantized_matmul_bt", "gemm_" + FormatToken(s), dtype), gpu::KernelName(second, "", dtype)};
 }
 
@@ -49,7 +53,7 @@ OpCase AddCase(const WeightSpec& s, int64_t m, int64_t k, int64_t n, DType dtype
                               [s, n, k](const Inputs& in, const Tensor& out) {
                                 ops::QuantizedMatmulBTAdd(in[0], WeightOf(s, n, k, in, 2), in[1], out);
                               });
-  c.kernels = FusedKernels("quantized_matmul_bt_add", "add", s, m, dtype);
+  c.kernels = FusedKernels("quantized_matmul_bt_add", "add", s, m, k, dtype);
   return WithMatmulBars(c, dtype);
 }
 
@@ -61,7 +65,7 @@ OpCase SwigluCase(const WeightSpec& s, int64_t m, int64_t k, int64_t inner, DTyp
                               [s, inner, k](const Inputs& in, const Tensor& out) {
                                 ops::QuantizedMatmulBTSwiglu(in[0], WeightOf(s, 2 * inner, k, in, 1), out);
                               });
-  c.kernels = FusedKernels("quantized_matmul_bt_swiglu", "silu_and_mul", s, m, dtype);
+  c.kernels = FusedKernels("quantized_matmul_bt_swiglu", "silu_and_mul", s, m, k, dtype);
   return WithMatmulBars(c, dtype);
 }
 
@@ -91,7 +95,7 @@ int64_t Total(const std::vector<int64_t>& ns) {
 OpCase ConcatCase(const WeightSpec& s, int64_t m, int64_t k, std::vector<int64_t> ns, DType dtype, uint32_t seed) {
   OpCase c = SingleOutputCase(CaseName("quantized_matmul_bt_concat", dtype, {m, k, Total(ns)}, SpecName(s)),
                               "quantized_matmul_bt_concat",
-                              gpu::KernelName("quantized_matmul_bt_concat", "gemv_" + FormatToken(s), dtype),
+                              gpu::KernelName("quantized_matmul_bt_concat", GemvVariant(k) + FormatToken(s), dtype),
                               ConcatInputs(s, m, k, ns, dtype, seed), {{m, Total(ns)}, dtype}, {0.0, 0.0},
                               [s, k, ns](const Inputs& in, const Tensor& out) {
                                 ops::QuantizedMatmulBTConcat(in[0], ConcatWeights(s, k, ns, in), out);
@@ -192,14 +196,14 @@ uint32_t GridX(const std::vector<gpu::ProfileRow>& rows, const std::string& kern
   return 0;
 }
 
-TEST_CASE("metal quantized GEMVs with K split (down_proj's K = 1536): fused bit-exact with unfused, every fiber order") {
-  // K = 1536 on a small grid splits K over both SIMD-groups (QuantGemvSplits): one
-  // threadgroup per 4-row block instead of per 8 rows, the profiler's grid shows it.
-  // The split sums in a fixed part order, so every fiber order gives the same bytes and
-  // the fused epilogues still match the plain GEMV then add / silu_and_mul exactly.
-  const int64_t k = 1536, n = 576, inner = 40;
-  REQUIRE(QuantGemvSplits(n / kQuantGemvRows, k) == 2);
-  REQUIRE(QuantGemvSplits(n / kQuantGemvRows, 576) == 1);
+// The fused, concatenated and plain GEMVs at K = k over n rows, in every fiber order:
+// the fused epilogues match the plain GEMV then add / silu_and_mul byte for byte, every
+// order gives the same bytes, and the profiler shows kernel variant `gemv` ("gemv_" or
+// "gemv16_") on a grid of threadgroups per 8 rows (per 4 with K split).
+void CheckFusedGemvs(int64_t k, int64_t n, const char* gemv, int32_t splits) {
+  const int64_t inner = 40;
+  REQUIRE(QuantGemvSplits(n / kQuantGemvRows, k) == splits);
+  const uint32_t rows_per_group = static_cast<uint32_t>(kQuantGemvRows * kQuantGemvSimdgroups / splits);
   const std::vector<int64_t> ns{7, 4, 9};
   for (const WeightSpec& s : {WeightSpec{QuantFormat::kQ4_1}, WeightSpec{QuantFormat::kAffine, 4, 64, DType::kBF16}}) {
     CAPTURE(SpecName(s));
@@ -225,24 +229,25 @@ TEST_CASE("metal quantized GEMVs with K split (down_proj's K = 1536): fused bit-
       const ScopedFiberOrder scoped(order);
       Tensor product, unfused_add, fused_add = PoisonedMetal({2, n}, dtype);
       const auto plain = ProfiledRows([&] { product = ops::QuantizedMatmulBT(x, w); });
-      CHECK(GridX(plain, gpu::KernelName("quantized_matmul_bt", "gemv_" + token, dtype)) == n / kQuantGemvRows);
+      CHECK(GridX(plain, gpu::KernelName("quantized_matmul_bt", std::string(gemv) + token, dtype)) == n / rows_per_group);
       unfused_add = ops::Add(product, residual);
       const auto add = ProfiledRows([&] { ops::QuantizedMatmulBTAdd(x, w, residual, fused_add); });
-      CHECK(GridX(add, gpu::KernelName("quantized_matmul_bt_add", "gemv_" + token, dtype)) == n / kQuantGemvRows);
+      CHECK(GridX(add, gpu::KernelName("quantized_matmul_bt_add", std::string(gemv) + token, dtype)) == n / rows_per_group);
       CHECK(ReadMetal(fused_add) == ReadMetal(unfused_add));
       CHECK(Nmse(ReadMetal(product), ReadFloat(ops::QuantizedMatmulBT(CopyToDevice(x, DeviceType::kCPU),
                                                                        WeightOf(s, n, k, wt, 0)))) <= 5e-4);
 
       const Tensor fused_swiglu = PoisonedMetal({2, inner}, dtype);
       const auto swiglu = ProfiledRows([&] { ops::QuantizedMatmulBTSwiglu(x, gate_up, fused_swiglu); });
-      CHECK(GridX(swiglu, gpu::KernelName("quantized_matmul_bt_swiglu", "gemv_" + token, dtype)) ==
-            inner / kQuantGemvRows);
+      CHECK(GridX(swiglu, gpu::KernelName("quantized_matmul_bt_swiglu", std::string(gemv) + token, dtype)) ==
+            (inner + rows_per_group - 1) / rows_per_group);
       CHECK(ReadMetal(fused_swiglu) == ReadMetal(ops::SiluAndMul(ops::QuantizedMatmulBT(x, gate_up))));
 
-      // The concatenated GEMV: blocks of 4 rows per weight (2 + 1 + 3), one per threadgroup.
+      // The concatenated GEMV: blocks of 4 rows per weight (2 + 1 + 3).
       const Tensor concat = PoisonedMetal({2, Total(ns)}, dtype);
       const auto cat = ProfiledRows([&] { ops::QuantizedMatmulBTConcat(concat_inputs[0], parts, concat); });
-      CHECK(GridX(cat, gpu::KernelName("quantized_matmul_bt_concat", "gemv_" + token, dtype)) == 6u);
+      CHECK(GridX(cat, gpu::KernelName("quantized_matmul_bt_concat", std::string(gemv) + token, dtype)) ==
+            (6u * splits + 1) / 2);
       std::vector<double> expected(static_cast<size_t>(2 * Total(ns)));
       int64_t column0 = 0;
       for (const QuantizedTensor& part : parts) {
@@ -264,6 +269,17 @@ TEST_CASE("metal quantized GEMVs with K split (down_proj's K = 1536): fused bit-
       }
     }
   }
+}
+
+TEST_CASE("metal quantized GEMVs with K split (down_proj's K = 1536): fused bit-exact with unfused, every fiber order") {
+  REQUIRE(QuantGemvSplits(576 / kQuantGemvRows, 576) == 1);
+  CheckFusedGemvs(1536, 576, "gemv16_", 2);   // 768 per part: a wide pass, an 8-value tail
+}
+
+TEST_CASE("metal quantized GEMVs with the wide chunk (gemv16): fused bit-exact with unfused, every fiber order") {
+  CheckFusedGemvs(576, 576, "gemv16_", 1);    // a wide pass, an 8-value tail for 8 lanes
+  CheckFusedGemvs(2048, 576, "gemv16_", 2);   // wide passes only, K split
+  CheckFusedGemvs(256, 576, "gemv_", 1);      // below one wide pass
 }
 
 TEST_CASE("quantized fused GEMVs: bad arguments are errors naming the op") {
