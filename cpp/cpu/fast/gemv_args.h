@@ -26,10 +26,11 @@ struct GemvArgs {
   ScaleDType scale_dtype;
   const float* f16_table;  // f16 bits -> f32, 65536 entries (cpu/float_rows.h)
   const Q8Block* x;        // m * k / 32 blocks, row-major
-  float* out;              // [m, n] f32
+  float* out;              // f32, out[i * out_stride + j] for weight row j
+  int64_t out_stride;      // >= n: a fused call writes a column slice of a wider output
 };
 
-// out[i, j] = sum over k of x[i, k] * w[j, k] for weight rows j in [begin, end), one
+// out[i * out_stride + j] = sum over k of x[i, k] * w[j, k] for weight rows j in [begin, end), one
 // kernel per instruction set; only the ones SelectedGemvIsa() allows may be called.
 void GemvRowsPortable(const GemvArgs& args, int64_t begin, int64_t end);
 void GemvRowsAvx2(const GemvArgs& args, int64_t begin, int64_t end);

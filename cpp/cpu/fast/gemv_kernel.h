@@ -226,7 +226,7 @@ inline void RowTile(const GemvArgs& a, int64_t j, int64_t i0) {
     tile.x[r] = a.x + (i0 + r) * (a.k / 32);
   }
   VisitRow<Isa, F>(a, j, tile);
-  for (int r = 0; r < R; ++r) a.out[(i0 + r) * a.n + j] = Isa::Sum(tile.acc[r]) + tile.bias[r];
+  for (int r = 0; r < R; ++r) a.out[(i0 + r) * a.out_stride + j] = Isa::Sum(tile.acc[r]) + tile.bias[r];
 }
 
 // Weight rows outside, activation tiles of 4 inside: each weight row is streamed from
