@@ -43,7 +43,7 @@ bool QuantizeRowsQ8(const float* x, int64_t rows, int64_t k, Q8Block* blocks) {
       std::memset(&out, 0, sizeof(out));
       continue;
     }
-    int32_t c[32];
+    int32_t c[32];   // int32 here so the loop vectorises with one lane width
     for (int i = 0; i < 32; ++i) {
       const int32_t q = Code(v[i] / step);
       const int32_t r = Code((v[i] - step * float(q)) / out.d);
@@ -52,7 +52,10 @@ bool QuantizeRowsQ8(const float* x, int64_t rows, int64_t k, Q8Block* blocks) {
       c[i] = kResidualSteps * q + r;
     }
     int32_t sum[2] = {0, 0};
-    for (int i = 0; i < 32; ++i) sum[i / 16] += c[i];
+    for (int i = 0; i < 32; ++i) {
+      out.c[i] = static_cast<int16_t>(c[i]);
+      sum[i / 16] += c[i];
+    }
     out.sum[0] = sum[0];
     out.sum[1] = sum[1];
     out.dsum = out.d * float(sum[0] + sum[1]);

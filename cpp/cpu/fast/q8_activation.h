@@ -20,6 +20,7 @@ struct Q8Block {
   float dsum;   // d * (sum[0] + sum[1])
   int8_t q[32];
   int8_t r[32];
+  int16_t c[32];   // 254 q + r (|c| <= 32385): the AVX-512 kernel's one int16 dot per block
 };
 
 // The coarse code's step in units of d: 254 makes |r| <= 127 (|x - 254 d q| <= 127 d).
