@@ -17,7 +17,6 @@ struct GemvArgs {
   int bits;          // affine code width (2..8)
   int group_size;    // affine group (32, 64, 128)
   int64_t k;         // input features (a multiple of 32)
-  int64_t n;         // output features = weight rows
   int64_t m;         // activation rows
   const uint8_t* data;     // weight rows, row_bytes apart
   int64_t row_bytes;

@@ -43,8 +43,9 @@ bool QuantizeActivations(const Tensor& x, GemvActivations* act) {
   if (m > kGemvMaxRows) return false;
   const float* values = static_cast<const float*>(x.data());
   if (x.dtype() != DType::kF32) {
-    values = Grown(&xf, m * k);
-    LoadRowF32(x.data(), x.dtype(), 0, m * k, Grown(&xf, m * k));
+    float* converted = Grown(&xf, m * k);
+    LoadRowF32(x.data(), x.dtype(), 0, m * k, converted);
+    values = converted;
   }
   Q8Block* blocks = Grown(&xq, m * (k / 32));
   if (!QuantizeRowsQ8(values, m, k, blocks)) return false;
@@ -59,7 +60,6 @@ GemvArgs ArgsFor(const QuantizedTensor& w, const GemvActivations& act, float* ou
   args.bits = w.bits;
   args.group_size = w.group_size;
   args.k = act.k;
-  args.n = w.rows;
   args.m = act.m;
   args.data = w.data.data_as<uint8_t>();
   args.row_bytes = static_cast<int64_t>(w.data.nbytes()) / w.rows;
