@@ -2,12 +2,18 @@
 
 namespace metalrt {
 
+void Fail(const char* op, const std::string& message) {
+  throw std::invalid_argument(std::string("[") + op + "] " + message);
+}
+
+void FailType(const char* op, const std::string& message) { throw TypeError(std::string("[") + op + "] " + message); }
+
 void Check(bool condition, const char* op, const std::string& message) {
-  if (!condition) throw std::invalid_argument(std::string("[") + op + "] " + message);
+  if (!condition) Fail(op, message);
 }
 
 void CheckType(bool condition, const char* op, const std::string& message) {
-  if (!condition) throw TypeError(std::string("[") + op + "] " + message);
+  if (!condition) FailType(op, message);
 }
 
 }  // namespace metalrt

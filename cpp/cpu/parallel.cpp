@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -11,6 +12,10 @@
 #include <vector>
 
 #include <unistd.h>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
 
 namespace metalrt::cpu {
 
@@ -23,18 +28,58 @@ unsigned ParallelThreadCount() {
 
 namespace {
 
+// How long a thread polls for its next event before it sleeps. A decode step runs a
+// few hundred loops a few microseconds apart: a sleeping worker costs a futex wake
+// and a context switch (~5-20 us) per loop, a polling one ~0.1 us. Past the budget a
+// thread blocks, so an idle process (a server between requests) burns no core.
+constexpr auto kSpinBudget = std::chrono::microseconds(200);
+// Polls between clock reads and yields (a yield lets a thread that shares the core,
+// on a machine with more runnable threads than cores, run instead of the poll).
+constexpr int kPollsPerCheck = 64;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(_M_X64)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Polls ready() for up to kSpinBudget; true as soon as it holds.
+template <class Ready>
+bool SpinUntil(const Ready& ready) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinBudget;
+  for (;;) {
+    for (int i = 0; i < kPollsPerCheck; ++i) {
+      if (ready()) return true;
+      CpuRelax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return ready();
+    std::this_thread::yield();
+  }
+}
+
 // A persistent pool of ParallelThreadCount() - 1 workers; the caller runs chunk 0.
 // One parallel loop at a time; a loop started from inside a chunk runs inline.
+//
+// Handoff: the caller publishes a loop by bumping generation_, workers poll it, run
+// their chunk and count pending_ down, which the caller polls. Each side polls for
+// kSpinBudget, then sleeps on a condition variable after announcing itself
+// (sleepers_, caller_sleeping_), and the other side takes the mutex and notifies
+// only when someone announced, so the common case makes no system call. No wake-up
+// is lost: the sleeper's announcement and the waker's event are seq_cst, so either
+// the waker sees the announcement or the sleeper's check under the mutex sees the event.
 class Pool {
  public:
   Pool() {
     const unsigned threads = ParallelThreadCount();
-    for (unsigned i = 1; i < threads; ++i) workers_.emplace_back([this, i] { Work(i); });
+    for (unsigned i = 1; i < threads; ++i) workers_.emplace_back([this, i] { Work(static_cast<int>(i)); });
   }
   ~Pool() {
+    stop_.store(true);
+    generation_.fetch_add(uint64_t{1} << kCountBits);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
     }
     start_.notify_all();
     for (std::thread& w : workers_) w.join();
@@ -44,22 +89,29 @@ class Pool {
   // mutexes may be in any state: it must run every loop inline.
   bool forked() const { return getpid() != owner_; }
 
-  // Runs task(i) for i in [0, count) with count <= threads().
-  void Run(int count, const std::function<void(int)>& task) {
+  // Runs chunk i of the loop for i in [0, count) with count <= threads().
+  void Run(int count, int64_t n, int64_t chunk, ChunkFn fn, const void* context) {
     std::lock_guard<std::mutex> serial(run_mutex_);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      task_ = &task;
-      count_ = count;
-      pending_ = count - 1;
-      error_ = nullptr;
-      ++generation_;
+    fn_ = fn;
+    context_ = context;
+    n_ = n;
+    chunk_ = chunk;
+    error_ = nullptr;
+    pending_.store(count - 1, std::memory_order_relaxed);
+    // seq_cst: publishes the loop (release) and orders the read of sleepers_ below.
+    generation_.store(((generation_.load(std::memory_order_relaxed) >> kCountBits) + 1) << kCountBits |
+                      static_cast<uint64_t>(count));
+    if (sleepers_.load() > 0) {
+      { std::lock_guard<std::mutex> lock(mutex_); }
+      start_.notify_all();
     }
-    start_.notify_all();
     RunOne(0);
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return pending_ == 0; });
-    task_ = nullptr;
+    if (!SpinUntil([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      caller_sleeping_.store(true);
+      done_.wait(lock, [this] { return pending_.load() == 0; });
+      caller_sleeping_.store(false);
+    }
     if (error_) std::rethrow_exception(error_);
   }
 
@@ -68,9 +120,12 @@ class Pool {
 
  private:
   void RunOne(int i) {
+    const int64_t begin = i * chunk_;
+    const int64_t end = std::min(n_, begin + chunk_);
+    if (begin >= end) return;
     in_loop = true;
     try {
-      (*task_)(i);
+      fn_(context_, begin, end);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!error_) error_ = std::current_exception();
@@ -80,16 +135,22 @@ class Pool {
   void Work(int index) {
     uint64_t seen = 0;
     for (;;) {
-      {
+      if (!SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
         std::unique_lock<std::mutex> lock(mutex_);
-        start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-        if (index >= count_) continue;
+        sleepers_.fetch_add(1);
+        start_.wait(lock, [&] { return generation_.load() != seen; });
+        sleepers_.fetch_sub(1);
       }
+      seen = generation_.load(std::memory_order_acquire);
+      if (stop_.load()) return;
+      // A worker outside the loop reads nothing else of it: the caller may already
+      // be writing the next one.
+      if (index >= static_cast<int>(seen & ((uint64_t{1} << kCountBits) - 1))) continue;
       RunOne(index);
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
+      if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {   // seq_cst, see the class comment
+        { std::lock_guard<std::mutex> lock(mutex_); }
+        done_.notify_one();
+      }
     }
   }
 
@@ -97,11 +158,17 @@ class Pool {
   std::vector<std::thread> workers_;
   std::mutex run_mutex_, mutex_;
   std::condition_variable start_, done_;
-  const std::function<void(int)>* task_ = nullptr;
-  int count_ = 0, pending_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  std::exception_ptr error_;
+  // The loop being run: written by the caller before generation_ is bumped.
+  ChunkFn fn_ = nullptr;
+  const void* context_ = nullptr;
+  int64_t n_ = 0, chunk_ = 0;
+  std::exception_ptr error_;   // under mutex_
+  // The loop's sequence number above kCountBits, its chunk count below: one word, so
+  // a worker learns whether it takes part from the same load that shows the loop.
+  static constexpr int kCountBits = 16;   // > 1024 threads, PositiveIntFromEnv's cap
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0}, sleepers_{0};
+  std::atomic<bool> caller_sleeping_{false}, stop_{false};
 };
 thread_local bool Pool::in_loop = false;
 
@@ -114,19 +181,15 @@ Pool& ThePool() {
 
 }  // namespace
 
-void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn) {
+void ParallelForChunks(int64_t n, int64_t min_chunk, ChunkFn fn, const void* context) {
   if (n <= 0) return;
   Pool& pool = ThePool();
-  const int64_t by_size = (n + std::max<int64_t>(1, min_chunk) - 1) / std::max<int64_t>(1, min_chunk);
+  const int64_t floor = std::max<int64_t>(1, min_chunk);
+  const int64_t by_size = (n + floor - 1) / floor;
   const int threads = std::min(pool.threads(), thread_limit.load(std::memory_order_relaxed));
   const int count = static_cast<int>(std::min<int64_t>(threads, by_size));
-  if (count <= 1 || Pool::in_loop || pool.forked()) return fn(0, n);
-  const int64_t chunk = (n + count - 1) / count;
-  pool.Run(count, [&](int i) {
-    const int64_t begin = i * chunk;
-    const int64_t end = std::min(n, begin + chunk);
-    if (begin < end) fn(begin, end);
-  });
+  if (count <= 1 || Pool::in_loop || pool.forked()) return fn(context, 0, n);
+  pool.Run(count, n, (n + count - 1) / count, fn, context);
 }
 
 ScopedParallelThreadLimit::ScopedParallelThreadLimit(int threads)

@@ -1,16 +1,31 @@
 // A fixed-split parallel loop over a persistent thread pool, for the CPU kernels.
 #pragma once
 #include <cstdint>
-#include <functional>
+#include <type_traits>
 
 namespace metalrt::cpu {
 
+// The type-erased loop body ParallelFor hands the pool: fn(context, begin, end).
+using ChunkFn = void (*)(const void* context, int64_t begin, int64_t end);
+
+// ParallelFor without the template: what it compiles to.
+void ParallelForChunks(int64_t n, int64_t min_chunk, ChunkFn fn, const void* context);
+
 // Calls fn(begin, end) on contiguous chunks covering [0, n), one chunk per pool
 // thread (METALRT_CPU_THREADS, else std::thread::hardware_concurrency), none
-// shorter than `min_chunk` unless n is. Kernels compute every output independently of the chunking, so results are
-// bit-identical for any thread count. The first exception thrown by fn is rethrown.
-// A loop started from inside a chunk runs inline.
-void ParallelFor(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn);
+// shorter than `min_chunk` unless n is. Kernels compute every output independently
+// of the chunking, so results are bit-identical for any thread count. The first
+// exception thrown by fn is rethrown. A loop started from inside a chunk runs inline.
+// fn is called through a pointer to it (no std::function, no allocation per loop: a
+// decode step runs a few hundred loops).
+template <class Fn>
+void ParallelFor(int64_t n, int64_t min_chunk, const Fn& fn) {
+  static_assert(std::is_invocable_v<const Fn&, int64_t, int64_t>, "ParallelFor: fn(int64_t begin, int64_t end)");
+  ParallelForChunks(
+      n, min_chunk,
+      [](const void* context, int64_t begin, int64_t end) { (*static_cast<const Fn*>(context))(begin, end); },
+      &fn);
+}
 
 // The number of threads ParallelFor runs on (METALRT_CPU_THREADS, else
 // hardware_concurrency); std::invalid_argument for a bad METALRT_CPU_THREADS.

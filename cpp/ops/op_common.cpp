@@ -7,44 +7,44 @@
 namespace metalrt::ops::detail {
 
 void CheckDefined(const Tensor& t, const char* op, const char* arg) {
-  Check(t.defined(), op, std::string(arg) + " is an undefined tensor");
+  if (!t.defined()) Fail(op, std::string(arg) + " is an undefined tensor");
 }
 
 void CheckFloat(const Tensor& t, const char* op, const char* arg) {
   CheckDefined(t, op, arg);
-  CheckType(IsFloating(t.dtype()), op,
-            std::string(arg) + " must be float32, float16 or bfloat16, got " + DTypeName(t.dtype()));
+  if (!IsFloating(t.dtype()))
+    FailType(op, std::string(arg) + " must be float32, float16 or bfloat16, got " + DTypeName(t.dtype()));
 }
 
 void CheckDType(const Tensor& t, DType dtype, const char* op, const char* arg) {
   CheckDefined(t, op, arg);
-  CheckType(t.dtype() == dtype, op,
-            std::string(arg) + " must be " + DTypeName(dtype) + ", got " + DTypeName(t.dtype()));
+  if (t.dtype() != dtype)
+    FailType(op, std::string(arg) + " must be " + DTypeName(dtype) + ", got " + DTypeName(t.dtype()));
 }
 
 void CheckSameDType(const Tensor& a, const Tensor& b, const char* op, const char* arg_a,
                     const char* arg_b) {
-  CheckType(a.dtype() == b.dtype(), op,
-            std::string(arg_b) + " must have the dtype of " + arg_a + " (" + DTypeName(a.dtype()) +
-                "), got " + DTypeName(b.dtype()));
+  if (a.dtype() != b.dtype())
+    FailType(op, std::string(arg_b) + " must have the dtype of " + arg_a + " (" + DTypeName(a.dtype()) +
+         "), got " + DTypeName(b.dtype()));
 }
 
 void CheckRank(const Tensor& t, int rank, const char* op, const char* arg) {
   CheckDefined(t, op, arg);
-  Check(t.ndim() == rank, op,
-        std::string(arg) + " must have rank " + std::to_string(rank) + ", got shape " +
-            ShapeToString(t.shape()));
+  if (t.ndim() != rank)
+    Fail(op, std::string(arg) + " must have rank " + std::to_string(rank) + ", got shape " +
+         ShapeToString(t.shape()));
 }
 
 void CheckShape(const Tensor& t, const Shape& shape, const char* op, const char* arg) {
   CheckDefined(t, op, arg);
-  Check(t.shape() == shape, op,
-        std::string(arg) + " must have shape " + ShapeToString(shape) + ", got " +
-            ShapeToString(t.shape()));
+  if (t.shape() != shape)
+    Fail(op, std::string(arg) + " must have shape " + ShapeToString(shape) + ", got " +
+         ShapeToString(t.shape()));
 }
 
 void CheckContiguous(const Tensor& t, const char* op, const char* arg) {
-  Check(t.is_contiguous(), op, std::string(arg) + " must be contiguous");
+  if (!t.is_contiguous()) Fail(op, std::string(arg) + " must be contiguous");
 }
 
 void CheckLastDimVector(const Tensor& v, const Tensor& x, const char* op, const char* arg) {
@@ -58,9 +58,9 @@ DeviceType CommonDevice(std::initializer_list<const Tensor*> tensors, const char
   for (const Tensor* t : tensors) {
     if (!t->defined()) continue;
     if (!first) { first = t; continue; }
-    Check(t->device() == first->device(), op,
-          std::string("all tensors must be on one device, got ") + DeviceTypeName(first->device()) +
-              " and " + DeviceTypeName(t->device()));
+    if (t->device() != first->device())
+      Fail(op, std::string("all tensors must be on one device, got ") + DeviceTypeName(first->device()) +
+           " and " + DeviceTypeName(t->device()));
   }
   Check(first != nullptr, op, "no tensor arguments");
   return first->device();
@@ -71,9 +71,9 @@ Tensor OutputOrNew(const OptTensor& out, const Shape& shape, DType dtype, Device
   if (!out) return Tensor::Empty(shape, dtype, device);
   CheckShape(*out, shape, op, "out");
   CheckDType(*out, dtype, op, "out");
-  Check(out->device() == device, op,
-        std::string("out must be on ") + DeviceTypeName(device) + ", got " +
-            DeviceTypeName(out->device()));
+  if (out->device() != device)
+    Fail(op, std::string("out must be on ") + DeviceTypeName(device) + ", got " +
+         DeviceTypeName(out->device()));
   CheckContiguous(*out, op, "out");
   // A view of read-only memory (np.memmap mode="r") would fault when written.
   Check(!(out->storage() && out->storage()->read_only()), op,
@@ -105,10 +105,9 @@ void CheckNoOverlap(const Tensor& out, const Tensor& in, const char* op, const c
     return;
   const auto o = ByteRange(out);
   const auto i = ByteRange(in);
-  Check(o.second <= i.first || i.second <= o.first, op,
-        std::string("out overlaps ") + arg + (may_alias ? " (only out = " + std::string(arg) +
-                                                              " exactly is allowed)"
-                                                        : ""));
+  if (!(o.second <= i.first || i.second <= o.first))
+    Fail(op, std::string("out overlaps ") + arg +
+                 (may_alias ? " (only out = " + std::string(arg) + " exactly is allowed)" : ""));
 }
 
 bool ReadableOnHost(const Tensor& t) {
@@ -124,7 +123,7 @@ void CheckIndicesInRange(const Tensor& indices, int64_t count, int64_t lo, int64
   if (!ReadableOnHost(indices)) return;
   auto scan = [&](const auto* index) {
     for (int64_t t = 0; t < count; ++t)
-      if (index[t] < lo || index[t] >= hi) Check(false, op, describe(index[t], t));
+      if (index[t] < lo || index[t] >= hi) Fail(op, describe(index[t], t));
   };
   if (indices.dtype() == DType::kI64)
     scan(indices.data_as<int64_t>());

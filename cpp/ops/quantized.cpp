@@ -13,8 +13,8 @@ namespace {
 using namespace detail;
 
 void CheckOutputDType(DType dtype, const char* op) {
-  CheckType(IsFloating(dtype), op,
-            std::string("dtype must be float32, float16 or bfloat16, got ") + DTypeName(dtype));
+  if (!IsFloating(dtype))
+    FailType(op, std::string("dtype must be float32, float16 or bfloat16, got ") + DTypeName(dtype));
 }
 
 }  // namespace

@@ -48,8 +48,8 @@ Tensor QuantizedMatmulBTAdd(const Tensor& x, const QuantizedTensor& w, const Ten
 Tensor QuantizedMatmulBTSwiglu(const Tensor& x, const QuantizedTensor& w, const OptTensor& out) {
   constexpr const char* kOp = "quantized_matmul_bt_swiglu";
   const DeviceType device = CheckQuantizedProjection(x, w, kOp);
-  Check(w.rows % 2 == 0, kOp,
-        "w must have an even number of rows (gate rows, then up rows), got " + w.Describe());
+  if (w.rows % 2 != 0)
+    Fail(kOp, "w must have an even number of rows (gate rows, then up rows), got " + w.Describe());
   Tensor result = OutputOrNew(out, {x.dim(0), w.rows / 2}, x.dtype(), device, kOp);
   CheckOutput(result, x, w, kOp);
   RunOp(kOp, device, OpCall{Inputs({x}, w), {result}, w});
@@ -59,8 +59,8 @@ Tensor QuantizedMatmulBTSwiglu(const Tensor& x, const QuantizedTensor& w, const 
 Tensor QuantizedMatmulBTConcat(const Tensor& x, const std::vector<QuantizedTensor>& weights,
                                const OptTensor& out) {
   constexpr const char* kOp = "quantized_matmul_bt_concat";
-  Check(weights.size() == 2 || weights.size() == 3, kOp,
-        "expected 2 or 3 weights, got " + std::to_string(weights.size()));
+  if (!(weights.size() == 2 || weights.size() == 3))
+    Fail(kOp, "expected 2 or 3 weights, got " + std::to_string(weights.size()));
   const QuantizedTensor& first = weights[0];
   const DeviceType device = CheckQuantizedProjection(x, first, kOp);
   std::vector<Tensor> inputs{x};
@@ -70,8 +70,9 @@ Tensor QuantizedMatmulBTConcat(const Tensor& x, const std::vector<QuantizedTenso
     // One kernel decodes every weight: same format, code width, group and scales dtype.
     const bool same = w.format == first.format && w.bits == first.bits && w.group_size == first.group_size &&
                       (w.format != QuantFormat::kAffine || w.scales.dtype() == first.scales.dtype());
-    Check(same, kOp, "every weight must share the first's format, got " + first.Describe() + " and " +
-                         w.Describe());
+    if (!same)
+      Fail(kOp, "every weight must share the first's format, got " + first.Describe() + " and " +
+           w.Describe());
     for (const Tensor& t : WeightInputs(w)) inputs.push_back(t);
     rows += w.rows;
   }

@@ -30,9 +30,9 @@ DeviceType CheckQuantizedProjection(const Tensor& x, const QuantizedTensor& w, c
   CheckRank(x, 2, op, "x");
   CheckFloat(x, op, "x");
   CheckContiguous(x, op, "x");
-  Check(x.dim(1) == w.cols, op,
-        "x must have K=" + std::to_string(w.cols) + " columns to match w " + w.Describe() + ", got " +
-            ShapeToString(x.shape()));
+  if (x.dim(1) != w.cols)
+    Fail(op, "x must have K=" + std::to_string(w.cols) + " columns to match w " + w.Describe() + ", got " +
+         ShapeToString(x.shape()));
   return CommonDevice({&x, &w.data}, op);
 }
 

@@ -1,13 +1,17 @@
 // Gates of the CPU thread pool's ParallelFor: full coverage of the range, nesting,
-// exceptions, and a forked child that has no workers.
+// exceptions, a forked child that has no workers, back-to-back loops handed to
+// polling workers, and idle workers that sleep rather than poll.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <stdexcept>
 #include <vector>
 
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cpu/parallel.h"
@@ -84,4 +88,43 @@ TEST_CASE("parallel: ScopedParallelThreadLimit caps the chunks while it lives") 
     CHECK(chunks() == 1);
   }
   CHECK(chunks() == all);
+}
+
+TEST_CASE("parallel: back-to-back loops of every chunk count, on polling and on sleeping workers") {
+  // Thousands of loops in a row (the decode step's pattern: workers still polling
+  // when the next loop comes), loops on fewer chunks than threads (a worker outside
+  // one loop must not run a chunk of the next), and loops after a pause long enough
+  // for every worker to have gone to sleep.
+  const int threads = static_cast<int>(metalrt::cpu::ParallelThreadCount());
+  std::vector<int64_t> sums(5000);
+  for (size_t r = 0; r < sums.size(); ++r) {
+    const int64_t n = 1 + static_cast<int64_t>(r % 7);   // 1..7 chunks of one
+    std::atomic<int64_t> sum{0};
+    ParallelFor(n, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) sum += i + 1;
+    });
+    sums[r] = sum.load() - n * (n + 1) / 2;   // 0 when each index ran exactly once
+  }
+  CHECK(std::all_of(sums.begin(), sums.end(), [](int64_t s) { return s == 0; }));
+  for (int pause = 0; pause < 3; ++pause) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK(CoversOnce(1000, 1));
+    CHECK(CoversOnce(threads + 1, 1));
+  }
+}
+
+TEST_CASE("parallel: idle workers block instead of polling") {
+  CHECK(CoversOnce(1000, 1));   // workers exist and have just run
+  auto cpu_seconds = [] {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+  };
+  const double before = cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double used = cpu_seconds() - before;
+  // Each worker polls for at most its spin budget (200 us) before it sleeps; workers
+  // polling through the pause would use ~0.3 s each.
+  CAPTURE(used);
+  CHECK(used < 0.03);
 }

@@ -36,6 +36,8 @@ PROMPT = [5, 70, 71, 260, 33, 4, 99, 150, 7]
 # A reference step counts when its top-2 logit margin exceeds this: below it the two
 # implementations' different (but both correct) rounding may pick either token.
 CLEAR_MARGIN = 0.5
+QUANTIZED_GEMV_OPS = ("quantized_matmul_bt", "quantized_matmul_bt_concat", "quantized_matmul_bt_add",
+                      "quantized_matmul_bt_swiglu")
 
 
 @pytest.fixture(scope="module")
@@ -92,21 +94,30 @@ def test_quantized_model_matches_its_float_twin(tmp_path, backend, device, sourc
     expected = twin.logits(PROMPT)
     # On the CPU the oracle (the fast GEMV off) is held to the bars; the fast GEMV's
     # activation rounding (docs/cpu.md; NMSE <= 1e-7 per op) grows through the random
-    # Q8_0/Q4_0 model to 7.4e-6 on the logits, 0.8% of their largest at worst (an open
-    # item of issue #14): there it is held to NMSE 1e-5 and the same argmax.
+    # Q8_0/Q4_0 model to 7.3e-6 on the logits, 0.8% of their largest at worst: there it
+    # is held to NMSE 1e-5 and the same argmax. Not a kernel defect: that model's
+    # Q8_0/Q4_0 ops alone measure NMSE 5e-10 (2.5e-9 with a 50x activation outlier)
+    # against the oracle, and the K-quant mix 2.9e-9 on the logits; its unscaled N(0, 1)
+    # weights amplify a perturbation through the layers.
+    # The fast GEMV serves the plain op and its fused forms (cpp/cpu/fast).
+    fast_gemvs = [name for op in QUANTIZED_GEMV_OPS for name in providers.list(op, "cpu")
+                  if name.startswith("cpu_fast_")]
+    assert len(fast_gemvs) == len(QUANTIZED_GEMV_OPS)
     for fast in ((False, True) if device == "cpu" else (True,)):
-        providers.set_enabled("cpu_fast_quantized_matmul_bt", fast)
+        for name in fast_gemvs:
+            providers.set_enabled(name, fast)
         try:
             providers.reset_stats()
             got = quantized.logits(PROMPT)
         finally:
-            providers.set_enabled("cpu_fast_quantized_matmul_bt", True)
+            for name in fast_gemvs:
+                providers.set_enabled(name, True)
         exact = not fast or device != "cpu"
         assert np.isfinite(got).all() and nmse(got, expected) <= (1e-6 if exact else 1e-5), nmse(got, expected)
         assert not exact or np.abs(got - expected).max() <= 1e-3 * np.abs(expected).max()
         assert (got.argmax(axis=1) == expected.argmax(axis=1)).all()
     # Every projection and the head ran quantized; no float GEMM was left.
-    assert providers.stats("quantized_matmul_bt", device)["calls"] >= 2 * 4 + 1
+    assert sum(providers.stats(op, device)["calls"] for op in QUANTIZED_GEMV_OPS) >= 2 * 4 + 1
     assert providers.stats("quantized_embedding", device)["calls"] == 1
     assert providers.stats("matmul_bt", device)["calls"] == 0
 

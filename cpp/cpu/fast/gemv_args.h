@@ -17,7 +17,6 @@ struct GemvArgs {
   int bits;          // affine code width (2..8)
   int group_size;    // affine group (32, 64, 128)
   int64_t k;         // input features (a multiple of 32)
-  int64_t n;         // output features = weight rows
   int64_t m;         // activation rows
   const uint8_t* data;     // weight rows, row_bytes apart
   int64_t row_bytes;
@@ -26,10 +25,11 @@ struct GemvArgs {
   ScaleDType scale_dtype;
   const float* f16_table;  // f16 bits -> f32, 65536 entries (cpu/float_rows.h)
   const Q8Block* x;        // m * k / 32 blocks, row-major
-  float* out;              // [m, n] f32
+  float* out;              // f32, out[i * out_stride + j] for weight row j
+  int64_t out_stride;      // >= n: a fused call writes a column slice of a wider output
 };
 
-// out[i, j] = sum over k of x[i, k] * w[j, k] for weight rows j in [begin, end), one
+// out[i * out_stride + j] = sum over k of x[i, k] * w[j, k] for weight rows j in [begin, end), one
 // kernel per instruction set; only the ones SelectedGemvIsa() allows may be called.
 void GemvRowsPortable(const GemvArgs& args, int64_t begin, int64_t end);
 void GemvRowsAvx2(const GemvArgs& args, int64_t begin, int64_t end);

@@ -13,6 +13,10 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "cpu/fast/gemv_args.h"
 
@@ -31,11 +35,24 @@ struct UniformMap {
 
 inline UniformMap Uniform(float a, float b) { return {a, b}; }
 
-inline float Half(const float* table, const uint8_t* p) {
+// An f16 scale: one vcvtph2ps where the TU has F16C (the x86 kernels), else the 256 KB
+// table (cpu/float_rows.h), whose lookups miss L1.
+inline float Half([[maybe_unused]] const float* table, const uint8_t* p) {
   uint16_t bits;
   std::memcpy(&bits, p, 2);
+#if defined(__F16C__)
+  return _cvtsh_ss(bits);
+#else
   return table[bits];
+#endif
 }
+
+// A policy with kWideDot dots a block of codes with the activation's int16 codes
+// c = 254 q + r in one step (BlockDot); the others dot q and r apart and combine.
+template <class Isa, class = void>
+struct WideDot : std::false_type {};
+template <class Isa>
+struct WideDot<Isa, std::void_t<decltype(Isa::kWideDot)>> : std::true_type {};
 
 inline uint32_t Word(const uint8_t* p) {
   uint32_t v;
@@ -84,8 +101,9 @@ struct Tile {
   // sum u c of the block against activation row r's block (c = 254 q + r).
   template <bool kSigned>
   static typename Isa::Dot CodeDot(const typename Isa::Codes& codes, const Q8Block& xb) {
+    if constexpr (WideDot<Isa>::value) return Isa::template BlockDot<kSigned>(codes, xb);
     // 254 * coarse + residual < 2^31: |u q| <= 255 * 127 per value, 32 values.
-    if constexpr (kSigned) return Isa::Combine(Isa::DotSigned(codes, xb.q), Isa::DotSigned(codes, xb.r));
+    else if constexpr (kSigned) return Isa::Combine(Isa::DotSigned(codes, xb.q), Isa::DotSigned(codes, xb.r));
     else return Isa::Combine(Isa::DotSmall(codes, xb.q), Isa::DotSmall(codes, xb.r));
   }
 
@@ -226,7 +244,7 @@ inline void RowTile(const GemvArgs& a, int64_t j, int64_t i0) {
     tile.x[r] = a.x + (i0 + r) * (a.k / 32);
   }
   VisitRow<Isa, F>(a, j, tile);
-  for (int r = 0; r < R; ++r) a.out[(i0 + r) * a.n + j] = Isa::Sum(tile.acc[r]) + tile.bias[r];
+  for (int r = 0; r < R; ++r) a.out[(i0 + r) * a.out_stride + j] = Isa::Sum(tile.acc[r]) + tile.bias[r];
 }
 
 // Weight rows outside, activation tiles of 4 inside: each weight row is streamed from

@@ -9,7 +9,6 @@
 // provider's only departure from the oracle's f32 dot (bar: docs/cpu.md).
 #pragma once
 #include <cstdint>
-#include <vector>
 
 namespace metalrt::cpu::fast {
 
@@ -21,6 +20,7 @@ struct Q8Block {
   float dsum;   // d * (sum[0] + sum[1])
   int8_t q[32];
   int8_t r[32];
+  int16_t c[32];   // 254 q + r (|c| <= 32385): the AVX-512 kernel's one int16 dot per block
 };
 
 // The coarse code's step in units of d: 254 makes |r| <= 127 (|x - 254 d q| <= 127 d).
@@ -30,8 +30,9 @@ inline constexpr int kResidualSteps = 254;
 // block the step D = max|x| / 127 of q = round(x / D) in [-127, 127], d = D / 254 and
 // r = round((x - D q) / d) in [-127, 127], rounding half away from zero (d = 0,
 // q = r = 0 for an all-zero block).
-// False, with *blocks unspecified, when x holds a NaN or an infinity: int8 codes cannot
-// carry them, so the caller leaves the call to the oracle, which propagates them.
-bool QuantizeRowsQ8(const float* x, int64_t rows, int64_t k, std::vector<Q8Block>* blocks);
+// `blocks` has room for rows * k / 32 (the caller's scratch, reused across calls).
+// False, with the blocks unspecified, when x holds a NaN or an infinity: int8 codes
+// cannot carry them, so the caller leaves the call to the oracle, which propagates them.
+bool QuantizeRowsQ8(const float* x, int64_t rows, int64_t k, Q8Block* blocks);
 
 }  // namespace metalrt::cpu::fast

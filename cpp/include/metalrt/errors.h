@@ -17,4 +17,10 @@ void Check(bool condition, const char* op, const std::string& message);
 // Throws TypeError("[op] message") when `condition` is false.
 void CheckType(bool condition, const char* op, const std::string& message);
 
+// What Check and CheckType throw, unconditionally: for `if (!ok) Fail(op, ...)`, which
+// builds the message only when the check fails (Check's argument is built on every
+// call, and the checks run on every op of a decode step).
+[[noreturn]] void Fail(const char* op, const std::string& message);
+[[noreturn]] void FailType(const char* op, const std::string& message);
+
 }  // namespace metalrt
