@@ -27,24 +27,29 @@ Panel ColumnsPanel(const Tensor& b, int64_t n0, int64_t count, float* scratch) {
   return {scratch, count, false};
 }
 
-template <Panel (*kPanel)(const Tensor&, int64_t, int64_t, float*)>
+template <Panel (*kPanel)(const Tensor&, int64_t, int64_t, float*), PrefillGemm kGemm>
 bool BlasGemm(const OpCall& call) {
   const Tensor& a = call.inputs[0];
   const Tensor& b = call.inputs[1];
   const Tensor& out = call.outputs[0];
   const int64_t m = out.dim(0), n = out.dim(1), k = a.dim(1);
-  if (!GemmServes(m, n, k)) return false;
+  if (!GemmServes(m, n, k) || (kGemm == PrefillGemm::kBf16 && !Bf16GemmServes(k))) return false;
   std::vector<float> a_scratch;
   const float* a32 = RowsF32(a, a_scratch);
   TiledGemm(a32, m, k, n, [&](int64_t n0, int64_t count, float* scratch) { return kPanel(b, n0, count, scratch); },
-            out);
+            out, kGemm);
   return true;
 }
 
 }  // namespace
 
-// Ahead of the oracle (priority 0).
-METALRT_REGISTER_PROVIDER("matmul", DeviceType::kCPU, "cpu_blas_matmul", 10, BlasGemm<ColumnsPanel>);
-METALRT_REGISTER_PROVIDER("matmul_bt", DeviceType::kCPU, "cpu_blas_matmul_bt", 10, BlasGemm<RowsPanel>);
+// Ahead of the oracle (priority 0); the bf16 GEMM (B's rows only) ahead of the sgemm,
+// which serves what it declines (METALRT_CPU_GEMM=f32, no AVX-512 BF16, odd k).
+METALRT_REGISTER_PROVIDER("matmul", DeviceType::kCPU, "cpu_blas_matmul", 10,
+                          (BlasGemm<ColumnsPanel, PrefillGemm::kF32>));
+METALRT_REGISTER_PROVIDER("matmul_bt", DeviceType::kCPU, "cpu_blas_matmul_bt", 10,
+                          (BlasGemm<RowsPanel, PrefillGemm::kF32>));
+METALRT_REGISTER_PROVIDER("matmul_bt", DeviceType::kCPU, "cpu_bf16_matmul_bt", 11,
+                          (BlasGemm<RowsPanel, PrefillGemm::kBf16>));
 
 }  // namespace metalrt::cpu::fast
