@@ -15,9 +15,10 @@
 // roundoff 2^-8, twice per product): measured NMSE 2e-6 .. 1.1e-5 and elements within
 // 3.7e-3 of the output's largest magnitude (6.5e-3 for bf16 outputs, which round once
 // more). Held to NMSE <= kBf16Nmse (3e-5; +1e-5 for bf16 outputs) and kBf16MaxRel
-// (1.5e-2; + 2 unit roundoffs of an f16/bf16 output). Its cases run only on a CPU with AVX-512 BF16, with
-// METALRT_CPU_GEMM=bf16; the sgemm's cases run with METALRT_CPU_GEMM=f32, so the bf16
-// provider (tried first) declines them.
+// (1.5e-2; + 2 unit roundoffs of an f16/bf16 output). Its cases run only on a CPU with
+// AVX-512 BF16, with METALRT_CPU_GEMM=bf16 (unset, f32/f16 weights stay on the sgemm); the
+// sgemm's cases run with METALRT_CPU_GEMM=f32, so the bf16 provider (tried first)
+// declines them.
 //
 // Built without a BLAS (METALRT_BLAS=off, or the library absent), the providers do not
 // exist, no case is registered, and the gates below check that the oracle serves.
@@ -233,15 +234,19 @@ TEST_CASE("cpu fast gemm: a prefill-sized matmul_bt is served by the selected GE
   }
 }
 
-TEST_CASE("cpu fast gemm: METALRT_CPU_GEMM chooses f32 or bf16, bf16 by default where the CPU has it") {
+TEST_CASE("cpu fast gemm: METALRT_CPU_GEMM chooses f32 or bf16; unset, bf16 for coarse weights where the CPU has it") {
   unsetenv("METALRT_CPU_GEMM");
   const bool has = cpu::fast::CpuHasAvx512Bf16();
-  CHECK(cpu::fast::SelectedPrefillGemm() == (has ? PrefillGemm::kBf16 : PrefillGemm::kF32));
+  CHECK(cpu::fast::SelectedPrefillGemm() == (has ? PrefillGemm::kAuto : PrefillGemm::kF32));
+  CHECK(cpu::fast::PrefillGemmIsBf16(true) == has);   // quantized or bf16 weights
+  CHECK_FALSE(cpu::fast::PrefillGemmIsBf16(false));   // an f32 or f16 matmul keeps its bar
   setenv("METALRT_CPU_GEMM", "f32", 1);
   CHECK(cpu::fast::SelectedPrefillGemm() == PrefillGemm::kF32);
+  CHECK_FALSE(cpu::fast::PrefillGemmIsBf16(true));
   setenv("METALRT_CPU_GEMM", "bf16", 1);
   if (has) {
     CHECK(cpu::fast::SelectedPrefillGemm() == PrefillGemm::kBf16);
+    CHECK(cpu::fast::PrefillGemmIsBf16(false));
   } else {
     CHECK_THROWS_AS(cpu::fast::SelectedPrefillGemm(), std::invalid_argument);
   }

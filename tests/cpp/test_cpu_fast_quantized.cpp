@@ -128,7 +128,7 @@ TEST_CASE("cpu fast quantized_matmul_bt: m above kGemvMaxRows and a NaN x are de
   // Past the GEMV's rows the prefill GEMM (cpp/cpu/fast/blas: bf16, else the sgemm) serves
   // where the build has a BLAS; both decline the m = 1 call below too.
   const bool blas = std::strcmp(METALRT_BLAS_NAME, "none") != 0;
-  const bool bf16 = cpu::fast::SelectedPrefillGemm() == cpu::fast::PrefillGemm::kBf16;
+  const bool bf16 = cpu::fast::PrefillGemmIsBf16(true);
   CHECK(stats.last_selected == (!blas ? kOracle : bf16 ? "cpu_bf16_quantized_matmul_bt" : "cpu_blas_quantized_matmul_bt"));
   const uint64_t declined = blas && !bf16 ? 2 : 1;   // the GEMV, and the bf16 GEMM when not selected
   CHECK(stats.declines == declined);

@@ -31,7 +31,7 @@ bool GemmServes(int64_t m, int64_t n, int64_t k) {
          BlasAvailable();
 }
 
-bool Bf16GemmServes(int64_t k) { return k % 2 == 0 && SelectedPrefillGemm() == PrefillGemm::kBf16; }
+bool Bf16GemmServes(int64_t k, bool coarse_weight) { return k % 2 == 0 && PrefillGemmIsBf16(coarse_weight); }
 
 const float* RowsF32(const Tensor& a, std::vector<float>& scratch) {
   if (a.dtype() == DType::kF32) return a.data_as<const float>();
@@ -41,8 +41,7 @@ const float* RowsF32(const Tensor& a, std::vector<float>& scratch) {
 }
 
 void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& panel, const Tensor& out,
-               PrefillGemm gemm) {
-  const bool bf16 = gemm == PrefillGemm::kBf16;
+               bool bf16) {
   const int64_t width = PanelColumns(n, ParallelThreadCount());
   const int64_t panels = (n + width - 1) / width;
   const bool direct = out.dtype() == DType::kF32;   // the GEMM writes straight into out

@@ -28,19 +28,19 @@ using PanelFn = std::function<Panel(int64_t n0, int64_t count, float* scratch)>;
 // the BLAS loaded.
 bool GemmServes(int64_t m, int64_t n, int64_t k);
 
-// True when the bf16 GEMM should serve a product with GemmServes's sizes: it is the
-// SelectedPrefillGemm() and k is even (its pairs of k).
-bool Bf16GemmServes(int64_t k);
+// True when the bf16 GEMM should serve a product with GemmServes's sizes: k is even
+// (its pairs of k) and PrefillGemmIsBf16(coarse_weight).
+bool Bf16GemmServes(int64_t k, bool coarse_weight);
 
 // A's rows as f32: a's own memory when it is f32, else converted into `scratch`.
 const float* RowsF32(const Tensor& a, std::vector<float>& scratch);
 
 // out[m, n] (contiguous f32, f16 or bf16) = a[m, k] . W. Panels of up to 128 columns
 // are split over ParallelFor's threads; each thread fills its panel and runs a
-// single-threaded sgemm (kF32) or bf16 GEMM (kBf16: a is rounded and packed once, each
+// single-threaded sgemm (bf16 false) or bf16 GEMM (a is rounded and packed once, each
 // panel rounded to bf16 rows; the panels must be `transposed`) on it, so the panel is
 // reused by all m rows while in cache. Scratch is per thread and kept between calls.
 void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& panel, const Tensor& out,
-               PrefillGemm gemm);
+               bool bf16);
 
 }  // namespace metalrt::cpu::fast
