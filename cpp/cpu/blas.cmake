@@ -1,6 +1,6 @@
 # BLAS for the CPU device's prefill GEMM (cpp/cpu/fast/blas): Accelerate on Apple,
 # OpenBLAS from the scipy-openblas32 wheel elsewhere (a build requirement and a run-time
-# dependency in pyproject.toml). Without one the build still succeeds: the fast GEMM
+# dependency in pyproject.toml, loaded at run time). Without one the build still succeeds: the fast GEMM
 # sources are left out and the CPU oracle serves every matmul.
 #
 #   METALRT_BLAS=auto        Accelerate on Apple, else scipy-openblas32 when the Python
@@ -35,16 +35,18 @@ elseif(METALRT_BLAS STREQUAL "openblas" OR METALRT_BLAS STREQUAL "auto")
       RESULT_VARIABLE METALRT_OPENBLAS_FOUND ERROR_QUIET)
   endif()
   if(Python_EXECUTABLE AND METALRT_OPENBLAS_FOUND EQUAL 0)
-    # The wheel's own CMake package: include dir and the imported OpenBLAS::OpenBLAS.
+    # The wheel's own CMake package, for its header only: the library is dlopen-ed at
+    # run time (cpp/cpu/fast/blas/sgemm.cpp), since where pip puts scipy_openblas32
+    # relative to metalrt varies (another site directory in a --system-site-packages
+    # venv); `import metalrt` loads it by the path the package reports
+    # (python/metalrt/_blas.py), and without it the oracle serves. Executables built
+    # here (doctests, benchmarks) find it by an rpath to the wheel's directory.
     find_package(OpenBLAS CONFIG REQUIRED NO_DEFAULT_PATH PATHS "${METALRT_OPENBLAS_LIB_DIR}/cmake/openblas")
-    target_link_libraries(metalrt_core PUBLIC OpenBLAS::OpenBLAS)
+    target_include_directories(metalrt_core PRIVATE $<TARGET_PROPERTY:OpenBLAS::OpenBLAS,INTERFACE_INCLUDE_DIRECTORIES>)
+    target_link_libraries(metalrt_core PUBLIC ${CMAKE_DL_LIBS})
+    target_link_options(metalrt_core INTERFACE
+      "$<$<STREQUAL:$<TARGET_PROPERTY:TYPE>,EXECUTABLE>:LINKER:-rpath,${METALRT_OPENBLAS_LIB_DIR}>")
     set(METALRT_BLAS_NAME "openblas")
-    # The installed extension finds the library in the scipy_openblas32 package next to
-    # the metalrt package (site-packages/metalrt/_metalrt*.so -> site-packages/
-    # scipy_openblas32/lib); build-tree binaries keep CMake's absolute build rpath.
-    if(TARGET _metalrt)
-      set_property(TARGET _metalrt APPEND PROPERTY INSTALL_RPATH "$ORIGIN/../scipy_openblas32/lib")
-    endif()
   elseif(METALRT_BLAS STREQUAL "openblas")
     message(FATAL_ERROR "METALRT_BLAS=openblas: the Python interpreter (${Python_EXECUTABLE}) cannot "
                         "import scipy_openblas32; pip install scipy-openblas32, or configure with METALRT_BLAS=auto or off")

@@ -1,17 +1,21 @@
 // CPU oracle of add, mul, relu and gelu: each element converted to f32, one f32
 // operation, rounded once to the output dtype. For add and mul that is the correctly
 // rounded result in every float dtype (f32 holds the exact sum/product of two f16 or
-// bf16 values, or rounds it innocuously: 24 >= 2 * 11 + 2).
+// bf16 values, or rounds it innocuously: 24 >= 2 * 11 + 2). Chunks of elements are
+// spread over ParallelFor's threads (every element is computed alone, so the result
+// is the same on any thread count).
 #include <algorithm>
 #include <cmath>
 
 #include "cpu/float_rows.h"
+#include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
 
 namespace metalrt::cpu {
 namespace {
 
 constexpr int64_t kChunk = 1024;   // elements converted per step (stays in L1)
+constexpr int64_t kMinChunks = 16;  // per thread: a decode step's rows stay on one thread
 
 // out[i] = f(a[i], b[i mod b.numel()]): b is a's shape or a trailing suffix of it.
 template <typename F>
@@ -21,16 +25,19 @@ bool Binary(const OpCall& call, F f) {
   const Tensor& out = call.outputs[0];
   const int64_t inner = b.numel();
   if (a.numel() == 0) return true;
-  float x[kChunk], y[kChunk];
-  for (int64_t row = 0; row < a.numel() / inner; ++row) {
-    for (int64_t c = 0; c < inner; c += kChunk) {
+  // Item (row, c): elements [c kChunk, (c + 1) kChunk) of a's row `row` of b's size.
+  const int64_t per_row = (inner + kChunk - 1) / kChunk;
+  ParallelFor(a.numel() / inner * per_row, kMinChunks, [&](int64_t begin, int64_t end) {
+    float x[kChunk], y[kChunk];
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t row = item / per_row, c = item % per_row * kChunk;
       const int64_t n = std::min(kChunk, inner - c);
       LoadRowF32(a.data(), a.dtype(), row * inner + c, n, x);
       LoadRowF32(b.data(), b.dtype(), c, n, y);
       for (int64_t i = 0; i < n; ++i) x[i] = f(x[i], y[i]);
       StoreRowF32(out.data(), out.dtype(), row * inner + c, n, x);
     }
-  }
+  });
   return true;
 }
 
@@ -38,13 +45,15 @@ template <typename F>
 bool Unary(const OpCall& call, F f) {
   const Tensor& x = call.inputs[0];
   const Tensor& out = call.outputs[0];
-  float v[kChunk];
-  for (int64_t c = 0; c < x.numel(); c += kChunk) {
-    const int64_t n = std::min(kChunk, x.numel() - c);
-    LoadRowF32(x.data(), x.dtype(), c, n, v);
-    for (int64_t i = 0; i < n; ++i) v[i] = f(v[i]);
-    StoreRowF32(out.data(), out.dtype(), c, n, v);
-  }
+  ParallelFor((x.numel() + kChunk - 1) / kChunk, kMinChunks, [&](int64_t begin, int64_t end) {
+    float v[kChunk];
+    for (int64_t c = begin * kChunk; c < std::min(x.numel(), end * kChunk); c += kChunk) {
+      const int64_t n = std::min(kChunk, x.numel() - c);
+      LoadRowF32(x.data(), x.dtype(), c, n, v);
+      for (int64_t i = 0; i < n; ++i) v[i] = f(v[i]);
+      StoreRowF32(out.data(), out.dtype(), c, n, v);
+    }
+  });
   return true;
 }
 

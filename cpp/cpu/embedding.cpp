@@ -1,8 +1,10 @@
 // CPU embedding: a bit-exact row copy in any dtype. The entry point has rejected ids
 // outside [0, V) it could read; one that reaches the oracle anyway gives a zero row
-// (the Metal kernel does the same).
+// (the Metal kernel does the same). Tokens are spread over ParallelFor's threads.
+#include <algorithm>
 #include <cstring>
 
+#include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
 
 namespace metalrt::cpu {
@@ -18,12 +20,16 @@ bool Embedding(const OpCall& call) {
   const size_t row_bytes = static_cast<size_t>(weight.dim(1)) * DTypeSize(weight.dtype());
   const char* src = static_cast<const char*>(weight.data());
   char* dst = static_cast<char*>(out.data());
-  for (int64_t t = 0; t < tokens; ++t) {
-    if (id[t] >= 0 && id[t] < vocab)
-      std::memcpy(dst + t * row_bytes, src + id[t] * row_bytes, row_bytes);
-    else
-      std::memset(dst + t * row_bytes, 0, row_bytes);
-  }
+  // Chunks of at least 64 KiB of rows: a copy is cheap, a thread hand-off is not.
+  const int64_t min_tokens = std::max<int64_t>(1, 65536 / static_cast<int64_t>(std::max<size_t>(1, row_bytes)));
+  ParallelFor(tokens, min_tokens, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      if (id[t] >= 0 && id[t] < vocab)
+        std::memcpy(dst + t * row_bytes, src + id[t] * row_bytes, row_bytes);
+      else
+        std::memset(dst + t * row_bytes, 0, row_bytes);
+    }
+  });
   return true;
 }
 

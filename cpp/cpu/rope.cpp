@@ -5,11 +5,14 @@
 // angle would be off by ~1e-2 rad near position 131072 (float spacing there is 2^-6).
 // The rotation of a pair (a, b) is then f32: (a*cos - b*sin, b*cos + a*sin), in that
 // order. Building a cache and applying it therefore equals rope_neox/rope_interleaved
-// bit for bit.
+// bit for bit. Tokens are spread over ParallelFor's threads; each token's arithmetic is
+// the same on any thread count.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "cpu/float_rows.h"
+#include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
 
@@ -45,17 +48,24 @@ void RotateToken(const Tensor& x, const Tensor& out, int64_t t, const float* cos
   }
 }
 
+// Tokens per chunk of the parallel loops: a token's cos/sin row (rotary_dim / 2 pow,
+// cos and sin in double) costs a few microseconds, so a decode step's one token stays
+// on the calling thread.
+constexpr int64_t kMinTokens = 4;
+
 template <bool kNeox>
 bool Rope(const OpCall& call) {
   const Tensor& x = call.inputs[0];
   const int32_t* positions = call.inputs[1].data_as<int32_t>();
   const auto& p = call.param<ops::RopeParams>();
-  std::vector<float> cos_sin(static_cast<size_t>(p.rotary_dim));
-  std::vector<float> row(static_cast<size_t>(x.dim(2)));
-  for (int64_t t = 0; t < x.dim(0); ++t) {
-    CosSinRow(positions[t], p.rotary_dim, p.base, cos_sin.data());
-    RotateToken(x, call.outputs[0], t, cos_sin.data(), p.rotary_dim, kNeox, row);
-  }
+  ParallelFor(x.dim(0), kMinTokens, [&](int64_t begin, int64_t end) {
+    std::vector<float> cos_sin(static_cast<size_t>(p.rotary_dim));
+    std::vector<float> row(static_cast<size_t>(x.dim(2)));
+    for (int64_t t = begin; t < end; ++t) {
+      CosSinRow(positions[t], p.rotary_dim, p.base, cos_sin.data());
+      RotateToken(x, call.outputs[0], t, cos_sin.data(), p.rotary_dim, kNeox, row);
+    }
+  });
   return true;
 }
 
@@ -63,8 +73,10 @@ bool RopeCosSinCache(const OpCall& call) {
   const Tensor& positions = call.inputs[0];
   const auto& p = call.param<ops::RopeParams>();
   float* out = call.outputs[0].data_as<float>();
-  for (int64_t t = 0; t < positions.dim(0); ++t)
-    CosSinRow(positions.data_as<int32_t>()[t], p.rotary_dim, p.base, out + t * p.rotary_dim);
+  ParallelFor(positions.dim(0), kMinTokens, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      CosSinRow(positions.data_as<int32_t>()[t], p.rotary_dim, p.base, out + t * p.rotary_dim);
+  });
   return true;
 }
 
@@ -74,10 +86,14 @@ bool RopeFromCache(const OpCall& call) {
   const int32_t* positions = call.inputs[2].data_as<int32_t>();
   const int64_t rotary_dim = cache.dim(1);
   // The entry point (cpp/ops/rope.cpp) has checked every row index against the cache.
-  std::vector<float> row(static_cast<size_t>(x.dim(2)));
-  for (int64_t t = 0; t < x.dim(0); ++t)
-    RotateToken(x, call.outputs[0], t, cache.data_as<float>() + positions[t] * rotary_dim,
-                rotary_dim, call.param<ops::RopeFromCacheParams>().neox, row);
+  // Rotating a token is a few hundred multiplies: chunks of at least 16K values.
+  const int64_t values = std::max<int64_t>(1, x.dim(1) * x.dim(2));
+  ParallelFor(x.dim(0), std::max<int64_t>(1, 16384 / values), [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<size_t>(x.dim(2)));
+    for (int64_t t = begin; t < end; ++t)
+      RotateToken(x, call.outputs[0], t, cache.data_as<float>() + positions[t] * rotary_dim,
+                  rotary_dim, call.param<ops::RopeFromCacheParams>().neox, row);
+  });
   return true;
 }
 

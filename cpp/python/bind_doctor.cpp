@@ -8,6 +8,7 @@
 
 #include "bind.h"
 #include "cpu/fast/cpu_features.h"
+#include "cpu/fast/prefill_gemm.h"
 #include "cpu/parallel.h"
 #include "gpu/gpu_device.h"
 #include "gpu/metal_backend.h"
@@ -58,11 +59,14 @@ void BindDoctor(nb::module_& m) {
         // Raises (ValueError) for a malformed METALRT_CPU_ISA, which the GEMV would
         // otherwise only meet at its first quantized call.
         facts["gemv_isa"] = std::string(cpu::fast::GemvIsaName(cpu::fast::SelectedGemvIsa()));
+        // Raises (ValueError) for a malformed METALRT_CPU_GEMM, or bf16 on a CPU without it.
+        facts["prefill_gemm"] = std::string(cpu::fast::PrefillGemmName(cpu::fast::SelectedPrefillGemm()));
         return facts;
       },
       "Internal, for metalrt.doctor: dict(threads: int, the CPU backend's thread count;\n"
       "compiled_features: list of str, the SIMD extensions the build may use;\n"
-      "gemv_isa: str, the SIMD kernels the fast quantized GEMV runs, after METALRT_CPU_ISA).");
+      "gemv_isa: str, the SIMD kernels the fast quantized GEMV runs, after METALRT_CPU_ISA;\n"
+      "prefill_gemm: str, auto, f32 or bf16, the arithmetic of the prefill GEMM, after METALRT_CPU_GEMM).");
   m.def(
       "_metal_device_facts",
       [] {

@@ -6,6 +6,10 @@ device where there is none); `metalrt.ops` runs ops on the device of their input
 `compile_shader` runs your own Metal kernels; `doctor()` reports what metalrt finds
 on this machine.
 """
+from ._blas import preload as _preload_blas
+
+_preload_blas()  # before the extension dlopens it (python/metalrt/_blas.py)
+
 from ._metalrt import QuantizedTensor, Tensor, device_info, flush, is_available, synchronize
 from ._metalrt import embedded_kernel_sources, metal_library_info
 from .tensor import DTYPES, asarray, empty, zeros

@@ -58,13 +58,15 @@ def doctor() -> dict[str, Any]:
     ``cpu_threads``, ``cpu_features`` (the SIMD extensions the CPU
     kernels were compiled for) and ``cpu_gemv_isa`` (the SIMD kernels the fast quantized
     GEMV chose at run time: avx512_vnni, avx2, neon or portable, after
-    ``METALRT_CPU_ISA``); ``cxx_compiler`` (what ``compile_shader`` builds
+    ``METALRT_CPU_ISA``) and ``cpu_prefill_gemm`` (the prefill GEMM's arithmetic, after
+    ``METALRT_CPU_GEMM``: "auto" where the CPU has AVX-512 BF16 (bf16 for quantized
+    and bf16 weights, f32 for f32 and f16 weights), else "f32"; or "bf16" when set); ``cxx_compiler`` (what ``compile_shader`` builds
     kernels with on the simulated device: its path and version, or None) and
     ``cache_dir`` (downloaded models, and compiled kernels under ``kernels/``).
 
     Loads the Metal device's kernels (on a Mac without a metallib that compiles them).
     Raises ValueError when an environment setting (METALRT_METAL, METALRT_SIM_*,
-    METALRT_CPU_THREADS, METALRT_CPU_ISA) is malformed; RuntimeError when the Metal device fails to
+    METALRT_CPU_THREADS, METALRT_CPU_ISA, METALRT_CPU_GEMM) is malformed; RuntimeError when the Metal device fails to
     load its kernels.
     """
     report: dict[str, Any] = {
@@ -87,6 +89,7 @@ def doctor() -> dict[str, Any]:
     report["cpu_threads"] = cpu["threads"]
     report["cpu_features"] = ", ".join(cpu["compiled_features"]) or "baseline only"
     report["cpu_gemv_isa"] = cpu["gemv_isa"]
+    report["cpu_prefill_gemm"] = cpu["prefill_gemm"]
     compiler = cxx_compiler()
     report["cxx_compiler"] = f"{compiler} ({_compiler_version(compiler)})" if compiler else None
     report["cache_dir"] = str(cache_dir())

@@ -10,15 +10,29 @@
 // round one ulp the other way: NMSE <= 1e-6 (f16) / 2e-5 (bf16), one ulp of the
 // largest magnitude per element.
 //
+// The bf16 GEMM (cpu_bf16_matmul_bt, cpu_bf16_quantized_matmul_bt; operands rounded to
+// bf16, f32 sums) departs from the oracle by that rounding (8 significant bits, unit
+// roundoff 2^-8, twice per product): measured NMSE 2e-6 .. 1.1e-5 and elements within
+// 3.7e-3 of the output's largest magnitude (6.5e-3 for bf16 outputs, which round once
+// more). Held to NMSE <= kBf16Nmse (3e-5; +1e-5 for bf16 outputs) and kBf16MaxRel
+// (1.5e-2; + 2 unit roundoffs of an f16/bf16 output). Its cases run only on a CPU with
+// AVX-512 BF16, with METALRT_CPU_GEMM=bf16 (unset, f32/f16 weights stay on the sgemm); the
+// sgemm's cases run with METALRT_CPU_GEMM=f32, so the bf16 provider (tried first)
+// declines them.
+//
 // Built without a BLAS (METALRT_BLAS=off, or the library absent), the providers do not
 // exist, no case is registered, and the gates below check that the oracle serves.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 
+#include "cpu/fast/cpu_features.h"
 #include "cpu/fast/matmul_dispatch.h"
+#include "cpu/fast/prefill_gemm.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
 #include "op_cases.h"
@@ -32,41 +46,68 @@ namespace {
 constexpr bool kHaveBlas = std::strcmp(METALRT_BLAS_NAME, "none") != 0;
 constexpr int64_t kFirstGemmRows = cpu::fast::kGemvMaxRows + 1;
 
-void SetBars(OpCase& c, DType dtype) {
+using cpu::fast::PrefillGemm;
+
+constexpr double kBf16Nmse = 3e-5;
+constexpr double kBf16MaxRel = 1.5e-2;
+
+void SetBars(OpCase& c, DType dtype, PrefillGemm gemm) {
   c.device = DeviceType::kCPU;
+  if (gemm == PrefillGemm::kBf16) {
+    c.nmse = kBf16Nmse + (dtype == DType::kBF16 ? 1e-5 : 0.0);
+    c.max_rel = kBf16MaxRel + (dtype == DType::kF32 ? 0.0 : 2 * UnitRoundoff(dtype));
+    return;
+  }
   c.nmse = dtype == DType::kF32 ? 1e-10 : dtype == DType::kF16 ? 1e-6 : 2e-5;
   c.max_rel = dtype == DType::kF32 ? 1e-5 : 2 * UnitRoundoff(dtype);
 }
 
+// The case's provider for `op`, and its run under METALRT_CPU_GEMM=<gemm> (read by the
+// fast providers only, so the oracle's run is the same either way).
+void UseGemm(OpCase& c, const std::string& op, PrefillGemm gemm) {
+  const char* name = cpu::fast::PrefillGemmName(gemm);
+  c.provider = (gemm == PrefillGemm::kBf16 ? "cpu_bf16_" : "cpu_blas_") + op;
+  // The bf16 provider is tried first (matmul has none).
+  if (gemm == PrefillGemm::kF32 && op != "matmul") ++c.declines;
+  c.run = [run = c.run, name](const Inputs& in, const Outputs& out) {
+    setenv("METALRT_CPU_GEMM", name, 1);
+    Returned returned = run(in, out);
+    unsetenv("METALRT_CPU_GEMM");
+    return returned;
+  };
+}
+
 // matmul_bt (b [n, k]) or matmul (b [k, n]).
-OpCase FloatCase(bool bt, int64_t m, int64_t k, int64_t n, DType dtype, uint32_t seed) {
+OpCase FloatCase(bool bt, int64_t m, int64_t k, int64_t n, DType dtype, uint32_t seed,
+                 PrefillGemm gemm = PrefillGemm::kF32) {
   const std::string op = bt ? "matmul_bt" : "matmul";
   const Tensor a = MakeFloat({m, k}, dtype, RandomValuesOf(dtype, m * k, seed));
   const Shape b_shape = bt ? Shape{n, k} : Shape{k, n};
   const Tensor b = MakeFloat(b_shape, dtype, RandomValuesOf(dtype, n * k, seed + 1));
-  OpCase c = SingleOutputCase(CaseName(op, dtype, {m, k, n}, "blas"), op, "", {a, b}, {{m, n}, dtype}, {},
+  OpCase c = SingleOutputCase(CaseName(op, dtype, {m, k, n}, PrefillGemmName(gemm)), op, "", {a, b}, {{m, n}, dtype}, {},
                               [bt](const Inputs& in, const Tensor& out) {
                                 if (bt) ops::MatmulBT(in[0], in[1], out);
                                 else ops::Matmul(in[0], in[1], out);
                               });
-  c.provider = "cpu_blas_" + op;
   c.kernels.clear();
-  SetBars(c, dtype);
+  UseGemm(c, op, gemm);
+  SetBars(c, dtype, gemm);
   return c;
 }
 
-OpCase QuantizedCase(const WeightSpec& s, int64_t m, int64_t k, int64_t n, DType dtype, uint32_t seed) {
+OpCase QuantizedCase(const WeightSpec& s, int64_t m, int64_t k, int64_t n, DType dtype, uint32_t seed,
+                     PrefillGemm gemm = PrefillGemm::kF32) {
   std::vector<Tensor> inputs{MakeFloat({m, k}, dtype, RandomValuesOf(dtype, m * k, seed))};
   for (const Tensor& t : RandomWeight(s, n, k, seed + 1)) inputs.push_back(t);
-  OpCase c = SingleOutputCase(CaseName("quantized_matmul_bt", dtype, {m, k, n}, SpecName(s) + "/blas"),
+  OpCase c = SingleOutputCase(CaseName("quantized_matmul_bt", dtype, {m, k, n}, SpecName(s) + "/" + PrefillGemmName(gemm)),
                               "quantized_matmul_bt", "", inputs, {{m, n}, dtype}, {},
                               [s, n, k](const Inputs& in, const Tensor& out) {
                                 ops::QuantizedMatmulBT(in[0], WeightOf(s, n, k, in, 1), out);
                               });
-  c.provider = "cpu_blas_quantized_matmul_bt";
   c.declines = 1;   // the GEMV, tried first, owns m <= kGemvMaxRows only
   c.kernels.clear();
-  SetBars(c, dtype);
+  UseGemm(c, "quantized_matmul_bt", gemm);
+  SetBars(c, dtype, gemm);
   return c;
 }
 
@@ -113,6 +154,31 @@ METALRT_OP_CASES(cpu_fast_gemm_cases) {
     cases.push_back(QuantizedCase(s, 33, 768, 13, DType::kF32, next()));
     ++variant;
   }
+  if (!cpu::fast::CpuHasAvx512Bf16()) return cases;
+  // The bf16 GEMM: the model's shapes (K = 576, 1536; N = 192, 576, 3072 at prefills of
+  // 128 and 512 tokens, the vocabulary's 49,152) and boundaries (m = 17, 33: edge tiles
+  // of 16-row blocks; N = 1, 3, 13: edge tiles of 8 weight rows), every output dtype.
+  constexpr PrefillGemm kBf16 = PrefillGemm::kBf16;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    cases.push_back(FloatCase(true, kFirstGemmRows, 576, 1, dtype, next(), kBf16));
+    cases.push_back(FloatCase(true, 33, 1536, 3, dtype, next(), kBf16));
+    cases.push_back(FloatCase(true, 128, 576, 576, dtype, next(), kBf16));
+  }
+  cases.push_back(FloatCase(true, 512, 1536, 576, DType::kF32, next(), kBf16));
+  cases.push_back(FloatCase(true, 33, 576, 49152, DType::kF32, next(), kBf16));
+  for (QuantFormat f : kGgufFormats) {
+    const WeightSpec s{f};
+    const int64_t k_small = IsKQuant(f) ? 256 : 576;
+    cases.push_back(QuantizedCase(s, kFirstGemmRows, k_small, 3, DType::kF32, next(), kBf16));
+    cases.push_back(QuantizedCase(s, 33, 1536, 13, DType::kBF16, next(), kBf16));
+  }
+  cases.push_back(QuantizedCase(q4_1, 128, 576, 3072, DType::kF32, next(), kBf16));
+  cases.push_back(QuantizedCase(q4_1, 512, 576, 192, DType::kF32, next(), kBf16));
+  cases.push_back(QuantizedCase(q4_1, 512, 1536, 576, DType::kF32, next(), kBf16));
+  cases.push_back(QuantizedCase(q4_1, 128, 576, 49152, DType::kF32, next(), kBf16));
+  cases.push_back(QuantizedCase(q4_1, kFirstGemmRows, 576, 1, DType::kF16, next(), kBf16));
+  cases.push_back(QuantizedCase(WeightSpec{QuantFormat::kAffine, 4, 64, DType::kBF16}, 33, 768, 13, DType::kF32,
+                                next(), kBf16));
   return cases;
 }
 
@@ -139,39 +205,71 @@ TEST_CASE("cpu fast gemm: the BLAS providers are tried ahead of the oracle, or a
   }
 }
 
-TEST_CASE("cpu fast gemm: a prefill-sized matmul_bt is served by the BLAS provider, else by the oracle") {
+TEST_CASE("cpu fast gemm: a prefill-sized matmul_bt is served by the selected GEMM, else by the oracle") {
   const Tensor a = RandomF32({64, 96}, 1), b = RandomF32({24, 96}, 2);
-  ResetProviderStats();
-  const Tensor out = Poisoned({64, 24}, DType::kF32);
-  ops::MatmulBT(a, b, out);
-  const ProviderStats stats = GetProviderStats("matmul_bt", DeviceType::kCPU);
-  CHECK(stats.last_selected == (kHaveBlas ? "cpu_blas_matmul_bt" : "cpu_matmul_bt"));
-  CHECK(stats.calls == 1);
-  CHECK(stats.declines == 0);
-  // Against float64: f32 sums of 96 products.
-  const std::vector<double> av = ReadFloat(a), bv = ReadFloat(b), got = ReadFloat(out);
-  std::vector<double> ref(got.size());
+  // Against float64: f32 sums of 96 products (of bf16-rounded operands for the bf16 GEMM).
+  const std::vector<double> av = ReadFloat(a), bv = ReadFloat(b);
+  std::vector<double> ref(64 * 24);
   for (int64_t i = 0; i < 64; ++i)
     for (int64_t j = 0; j < 24; ++j) {
       double s = 0;
       for (int64_t p = 0; p < 96; ++p) s += av[i * 96 + p] * bv[j * 96 + p];
       ref[i * 24 + j] = s;
     }
-  CHECK(Nmse(got, ref) <= 1e-10);
+  std::vector<PrefillGemm> gemms{PrefillGemm::kF32};
+  if (cpu::fast::CpuHasAvx512Bf16()) gemms.push_back(PrefillGemm::kBf16);
+  for (PrefillGemm gemm : gemms) {
+    CAPTURE(cpu::fast::PrefillGemmName(gemm));
+    setenv("METALRT_CPU_GEMM", cpu::fast::PrefillGemmName(gemm), 1);
+    ResetProviderStats();
+    const Tensor out = Poisoned({64, 24}, DType::kF32);
+    ops::MatmulBT(a, b, out);
+    unsetenv("METALRT_CPU_GEMM");
+    const ProviderStats stats = GetProviderStats("matmul_bt", DeviceType::kCPU);
+    const bool bf16 = gemm == PrefillGemm::kBf16;
+    CHECK(stats.last_selected == (!kHaveBlas ? "cpu_matmul_bt" : bf16 ? "cpu_bf16_matmul_bt" : "cpu_blas_matmul_bt"));
+    CHECK(stats.calls == 1);
+    CHECK(stats.declines == (kHaveBlas && !bf16 ? 1u : 0u));   // the bf16 GEMM, tried first
+    CHECK(Nmse(ReadFloat(out), ref) <= (bf16 && kHaveBlas ? kBf16Nmse : 1e-10));
+  }
 }
 
-TEST_CASE("cpu fast gemm: with the BLAS provider disabled the oracle serves") {
+TEST_CASE("cpu fast gemm: METALRT_CPU_GEMM chooses f32 or bf16; unset, bf16 for coarse weights where the CPU has it") {
+  unsetenv("METALRT_CPU_GEMM");
+  const bool has = cpu::fast::CpuHasAvx512Bf16();
+  CHECK(cpu::fast::SelectedPrefillGemm() == (has ? PrefillGemm::kAuto : PrefillGemm::kF32));
+  CHECK(cpu::fast::PrefillGemmIsBf16(true) == has);   // quantized or bf16 weights
+  CHECK_FALSE(cpu::fast::PrefillGemmIsBf16(false));   // an f32 or f16 matmul keeps its bar
+  setenv("METALRT_CPU_GEMM", "f32", 1);
+  CHECK(cpu::fast::SelectedPrefillGemm() == PrefillGemm::kF32);
+  CHECK_FALSE(cpu::fast::PrefillGemmIsBf16(true));
+  setenv("METALRT_CPU_GEMM", "bf16", 1);
+  if (has) {
+    CHECK(cpu::fast::SelectedPrefillGemm() == PrefillGemm::kBf16);
+    CHECK(cpu::fast::PrefillGemmIsBf16(false));
+  } else {
+    CHECK_THROWS_AS(cpu::fast::SelectedPrefillGemm(), std::invalid_argument);
+  }
+  setenv("METALRT_CPU_GEMM", "fp8", 1);
+  CHECK_THROWS_WITH_AS(cpu::fast::SelectedPrefillGemm(), "METALRT_CPU_GEMM must be f32 or bf16, got 'fp8'",
+                       std::invalid_argument);
+  unsetenv("METALRT_CPU_GEMM");
+}
+
+TEST_CASE("cpu fast gemm: with the prefill GEMMs disabled the oracle serves") {
   if (!kHaveBlas) return;   // nothing to disable: the gate above shows the oracle serving
   const Tensor x = RandomF32({40, 64}, 3);
   const WeightSpec s{QuantFormat::kQ4_1};
   const std::vector<Tensor> w = RandomWeight(s, 8, 64, 4);
+  SetProviderEnabled("cpu_bf16_quantized_matmul_bt", false);
   SetProviderEnabled("cpu_blas_quantized_matmul_bt", false);
   ResetProviderStats();
   const Tensor out = Poisoned({40, 8}, DType::kF32);
   ops::QuantizedMatmulBT(x, WeightOf(s, 8, 64, w, 0), out);
   SetProviderEnabled("cpu_blas_quantized_matmul_bt", true);
+  SetProviderEnabled("cpu_bf16_quantized_matmul_bt", true);
   const ProviderStats stats = GetProviderStats("quantized_matmul_bt", DeviceType::kCPU);
-  CHECK(stats.last_selected != "cpu_blas_quantized_matmul_bt");
+  CHECK(stats.last_selected == "cpu_quantized_matmul_bt");
   CHECK(stats.calls == 1);
   const std::vector<double> got = ReadFloat(out);
   CHECK(std::none_of(got.begin(), got.end(), [](double v) { return std::isnan(v); }));
@@ -186,6 +284,7 @@ TEST_CASE("cpu fast gemm: decode-sized m (up to kGemvMaxRows) is declined to the
     ops::MatmulBT(a, b, Poisoned({m, 8}, DType::kF32));
     const ProviderStats stats = GetProviderStats("matmul_bt", DeviceType::kCPU);
     CHECK(stats.last_selected != "cpu_blas_matmul_bt");
+    CHECK(stats.last_selected != "cpu_bf16_matmul_bt");
     CHECK(stats.declines >= 1);
   }
 }

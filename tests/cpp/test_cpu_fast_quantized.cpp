@@ -17,6 +17,7 @@
 
 #include "cpu/fast/cpu_features.h"
 #include "cpu/fast/matmul_dispatch.h"
+#include "cpu/fast/prefill_gemm.h"
 #include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
@@ -124,11 +125,13 @@ TEST_CASE("cpu fast quantized_matmul_bt: m above kGemvMaxRows and a NaN x are de
   ResetProviderStats();
   ops::QuantizedMatmulBT(x, w, Poisoned({m, 40}, DType::kF32));
   ProviderStats stats = GetProviderStats("quantized_matmul_bt", DeviceType::kCPU);
-  // Past the GEMV's rows the BLAS GEMM (cpp/cpu/fast/blas) serves where the build has one;
-  // it declines the m = 1 call below too.
+  // Past the GEMV's rows the prefill GEMM (cpp/cpu/fast/blas: bf16, else the sgemm) serves
+  // where the build has a BLAS; both decline the m = 1 call below too.
   const bool blas = std::strcmp(METALRT_BLAS_NAME, "none") != 0;
-  CHECK(stats.last_selected == (blas ? "cpu_blas_quantized_matmul_bt" : kOracle));
-  CHECK(stats.declines == 1);
+  const bool bf16 = cpu::fast::PrefillGemmIsBf16(true);
+  CHECK(stats.last_selected == (!blas ? kOracle : bf16 ? "cpu_bf16_quantized_matmul_bt" : "cpu_blas_quantized_matmul_bt"));
+  const uint64_t declined = blas && !bf16 ? 2 : 1;   // the GEMV, and the bf16 GEMM when not selected
+  CHECK(stats.declines == declined);
 
   std::vector<double> values = RandomValues(64, 6);
   values[3] = std::numeric_limits<double>::quiet_NaN();
@@ -137,7 +140,7 @@ TEST_CASE("cpu fast quantized_matmul_bt: m above kGemvMaxRows and a NaN x are de
   ops::QuantizedMatmulBT(MakeFloat({1, 64}, DType::kF32, values), w, out);
   stats = GetProviderStats("quantized_matmul_bt", DeviceType::kCPU);
   CHECK(stats.last_selected == kOracle);
-  CHECK(stats.declines == (blas ? 3u : 2u));
+  CHECK(stats.declines == declined + (blas ? 3u : 1u));
   for (double v : ReadFloat(out)) CHECK(std::isnan(v));   // the oracle propagates it to every output
 }
 
@@ -153,8 +156,8 @@ TEST_CASE("cpu fast quantized_matmul_bt: with the fast provider disabled the ora
   const ProviderStats stats = GetProviderStats("quantized_matmul_bt", DeviceType::kCPU);
   SetProviderEnabled(kFast, true);
   CHECK(stats.last_selected == kOracle);
-  // Disabled, not declined; the BLAS GEMM, where built, declines m = 1.
-  CHECK(stats.declines == (std::strcmp(METALRT_BLAS_NAME, "none") != 0 ? 1u : 0u));
+  // Disabled, not declined; the prefill GEMMs (bf16, sgemm), where built, decline m = 1.
+  CHECK(stats.declines == (std::strcmp(METALRT_BLAS_NAME, "none") != 0 ? 2u : 0u));
   // The oracle's own result: dequantize, then the f64 dot, within f32 rounding.
   const std::vector<double> dense = ReadFloat(ops::Dequantize(w)), xs = ReadFloat(x);
   std::vector<double> want(70, 0.0);

@@ -16,6 +16,7 @@ KEYS = ("metalrt", "python", "platform", "models_run_on", "models_run_on_why", "
         "metal_device_kind", "metal_selection", "gpu_family", "unified_memory",
         "max_threadgroup_memory_bytes", "max_threads_per_threadgroup", "simd_width",
         "kernel_library", "cpu_threads", "cpu_features", "cpu_gemv_isa",
+        "cpu_prefill_gemm",
         "cxx_compiler", "cache_dir")
 
 
@@ -70,6 +71,11 @@ def test_the_environment_is_reported(tmp_path):
                           env={**env, "METALRT_CPU_ISA": "portable"})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["cpu_gemv_isa"] == "portable"
+    assert report["cpu_prefill_gemm"] in ("auto", "f32")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**env, "METALRT_CPU_GEMM": "f32"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["cpu_prefill_gemm"] == "f32"
     assert report["cache_dir"] == str(tmp_path)
     if metalrt.is_available("metal"):
         assert report["metal_selection"] == "sim (METALRT_METAL=sim)"
@@ -101,6 +107,9 @@ def test_a_bad_setting_is_a_one_line_error():
     assert proc.returncode == 1
     assert proc.stderr == ("metalrt: error: METALRT_CPU_ISA must be one of portable, avx2, "
                            "avx512_vnni, neon, got 'fastest'\n")
+    proc = run_doctor(METALRT_CPU_GEMM="fp8")
+    assert proc.returncode == 1
+    assert proc.stderr == "metalrt: error: METALRT_CPU_GEMM must be f32 or bf16, got 'fp8'\n"
 
 
 

@@ -63,13 +63,18 @@ def check_generate() -> None:
 
 
 def check_cpu_blas() -> None:
-    """A prefill-sized matmul_bt on the CPU runs through the BLAS provider: the wheel's
-    extension found OpenBLAS (scipy-openblas32, by rpath) or Accelerate."""
+    """A prefill-sized matmul_bt on the CPU runs through the BLAS provider under
+    METALRT_CPU_GEMM=f32: the wheel's extension found OpenBLAS (scipy-openblas32, loaded
+    by metalrt/_blas.py) or Accelerate."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((64, 32), dtype=np.float32)
     b = rng.standard_normal((8, 32), dtype=np.float32)
     metalrt.providers.reset_stats()
-    got = metalrt.ops.matmul_bt(metalrt.asarray(a), metalrt.asarray(b)).numpy()
+    os.environ["METALRT_CPU_GEMM"] = "f32"   # the sgemm, not the bf16 GEMM ahead of it
+    try:
+        got = metalrt.ops.matmul_bt(metalrt.asarray(a), metalrt.asarray(b)).numpy()
+    finally:
+        del os.environ["METALRT_CPU_GEMM"]
     served = metalrt.providers.stats("matmul_bt", "cpu")["last_selected"]
     if served != "cpu_blas_matmul_bt":
         sys.exit(f"a 64-row matmul_bt on the CPU was served by {served!r}, not the BLAS GEMM")

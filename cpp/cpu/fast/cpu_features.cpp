@@ -31,10 +31,18 @@ GemvIsa Detect() {
     return GemvIsa::kAvx2;
   return GemvIsa::kPortable;
 }
+
+bool DetectAvx512Bf16() {
+  return (Xcr0() & 0xE6) == 0xE6 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+}
 #elif defined(__aarch64__)
 GemvIsa Detect() { return GemvIsa::kNeon; }   // NEON is part of the arm64 baseline
 #else
 GemvIsa Detect() { return GemvIsa::kPortable; }
+#endif
+#if !defined(__x86_64__) && !defined(__i386__)
+bool DetectAvx512Bf16() { return false; }
 #endif
 
 // The ISAs in increasing order of what they need; an override may only go down it.
@@ -74,6 +82,11 @@ const char* GemvIsaName(GemvIsa isa) {
     case GemvIsa::kPortable: break;
   }
   return "portable";
+}
+
+bool CpuHasAvx512Bf16() {
+  static const bool has = DetectAvx512Bf16();
+  return has;
 }
 
 GemvIsa SelectedGemvIsa() {

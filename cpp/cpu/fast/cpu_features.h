@@ -18,4 +18,8 @@ const char* GemvIsaName(GemvIsa isa);
 // or an unknown name, is std::invalid_argument.
 GemvIsa SelectedGemvIsa();
 
+// True when the CPU has AVX-512 F/BW/VL and BF16 (vdpbf16ps) and the OS saves the ZMM
+// and opmask state: the bf16 prefill GEMM (gemm_bf16.h) may run.
+bool CpuHasAvx512Bf16();
+
 }  // namespace metalrt::cpu::fast

@@ -27,24 +27,30 @@ Panel ColumnsPanel(const Tensor& b, int64_t n0, int64_t count, float* scratch) {
   return {scratch, count, false};
 }
 
-template <Panel (*kPanel)(const Tensor&, int64_t, int64_t, float*)>
+template <Panel (*kPanel)(const Tensor&, int64_t, int64_t, float*), bool kBf16>
 bool BlasGemm(const OpCall& call) {
   const Tensor& a = call.inputs[0];
   const Tensor& b = call.inputs[1];
   const Tensor& out = call.outputs[0];
   const int64_t m = out.dim(0), n = out.dim(1), k = a.dim(1);
-  if (!GemmServes(m, n, k)) return false;
+  if (!GemmServes(m, n, k) || (kBf16 && !Bf16GemmServes(k, b.dtype() == DType::kBF16))) return false;
   std::vector<float> a_scratch;
   const float* a32 = RowsF32(a, a_scratch);
   TiledGemm(a32, m, k, n, [&](int64_t n0, int64_t count, float* scratch) { return kPanel(b, n0, count, scratch); },
-            out);
+            out, kBf16);
   return true;
 }
 
 }  // namespace
 
-// Ahead of the oracle (priority 0).
-METALRT_REGISTER_PROVIDER("matmul", DeviceType::kCPU, "cpu_blas_matmul", 10, BlasGemm<ColumnsPanel>);
-METALRT_REGISTER_PROVIDER("matmul_bt", DeviceType::kCPU, "cpu_blas_matmul_bt", 10, BlasGemm<RowsPanel>);
+// Ahead of the oracle (priority 0); the bf16 GEMM (B's rows only) ahead of the sgemm,
+// which serves what it declines (f32/f16 weights unless METALRT_CPU_GEMM=bf16, every
+// weight under METALRT_CPU_GEMM=f32 or without AVX-512 BF16, odd k).
+METALRT_REGISTER_PROVIDER("matmul", DeviceType::kCPU, "cpu_blas_matmul", 10,
+                          (BlasGemm<ColumnsPanel, false>));
+METALRT_REGISTER_PROVIDER("matmul_bt", DeviceType::kCPU, "cpu_blas_matmul_bt", 10,
+                          (BlasGemm<RowsPanel, false>));
+METALRT_REGISTER_PROVIDER("matmul_bt", DeviceType::kCPU, "cpu_bf16_matmul_bt", 11,
+                          (BlasGemm<RowsPanel, true>));
 
 }  // namespace metalrt::cpu::fast

@@ -87,7 +87,7 @@ bool PrefillAttention(const OpCall& call) {
   const int64_t batch = block_tables.dim(0), kv_heads = call.inputs[1].dim(2);
   bool has_prefill = false;
   for (int64_t b = 0; b < batch; ++b) has_prefill |= query_start_loc[b + 1] - query_start_loc[b] > 1;
-  if (!has_prefill || query.numel() == 0) return false;
+  if (!has_prefill || query.numel() == 0 || !BlasAvailable()) return false;
   std::vector<float> keys, values;
   for (int64_t b = 0; b < batch; ++b) {
     const Request r{query_start_loc[b + 1] - query_start_loc[b], seq_lens[b], query_start_loc[b]};

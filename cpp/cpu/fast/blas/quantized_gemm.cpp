@@ -11,12 +11,13 @@
 namespace metalrt::cpu::fast {
 namespace {
 
+template <bool kBf16>
 bool BlasQuantizedGemm(const OpCall& call) {
   const Tensor& x = call.inputs[0];
   const QuantizedTensor& w = call.param<QuantizedTensor>();
   const Tensor& out = call.outputs[0];
   const int64_t m = x.dim(0), n = w.rows, k = w.cols;
-  if (!GemmServes(m, n, k)) return false;
+  if (!GemmServes(m, n, k) || (kBf16 && !Bf16GemmServes(k, true))) return false;
   std::vector<float> x_scratch;
   const float* x32 = RowsF32(x, x_scratch);
   TiledGemm(x32, m, k, n,
@@ -24,15 +25,18 @@ bool BlasQuantizedGemm(const OpCall& call) {
               for (int64_t r = 0; r < count; ++r) DequantizeRow(w, n0 + r, scratch + r * k);
               return Panel{scratch, k, true};
             },
-            out);
+            out, kBf16);
   return true;
 }
 
 }  // namespace
 
 // Ahead of the oracle (priority 0), after the GEMV (5), which owns m <= kGemvMaxRows:
-// a decode step is served by the first provider tried.
+// a decode step is served by the first provider tried. The bf16 GEMM (4) ahead of the
+// sgemm (3), which serves what it declines (METALRT_CPU_GEMM=f32, no AVX-512 BF16, odd k).
+METALRT_REGISTER_PROVIDER("quantized_matmul_bt", DeviceType::kCPU, "cpu_bf16_quantized_matmul_bt", 4,
+                          BlasQuantizedGemm<true>);
 METALRT_REGISTER_PROVIDER("quantized_matmul_bt", DeviceType::kCPU, "cpu_blas_quantized_matmul_bt", 3,
-                          BlasQuantizedGemm);
+                          BlasQuantizedGemm<false>);
 
 }  // namespace metalrt::cpu::fast

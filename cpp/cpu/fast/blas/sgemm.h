@@ -9,11 +9,18 @@ namespace metalrt::cpu::fast {
 // 32-bit integer arguments.
 inline constexpr int64_t kSgemmMaxDim = INT32_MAX;
 
+// True when the BLAS can be called. Accelerate is linked, so always; OpenBLAS is
+// looked up at first use (dlopen of libscipy_openblas.so, which `import metalrt` loads
+// from the scipy_openblas32 package wherever it is installed, python/metalrt/_blas.py),
+// so an install without it still imports and the BLAS providers decline to the oracle.
+bool BlasAvailable();
+
 // C[m, n] (row stride ldc) = A[m, k] (row stride lda) . op(B), where op(B) = B[k, n]
 // (row stride ldb) or, with b_transposed, B[n, k]^T (row stride ldb); every value f32,
-// every dimension in [1, kSgemmMaxDim]. The BLAS runs single-threaded (its own thread
-// pool is set to one thread at first use) so that callers split the work over
-// ParallelFor's METALRT_CPU_THREADS threads without oversubscribing the cores.
+// every dimension in [1, kSgemmMaxDim]; only when BlasAvailable(). The BLAS runs
+// single-threaded (its own thread pool is set to one thread when it is loaded) so that
+// callers split the work over ParallelFor's METALRT_CPU_THREADS threads without
+// oversubscribing the cores.
 void Sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
            int64_t ldb, bool b_transposed, float* c, int64_t ldc);
 

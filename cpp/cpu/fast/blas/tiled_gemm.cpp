@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cpu/fast/blas/sgemm.h"
+#include "cpu/fast/gemm_bf16.h"
 #include "cpu/fast/matmul_dispatch.h"
 #include "cpu/float_rows.h"
 #include "cpu/parallel.h"
@@ -26,8 +27,11 @@ int64_t PanelColumns(int64_t n, int64_t threads) {
 }  // namespace
 
 bool GemmServes(int64_t m, int64_t n, int64_t k) {
-  return m > kGemvMaxRows && n >= 1 && k >= 1 && m <= kSgemmMaxDim && n <= kSgemmMaxDim && k <= kSgemmMaxDim;
+  return m > kGemvMaxRows && n >= 1 && k >= 1 && m <= kSgemmMaxDim && n <= kSgemmMaxDim && k <= kSgemmMaxDim &&
+         BlasAvailable();
 }
+
+bool Bf16GemmServes(int64_t k, bool coarse_weight) { return k % 2 == 0 && PrefillGemmIsBf16(coarse_weight); }
 
 const float* RowsF32(const Tensor& a, std::vector<float>& scratch) {
   if (a.dtype() == DType::kF32) return a.data_as<const float>();
@@ -36,18 +40,39 @@ const float* RowsF32(const Tensor& a, std::vector<float>& scratch) {
   return scratch.data();
 }
 
-void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& panel, const Tensor& out) {
+void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& panel, const Tensor& out,
+               bool bf16) {
   const int64_t width = PanelColumns(n, ParallelThreadCount());
   const int64_t panels = (n + width - 1) / width;
-  const bool direct = out.dtype() == DType::kF32;   // sgemm writes straight into out
+  const bool direct = out.dtype() == DType::kF32;   // the GEMM writes straight into out
+  // The calling thread's, reached by the pool threads through `packed` (a thread_local
+  // named in the lambdas would be each pool thread's own).
+  static thread_local std::vector<uint32_t> packed_a;
+  uint32_t* packed = nullptr;
+  if (bf16) {
+    packed_a.resize(static_cast<size_t>(Bf16PackedSize(m, k)));
+    packed = packed_a.data();
+    ParallelFor((m + kBf16RowBlock - 1) / kBf16RowBlock, 1, [&](int64_t begin, int64_t end) {
+      PackRowsBf16Avx512(a, m, k, begin, end, packed);
+    });
+  }
   ParallelFor(panels, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch(static_cast<size_t>(width * k));
-    std::vector<float> result(direct ? 0 : static_cast<size_t>(m * width));
+    static thread_local std::vector<float> scratch, result;
+    static thread_local std::vector<uint16_t> rows_bf16;
+    scratch.resize(static_cast<size_t>(width * k));
+    if (!direct) result.resize(static_cast<size_t>(m * width));
+    if (bf16) rows_bf16.resize(static_cast<size_t>(width * k));
     for (int64_t p = begin; p < end; ++p) {
       const int64_t n0 = p * width, count = std::min(width, n - n0);
       const Panel w = panel(n0, count, scratch.data());
       float* c = direct ? out.data_as<float>() + n0 : result.data();
-      Sgemm(m, count, k, a, k, w.data, w.ld, w.transposed, c, direct ? n : count);
+      const int64_t ldc = direct ? n : count;
+      if (bf16) {
+        for (int64_t r = 0; r < count; ++r) RoundToBf16Avx512(w.data + r * w.ld, k, rows_bf16.data() + r * k);
+        GemmBf16Avx512(packed, m, k, rows_bf16.data(), count, c, ldc);
+      } else {
+        Sgemm(m, count, k, a, k, w.data, w.ld, w.transposed, c, ldc);
+      }
       if (direct) continue;
       for (int64_t row = 0; row < m; ++row)
         StoreRowF32(out.data(), out.dtype(), row * n + n0, count, result.data() + row * count);

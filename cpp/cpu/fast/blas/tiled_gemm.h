@@ -1,11 +1,13 @@
-// The prefill GEMM driver shared by the BLAS providers: out = A . W for a weight W
-// that arrives as f32 panels of output columns (a float weight's own rows, converted
-// f16/bf16 rows, or dequantized quantized rows), one sgemm per panel.
+// The prefill GEMM driver shared by the BLAS and bf16 providers: out = A . W for a
+// weight W that arrives as f32 panels of output columns (a float weight's own rows,
+// converted f16/bf16 rows, or dequantized quantized rows), one sgemm or bf16 GEMM
+// (cpp/cpu/fast/gemm_bf16.h) per panel.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <vector>
 
+#include "cpu/fast/prefill_gemm.h"
 #include "metalrt/tensor.h"
 
 namespace metalrt::cpu::fast {
@@ -22,15 +24,23 @@ struct Panel {
 using PanelFn = std::function<Panel(int64_t n0, int64_t count, float* scratch)>;
 
 // True when the BLAS GEMM should serve an [m, k] x [k, n] product: m above the GEMV's
-// rows (cpp/cpu/fast/matmul_dispatch.h) and every size within the BLAS's int range.
+// rows (cpp/cpu/fast/matmul_dispatch.h), every size within the BLAS's int range and
+// the BLAS loaded.
 bool GemmServes(int64_t m, int64_t n, int64_t k);
+
+// True when the bf16 GEMM should serve a product with GemmServes's sizes: k is even
+// (its pairs of k) and PrefillGemmIsBf16(coarse_weight).
+bool Bf16GemmServes(int64_t k, bool coarse_weight);
 
 // A's rows as f32: a's own memory when it is f32, else converted into `scratch`.
 const float* RowsF32(const Tensor& a, std::vector<float>& scratch);
 
 // out[m, n] (contiguous f32, f16 or bf16) = a[m, k] . W. Panels of up to 128 columns
 // are split over ParallelFor's threads; each thread fills its panel and runs a
-// single-threaded sgemm on it, so the panel is reused by all m rows while in cache.
-void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& panel, const Tensor& out);
+// single-threaded sgemm (bf16 false) or bf16 GEMM (a is rounded and packed once, each
+// panel rounded to bf16 rows; the panels must be `transposed`) on it, so the panel is
+// reused by all m rows while in cache. Scratch is per thread and kept between calls.
+void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& panel, const Tensor& out,
+               bool bf16);
 
 }  // namespace metalrt::cpu::fast

@@ -1,0 +1,36 @@
+// The bf16 prefill GEMM: C = A . W^T with A and W rounded to bf16 (round-to-nearest-
+// even) and f32 products summed in f32, on AVX-512 BF16's vdpbf16ps, which multiplies
+// and adds 32 bf16 pairs per instruction (twice the f32 FMA rate). The kernels are in
+// gemm_bf16_avx512.cpp, compiled with its own target flags (fast.cmake) and called only
+// when SelectedPrefillGemm() (prefill_gemm.h) is kBf16.
+//
+// Layout: W is `count` rows of k bf16 (a row's values side by side, so a pair of
+// consecutive k is one 32-bit broadcast); A is packed once per call as blocks of
+// kBf16RowBlock rows, each block k / 2 groups of 16 pairs (A[r][2p], A[r][2p + 1]),
+// r the block's rows, so one 512-bit load holds pair p of 16 rows.
+#pragma once
+#include <cstdint>
+
+namespace metalrt::cpu::fast {
+
+inline constexpr int64_t kBf16RowBlock = 16;
+
+// The packed A's size in 32-bit words: m rounded up to whole blocks, times k / 2.
+inline int64_t Bf16PackedSize(int64_t m, int64_t k) {
+  return (m + kBf16RowBlock - 1) / kBf16RowBlock * kBf16RowBlock * (k / 2);
+}
+
+// Packs the row blocks [block_begin, block_end) of a[m, k] (f32, row-major, k even)
+// into `packed` (Bf16PackedSize words); rows past m are zeros.
+void PackRowsBf16Avx512(const float* a, int64_t m, int64_t k, int64_t block_begin, int64_t block_end,
+                        uint32_t* packed);
+
+// dst[i] = bf16(src[i]) for i < n, round-to-nearest-even (NaN stays NaN).
+void RoundToBf16Avx512(const float* src, int64_t n, uint16_t* dst);
+
+// c[i * ldc + j] = sum_k a[i][k] w[j][k] for i < m, j < count, from the packed a and
+// the bf16 rows w[count, k] (k even).
+void GemmBf16Avx512(const uint32_t* packed_a, int64_t m, int64_t k, const uint16_t* w, int64_t count,
+                    float* c, int64_t ldc);
+
+}  // namespace metalrt::cpu::fast

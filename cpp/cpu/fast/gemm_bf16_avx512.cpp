@@ -1,0 +1,127 @@
+// The bf16 prefill GEMM's kernels for AVX-512 BF16 (compiled with -mavx512f -mavx512bw
+// -mavx512vl -mavx512bf16, see fast.cmake; called only when prefill_gemm.cpp found the
+// CPU bits and the OS's ZMM state). Internal linkage for everything but the three entry
+// points, so no AVX-512 code can be shared with the rest of the binary.
+#include "cpu/fast/gemm_bf16.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+namespace metalrt::cpu::fast {
+namespace {
+
+// A register tile: kRows weight rows x kBlocks blocks of 16 activation rows, as
+// kRows * kBlocks accumulators (8 x 3 = 24 of the 32 ZMM registers; the rest hold the
+// activation pairs and a broadcast weight pair). Per pair of k: kBlocks loads, kRows
+// broadcasts, kRows * kBlocks vdpbf16ps.
+constexpr int kMaxRows = 8;
+constexpr int kMaxBlocks = 3;
+
+template <int kRows, int kBlocks>
+void Tile(const uint16_t* w, int64_t k, const uint32_t* a, float* c, int64_t ldc, int64_t valid_rows) {
+  const int64_t pairs = k / 2;
+  __m512 acc[kRows][kBlocks];
+  for (int r = 0; r < kRows; ++r)
+    for (int b = 0; b < kBlocks; ++b) acc[r][b] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512bh x[kBlocks];
+    for (int b = 0; b < kBlocks; ++b)
+      x[b] = (__m512bh)_mm512_loadu_si512(a + (b * pairs + p) * kBf16RowBlock);
+    for (int r = 0; r < kRows; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, w + r * k + 2 * p, sizeof(pair));
+      const __m512bh wv = (__m512bh)_mm512_set1_epi32(pair);
+      for (int b = 0; b < kBlocks; ++b) acc[r][b] = _mm512_dpbf16_ps(acc[r][b], wv, x[b]);
+    }
+  }
+  // Lane l of acc[r][b] is output (activation row 16 b + l, weight row r).
+  alignas(64) float lanes[kBf16RowBlock];
+  for (int b = 0; b < kBlocks; ++b) {
+    const int64_t rows = std::min<int64_t>(kBf16RowBlock, valid_rows - b * kBf16RowBlock);
+    for (int r = 0; r < kRows; ++r) {
+      _mm512_store_ps(lanes, acc[r][b]);
+      for (int64_t l = 0; l < rows; ++l) c[(b * kBf16RowBlock + l) * ldc + r] = lanes[l];
+    }
+  }
+}
+
+using TileFn = void (*)(const uint16_t*, int64_t, const uint32_t*, float*, int64_t, int64_t);
+
+template <int kRows, int... kBlocks>
+constexpr auto TileRow(std::integer_sequence<int, kBlocks...>) {
+  return std::array<TileFn, kMaxBlocks>{Tile<kRows, kBlocks + 1>...};
+}
+template <int... kRows>
+constexpr auto TileTable(std::integer_sequence<int, kRows...>) {
+  return std::array<std::array<TileFn, kMaxBlocks>, kMaxRows>{
+      TileRow<kRows + 1>(std::make_integer_sequence<int, kMaxBlocks>())...};
+}
+// kTiles[rows - 1][blocks - 1]: every edge tile of a panel is a full-speed kernel too.
+constexpr auto kTiles = TileTable(std::make_integer_sequence<int, kMaxRows>());
+
+}  // namespace
+
+void RoundToBf16Avx512(const float* src, int64_t n, uint16_t* dst) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
+    _mm512_storeu_si512(dst + i, (__m512i)v);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, n - i)) - 1);
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, src + i));
+    _mm256_mask_storeu_epi16(dst + i, mask, (__m256i)v);
+  }
+}
+
+void PackRowsBf16Avx512(const float* a, int64_t m, int64_t k, int64_t block_begin, int64_t block_end,
+                        uint32_t* packed) {
+  const int64_t pairs = k / 2;
+  std::vector<uint16_t> row(static_cast<size_t>(k));
+  for (int64_t block = block_begin; block < block_end; ++block) {
+    uint32_t* dst = packed + block * pairs * kBf16RowBlock;
+    for (int64_t l = 0; l < kBf16RowBlock; ++l) {
+      const int64_t i = block * kBf16RowBlock + l;
+      if (i < m) {
+        RoundToBf16Avx512(a + i * k, k, row.data());
+      } else {
+        std::fill(row.begin(), row.end(), uint16_t{0});
+      }
+      for (int64_t p = 0; p < pairs; ++p) std::memcpy(dst + p * kBf16RowBlock + l, row.data() + 2 * p, 4);
+    }
+  }
+}
+
+void GemmBf16Avx512(const uint32_t* packed_a, int64_t m, int64_t k, const uint16_t* w, int64_t count,
+                    float* c, int64_t ldc) {
+  const int64_t pairs = k / 2, blocks = (m + kBf16RowBlock - 1) / kBf16RowBlock;
+  for (int64_t b0 = 0; b0 < blocks; b0 += kMaxBlocks) {
+    const int64_t nb = std::min<int64_t>(kMaxBlocks, blocks - b0), row0 = b0 * kBf16RowBlock;
+    for (int64_t r0 = 0; r0 < count; r0 += kMaxRows) {
+      const int64_t nr = std::min<int64_t>(kMaxRows, count - r0);
+      kTiles[nr - 1][nb - 1](w + r0 * k, k, packed_a + b0 * pairs * kBf16RowBlock, c + row0 * ldc + r0, ldc,
+                             m - row0);
+    }
+  }
+}
+
+}  // namespace metalrt::cpu::fast
+#else
+#include <stdexcept>
+
+// Off x86 SelectedPrefillGemm() never picks bf16; these only satisfy the linker.
+namespace metalrt::cpu::fast {
+namespace {
+[[noreturn]] void NoKernel() { throw std::logic_error("the AVX-512 BF16 GEMM exists only on x86-64"); }
+}  // namespace
+void PackRowsBf16Avx512(const float*, int64_t, int64_t, int64_t, int64_t, uint32_t*) { NoKernel(); }
+void RoundToBf16Avx512(const float*, int64_t, uint16_t*) { NoKernel(); }
+void GemmBf16Avx512(const uint32_t*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) { NoKernel(); }
+}  // namespace metalrt::cpu::fast
+#endif

@@ -1,0 +1,25 @@
+// Which arithmetic the CPU prefill GEMM (m > kGemvMaxRows) runs: the f32 BLAS sgemm, or
+// the bf16 GEMM (gemm_bf16.h: operands rounded to bf16, f32 sums) where the CPU has
+// AVX-512 BF16. METALRT_CPU_GEMM=f32|bf16 chooses for every weight; unset (auto), the
+// bf16 GEMM serves "coarse" weights, quantized or bf16, whose own quantization or
+// rounding error is already at least bf16's; f32 and f16 weights keep the f32 sgemm
+// (an f32 or f16 matmul keeps its bar).
+#pragma once
+
+namespace metalrt::cpu::fast {
+
+enum class PrefillGemm { kF32, kBf16, kAuto };
+
+// "f32", "bf16", "auto".
+const char* PrefillGemmName(PrefillGemm gemm);
+
+// METALRT_CPU_GEMM, read at every call (tests switch it); unset, kAuto where the CPU
+// has AVX-512 BF16, else kF32. std::invalid_argument for an unknown value, or bf16 on
+// a CPU without AVX-512 BF16.
+PrefillGemm SelectedPrefillGemm();
+
+// Whether the bf16 GEMM serves a weight under SelectedPrefillGemm(): always for kBf16,
+// never for kF32, for coarse (quantized or bf16) weights for kAuto.
+bool PrefillGemmIsBf16(bool coarse_weight);
+
+}  // namespace metalrt::cpu::fast
