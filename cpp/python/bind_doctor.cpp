@@ -66,7 +66,7 @@ void BindDoctor(nb::module_& m) {
       "Internal, for metalrt.doctor: dict(threads: int, the CPU backend's thread count;\n"
       "compiled_features: list of str, the SIMD extensions the build may use;\n"
       "gemv_isa: str, the SIMD kernels the fast quantized GEMV runs, after METALRT_CPU_ISA;\n"
-      "prefill_gemm: str, auto, f32 or bf16, the arithmetic of the prefill GEMM, after METALRT_CPU_GEMM).");
+      "prefill_gemm: str, f32, bf16 or auto, the arithmetic of the prefill GEMM, after METALRT_CPU_GEMM).");
   m.def(
       "_metal_device_facts",
       [] {

@@ -234,12 +234,18 @@ TEST_CASE("cpu fast gemm: a prefill-sized matmul_bt is served by the selected GE
   }
 }
 
-TEST_CASE("cpu fast gemm: METALRT_CPU_GEMM chooses f32 or bf16; unset, bf16 for coarse weights where the CPU has it") {
+TEST_CASE("cpu fast gemm: METALRT_CPU_GEMM chooses f32, bf16 or auto (bf16 for coarse weights); unset, f32") {
   unsetenv("METALRT_CPU_GEMM");
   const bool has = cpu::fast::CpuHasAvx512Bf16();
-  CHECK(cpu::fast::SelectedPrefillGemm() == (has ? PrefillGemm::kAuto : PrefillGemm::kF32));
-  CHECK(cpu::fast::PrefillGemmIsBf16(true) == has);   // quantized or bf16 weights
-  CHECK_FALSE(cpu::fast::PrefillGemmIsBf16(false));   // an f32 or f16 matmul keeps its bar
+  CHECK(cpu::fast::SelectedPrefillGemm() == PrefillGemm::kF32);
+  CHECK_FALSE(cpu::fast::PrefillGemmIsBf16(true));
+  setenv("METALRT_CPU_GEMM", "auto", 1);
+  if (has) {
+    CHECK(cpu::fast::PrefillGemmIsBf16(true));          // quantized or bf16 weights
+    CHECK_FALSE(cpu::fast::PrefillGemmIsBf16(false));   // an f32 or f16 matmul keeps its bar
+  } else {
+    CHECK_THROWS_AS(cpu::fast::SelectedPrefillGemm(), std::invalid_argument);
+  }
   setenv("METALRT_CPU_GEMM", "f32", 1);
   CHECK(cpu::fast::SelectedPrefillGemm() == PrefillGemm::kF32);
   CHECK_FALSE(cpu::fast::PrefillGemmIsBf16(true));
@@ -251,7 +257,7 @@ TEST_CASE("cpu fast gemm: METALRT_CPU_GEMM chooses f32 or bf16; unset, bf16 for 
     CHECK_THROWS_AS(cpu::fast::SelectedPrefillGemm(), std::invalid_argument);
   }
   setenv("METALRT_CPU_GEMM", "fp8", 1);
-  CHECK_THROWS_WITH_AS(cpu::fast::SelectedPrefillGemm(), "METALRT_CPU_GEMM must be f32 or bf16, got 'fp8'",
+  CHECK_THROWS_WITH_AS(cpu::fast::SelectedPrefillGemm(), "METALRT_CPU_GEMM must be f32, bf16 or auto, got 'fp8'",
                        std::invalid_argument);
   unsetenv("METALRT_CPU_GEMM");
 }

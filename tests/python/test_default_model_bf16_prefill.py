@@ -36,7 +36,10 @@ def run(model, tokenizer, ids, gemm, monkeypatch):
 
 
 def test_bf16_prefill_keeps_the_logits_and_the_greedy_continuation(smollm2, monkeypatch):
-    if metalrt.doctor()["cpu_prefill_gemm"] == "f32":
+    monkeypatch.setenv("METALRT_CPU_GEMM", "bf16")
+    try:
+        metalrt.doctor()
+    except ValueError:   # METALRT_CPU_GEMM=bf16 on a CPU without AVX-512 BF16
         pytest.skip("this CPU has no AVX-512 BF16: the prefill GEMM is f32")
     if "cpu_blas_quantized_matmul_bt" not in metalrt.providers.list("quantized_matmul_bt", "cpu"):
         pytest.skip("this build has no BLAS (METALRT_BLAS=off): the oracle serves prefill")
