@@ -149,11 +149,13 @@ def _steady_case(name):
 
 
 @requires_metal
-# qwen3_5 left out: in the full suite its steady step recorded 1 host wait over 3 steps
-# where 3 are expected; the cause is not found (it passes alone). Its replay is gated in
-# test_hybrid_decode_plans.py.
-@pytest.mark.parametrize("name", ["default", "qwen3_next"])
+@pytest.mark.parametrize("name", ["default", "qwen3_next", "qwen3_5"])
 def test_metal_steady_decode_step_calls_waits_order_and_allocations(name):
+    """Each steady step: at most 5 calls into C++, no allocation, the next step's replay
+    and its first commit before at most one host wait (for this step's ids). A step may
+    make no wait at all: a command buffer the device finished before the next step's
+    flush is retired there (CommandStream::RetireCompletedLocked), so reading its ids
+    waits for nothing; a tiny model on the simulated device does that now and then."""
     model, prompt, expected = _steady_case(name)
     engine, (request,) = _engine(model, [(prompt, 8)])
     engine.step()                 # prefill
@@ -161,31 +163,29 @@ def test_metal_steady_decode_step_calls_waits_order_and_allocations(name):
         engine.step()
     was = metalrt.profiler.enabled()
     metalrt.profiler.enable(True)
-    metalrt.profiler.reset()
+    steps, calls, waits = 3, [], []
     try:
-        steps, calls = 3, []
         for _ in range(steps):
+            metalrt.profiler.reset()
             with native_calls.counting() as counter:
                 (out,) = engine.step()
             calls.append(counter.calls)
-        total = {r["name"]: r for r in metalrt.profiler.rows()}["total"]
-        events = metalrt.profiler.events()
+            total = {r["name"]: r for r in metalrt.profiler.rows()}["total"]
+            events = metalrt.profiler.events()
+            assert total["allocated_bytes"] == 0, total
+            assert ("mark", "replay") in events, events
+            replay = events.index(("mark", "replay"))
+            first_commit = next((i for i, e in enumerate(events) if e[0] == "commit" and i > replay), None)
+            assert first_commit is not None, events
+            step_waits = [i for i, e in enumerate(events) if e[0] == "wait"]
+            assert total["waits"] == len(step_waits) <= 1, events
+            assert all(w > first_commit for w in step_waits), events
+            waits.append(len(step_waits))
     finally:
         metalrt.profiler.enable(was)
         metalrt.profiler.reset()
     assert max(calls) <= 5, calls
-    assert total["waits"] == steps and total["allocated_bytes"] == 0
-    # Each step: the next step's replay and its first commit, then the one wait (for
-    # this step's ids).
-    waits = [i for i, e in enumerate(events) if e[0] == "wait"]
-    assert len(waits) == steps
-    start = 0
-    for w in waits:
-        between = events[start:w]
-        assert ("mark", "replay") in between, events
-        replay = between.index(("mark", "replay"))
-        assert any(e[0] == "commit" for e in between[replay:]), events
-        start = w + 1
+    assert sum(waits) >= 1, waits   # the ids are read from the device, not the host
     assert request.output == expected[:len(request.output)]
     assert engine.stats.plan_replays >= steps
     engine.close()
