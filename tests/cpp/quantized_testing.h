@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "metalrt/quantized.h"
+#include <initializer_list>
+
 #include "op_testing.h"
 
 namespace metalrt::testing {
@@ -22,6 +24,15 @@ struct WeightSpec {
 inline constexpr QuantFormat kGgufFormats[] = {QuantFormat::kQ4_1, QuantFormat::kQ8_0, QuantFormat::kQ4_K,
                                                QuantFormat::kQ6_K, QuantFormat::kQ5_0, QuantFormat::kQ4_0,
                                                QuantFormat::kQ5_K, QuantFormat::kQ5_1};
+
+// Every GGUF format, then the given MLX affine layouts: the weight specs of a
+// boundary table that covers every format.
+inline std::vector<WeightSpec> GgufSpecsAnd(std::initializer_list<WeightSpec> affine) {
+  std::vector<WeightSpec> specs;
+  for (QuantFormat f : kGgufFormats) specs.push_back({f});
+  specs.insert(specs.end(), affine);
+  return specs;
+}
 
 // The K-quants: blocks of 256 values.
 inline bool IsKQuant(QuantFormat f) {

@@ -34,13 +34,9 @@ constexpr const char* kOracle = "cpu_quantized_matmul_bt";
 constexpr double kNmseBar = 1e-7, kMaxRelBar = 2e-4;   // f32 outputs
 
 std::vector<WeightSpec> Specs() {
-  std::vector<WeightSpec> specs;
-  for (QuantFormat f : {QuantFormat::kQ4_0, QuantFormat::kQ4_1, QuantFormat::kQ5_0, QuantFormat::kQ5_1,
-                        QuantFormat::kQ8_0, QuantFormat::kQ4_K, QuantFormat::kQ5_K, QuantFormat::kQ6_K})
-    specs.push_back({f});
+  std::vector<WeightSpec> specs = GgufSpecsAnd({{QuantFormat::kAffine, 4, 64, DType::kBF16},
+                                                {QuantFormat::kAffine, 8, 64, DType::kF32}});
   for (int bits : {2, 3, 4, 5, 6, 8}) specs.push_back({QuantFormat::kAffine, bits, 32, DType::kF16});
-  specs.push_back({QuantFormat::kAffine, 4, 64, DType::kBF16});
-  specs.push_back({QuantFormat::kAffine, 8, 64, DType::kF32});
   return specs;
 }
 

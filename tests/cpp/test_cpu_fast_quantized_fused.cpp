@@ -70,11 +70,7 @@ OpCase FusedCase(Fused f, const WeightSpec& s, const FusedShape& sh, DType dtype
 }
 
 std::vector<WeightSpec> Specs() {
-  std::vector<WeightSpec> specs;
-  for (QuantFormat f : kGgufFormats) specs.push_back({f});
-  specs.push_back({QuantFormat::kAffine, 4, 64, DType::kBF16});
-  specs.push_back({QuantFormat::kAffine, 8, 32, DType::kF16});
-  return specs;
+  return GgufSpecsAnd({{QuantFormat::kAffine, 4, 64, DType::kBF16}, {QuantFormat::kAffine, 8, 32, DType::kF16}});
 }
 
 }  // namespace

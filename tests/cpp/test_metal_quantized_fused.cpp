@@ -105,11 +105,7 @@ OpCase ConcatCase(const WeightSpec& s, int64_t m, int64_t k, std::vector<int64_t
 
 // Every GGUF format and two MLX affine layouts.
 std::vector<WeightSpec> AllSpecs() {
-  std::vector<WeightSpec> specs;
-  for (QuantFormat f : kGgufFormats) specs.push_back({f});
-  specs.push_back({QuantFormat::kAffine, 4, 64, DType::kBF16});
-  specs.push_back({QuantFormat::kAffine, 3, 32, DType::kF16});
-  return specs;
+  return GgufSpecsAnd({{QuantFormat::kAffine, 4, 64, DType::kBF16}, {QuantFormat::kAffine, 3, 32, DType::kF16}});
 }
 
 }  // namespace
