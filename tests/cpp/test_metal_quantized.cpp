@@ -8,6 +8,8 @@
 // include negative ones.
 #include <doctest/doctest.h>
 
+#include <cstring>
+
 #include "metal_op_testing.h"
 #include "metalrt/ops.h"
 #include "op_cases.h"
@@ -173,6 +175,33 @@ TEST_CASE("quantized GEMV chunk rule: wide from one whole wide pass per part on"
   CHECK(QuantGemvChunk(480, 1, true) == kQuantChunk);
   CHECK(QuantGemvChunk(32, 1, true) == kQuantChunk);
   CHECK(QuantGemvChunk(512, 1, false) == kQuantChunk);   // data not aligned for word loads
+}
+
+// Weight data that is not 4-byte aligned (a view 2 bytes into its buffer, as a GGUF
+// tensor can be in a mapped file) cannot take the wide chunk's word loads: the
+// dispatch falls back to the 8-value GEMV, proven by the kernel name, with the same
+// result as the aligned weight's wide GEMV.
+TEST_CASE("metal quantized_matmul_bt: weight data not 4-byte aligned takes the 8-value GEMV") {
+  const int64_t m = 1, k = 576, n = 5;
+  for (QuantFormat f : {QuantFormat::kQ4_1, QuantFormat::kQ8_0}) {
+    const WeightSpec s{f};
+    CAPTURE(SpecName(s));
+    const Tensor data = RandomWeight(s, n, k, 83)[0];
+    const int64_t bytes = data.nbytes(), row_bytes = bytes / n;
+    const Tensor x = MakeFloat({m, k}, DType::kF32, RandomValuesOf(DType::kF32, m * k, 84));
+    const Tensor ref = ops::QuantizedMatmulBT(x, MakeQuantizedTensor(f, n, k, data));
+    for (int64_t offset : {0, 2}) {
+      CAPTURE(offset);
+      Tensor padded = RandomBits({offset + bytes}, DType::kU8, 85);
+      std::memcpy(padded.data_as<uint8_t>() + offset, data.data(), static_cast<size_t>(bytes));
+      const Tensor view = ToMetal(padded).Slice(0, offset, offset + bytes).Reshape({n, row_bytes});
+      const Tensor out = PoisonedMetal({m, n}, DType::kF32);
+      const auto rows = ProfiledRows([&] { ops::QuantizedMatmulBT(ToMetal(x), MakeQuantizedTensor(f, n, k, view), out); });
+      const std::string variant = offset == 0 ? "gemv16_" : "gemv_";
+      CHECK(Dispatches(rows, gpu::KernelName("quantized_matmul_bt", variant + QuantFormatName(f), DType::kF32)) == 1u);
+      CHECK(Nmse(ReadMetal(out), ReadFloat(ref)) <= 1e-6);
+    }
+  }
 }
 
 TEST_CASE("metal quantized_matmul_bt: f32 activations beyond the half range stay finite in the GEMM") {
