@@ -125,6 +125,9 @@ METALRT_OP_CASES(quantized_concat_cases) {
     const int64_t k = IsKQuant(s.format) ? 256 : 128;
     cases.push_back(ConcatCase(s, m, k, {5, 3, 13}, DType::kF32, next()));
     cases.push_back(ConcatCase(s, 9 - m, k, {1, 6}, DType::kF16, next()));
+    // The wide chunk (gemv16, K >= 512) in every format, and K = 1536 split in two.
+    cases.push_back(ConcatCase(s, m, 512, {5, 3, 13}, DType::kBF16, next()));
+    cases.push_back(ConcatCase(s, 1, 1536, {3, 4}, DType::kF32, next()));
     m = m % 8 + 1;
   }
   return cases;
