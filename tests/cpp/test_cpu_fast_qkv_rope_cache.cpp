@@ -13,6 +13,7 @@
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
 #include "op_cases.h"
+#include "qkv_rope_cache_testing.h"
 
 using namespace metalrt;
 using namespace metalrt::testing;
@@ -21,42 +22,23 @@ namespace {
 
 constexpr const char* kProvider = "cpu_fast_qkv_rope_cache";
 
-struct FusedCase {
-  std::string name;
-  int64_t tokens, heads, kv_heads, head_dim, rotary_dim;
-  bool neox;
-  int32_t first_position;
-};
-
-const std::vector<FusedCase> kCases = {
-    {"smollm2/decode", 1, 9, 3, 64, 64, false, 37},
-    {"smollm2/prefill7", 7, 9, 3, 64, 64, false, 0},
-    {"smollm2/neox_decode", 1, 9, 3, 64, 64, true, 4095},
-    {"qwen3/gqa2", 3, 4, 2, 128, 128, true, 100},
-    {"partial_rotary", 2, 2, 1, 64, 32, true, 5},
-    {"position131072", 2, 3, 1, 64, 64, true, 131072},
-};
-
-constexpr int64_t kBlocks = 4, kBlockSize = 16;
+const std::vector<FusedCase>& kCases = kQkvRopeCacheCases;
+constexpr int64_t kBlocks = kQkvRopeCacheBlocks, kBlockSize = kQkvRopeCacheBlockSize;
 
 struct Batch {
   Tensor qkv, positions, key_cache, value_cache, slots;
 };
 
-// Token t at position first + t, in slot 3 + 5 t; token 1 of a batch of >= 3 is padding.
+// Token t at position first + t, in QkvRopeCacheSlots(tokens).
 Batch MakeBatch(const FusedCase& f, DType dtype, uint32_t seed) {
   const int64_t width = (f.heads + 2 * f.kv_heads) * f.head_dim;
   const Shape cache = {kBlocks, kBlockSize, f.kv_heads, f.head_dim};
   const int64_t cache_n = kBlocks * kBlockSize * f.kv_heads * f.head_dim;
   std::vector<int32_t> positions;
-  std::vector<int64_t> slots;
-  for (int64_t t = 0; t < f.tokens; ++t) {
-    positions.push_back(f.first_position + static_cast<int32_t>(t));
-    slots.push_back(f.tokens >= 3 && t == 1 ? -1 : 3 + 5 * t);
-  }
+  for (int64_t t = 0; t < f.tokens; ++t) positions.push_back(f.first_position + static_cast<int32_t>(t));
   return {MakeFloat({f.tokens, width}, dtype, RandomValuesOf(dtype, f.tokens * width, seed)),
           MakeInts({f.tokens}, DType::kI32, positions), MakeFloat(cache, dtype, RandomValuesOf(dtype, cache_n, seed + 1)),
-          MakeFloat(cache, dtype, RandomValuesOf(dtype, cache_n, seed + 2)), MakeInts({f.tokens}, DType::kI64, slots)};
+          MakeFloat(cache, dtype, RandomValuesOf(dtype, cache_n, seed + 2)), MakeInts({f.tokens}, DType::kI64, QkvRopeCacheSlots(f.tokens))};
 }
 
 OpCase MakeCase(const FusedCase& f, DType dtype, uint32_t seed) {
