@@ -15,6 +15,7 @@
 #include <cstring>
 #include <utility>
 
+#include "cpu/fast/attention_kernels.h"
 #include "cpu/fast/cpu_features.h"
 #include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
@@ -84,6 +85,16 @@ Run Attend(const AttentionBatch& bt, float scale) {
   return {ReadFloat(out), Bytes(out), GetProviderStats("paged_attention", DeviceType::kCPU).last_selected};
 }
 
+// Every kernel set this CPU can run, the portable one first.
+std::vector<cpu::fast::GemvIsa> RunnableIsas() {
+  using cpu::fast::GemvIsa;
+  const GemvIsa best = cpu::fast::SelectedGemvIsa();
+  std::vector<GemvIsa> isas{GemvIsa::kPortable};
+  if (best == GemvIsa::kAvx512Vnni) isas.push_back(GemvIsa::kAvx2);
+  if (best != GemvIsa::kPortable) isas.push_back(best);
+  return isas;
+}
+
 }  // namespace
 
 METALRT_OP_CASES(cpu_fast_decode_attention_cases) {
@@ -139,10 +150,7 @@ TEST_CASE("cpu fast decode attention: prefill and mixed batches without the BLAS
 
 TEST_CASE("cpu fast decode attention: every kernel this CPU can run meets the bar (METALRT_CPU_ISA)") {
   using cpu::fast::GemvIsa;
-  const GemvIsa best = cpu::fast::SelectedGemvIsa();
-  std::vector<GemvIsa> isas{GemvIsa::kPortable};
-  if (best == GemvIsa::kAvx512Vnni) isas.push_back(GemvIsa::kAvx2);
-  if (best != GemvIsa::kPortable) isas.push_back(best);
+  const std::vector<GemvIsa> isas = RunnableIsas();
   for (const AttentionCase& a : {kDecodeCases[6], kDecodeCases[9], kDecodeCases[10], kDecodeCases[12]}) {
     AttentionGeometry g{a.heads, a.kv_heads, a.head_dim, a.block_size, 0, 0};
     const AttentionBatch bt = MakeAttentionBatch(ShuffledRequests(a.lens, g, 3), g, DType::kF32, 3);
@@ -150,8 +158,9 @@ TEST_CASE("cpu fast decode attention: every kernel this CPU can run meets the ba
     const Run oracle = Attend(bt, 0.2f);
     SetProviderEnabled(kProvider, true);
     for (GemvIsa isa : isas) {
+      const std::string name = cpu::fast::GemvIsaName(isa);
       CAPTURE(a.name);
-      CAPTURE(cpu::fast::GemvIsaName(isa));
+      CAPTURE(name);
       setenv("METALRT_CPU_ISA", cpu::fast::GemvIsaName(isa), 1);
       cpu::fast::ResetCpuSelections();
       const Run got = Attend(bt, 0.2f);
@@ -160,5 +169,45 @@ TEST_CASE("cpu fast decode attention: every kernel this CPU can run meets the ba
       CHECK(got.served == kProvider);
       CHECK(Nmse(got.values, oracle.values) < 1e-10);
     }
+  }
+}
+
+TEST_CASE("cpu fast decode attention: the softmax's exp is within 2 ulp of expf on every kernel") {
+  using cpu::fast::GemvIsa;
+  const std::vector<GemvIsa> isas = RunnableIsas();
+  for (GemvIsa isa : isas) {
+    const std::string name = cpu::fast::GemvIsaName(isa);
+    CAPTURE(name);
+    setenv("METALRT_CPU_ISA", cpu::fast::GemvIsaName(isa), 1);
+    cpu::fast::ResetCpuSelections();
+    const cpu::fast::AttentionKernels kernels = cpu::fast::SelectedAttentionKernels();
+    unsetenv("METALRT_CPU_ISA");
+    cpu::fast::ResetCpuSelections();
+    double worst = 0;
+    // Chunks of 61 scores over [-100, 0] (and -inf), each led by a 0 so that m = 0 and
+    // w_j = exp(s_j); 61 leaves a padded tail.
+    for (int chunk = 0; chunk < 2000; ++chunk) {
+      float s[64];
+      s[0] = 0.0f;
+      for (int j = 1; j < 61; ++j) s[j] = -100.0f * static_cast<float>((chunk * 60 + j) % 119993) / 119993.0f;
+      if (chunk == 7) s[5] = -INFINITY;
+      float in[64];
+      std::memcpy(in, s, sizeof(s));
+      float l = 0;
+      CHECK(kernels.softmax(s, 61, 64, &l) == 0.0f);
+      double sum = 0;
+      for (int j = 0; j < 61; ++j) {
+        const double want = std::exp(static_cast<double>(in[j]));
+        sum += want;
+        if (in[j] < -87.3f) {
+          CHECK(s[j] < 1e-37f);   // 0, or expf's own underflowing value
+          continue;
+        }
+        worst = std::max(worst, std::abs(s[j] - want) / want);
+      }
+      CHECK(std::abs(l - sum) <= 1e-6 * sum);
+    }
+    MESSAGE(name << ": exp worst relative error " << worst);
+    CHECK(worst < 2.5e-7);   // 2 ulp of 2^-23 (and a little)
   }
 }

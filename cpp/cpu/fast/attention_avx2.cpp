@@ -27,6 +27,27 @@ struct Avx2 {
   }
   static void Store(float* p, __m256 a) { _mm256_storeu_ps(p, a); }
   static void StorePartial(float* p, int64_t n, __m256 a) { _mm256_maskstore_ps(p, Mask(n), a); }
+  static __m256 Add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+  static __m256 Max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
+  static float MaxOf(__m256 a) {
+    __m128 v = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    v = _mm_max_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_max_ss(v, _mm_movehdup_ps(v));
+    return _mm_cvtss_f32(v);
+  }
+  static __m256 Exp(__m256 x) {
+    const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(ExpPoly::kMin), _CMP_GE_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(ExpPoly::kMin));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(ExpPoly::kLog2e)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ExpPoly::kLn2Hi), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ExpPoly::kLn2Lo), r);
+    __m256 p = _mm256_set1_ps(ExpPoly::kP[0]);
+    for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ExpPoly::kP[i]));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(keep, _mm256_mul_ps(p, _mm256_castsi256_ps(two_n)));
+  }
 };
 
 }  // namespace

@@ -21,6 +21,22 @@ struct Avx512 {
   static float Sum(__m512 a) { return _mm512_reduce_add_ps(a); }
   static void Store(float* p, __m512 a) { _mm512_storeu_ps(p, a); }
   static void StorePartial(float* p, int64_t n, __m512 a) { _mm512_mask_storeu_ps(p, Mask(n), a); }
+  static __m512 Add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+  static __m512 Max(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+  static float MaxOf(__m512 a) { return _mm512_reduce_max_ps(a); }
+  static __m512 Exp(__m512 x) {
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(ExpPoly::kMin), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(ExpPoly::kMin));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(ExpPoly::kLog2e)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ExpPoly::kLn2Hi), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ExpPoly::kLn2Lo), r);
+    __m512 p = _mm512_set1_ps(ExpPoly::kP[0]);
+    for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ExpPoly::kP[i]));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i two_n = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(two_n));
+  }
 };
 
 }  // namespace

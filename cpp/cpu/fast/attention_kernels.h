@@ -21,6 +21,10 @@ struct AttentionKernels {
   void (*scores)(const AttentionTileArgs& a, const float* k, int64_t count, float* s);
   // o[h][0, head_dim) += sum over j ascending of w[h * s_stride + j] * v_j.
   void (*accumulate)(const AttentionTileArgs& a, const float* w, const float* v, int64_t count, float* o);
+  // s[0, n) <- exp(s_j - m), m = max_j s_j, returned; *l = their sum (in lane order, not
+  // ascending j). s has room for cap >= n floats, cap a multiple of 16, the tail
+  // overwritten. exp within 2 ulp of expf (Cephes' polynomial, attention_tile.h).
+  float (*softmax)(float* s, int64_t n, int64_t cap, float* l);
 };
 
 AttentionKernels AttentionKernelsPortable();

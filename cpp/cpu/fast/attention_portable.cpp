@@ -2,6 +2,9 @@
 // floats as arrays whose loops the compiler maps to SSE2 or NEON, every CPU's baseline.
 #include "cpu/fast/attention_tile.h"
 
+#include <cmath>
+#include <cstring>
+
 #include "cpu/fast/cpu_features.h"
 
 namespace metalrt::cpu::fast {
@@ -43,6 +46,40 @@ struct Lanes8 {
   }
   static void StorePartial(float* p, int64_t n, const Vec& a) {
     for (int64_t l = 0; l < n; ++l) p[l] = a.v[l];
+  }
+  static Vec Add(Vec a, const Vec& b) {
+    for (int l = 0; l < kWidth; ++l) a.v[l] += b.v[l];
+    return a;
+  }
+  static Vec Max(Vec a, const Vec& b) {
+    for (int l = 0; l < kWidth; ++l) a.v[l] = a.v[l] > b.v[l] ? a.v[l] : b.v[l];
+    return a;
+  }
+  static float MaxOf(const Vec& a) {
+    float m = a.v[0];
+    for (int l = 1; l < kWidth; ++l) m = a.v[l] > m ? a.v[l] : m;
+    return m;
+  }
+  // ExpPoly lane by lane, as the SIMD policies (the same n, r and polynomial).
+  static Vec Exp(Vec a) {
+    for (int l = 0; l < kWidth; ++l) {
+      const float x = a.v[l];
+      if (!(x >= ExpPoly::kMin)) {
+        a.v[l] = 0.0f;
+        continue;
+      }
+      const float n = std::nearbyint(x * ExpPoly::kLog2e);
+      float r = x - n * ExpPoly::kLn2Hi;
+      r = r - n * ExpPoly::kLn2Lo;
+      float p = ExpPoly::kP[0];
+      for (int i = 1; i < 6; ++i) p = p * r + ExpPoly::kP[i];
+      p = p * (r * r) + (r + 1.0f);
+      const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
+      float two_n;
+      std::memcpy(&two_n, &bits, sizeof(two_n));
+      a.v[l] = p * two_n;
+    }
+    return a;
   }
 };
 

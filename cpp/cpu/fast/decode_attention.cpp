@@ -16,9 +16,10 @@
 // split softmax):  M = max_c m_c;  e_c = exp(m_c - M);  out = (sum_c e_c o_c) / (sum_c e_c l_c),
 // which is the oracle's two-pass softmax when the context is one chunk. The chunks
 // depend on the context length only, never on the thread count, so results are
-// bit-identical for any METALRT_CPU_THREADS. The dots and the weighted sums run in
-// the best SIMD the CPU has (attention_kernels.h); only the order of the f32 sums and
-// the FMA's single rounding differ from the oracle (bar: docs/cpu.md).
+// bit-identical for any METALRT_CPU_THREADS. The dots, the softmax weights (a
+// polynomial exp within 2 ulp of expf) and the weighted sums run in the best SIMD the
+// CPU has (attention_kernels.h); that exp, the order of the f32 sums and the FMA's
+// single rounding are all that differ from the oracle (bar: docs/cpu.md).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -94,17 +95,7 @@ void RunItem(const OpCall& call, const Geometry& geo, const AttentionKernels& ke
   float* m = partial;
   float* l = partial + heads;
   float* o = partial + 2 * heads;
-  for (int64_t h = 0; h < heads; ++h) {
-    float* sh = s.data() + h * kChunkKeys;
-    float mh = -INFINITY, lh = 0.0f;
-    for (int64_t j = 0; j < j1 - j0; ++j) mh = std::max(mh, sh[j]);
-    for (int64_t j = 0; j < j1 - j0; ++j) {
-      sh[j] = std::exp(sh[j] - mh);
-      lh += sh[j];
-    }
-    m[h] = mh;
-    l[h] = lh;
-  }
+  for (int64_t h = 0; h < heads; ++h) m[h] = kernels.softmax(s.data() + h * kChunkKeys, j1 - j0, kChunkKeys, l + h);
   std::fill(o, o + heads * head_dim, 0.0f);
   ForRuns(call.inputs[2], blocks, geo, j0, j1, tile, [&](int64_t j, int64_t run, const float* v) {
     for (int64_t g = 0; g < geo.kv_heads; ++g)
