@@ -127,8 +127,9 @@ TEST_CASE("cpu fast decode attention: the 2-thread cases run two threads and giv
 
 TEST_CASE("cpu fast decode attention: prefill and mixed batches without the BLAS provider meet the bar") {
   // The BLAS provider takes batches holding a prefill where it is built; without it this
-  // provider serves them, so they are gated here with it turned off.
-  SetProviderEnabled(kBlas, false);
+  // provider serves them, so they are gated here with it turned off (a build without a
+  // BLAS has no such provider to turn off).
+  if (kHaveBlas) SetProviderEnabled(kBlas, false);
   for (const Lens& lens : {Lens{{128, 128}}, Lens{{100, 300}, {1, 33}}, Lens{{31, 31}, {0, 5}, {65, 70}}}) {
     AttentionGeometry g{9, 3, 64, 16, 0, 0};
     const std::vector<AttentionRequest> reqs = ShuffledRequests(lens, g, 9);
@@ -145,7 +146,7 @@ TEST_CASE("cpu fast decode attention: prefill and mixed batches without the BLAS
     CHECK(worst < 1e-5);
     CHECK(Nmse(fast.values, AttentionReference(bt, reqs, g, 0.125)) < 1e-10);
   }
-  SetProviderEnabled(kBlas, true);
+  if (kHaveBlas) SetProviderEnabled(kBlas, true);
 }
 
 TEST_CASE("cpu fast decode attention: every kernel this CPU can run meets the bar (METALRT_CPU_ISA)") {
