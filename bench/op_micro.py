@@ -9,6 +9,8 @@ uses them, on one device.
 * ``ops.rms_norm`` over [m, 576]: GB/s = 4 (2 m 576 + 576) / t;
 * ``ops.paged_attention`` decode (one query token, blocks of 16) at context 128,
   1024 and 4096: GFLOP/s = 4 heads ctx head_dim / t, GB/s = the K/V bytes read / t;
+  on the CPU each context twice, side by side: the fast provider
+  (``cpu_fast_paged_attention``), then the oracle with it disabled;
 * the Gated-DeltaNet ops at the Qwen3-Next geometry (``bench/gdn_micro.py``).
 
 Each call is timed to completion (on Metal, through ``metalrt.synchronize``), one
@@ -31,6 +33,7 @@ from . import gdn_micro, quantized_micro
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 576, 9, 3, 64, 1536, 49152
 BLOCK = 16
+FAST_ATTENTION = "cpu_fast_paged_attention"   # cpp/cpu/fast/decode_attention.cpp
 PROJECTIONS = {"qkv": (HIDDEN + 2 * KV_HEADS * HEAD_DIM, HIDDEN), "o_proj": (HIDDEN, HIDDEN),
                "gate_up": (2 * FFN, HIDDEN), "down": (HIDDEN, FFN), "lm_head": (VOCAB, HIDDEN)}
 
@@ -93,10 +96,15 @@ def attention_rows(device: str, contexts, repeats: int, rng) -> List[Dict]:
         tables = metalrt.asarray(np.arange(blocks, dtype=np.int32)[None, :], device=device)
         seq_lens = metalrt.asarray(np.array([ctx], np.int32), device=device)
         starts = metalrt.asarray(np.array([0, 1], np.int32), device=device)
-        times = _timed(lambda: ops.paged_attention(query, keys, values, tables, seq_lens, starts,
-                                                   HEAD_DIM ** -0.5), device, repeats)
-        rows.append(_row(f"paged_attention decode ctx {ctx}", "paged_attention", device, times,
-                         4.0 * HEADS * ctx * HEAD_DIM, 4.0 * 2 * ctx * KV_HEADS * HEAD_DIM))
+        for fast in ([True, False] if device == "cpu" else [True]):
+            metalrt.providers.set_enabled(FAST_ATTENTION, fast)
+            try:
+                times = _timed(lambda: ops.paged_attention(query, keys, values, tables, seq_lens, starts,
+                                                           HEAD_DIM ** -0.5), device, repeats)
+                rows.append(_row(f"paged_attention decode ctx {ctx}", "paged_attention", device, times,
+                                 4.0 * HEADS * ctx * HEAD_DIM, 4.0 * 2 * ctx * KV_HEADS * HEAD_DIM))
+            finally:
+                metalrt.providers.set_enabled(FAST_ATTENTION, True)
     return rows
 
 

@@ -13,14 +13,13 @@
 
 #include "cpu/float_rows.h"
 #include "cpu/parallel.h"
+#include "cpu/rope_rows.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
 
 namespace metalrt::cpu {
-namespace {
 
-// cos_sin[0, half) = cos(angle_i), cos_sin[half, 2 half) = sin(angle_i).
-void CosSinRow(int32_t position, int64_t rotary_dim, float base, float* cos_sin) {
+void RopeCosSinRow(int32_t position, int64_t rotary_dim, float base, float* cos_sin) {
   const int64_t half = rotary_dim / 2;
   for (int64_t i = 0; i < half; ++i) {
     const double inv_freq = std::pow(static_cast<double>(base), -2.0 * i / rotary_dim);
@@ -30,20 +29,27 @@ void CosSinRow(int32_t position, int64_t rotary_dim, float base, float* cos_sin)
   }
 }
 
+void RopeRotateRow(float* row, const float* cos_sin, int64_t rotary_dim, bool neox) {
+  const int64_t half = rotary_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const int64_t ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+    const float a = row[ia], b = row[ib], c = cos_sin[i], s = cos_sin[half + i];
+    row[ia] = a * c - b * s;
+    row[ib] = b * c + a * s;
+  }
+}
+
+namespace {
+
 // Rotates the first rotary_dim features of every head of token row `t`:
 // NeoX pairs (i, i + half), interleaved pairs (2i, 2i + 1).
 void RotateToken(const Tensor& x, const Tensor& out, int64_t t, const float* cos_sin,
                  int64_t rotary_dim, bool neox, std::vector<float>& row) {
-  const int64_t heads = x.dim(1), head_dim = x.dim(2), half = rotary_dim / 2;
+  const int64_t heads = x.dim(1), head_dim = x.dim(2);
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t offset = (t * heads + h) * head_dim;
     LoadRowF32(x.data(), x.dtype(), offset, head_dim, row.data());
-    for (int64_t i = 0; i < half; ++i) {
-      const int64_t ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
-      const float a = row[ia], b = row[ib], c = cos_sin[i], s = cos_sin[half + i];
-      row[ia] = a * c - b * s;
-      row[ib] = b * c + a * s;
-    }
+    RopeRotateRow(row.data(), cos_sin, rotary_dim, neox);
     StoreRowF32(out.data(), out.dtype(), offset, head_dim, row.data());
   }
 }
@@ -62,7 +68,7 @@ bool Rope(const OpCall& call) {
     std::vector<float> cos_sin(static_cast<size_t>(p.rotary_dim));
     std::vector<float> row(static_cast<size_t>(x.dim(2)));
     for (int64_t t = begin; t < end; ++t) {
-      CosSinRow(positions[t], p.rotary_dim, p.base, cos_sin.data());
+      RopeCosSinRow(positions[t], p.rotary_dim, p.base, cos_sin.data());
       RotateToken(x, call.outputs[0], t, cos_sin.data(), p.rotary_dim, kNeox, row);
     }
   });
@@ -75,7 +81,7 @@ bool RopeCosSinCache(const OpCall& call) {
   float* out = call.outputs[0].data_as<float>();
   ParallelFor(positions.dim(0), kMinTokens, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
-      CosSinRow(positions.data_as<int32_t>()[t], p.rotary_dim, p.base, out + t * p.rotary_dim);
+      RopeCosSinRow(positions.data_as<int32_t>()[t], p.rotary_dim, p.base, out + t * p.rotary_dim);
   });
   return true;
 }

@@ -184,13 +184,17 @@ TEST_CASE("cpu fast quantized_matmul_bt: every kernel this CPU can run meets the
       CAPTURE(SpecName(s));
       CAPTURE(cpu::fast::GemvIsaName(isa));
       setenv("METALRT_CPU_ISA", cpu::fast::GemvIsaName(isa), 1);
+      cpu::fast::ResetCpuSelections();   // the choice is kept between calls
       const std::vector<double> got = ReadFloat(ops::QuantizedMatmulBT(x, w, Poisoned({3, n}, DType::kF32)));
       unsetenv("METALRT_CPU_ISA");
+      cpu::fast::ResetCpuSelections();
       CHECK(Nmse(got, oracle) < kNmseBar);
     }
   }
   setenv("METALRT_CPU_ISA", "sse9", 1);
+  cpu::fast::ResetCpuSelections();
   CheckThrows<std::invalid_argument>([] { cpu::fast::SelectedGemvIsa(); },
                                      "METALRT_CPU_ISA must be one of portable, avx2, avx512_vnni, neon, got 'sse9'");
   unsetenv("METALRT_CPU_ISA");
+  cpu::fast::ResetCpuSelections();
 }

@@ -13,37 +13,15 @@
 #include "metal_op_testing.h"
 #include "metalrt/ops.h"
 #include "op_cases.h"
+#include "qkv_rope_cache_testing.h"
 
 using namespace metalrt;
 using namespace metalrt::testing;
 
 namespace {
 
-struct FusedCase {
-  std::string name;
-  int64_t tokens, heads, kv_heads, head_dim, rotary_dim;
-  bool neox;
-  int32_t first_position;
-};
-
-const std::vector<FusedCase> kCases = {
-    {"smollm2/decode", 1, 9, 3, 64, 64, false, 37},
-    {"smollm2/prefill7", 7, 9, 3, 64, 64, false, 0},
-    {"smollm2/neox_decode", 1, 9, 3, 64, 64, true, 4095},
-    {"qwen3/gqa2", 3, 4, 2, 128, 128, true, 100},
-    {"partial_rotary", 2, 2, 1, 64, 32, true, 5},
-    {"position131072", 2, 3, 1, 64, 64, true, 131072},
-};
-
-constexpr int64_t kBlocks = 4, kBlockSize = 16;
-
-// Token t at position first + t, in slot 3 + 5 t; token 1 of a batch of >= 3 is
-// padding (-1).
-std::vector<int64_t> Slots(int64_t tokens) {
-  std::vector<int64_t> slots;
-  for (int64_t t = 0; t < tokens; ++t) slots.push_back(tokens >= 3 && t == 1 ? -1 : 3 + 5 * t);
-  return slots;
-}
+const std::vector<FusedCase>& kCases = kQkvRopeCacheCases;
+constexpr int64_t kBlocks = kQkvRopeCacheBlocks, kBlockSize = kQkvRopeCacheBlockSize;
 
 OpCase MakeCase(const FusedCase& f, DType dtype, uint32_t seed) {
   const int64_t width = (f.heads + 2 * f.kv_heads) * f.head_dim;
@@ -60,7 +38,7 @@ OpCase MakeCase(const FusedCase& f, DType dtype, uint32_t seed) {
               MakeInts({f.tokens}, DType::kI32, positions),
               MakeFloat(cache, dtype, RandomValuesOf(dtype, cache_n, seed + 1)),
               MakeFloat(cache, dtype, RandomValuesOf(dtype, cache_n, seed + 2)),
-              MakeInts({f.tokens}, DType::kI64, Slots(f.tokens))};
+              MakeInts({f.tokens}, DType::kI64, QkvRopeCacheSlots(f.tokens))};
   c.mutated_inputs = {2, 3};
   c.outputs = {{{f.tokens, f.heads, f.head_dim}, dtype}};
   c.run = [f](const Inputs& in, const Outputs& out) {
@@ -93,7 +71,7 @@ TEST_CASE("metal qkv_rope_cache: bit-exact with qkv_split + rope + reshape_and_c
       const int64_t cache_n = kBlocks * kBlockSize * kv * dim;
       const Tensor qkv = ToMetal(MakeFloat({tokens, width}, dtype, RandomValuesOf(dtype, tokens * width, 3)));
       const Tensor positions = ToMetal(MakeInts({tokens}, DType::kI32, std::vector<int32_t>{9, 10, 11}));
-      const Tensor slots = ToMetal(MakeInts({tokens}, DType::kI64, Slots(tokens)));
+      const Tensor slots = ToMetal(MakeInts({tokens}, DType::kI64, QkvRopeCacheSlots(tokens)));
       const Tensor kc_host = MakeFloat(cache, dtype, RandomValuesOf(dtype, cache_n, 4));
       const Tensor vc_host = MakeFloat(cache, dtype, RandomValuesOf(dtype, cache_n, 5));
 

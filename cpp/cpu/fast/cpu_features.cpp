@@ -1,5 +1,6 @@
 #include "cpu/fast/cpu_features.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
@@ -89,9 +90,19 @@ bool CpuHasAvx512Bf16() {
   return has;
 }
 
+namespace {
+std::atomic<int> kept_isa{-1};   // a GemvIsa once read from the environment, else -1
+}  // namespace
+
 GemvIsa SelectedGemvIsa() {
   static const GemvIsa best = Detect();
-  return FromEnv(best);
+  const int kept = kept_isa.load(std::memory_order_relaxed);
+  if (kept >= 0) return static_cast<GemvIsa>(kept);
+  const GemvIsa isa = FromEnv(best);   // throws on a bad value: nothing kept
+  kept_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
+  return isa;
 }
+
+void ResetCpuSelections() { kept_isa.store(-1, std::memory_order_relaxed); }
 
 }  // namespace metalrt::cpu::fast

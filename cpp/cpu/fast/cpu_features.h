@@ -15,8 +15,14 @@ const char* GemvIsaName(GemvIsa isa);
 // bits without enabling it), else AVX2 + FMA + F16C when the OS saves YMM state;
 // NEON on arm64; portable C++ otherwise. METALRT_CPU_ISA=portable|avx2|avx512_vnni
 // lowers the choice (for tests and benchmarks); asking for more than the CPU has,
-// or an unknown name, is std::invalid_argument.
+// or an unknown name, is std::invalid_argument. The environment is read at the first
+// call and the choice kept (a decode step asks a few hundred times); a bad value is
+// thrown on every call and never kept.
 GemvIsa SelectedGemvIsa();
+
+// Forgets the kept METALRT_CPU_ISA choice, so the next call reads the environment
+// again: for tests that change it in-process.
+void ResetCpuSelections();
 
 // True when the CPU has AVX-512 F/BW/VL and BF16 (vdpbf16ps) and the OS saves the ZMM
 // and opmask state: the bf16 prefill GEMM (gemm_bf16.h) may run.
