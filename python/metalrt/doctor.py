@@ -59,8 +59,9 @@ def doctor() -> dict[str, Any]:
     kernels were compiled for) and ``cpu_gemv_isa`` (the SIMD kernels the fast quantized
     GEMV chose at run time: avx512_vnni, avx2, neon or portable, after
     ``METALRT_CPU_ISA``) and ``cpu_prefill_gemm`` (the prefill GEMM's arithmetic, after
-    ``METALRT_CPU_GEMM``: "f32" by default; "bf16", or "auto" (bf16 for quantized and
-    bf16 weights, f32 for f32 and f16 weights), when set on a CPU with AVX-512 BF16); ``cxx_compiler`` (what ``compile_shader`` builds
+    ``METALRT_CPU_GEMM``: by default "auto" where the CPU has AVX-512 BF16 (bf16 for
+    quantized and bf16 weights, f32 for f32 and f16 weights), else "f32"; "f32" or
+    "bf16", every weight, when set); ``cxx_compiler`` (what ``compile_shader`` builds
     kernels with on the simulated device: its path and version, or None) and
     ``cache_dir`` (downloaded models, and compiled kernels under ``kernels/``).
 

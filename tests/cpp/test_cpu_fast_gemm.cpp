@@ -31,8 +31,10 @@
 #include <stdexcept>
 
 #include "cpu/fast/cpu_features.h"
+#include "cpu/fast/gemm_bf16.h"
 #include "cpu/fast/matmul_dispatch.h"
 #include "cpu/fast/prefill_gemm.h"
+#include "cpu/quantized_blocks.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
 #include "op_cases.h"
@@ -234,18 +236,17 @@ TEST_CASE("cpu fast gemm: a prefill-sized matmul_bt is served by the selected GE
   }
 }
 
-TEST_CASE("cpu fast gemm: METALRT_CPU_GEMM chooses f32, bf16 or auto (bf16 for coarse weights); unset, f32") {
-  unsetenv("METALRT_CPU_GEMM");
+TEST_CASE("cpu fast gemm: METALRT_CPU_GEMM chooses f32, bf16 or auto; unset is auto (bf16 for coarse weights where the CPU has it)") {
   const bool has = cpu::fast::CpuHasAvx512Bf16();
-  CHECK(cpu::fast::SelectedPrefillGemm() == PrefillGemm::kF32);
-  CHECK_FALSE(cpu::fast::PrefillGemmIsBf16(true));
-  setenv("METALRT_CPU_GEMM", "auto", 1);
-  if (has) {
-    CHECK(cpu::fast::PrefillGemmIsBf16(true));          // quantized or bf16 weights
+  for (const char* value : {"", "auto"}) {
+    CAPTURE(value);
+    setenv("METALRT_CPU_GEMM", value, 1);
+    CHECK(cpu::fast::SelectedPrefillGemm() == (has ? PrefillGemm::kAuto : PrefillGemm::kF32));
+    CHECK(cpu::fast::PrefillGemmIsBf16(true) == has);   // quantized or bf16 weights
     CHECK_FALSE(cpu::fast::PrefillGemmIsBf16(false));   // an f32 or f16 matmul keeps its bar
-  } else {
-    CHECK_THROWS_AS(cpu::fast::SelectedPrefillGemm(), std::invalid_argument);
   }
+  unsetenv("METALRT_CPU_GEMM");
+  CHECK(cpu::fast::SelectedPrefillGemm() == (has ? PrefillGemm::kAuto : PrefillGemm::kF32));
   setenv("METALRT_CPU_GEMM", "f32", 1);
   CHECK(cpu::fast::SelectedPrefillGemm() == PrefillGemm::kF32);
   CHECK_FALSE(cpu::fast::PrefillGemmIsBf16(true));
@@ -293,4 +294,26 @@ TEST_CASE("cpu fast gemm: decode-sized m (up to kGemvMaxRows) is declined to the
     CHECK(stats.last_selected != "cpu_bf16_matmul_bt");
     CHECK(stats.declines >= 1);
   }
+}
+
+TEST_CASE("cpu fast gemm: Q4_0, Q4_1 and Q8_0 decode straight to bf16 as the oracle's values rounded once") {
+  if (!cpu::fast::CpuHasAvx512Bf16()) return;   // the decoders are AVX-512 code
+  for (QuantFormat f : {QuantFormat::kQ4_0, QuantFormat::kQ4_1, QuantFormat::kQ8_0}) {
+    CAPTURE(static_cast<int>(f));
+    const WeightSpec s{f};
+    const int64_t n = 5, k = 576;
+    const std::vector<Tensor> tensors = RandomWeight(s, n, k, 901);
+    const QuantizedTensor w = WeightOf(s, n, k, tensors, 0);
+    REQUIRE(cpu::fast::DequantizesToBf16(w));
+    std::vector<uint16_t> got(static_cast<size_t>(3 * k), 0xFFFF), want(static_cast<size_t>(3 * k));
+    std::vector<float> row(static_cast<size_t>(k));
+    cpu::fast::DequantizeRowsBf16Avx512(w, 2, 3, got.data());   // rows 2..4: an offset start
+    for (int64_t r = 0; r < 3; ++r) {
+      cpu::DequantizeRow(w, 2 + r, row.data());
+      cpu::fast::RoundToBf16Avx512(row.data(), k, want.data() + r * k);
+    }
+    CHECK(got == want);
+  }
+  CHECK_FALSE(cpu::fast::DequantizesToBf16(WeightOf(WeightSpec{QuantFormat::kQ4_K}, 2, 256,
+                                                    RandomWeight(WeightSpec{QuantFormat::kQ4_K}, 2, 256, 902), 0)));
 }

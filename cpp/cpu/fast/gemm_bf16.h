@@ -11,6 +11,8 @@
 #pragma once
 #include <cstdint>
 
+#include "metalrt/quantized.h"
+
 namespace metalrt::cpu::fast {
 
 inline constexpr int64_t kBf16RowBlock = 16;
@@ -27,6 +29,14 @@ void PackRowsBf16Avx512(const float* a, int64_t m, int64_t k, int64_t block_begi
 
 // dst[i] = bf16(src[i]) for i < n, round-to-nearest-even (NaN stays NaN).
 void RoundToBf16Avx512(const float* src, int64_t n, uint16_t* dst);
+
+// True when DequantizeRowsBf16Avx512 decodes w's format (Q4_0, Q4_1, Q8_0).
+bool DequantizesToBf16(const QuantizedTensor& w);
+
+// dst[r * w.cols + k] = bf16(w[row0 + r, k]) for r < count, when DequantizesToBf16(w):
+// each value in f32 with the oracle's operations (cpp/cpu/quantized_blocks.cpp: a
+// product, then a sum, never fused), so it equals RoundToBf16Avx512 of DequantizeRow's.
+void DequantizeRowsBf16Avx512(const QuantizedTensor& w, int64_t row0, int64_t count, uint16_t* dst);
 
 // c[i * ldc + j] = sum_k a[i][k] w[j][k] for i < m, j < count, from the packed a and
 // the bf16 rows w[count, k] (k even).

@@ -1,6 +1,6 @@
 // The bf16 prefill GEMM's kernels for AVX-512 BF16 (compiled with -mavx512f -mavx512bw
 // -mavx512vl -mavx512bf16, see fast.cmake; called only when prefill_gemm.cpp found the
-// CPU bits and the OS's ZMM state). Internal linkage for everything but the three entry
+// CPU bits and the OS's ZMM state). Internal linkage for everything but the entry
 // points, so no AVX-512 code can be shared with the rest of the binary.
 #include "cpu/fast/gemm_bf16.h"
 
@@ -65,7 +65,69 @@ constexpr auto TileTable(std::integer_sequence<int, kRows...>) {
 // kTiles[rows - 1][blocks - 1]: every edge tile of a panel is a full-speed kernel too.
 constexpr auto kTiles = TileTable(std::make_integer_sequence<int, kMaxRows>());
 
+float HalfAt(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, sizeof bits);
+  return _cvtsh_ss(bits);
+}
+
+// Stores the 32 f32 values lo (elements 0-15) and hi (16-31) as bf16.
+void Store32Bf16(__m512 lo, __m512 hi, uint16_t* dst) {
+  _mm512_storeu_si512(dst, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+// One 32-value block of Q4_0 / Q4_1 (byte j: element j in the low nibble, j + 16 in
+// the high): y = d * (q - 8), or d * q + m, as separate multiply and add.
+template <bool kHasMin>
+void Q4BlockBf16(const uint8_t* b, uint16_t* dst) {
+  const __m512 d = _mm512_set1_ps(HalfAt(b));
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (kHasMin ? 4 : 2)));
+  const __m512i lo = _mm512_cvtepu8_epi32(_mm_and_si128(bytes, _mm_set1_epi8(15)));
+  const __m512i hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(15)));
+  if constexpr (kHasMin) {
+    const __m512 m = _mm512_set1_ps(HalfAt(b + 2));
+    Store32Bf16(_mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(lo)), m),
+                _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(hi)), m), dst);
+  } else {
+    const __m512i eight = _mm512_set1_epi32(8);
+    Store32Bf16(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(lo, eight))),
+                _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(hi, eight))), dst);
+  }
+}
+
+// One 32-value block of Q8_0: y = q * d.
+void Q8_0BlockBf16(const uint8_t* b, uint16_t* dst) {
+  const __m512 d = _mm512_set1_ps(HalfAt(b));
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+  const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
+  const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
+  Store32Bf16(_mm512_mul_ps(lo, d), _mm512_mul_ps(hi, d), dst);
+}
+
+template <void (*kBlock)(const uint8_t*, uint16_t*)>
+void BlocksBf16(const uint8_t* b, int64_t blocks, int64_t block_bytes, uint16_t* dst) {
+  for (int64_t i = 0; i < blocks; ++i) kBlock(b + i * block_bytes, dst + i * 32);
+}
+
 }  // namespace
+
+bool DequantizesToBf16(const QuantizedTensor& w) {
+  return w.format == QuantFormat::kQ4_0 || w.format == QuantFormat::kQ4_1 || w.format == QuantFormat::kQ8_0;
+}
+
+void DequantizeRowsBf16Avx512(const QuantizedTensor& w, int64_t row0, int64_t count, uint16_t* dst) {
+  const int64_t block_bytes = BlockBytes(w.format), blocks = w.cols / 32;
+  const uint8_t* data = w.data.data_as<uint8_t>();
+  for (int64_t r = 0; r < count; ++r) {
+    const uint8_t* b = data + (row0 + r) * blocks * block_bytes;
+    uint16_t* out = dst + r * w.cols;
+    switch (w.format) {
+      case QuantFormat::kQ4_0: BlocksBf16<Q4BlockBf16<false>>(b, blocks, block_bytes, out); break;
+      case QuantFormat::kQ4_1: BlocksBf16<Q4BlockBf16<true>>(b, blocks, block_bytes, out); break;
+      default: BlocksBf16<Q8_0BlockBf16>(b, blocks, block_bytes, out); break;   // kQ8_0
+    }
+  }
+}
 
 void RoundToBf16Avx512(const float* src, int64_t n, uint16_t* dst) {
   int64_t i = 0;
@@ -123,5 +185,7 @@ namespace {
 void PackRowsBf16Avx512(const float*, int64_t, int64_t, int64_t, int64_t, uint32_t*) { NoKernel(); }
 void RoundToBf16Avx512(const float*, int64_t, uint16_t*) { NoKernel(); }
 void GemmBf16Avx512(const uint32_t*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) { NoKernel(); }
+bool DequantizesToBf16(const QuantizedTensor&) { return false; }
+void DequantizeRowsBf16Avx512(const QuantizedTensor&, int64_t, int64_t, uint16_t*) { NoKernel(); }
 }  // namespace metalrt::cpu::fast
 #endif

@@ -20,16 +20,14 @@ const char* PrefillGemmName(PrefillGemm gemm) {
 PrefillGemm SelectedPrefillGemm() {
   const bool has_bf16 = CpuHasAvx512Bf16();
   const char* env = std::getenv("METALRT_CPU_GEMM");
-  // Unset is f32: bf16 moved the MoE models' prefill logits past their 1e-3 gate and a
-  // batched server stream off its solo tokens (not yet understood), so bf16 is opt-in.
-  if (env == nullptr || *env == '\0') return PrefillGemm::kF32;
-  const std::string name = env;
+  const std::string name = env == nullptr ? "" : env;
+  // Unset is auto: bf16 where it is no coarser than the weight itself, on CPUs that have it.
+  if (name.empty() || name == "auto") return has_bf16 ? PrefillGemm::kAuto : PrefillGemm::kF32;
   if (name == "f32") return PrefillGemm::kF32;
-  if (name != "bf16" && name != "auto")
-    throw std::invalid_argument("METALRT_CPU_GEMM must be f32, bf16 or auto, got '" + name + "'");
-  if (!has_bf16) throw std::invalid_argument("METALRT_CPU_GEMM=" + name + " needs a CPU with AVX-512 BF16 (and an OS "
+  if (name != "bf16") throw std::invalid_argument("METALRT_CPU_GEMM must be f32, bf16 or auto, got '" + name + "'");
+  if (!has_bf16) throw std::invalid_argument("METALRT_CPU_GEMM=bf16 needs a CPU with AVX-512 BF16 (and an OS "
                                              "that saves its registers); this one has none");
-  return name == "auto" ? PrefillGemm::kAuto : PrefillGemm::kBf16;
+  return PrefillGemm::kBf16;
 }
 
 bool PrefillGemmIsBf16(bool coarse_weight) {

@@ -13,8 +13,9 @@ enum class PrefillGemm { kF32, kBf16, kAuto };
 // "f32", "bf16", "auto".
 const char* PrefillGemmName(PrefillGemm gemm);
 
-// METALRT_CPU_GEMM, read at every call (tests switch it); unset, kF32.
-// std::invalid_argument for an unknown value, or bf16/auto on a CPU without AVX-512 BF16.
+// METALRT_CPU_GEMM, read at every call (tests switch it); unset or "auto", kAuto where
+// the CPU has AVX-512 BF16, else kF32 (auto then means f32 for every weight).
+// std::invalid_argument for an unknown value, or bf16 on a CPU without AVX-512 BF16.
 PrefillGemm SelectedPrefillGemm();
 
 // Whether the bf16 GEMM serves a weight under SelectedPrefillGemm(): always for kBf16,

@@ -1,10 +1,13 @@
 // The CPU device's prefill GEMM for quantized weights: quantized_matmul_bt
 // (x[M,K] . W[N,K]^T) for m above the GEMV's rows. Each panel of weight rows is
 // dequantized into f32 scratch by the oracle's block decoders (DequantizeRow: every
-// format, bit-exact with the references) and multiplied by the BLAS sgemm, so the
-// dequantization is paid once per call and reused by all m rows. The weight stays
-// quantized in memory; only a panel (<= 128 rows) is ever f32.
+// format, bit-exact with the references) and multiplied by the BLAS sgemm; for the bf16
+// GEMM, Q4_0/Q4_1/Q8_0 rows decode straight to bf16 (the same values, rounded once:
+// gemm_bf16.h) and the other formats are rounded from the f32 panel. The dequantization
+// is paid once per call and reused by all m rows. The weight stays quantized in memory;
+// only a panel (<= 128 rows) is ever decoded.
 #include "cpu/fast/blas/tiled_gemm.h"
+#include "cpu/fast/gemm_bf16.h"
 #include "cpu/quantized_blocks.h"
 #include "metalrt/op_registry.h"
 
@@ -25,7 +28,11 @@ bool BlasQuantizedGemm(const OpCall& call) {
               for (int64_t r = 0; r < count; ++r) DequantizeRow(w, n0 + r, scratch + r * k);
               return Panel{scratch, k, true};
             },
-            out, kBf16);
+            out, kBf16,
+            DequantizesToBf16(w) ? Bf16PanelFn([&](int64_t n0, int64_t count, uint16_t* rows) {
+              DequantizeRowsBf16Avx512(w, n0, count, rows);
+            })
+                                 : nullptr);
   return true;
 }
 

@@ -41,7 +41,7 @@ const float* RowsF32(const Tensor& a, std::vector<float>& scratch) {
 }
 
 void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& panel, const Tensor& out,
-               bool bf16) {
+               bool bf16, const Bf16PanelFn& bf16_panel) {
   const int64_t width = PanelColumns(n, ParallelThreadCount());
   const int64_t panels = (n + width - 1) / width;
   const bool direct = out.dtype() == DType::kF32;   // the GEMM writes straight into out
@@ -59,18 +59,22 @@ void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& p
   ParallelFor(panels, 1, [&](int64_t begin, int64_t end) {
     static thread_local std::vector<float> scratch, result;
     static thread_local std::vector<uint16_t> rows_bf16;
-    scratch.resize(static_cast<size_t>(width * k));
+    if (!(bf16 && bf16_panel)) scratch.resize(static_cast<size_t>(width * k));
     if (!direct) result.resize(static_cast<size_t>(m * width));
     if (bf16) rows_bf16.resize(static_cast<size_t>(width * k));
     for (int64_t p = begin; p < end; ++p) {
       const int64_t n0 = p * width, count = std::min(width, n - n0);
-      const Panel w = panel(n0, count, scratch.data());
       float* c = direct ? out.data_as<float>() + n0 : result.data();
       const int64_t ldc = direct ? n : count;
-      if (bf16) {
+      if (bf16 && bf16_panel) {
+        bf16_panel(n0, count, rows_bf16.data());
+        GemmBf16Avx512(packed, m, k, rows_bf16.data(), count, c, ldc);
+      } else if (bf16) {
+        const Panel w = panel(n0, count, scratch.data());
         for (int64_t r = 0; r < count; ++r) RoundToBf16Avx512(w.data + r * w.ld, k, rows_bf16.data() + r * k);
         GemmBf16Avx512(packed, m, k, rows_bf16.data(), count, c, ldc);
       } else {
+        const Panel w = panel(n0, count, scratch.data());
         Sgemm(m, count, k, a, k, w.data, w.ld, w.transposed, c, ldc);
       }
       if (direct) continue;

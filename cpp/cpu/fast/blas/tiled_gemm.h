@@ -22,6 +22,9 @@ struct Panel {
 // Returns the panel of columns [n0, n0 + count), filling `scratch` (room for count * K
 // floats) when the weight has no such f32 layout of its own.
 using PanelFn = std::function<Panel(int64_t n0, int64_t count, float* scratch)>;
+// For the bf16 GEMM, optionally: fills `rows` with weight rows [n0, n0 + count) as bf16
+// (count rows of K) straight from the weight, skipping the f32 panel and its rounding.
+using Bf16PanelFn = std::function<void(int64_t n0, int64_t count, uint16_t* rows)>;
 
 // True when the BLAS GEMM should serve an [m, k] x [k, n] product: m above the GEMV's
 // rows (cpp/cpu/fast/matmul_dispatch.h), every size within the BLAS's int range and
@@ -40,7 +43,8 @@ const float* RowsF32(const Tensor& a, std::vector<float>& scratch);
 // single-threaded sgemm (bf16 false) or bf16 GEMM (a is rounded and packed once, each
 // panel rounded to bf16 rows; the panels must be `transposed`) on it, so the panel is
 // reused by all m rows while in cache. Scratch is per thread and kept between calls.
+// `bf16_panel`, when set, replaces `panel` for the bf16 GEMM.
 void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& panel, const Tensor& out,
-               bool bf16);
+               bool bf16, const Bf16PanelFn& bf16_panel = nullptr);
 
 }  // namespace metalrt::cpu::fast

@@ -1,0 +1,22 @@
+// Rows of exp for AVX-512 F (exp_avx512.cpp, compiled with its own target flags in
+// fast.cmake; called only where SelectedGemvIsa() is avx512_vnni): SwiGLU for
+// silu_and_mul.cpp and the softmax weights of the prefill attention.
+//
+// exp is Cephes's expf scheme (Moshier 1989): exp(x) = 2^j e^r with j = round(x log2 e),
+// r = x - j ln 2 in two parts, e^r = 1 + r + r^2 P(r), P a degree-5 minimax polynomial
+// (relative error <= 2^-23 on |r| <= ln 2 / 2); 2^j by vscalefps, which overflows to inf
+// and underflows to 0 as expf does.
+#pragma once
+#include <cstdint>
+
+namespace metalrt::cpu::fast {
+
+// out[i] = gate[i] / (1 + exp(-gate[i])) * up[i] for i < n (f32; out may alias gate).
+// NaN in gate or up gives NaN.
+void SiluAndMulRowAvx512(const float* gate, const float* up, int64_t n, float* out);
+
+// s[j] = exp(s[j] - shift) for j < n; returns their f32 sum (16 partial sums, then
+// added in lane order). shift is the row's finite maximum.
+float ExpShiftedRowAvx512(float* s, int64_t n, float shift);
+
+}  // namespace metalrt::cpu::fast
