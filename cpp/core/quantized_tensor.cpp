@@ -40,17 +40,17 @@ std::string Join(const int* values, size_t n) {
   return s;
 }
 
-// Every check here is `if (!ok) Fail(message)`, never Check(ok, message): a message is
+// Every check here is `if (bad) Fail(message)`, never Check(ok, message): a message is
 // built only for an error, where Check's argument was built on every call (each
 // quantized op's entry point revalidates its weight, a few hundred times a decode step).
 void CheckTensor(const Tensor& t, DType dtype, const Shape& shape, const char* arg) {
-  if (!(t.defined())) Fail(kOp, std::string(arg) + " is an undefined tensor");
-  if (!(t.dtype() == dtype)) FailType(kOp,
+  if (!t.defined()) Fail(kOp, std::string(arg) + " is an undefined tensor");
+  if (t.dtype() != dtype) FailType(kOp,
             std::string(arg) + " must be " + DTypeName(dtype) + ", got " + DTypeName(t.dtype()));
-  if (!(t.shape() == shape)) Fail(kOp,
+  if (t.shape() != shape) Fail(kOp,
         std::string(arg) + " must have shape " + ShapeToString(shape) + ", got " + ShapeToString(t.shape()) +
             (t.ndim() == 2 && t.dim(0) == shape[0] && t.dim(1) < shape[1] ? " (truncated data)" : ""));
-  if (!(t.is_contiguous())) Fail(kOp, std::string(arg) + " must be contiguous");
+  if (!t.is_contiguous()) Fail(kOp, std::string(arg) + " must be contiguous");
 }
 
 }  // namespace
@@ -100,7 +100,7 @@ std::string QuantizedTensor::Describe() const {
 
 QuantizedTensor MakeQuantizedTensor(QuantFormat format, int64_t rows, int64_t cols, Tensor data,
                                     Tensor scales, Tensor biases, int bits, int group_size) {
-  if (!(rows >= 1 && cols >= 1)) Fail(kOp,
+  if (rows < 1 || cols < 1) Fail(kOp,
         "shape must be [N >= 1, K >= 1], got " + ShapeToString({rows, cols}));
   QuantizedTensor w;
   w.format = format;
@@ -108,15 +108,15 @@ QuantizedTensor MakeQuantizedTensor(QuantFormat format, int64_t rows, int64_t co
   w.cols = cols;
   if (format != QuantFormat::kAffine) {
     const GgufFormat& f = Gguf(format);
-    if (!(bits == 0 || bits == f.bits)) Fail(kOp,
+    if (bits != 0 && bits != f.bits) Fail(kOp,
           std::string(f.name) + " has " + std::to_string(f.bits) + "-bit codes, got bits=" + std::to_string(bits));
-    if (!(group_size == 0 || group_size == f.block_values)) Fail(kOp,
+    if (group_size != 0 && group_size != f.block_values) Fail(kOp,
           std::string(f.name) + " has blocks of " + std::to_string(f.block_values) +
               " values, got group_size=" + std::to_string(group_size));
-    if (!(cols % f.block_values == 0)) Fail(kOp,
+    if (cols % f.block_values != 0) Fail(kOp,
           std::string(f.name) + " needs K divisible by its block of " + std::to_string(f.block_values) +
               " values, got K=" + std::to_string(cols));
-    if (!(!scales.defined() && !biases.defined())) Fail(kOp,
+    if (scales.defined() || biases.defined()) Fail(kOp,
           std::string(f.name) + " keeps its scales inside the blocks; pass no scales or biases");
     CheckTensor(data, DType::kU8, {rows, cols / f.block_values * f.block_bytes}, "data");
     w.bits = f.bits;
@@ -124,15 +124,15 @@ QuantizedTensor MakeQuantizedTensor(QuantFormat format, int64_t rows, int64_t co
   } else {
     static constexpr int kBits[] = {2, 3, 4, 5, 6, 8};
     static constexpr int kGroups[] = {32, 64, 128};
-    if (!(std::count(std::begin(kBits), std::end(kBits), bits) == 1)) Fail(kOp,
+    if (std::count(std::begin(kBits), std::end(kBits), bits) != 1) Fail(kOp,
           "affine bits must be one of " + Join(kBits, 6) + ", got " + std::to_string(bits));
-    if (!(std::count(std::begin(kGroups), std::end(kGroups), group_size) == 1)) Fail(kOp,
+    if (std::count(std::begin(kGroups), std::end(kGroups), group_size) != 1) Fail(kOp,
           "affine group_size must be one of " + Join(kGroups, 3) + ", got " + std::to_string(group_size));
-    if (!(cols % group_size == 0)) Fail(kOp,
+    if (cols % group_size != 0) Fail(kOp,
           "K=" + std::to_string(cols) + " is not divisible by group_size=" + std::to_string(group_size));
     CheckTensor(data, DType::kU32, {rows, cols * bits / 32}, "data");
-    if (!(scales.defined() && biases.defined())) Fail(kOp, "affine weights need scales and biases");
-    if (!(IsFloating(scales.dtype()))) FailType(kOp,
+    if (!scales.defined() || !biases.defined()) Fail(kOp, "affine weights need scales and biases");
+    if (!IsFloating(scales.dtype())) FailType(kOp,
               std::string("scales must be float32, float16 or bfloat16, got ") + DTypeName(scales.dtype()));
     const Shape groups{rows, cols / group_size};
     CheckTensor(scales, scales.dtype(), groups, "scales");
@@ -141,7 +141,7 @@ QuantizedTensor MakeQuantizedTensor(QuantFormat format, int64_t rows, int64_t co
     w.group_size = group_size;
   }
   for (const Tensor* t : {&scales, &biases})
-    if (!(!t->defined() || t->device() == data.device())) Fail(kOp,
+    if (t->defined() && t->device() != data.device()) Fail(kOp,
           std::string("scales and biases must be on the device of data (") + DeviceTypeName(data.device()) + ")");
   w.data = std::move(data);
   w.scales = std::move(scales);
