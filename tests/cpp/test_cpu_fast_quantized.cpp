@@ -164,31 +164,44 @@ TEST_CASE("cpu fast quantized_matmul_bt: with the fast provider disabled the ora
   CHECK(Nmse(fast, want) < kNmseBar);
 }
 
-TEST_CASE("cpu fast quantized_matmul_bt: every kernel this CPU can run meets the bar (METALRT_CPU_ISA)") {
+namespace {
+
+// Every GEMV kernel this CPU can run: portable, AVX2 under AVX-512, the best.
+std::vector<cpu::fast::GemvIsa> RunnableIsas() {
   using cpu::fast::GemvIsa;
   const GemvIsa best = cpu::fast::SelectedGemvIsa();
   std::vector<GemvIsa> isas{GemvIsa::kPortable};
   if (best == GemvIsa::kAvx512Vnni) isas.push_back(GemvIsa::kAvx2);
   if (best != GemvIsa::kPortable) isas.push_back(best);
-  MESSAGE("best GEMV kernel on this CPU: " << cpu::fast::GemvIsaName(best));
-  std::vector<double> want;
+  return isas;
+}
+
+}  // namespace
+
+TEST_CASE("cpu fast quantized_matmul_bt: every kernel this CPU can run meets the bar (METALRT_CPU_ISA)") {
+  MESSAGE("best GEMV kernel on this CPU: " << cpu::fast::GemvIsaName(cpu::fast::SelectedGemvIsa()));
   for (const WeightSpec& s : Specs()) {
+    // n = 37: nine groups of the AVX-512 m = 1 kernel's 4 weight rows (Q4_0, Q4_1,
+    // Q8_0) and a tail row.
     const int64_t k = 512, n = 37;
     const std::vector<Tensor> t = RandomWeight(s, n, k, 91);
     const QuantizedTensor w = WeightOf(s, n, k, t, 0);
-    const Tensor x = MakeFloat({3, k}, DType::kF32, RandomValues(3 * k, 92));
-    SetProviderEnabled(kFast, false);
-    const std::vector<double> oracle = ReadFloat(ops::QuantizedMatmulBT(x, w));
-    SetProviderEnabled(kFast, true);
-    for (GemvIsa isa : isas) {
-      CAPTURE(SpecName(s));
-      CAPTURE(cpu::fast::GemvIsaName(isa));
-      setenv("METALRT_CPU_ISA", cpu::fast::GemvIsaName(isa), 1);
-      cpu::fast::ResetCpuSelections();   // the choice is kept between calls
-      const std::vector<double> got = ReadFloat(ops::QuantizedMatmulBT(x, w, Poisoned({3, n}, DType::kF32)));
-      unsetenv("METALRT_CPU_ISA");
-      cpu::fast::ResetCpuSelections();
-      CHECK(Nmse(got, oracle) < kNmseBar);
+    for (int64_t m : {1, 3}) {
+      const Tensor x = MakeFloat({m, k}, DType::kF32, RandomValues(m * k, 92));
+      SetProviderEnabled(kFast, false);
+      const std::vector<double> oracle = ReadFloat(ops::QuantizedMatmulBT(x, w));
+      SetProviderEnabled(kFast, true);
+      for (cpu::fast::GemvIsa isa : RunnableIsas()) {
+        CAPTURE(SpecName(s));
+        CAPTURE(m);
+        CAPTURE(cpu::fast::GemvIsaName(isa));
+        setenv("METALRT_CPU_ISA", cpu::fast::GemvIsaName(isa), 1);
+        cpu::fast::ResetCpuSelections();   // the choice is kept between calls
+        const std::vector<double> got = ReadFloat(ops::QuantizedMatmulBT(x, w, Poisoned({m, n}, DType::kF32)));
+        unsetenv("METALRT_CPU_ISA");
+        cpu::fast::ResetCpuSelections();
+        CHECK(Nmse(got, oracle) < kNmseBar);
+      }
     }
   }
   setenv("METALRT_CPU_ISA", "sse9", 1);
@@ -197,4 +210,39 @@ TEST_CASE("cpu fast quantized_matmul_bt: every kernel this CPU can run meets the
                                      "METALRT_CPU_ISA must be one of portable, avx2, avx512_vnni, neon, got 'sse9'");
   unsetenv("METALRT_CPU_ISA");
   cpu::fast::ResetCpuSelections();
+}
+
+TEST_CASE("cpu fast quantized_matmul_bt: the same bytes on one thread and on two, every format and kernel") {
+  // The AVX-512 m = 1 kernel (Q4_0, Q4_1, Q8_0) takes weight rows 4 at a time from the
+  // start of its chunk; n = 150 splits at row 75 on two threads, so the groups differ
+  // from one thread's and only a per-row arithmetic independent of the grouping gives
+  // the same bytes.
+  const int64_t k = 512, n = 150;
+  for (const WeightSpec& s : Specs()) {
+    const std::vector<Tensor> t = RandomWeight(s, n, k, 93);
+    const QuantizedTensor w = WeightOf(s, n, k, t, 0);
+    for (int64_t m : {1, 3}) {
+      const Tensor x = MakeFloat({m, k}, DType::kF32, RandomValues(m * k, 94));
+      for (cpu::fast::GemvIsa isa : RunnableIsas()) {
+        CAPTURE(SpecName(s));
+        CAPTURE(m);
+        CAPTURE(cpu::fast::GemvIsaName(isa));
+        setenv("METALRT_CPU_ISA", cpu::fast::GemvIsaName(isa), 1);
+        cpu::fast::ResetCpuSelections();
+        Tensor one = Poisoned({m, n}, DType::kF32), two = Poisoned({m, n}, DType::kF32);
+        {
+          const cpu::ScopedParallelThreadLimit limit(1);
+          ops::QuantizedMatmulBT(x, w, one);
+        }
+        {
+          const cpu::ScopedParallelThreadLimit limit(2);
+          ops::QuantizedMatmulBT(x, w, two);
+        }
+        unsetenv("METALRT_CPU_ISA");
+        cpu::fast::ResetCpuSelections();
+        CHECK(GetProviderStats("quantized_matmul_bt", DeviceType::kCPU).last_selected == kFast);
+        CHECK(std::memcmp(one.data(), two.data(), one.nbytes()) == 0);
+      }
+    }
+  }
 }

@@ -34,6 +34,10 @@ struct UniformMap {
 };
 
 inline UniformMap Uniform(float a, float b) { return {a, b}; }
+// No bias term (Q4_0, Q5_0, Q8_0: the offset is in the codes): the scale alone.
+struct ScaleMap {
+  float a;
+};
 
 // An f16 scale: one vcvtph2ps where the TU has F16C (the x86 kernels), else the 256 KB
 // table (cpu/float_rows.h), whose lookups miss L1.
@@ -60,23 +64,18 @@ inline uint32_t Word(const uint8_t* p) {
   return v;
 }
 
-inline float ScaleAt(const GemvArgs& a, int64_t index) {
-  const uint16_t* half = static_cast<const uint16_t*>(a.scales);
+// Affine scale or bias `index` of `values` (f16 through F16C where the TU has it).
+inline float AffineValueAt(const GemvArgs& a, const void* values, int64_t index) {
+  const uint16_t* half = static_cast<const uint16_t*>(values);
   switch (a.scale_dtype) {
-    case ScaleDType::kF32: return static_cast<const float*>(a.scales)[index];
-    case ScaleDType::kF16: return a.f16_table[half[index]];
+    case ScaleDType::kF32: return static_cast<const float*>(values)[index];
+    case ScaleDType::kF16: return Half(a.f16_table, reinterpret_cast<const uint8_t*>(half + index));
     case ScaleDType::kBF16: break;
   }
   const uint32_t bits = uint32_t{half[index]} << 16;
   float v;
   std::memcpy(&v, &bits, 4);
   return v;
-}
-
-inline float BiasAt(const GemvArgs& a, int64_t index) {
-  GemvArgs b = a;
-  b.scales = a.biases;
-  return ScaleAt(b, index);
 }
 
 // The 6-bit scale and min of K-quant sub-block j (ggml's get_scale_min_k4).
@@ -108,6 +107,14 @@ struct Tile {
   }
 
   template <bool kSigned>
+  void Add(int64_t block, const typename Isa::Codes& codes, const ScaleMap& map) {
+    for (int r = 0; r < R; ++r) {
+      const Q8Block& xb = x[r][block];
+      acc[r] = Isa::Fma(acc[r], CodeDot<kSigned>(codes, xb), map.a * xb.d);
+    }
+  }
+
+  template <bool kSigned>
   void Add(int64_t block, const typename Isa::Codes& codes, const UniformMap& map) {
     for (int r = 0; r < R; ++r) {
       const Q8Block& xb = x[r][block];
@@ -134,6 +141,46 @@ inline void Q5Codes(const uint8_t* qs, uint32_t qh, uint8_t* u) {
   }
 }
 
+// 32 MLX affine codes of kBits each from one LSB-first bitstream of 4 * kBits bytes:
+// 4-bit byte j holds codes 2j (low nibble) and 2j + 1, 8-bit codes are the bytes; the
+// other widths go through `u` (8 codes per kBits bytes, a fixed-size load each).
+template <class Isa, int kBits>
+inline typename Isa::Codes AffineCodes(const uint8_t* q, uint8_t* u) {
+  if constexpr (kBits == 4) {
+    return Isa::InterleavedNibbles16(q);
+  } else if constexpr (kBits == 8) {
+    return Isa::Load(q);
+  } else {
+    constexpr uint64_t kMask = (uint64_t{1} << kBits) - 1;
+    for (int c = 0; c < 4; ++c) {
+      uint64_t v = 0;
+      std::memcpy(&v, q + c * kBits, kBits);   // 8 codes, little-endian host
+      for (int i = 0; i < 8; ++i) u[8 * c + i] = uint8_t((v >> (i * kBits)) & kMask);
+    }
+    return Isa::Load(u);
+  }
+}
+
+// Feeds every 32-value block of MLX affine row `row` to sink.Add, in order; each
+// group's scale and bias are read once. 8-bit codes are recentred to signed (u - 128,
+// the bias absorbing 128 * scale) since only codes below 128 fit the
+// unsigned-by-signed dot without overflow.
+template <class Isa, int kBits, class Sink>
+inline void VisitAffineRow(const GemvArgs& a, int64_t row, Sink& sink) {
+  alignas(32) uint8_t u[32];
+  const int64_t groups = a.k / a.group_size, per_group = a.group_size / 32;
+  const uint8_t* p = a.data + row * a.row_bytes;
+  for (int64_t g = 0; g < groups; ++g) {
+    const float scale = AffineValueAt(a, a.scales, row * groups + g), bias = AffineValueAt(a, a.biases, row * groups + g);
+    const UniformMap map = Uniform(scale, kBits == 8 ? bias + 128.0f * scale : bias);
+    for (int64_t t = g * per_group; t < (g + 1) * per_group; ++t) {
+      const typename Isa::Codes codes = AffineCodes<Isa, kBits>(p + t * 4 * kBits, u);
+      if constexpr (kBits == 8) sink.template Add<true>(t, Isa::Centered(codes, 128), map);
+      else sink.template Add<false>(t, codes, map);
+    }
+  }
+}
+
 // Feeds every 32-value block of weight row `row` to sink.Add, in order.
 template <class Isa, GemvFormat F, class Sink>
 inline void VisitRow(const GemvArgs& a, int64_t row, Sink& sink) {
@@ -148,7 +195,7 @@ inline void VisitRow(const GemvArgs& a, int64_t row, Sink& sink) {
       const typename Isa::Codes codes = Isa::SplitNibbles16(p + kBytes - 16);
       // Q4_0's offset is taken out of the codes (signed q - 8), not put in the bias:
       // d (sum u c) - 8 d (sum c) cancels to the result's size from terms ~8x larger.
-      if constexpr (F == GemvFormat::kQ4_0) sink.template Add<true>(t, Isa::Centered(codes, 8), Uniform(d, 0.0f));
+      if constexpr (F == GemvFormat::kQ4_0) sink.template Add<true>(t, Isa::Centered(codes, 8), ScaleMap{d});
       else sink.template Add<false>(t, codes, Uniform(d, Half(f16, p + 2)));
     }
   } else if constexpr (F == GemvFormat::kQ5_0 || F == GemvFormat::kQ5_1) {
@@ -156,11 +203,11 @@ inline void VisitRow(const GemvArgs& a, int64_t row, Sink& sink) {
     for (int64_t t = 0; t < blocks; ++t, p += kBytes) {
       const float d = Half(f16, p);
       Q5Codes(p + kBytes - 16, Word(p + kBytes - 20), u);
-      if constexpr (F == GemvFormat::kQ5_0) sink.template Add<true>(t, Isa::Centered(Isa::Load(u), 16), Uniform(d, 0.0f));
+      if constexpr (F == GemvFormat::kQ5_0) sink.template Add<true>(t, Isa::Centered(Isa::Load(u), 16), ScaleMap{d});
       else sink.template Add<false>(t, Isa::Load(u), Uniform(d, Half(f16, p + 2)));
     }
   } else if constexpr (F == GemvFormat::kQ8_0) {
-    for (int64_t t = 0; t < blocks; ++t, p += 34) sink.template Add<true>(t, Isa::Load(p + 2), Uniform(Half(f16, p), 0.0f));
+    for (int64_t t = 0; t < blocks; ++t, p += 34) sink.template Add<true>(t, Isa::Load(p + 2), ScaleMap{Half(f16, p)});
   } else if constexpr (F == GemvFormat::kQ4_K || F == GemvFormat::kQ5_K) {
     // 256 values as four 64-value chunks: the low nibbles of qs[32c ..] are sub-block
     // 2c, their high nibbles 2c + 1; Q5_K's bit j of qh[l] is sub-block j's fifth bit.
@@ -209,27 +256,13 @@ inline void VisitRow(const GemvArgs& a, int64_t row, Sink& sink) {
       }
     }
   } else {
-    // MLX affine: one LSB-first bitstream per row, 32 codes = 4 * bits bytes; 8-bit
-    // codes are recentred to signed (u - 128, the bias absorbing 128 * scale) since
-    // only codes below 128 fit the unsigned-by-signed dot without overflow.
-    const int bits = a.bits;
-    const int64_t groups = a.k / a.group_size, per_group = a.group_size / 32;
-    for (int64_t t = 0; t < blocks; ++t) {
-      const uint8_t* q = p + t * 4 * bits;
-      const uint64_t mask = (uint64_t{1} << bits) - 1;
-      for (int c = 0; c < 4; ++c) {
-        uint64_t v = 0;
-        std::memcpy(&v, q + c * bits, static_cast<size_t>(bits));   // 8 codes, little-endian host
-        for (int i = 0; i < 8; ++i) u[8 * c + i] = uint8_t((v >> (i * bits)) & mask);
-      }
-      const int64_t g = row * groups + t / per_group;
-      const float scale = ScaleAt(a, g), bias = BiasAt(a, g);
-      if (bits == 8) {
-        for (int i = 0; i < 32; ++i) u[i] ^= 0x80;
-        sink.template Add<true>(t, Isa::Load(u), Uniform(scale, bias + 128.0f * scale));
-      } else {
-        sink.template Add<false>(t, Isa::Load(u), Uniform(scale, bias));
-      }
+    switch (a.bits) {
+      case 2: return VisitAffineRow<Isa, 2>(a, row, sink);
+      case 3: return VisitAffineRow<Isa, 3>(a, row, sink);
+      case 4: return VisitAffineRow<Isa, 4>(a, row, sink);
+      case 5: return VisitAffineRow<Isa, 5>(a, row, sink);
+      case 6: return VisitAffineRow<Isa, 6>(a, row, sink);
+      default: return VisitAffineRow<Isa, 8>(a, row, sink);
     }
   }
 }

@@ -25,6 +25,11 @@ struct Neon {
     const uint8x16_t v = vld1q_u8(qs);
     return {{vandq_u8(v, vdupq_n_u8(15)), vshrq_n_u8(v, 4)}};
   }
+  // Codes 2j and 2j + 1 in the low and high nibble of byte j (MLX affine 4-bit).
+  static Codes InterleavedNibbles16(const uint8_t* q) {
+    const uint8x16_t v = vld1q_u8(q), lo = vandq_u8(v, vdupq_n_u8(15)), hi = vshrq_n_u8(v, 4);
+    return {{vzip1q_u8(lo, hi), vzip2q_u8(lo, hi)}};
+  }
   // codes - offset as int8 (DotSigned reads them signed).
   static Codes Centered(const Codes& c, int offset) {
     const uint8x16_t o = vdupq_n_u8(uint8_t(offset));

@@ -27,6 +27,15 @@ struct Portable {
     }
     return c;
   }
+  // Codes 2j and 2j + 1 in the low and high nibble of byte j (MLX affine 4-bit).
+  static Codes InterleavedNibbles16(const uint8_t* q) {
+    Codes c;
+    for (int j = 0; j < 16; ++j) {
+      c.v[2 * j] = q[j] & 15;
+      c.v[2 * j + 1] = q[j] >> 4;
+    }
+    return c;
+  }
   // codes - offset as int8 (DotSigned reads them signed).
   static Codes Centered(Codes c, int offset) {
     for (uint8_t& v : c.v) v = uint8_t(v - offset);

@@ -24,6 +24,13 @@ struct X86 {
     const __m128i mask = _mm_set1_epi8(15);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), mask), _mm_and_si128(v, mask));
   }
+  // Codes 2j and 2j + 1 in the low and high nibble of byte j (MLX affine 4-bit).
+  static Codes InterleavedNibbles16(const uint8_t* q) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    const __m128i mask = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(v, mask), hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
+    return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+  }
   // codes - offset as int8 (DotSigned reads them signed).
   static Codes Centered(const Codes& c, int offset) { return _mm256_sub_epi8(c, _mm256_set1_epi8(char(offset))); }
   static void NibblePlanes32(const uint8_t* qs, Codes* lo, Codes* hi) {

@@ -16,8 +16,8 @@ namespace metalrt::cpu::fast {
 // (values 16h .. 16h + 15), the halves Q6_K's 16-value scales need.
 struct Q8Block {
   float d;
+  float dsum;   // d * (sum[0] + sum[1]); next to d, so one 8-byte load reads both
   int32_t sum[2];
-  float dsum;   // d * (sum[0] + sum[1])
   int8_t q[32];
   int8_t r[32];
   int16_t c[32];   // 254 q + r (|c| <= 32385): the AVX-512 kernel's one int16 dot per block
