@@ -113,6 +113,24 @@ OpCase QuantizedCase(const WeightSpec& s, int64_t m, int64_t k, int64_t n, DType
   return c;
 }
 
+// quantized_matmul_bt_swiglu on the bf16 GEMM with its SwiGLU epilogue
+// (quantized_gemm_swiglu.cpp): w holds 2 * inner rows (gate, then up).
+OpCase SwigluCase(QuantFormat f, int64_t m, int64_t k, int64_t inner, uint32_t seed) {
+  const WeightSpec s{f};
+  std::vector<Tensor> inputs{MakeFloat({m, k}, DType::kF32, RandomValuesOf(DType::kF32, m * k, seed))};
+  for (const Tensor& t : RandomWeight(s, 2 * inner, k, seed + 1)) inputs.push_back(t);
+  OpCase c = SingleOutputCase(CaseName("quantized_matmul_bt_swiglu", DType::kF32, {m, k, inner}, SpecName(s) + "/bf16"),
+                              "quantized_matmul_bt_swiglu", "", inputs, {{m, inner}, DType::kF32}, {},
+                              [s, inner, k](const Inputs& in, const Tensor& out) {
+                                ops::QuantizedMatmulBTSwiglu(in[0], WeightOf(s, 2 * inner, k, in, 1), out);
+                              });
+  c.declines = 1;   // the fused GEMV, which owns m <= kGemvMaxRows only
+  c.kernels.clear();
+  UseGemm(c, "quantized_matmul_bt_swiglu", PrefillGemm::kBf16);
+  SetBars(c, DType::kF32, PrefillGemm::kBf16);
+  return c;
+}
+
 }  // namespace
 
 METALRT_OP_CASES(cpu_fast_gemm_cases) {
@@ -181,6 +199,13 @@ METALRT_OP_CASES(cpu_fast_gemm_cases) {
   cases.push_back(QuantizedCase(q4_1, kFirstGemmRows, 576, 1, DType::kF16, next(), kBf16));
   cases.push_back(QuantizedCase(WeightSpec{QuantFormat::kAffine, 4, 64, DType::kBF16}, 33, 768, 13, DType::kF32,
                                 next(), kBf16));
+  // The fused SwiGLU: the model's gate|up (576 -> 2 x 1536) at 128 and 512 tokens, and
+  // boundaries (m = 17, 33; inner = 1, 13, 65: partial panels of 64 gate rows).
+  cases.push_back(SwigluCase(QuantFormat::kQ4_1, 512, 576, 1536, next()));
+  cases.push_back(SwigluCase(QuantFormat::kQ4_1, 128, 576, 1536, next()));
+  cases.push_back(SwigluCase(QuantFormat::kQ8_0, kFirstGemmRows, 576, 1, next()));
+  cases.push_back(SwigluCase(QuantFormat::kQ4_0, 33, 1536, 13, next()));
+  cases.push_back(SwigluCase(QuantFormat::kQ8_0, 33, 576, 65, next()));
   return cases;
 }
 
