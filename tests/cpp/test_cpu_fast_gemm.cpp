@@ -34,6 +34,7 @@
 #include "cpu/fast/gemm_bf16.h"
 #include "cpu/fast/matmul_dispatch.h"
 #include "cpu/fast/prefill_gemm.h"
+#include "cpu/parallel.h"
 #include "cpu/quantized_blocks.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
@@ -341,4 +342,30 @@ TEST_CASE("cpu fast gemm: Q4_0, Q4_1 and Q8_0 decode straight to bf16 as the ora
   }
   CHECK_FALSE(cpu::fast::DequantizesToBf16(WeightOf(WeightSpec{QuantFormat::kQ4_K}, 2, 256,
                                                     RandomWeight(WeightSpec{QuantFormat::kQ4_K}, 2, 256, 902), 0)));
+}
+
+TEST_CASE("cpu fast gemm: the bf16 GEMM and its SwiGLU epilogue give the same bytes on 1 and 2 threads") {
+  if (!kHaveBlas || !cpu::fast::CpuHasAvx512Bf16()) return;
+  const WeightSpec s{QuantFormat::kQ4_1};
+  const int64_t m = 33, k = 576, n = 260;   // 260 rows: partial panels of both providers
+  const Tensor x = RandomF32({m, k}, 31);
+  const std::vector<Tensor> tensors = RandomWeight(s, n, k, 32);
+  const QuantizedTensor w = WeightOf(s, n, k, tensors, 0);
+  auto run = [&](int threads, bool swiglu) {
+    cpu::ScopedParallelThreadLimit limit(threads);
+    ResetProviderStats();
+    const Tensor out = Poisoned({m, swiglu ? n / 2 : n}, DType::kF32);
+    if (swiglu) {
+      ops::QuantizedMatmulBTSwiglu(x, w, out);
+    } else {
+      ops::QuantizedMatmulBT(x, w, out);
+    }
+    const char* op = swiglu ? "quantized_matmul_bt_swiglu" : "quantized_matmul_bt";
+    CHECK(GetProviderStats(op, DeviceType::kCPU).last_selected == std::string("cpu_bf16_") + op);
+    return std::vector<uint8_t>(out.data_as<uint8_t>(), out.data_as<uint8_t>() + out.nbytes());
+  };
+  for (bool swiglu : {false, true}) {
+    CAPTURE(swiglu);
+    CHECK(run(1, swiglu) == run(2, swiglu));
+  }
 }
