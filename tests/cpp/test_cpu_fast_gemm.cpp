@@ -34,6 +34,7 @@
 #include "cpu/fast/gemm_bf16.h"
 #include "cpu/fast/matmul_dispatch.h"
 #include "cpu/fast/prefill_gemm.h"
+#include "cpu/parallel.h"
 #include "cpu/quantized_blocks.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
@@ -113,6 +114,24 @@ OpCase QuantizedCase(const WeightSpec& s, int64_t m, int64_t k, int64_t n, DType
   return c;
 }
 
+// quantized_matmul_bt_swiglu on the bf16 GEMM with its SwiGLU epilogue
+// (quantized_gemm_swiglu.cpp): w holds 2 * inner rows (gate, then up).
+OpCase SwigluCase(QuantFormat f, int64_t m, int64_t k, int64_t inner, uint32_t seed) {
+  const WeightSpec s{f};
+  std::vector<Tensor> inputs{MakeFloat({m, k}, DType::kF32, RandomValuesOf(DType::kF32, m * k, seed))};
+  for (const Tensor& t : RandomWeight(s, 2 * inner, k, seed + 1)) inputs.push_back(t);
+  OpCase c = SingleOutputCase(CaseName("quantized_matmul_bt_swiglu", DType::kF32, {m, k, inner}, SpecName(s) + "/bf16"),
+                              "quantized_matmul_bt_swiglu", "", inputs, {{m, inner}, DType::kF32}, {},
+                              [s, inner, k](const Inputs& in, const Tensor& out) {
+                                ops::QuantizedMatmulBTSwiglu(in[0], WeightOf(s, 2 * inner, k, in, 1), out);
+                              });
+  c.declines = 1;   // the fused GEMV, which owns m <= kGemvMaxRows only
+  c.kernels.clear();
+  UseGemm(c, "quantized_matmul_bt_swiglu", PrefillGemm::kBf16);
+  SetBars(c, DType::kF32, PrefillGemm::kBf16);
+  return c;
+}
+
 }  // namespace
 
 METALRT_OP_CASES(cpu_fast_gemm_cases) {
@@ -181,6 +200,13 @@ METALRT_OP_CASES(cpu_fast_gemm_cases) {
   cases.push_back(QuantizedCase(q4_1, kFirstGemmRows, 576, 1, DType::kF16, next(), kBf16));
   cases.push_back(QuantizedCase(WeightSpec{QuantFormat::kAffine, 4, 64, DType::kBF16}, 33, 768, 13, DType::kF32,
                                 next(), kBf16));
+  // The fused SwiGLU: the model's gate|up (576 -> 2 x 1536) at 128 and 512 tokens, and
+  // boundaries (m = 17, 33; inner = 1, 13, 65: partial panels of 64 gate rows).
+  cases.push_back(SwigluCase(QuantFormat::kQ4_1, 512, 576, 1536, next()));
+  cases.push_back(SwigluCase(QuantFormat::kQ4_1, 128, 576, 1536, next()));
+  cases.push_back(SwigluCase(QuantFormat::kQ8_0, kFirstGemmRows, 576, 1, next()));
+  cases.push_back(SwigluCase(QuantFormat::kQ4_0, 33, 1536, 13, next()));
+  cases.push_back(SwigluCase(QuantFormat::kQ8_0, 33, 576, 65, next()));
   return cases;
 }
 
@@ -316,4 +342,30 @@ TEST_CASE("cpu fast gemm: Q4_0, Q4_1 and Q8_0 decode straight to bf16 as the ora
   }
   CHECK_FALSE(cpu::fast::DequantizesToBf16(WeightOf(WeightSpec{QuantFormat::kQ4_K}, 2, 256,
                                                     RandomWeight(WeightSpec{QuantFormat::kQ4_K}, 2, 256, 902), 0)));
+}
+
+TEST_CASE("cpu fast gemm: the bf16 GEMM and its SwiGLU epilogue give the same bytes on 1 and 2 threads") {
+  if (!kHaveBlas || !cpu::fast::CpuHasAvx512Bf16()) return;
+  const WeightSpec s{QuantFormat::kQ4_1};
+  const int64_t m = 33, k = 576, n = 260;   // 260 rows: partial panels of both providers
+  const Tensor x = RandomF32({m, k}, 31);
+  const std::vector<Tensor> tensors = RandomWeight(s, n, k, 32);
+  const QuantizedTensor w = WeightOf(s, n, k, tensors, 0);
+  auto run = [&](int threads, bool swiglu) {
+    cpu::ScopedParallelThreadLimit limit(threads);
+    ResetProviderStats();
+    const Tensor out = Poisoned({m, swiglu ? n / 2 : n}, DType::kF32);
+    if (swiglu) {
+      ops::QuantizedMatmulBTSwiglu(x, w, out);
+    } else {
+      ops::QuantizedMatmulBT(x, w, out);
+    }
+    const char* op = swiglu ? "quantized_matmul_bt_swiglu" : "quantized_matmul_bt";
+    CHECK(GetProviderStats(op, DeviceType::kCPU).last_selected == std::string("cpu_bf16_") + op);
+    return std::vector<uint8_t>(out.data_as<uint8_t>(), out.data_as<uint8_t>() + out.nbytes());
+  };
+  for (bool swiglu : {false, true}) {
+    CAPTURE(swiglu);
+    CHECK(run(1, swiglu) == run(2, swiglu));
+  }
 }

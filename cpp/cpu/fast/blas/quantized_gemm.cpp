@@ -23,16 +23,16 @@ bool BlasQuantizedGemm(const OpCall& call) {
   if (!GemmServes(m, n, k) || (kBf16 && !Bf16GemmServes(k, true))) return false;
   std::vector<float> x_scratch;
   const float* x32 = RowsF32(x, x_scratch);
+  // DequantizesToBf16 is AVX-512 code too: asked only once the bf16 GEMM serves.
+  Bf16PanelFn bf16_panel;
+  if (kBf16 && DequantizesToBf16(w))
+    bf16_panel = [&](int64_t n0, int64_t count, uint16_t* rows) { DequantizeRowsBf16Avx512(w, n0, count, rows); };
   TiledGemm(x32, m, k, n,
             [&](int64_t n0, int64_t count, float* scratch) {
               for (int64_t r = 0; r < count; ++r) DequantizeRow(w, n0 + r, scratch + r * k);
               return Panel{scratch, k, true};
             },
-            out, kBf16,
-            DequantizesToBf16(w) ? Bf16PanelFn([&](int64_t n0, int64_t count, uint16_t* rows) {
-              DequantizeRowsBf16Avx512(w, n0, count, rows);
-            })
-                                 : nullptr);
+            out, kBf16, bf16_panel);
   return true;
 }
 

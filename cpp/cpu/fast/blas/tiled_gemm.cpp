@@ -40,22 +40,24 @@ const float* RowsF32(const Tensor& a, std::vector<float>& scratch) {
   return scratch.data();
 }
 
+const uint32_t* PackedBf16(const float* a, int64_t m, int64_t k) {
+  // The calling thread's, reached by the pool threads through `packed` (a thread_local
+  // named in the lambdas would be each pool thread's own).
+  static thread_local std::vector<uint32_t> packed_a;
+  packed_a.resize(static_cast<size_t>(Bf16PackedSize(m, k)));
+  uint32_t* packed = packed_a.data();
+  ParallelFor((m + kBf16RowBlock - 1) / kBf16RowBlock, 1, [&](int64_t begin, int64_t end) {
+    PackRowsBf16Avx512(a, m, k, begin, end, packed);
+  });
+  return packed;
+}
+
 void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& panel, const Tensor& out,
                bool bf16, const Bf16PanelFn& bf16_panel) {
   const int64_t width = PanelColumns(n, ParallelThreadCount());
   const int64_t panels = (n + width - 1) / width;
   const bool direct = out.dtype() == DType::kF32;   // the GEMM writes straight into out
-  // The calling thread's, reached by the pool threads through `packed` (a thread_local
-  // named in the lambdas would be each pool thread's own).
-  static thread_local std::vector<uint32_t> packed_a;
-  uint32_t* packed = nullptr;
-  if (bf16) {
-    packed_a.resize(static_cast<size_t>(Bf16PackedSize(m, k)));
-    packed = packed_a.data();
-    ParallelFor((m + kBf16RowBlock - 1) / kBf16RowBlock, 1, [&](int64_t begin, int64_t end) {
-      PackRowsBf16Avx512(a, m, k, begin, end, packed);
-    });
-  }
+  const uint32_t* packed = bf16 ? PackedBf16(a, m, k) : nullptr;
   ParallelFor(panels, 1, [&](int64_t begin, int64_t end) {
     static thread_local std::vector<float> scratch, result;
     static thread_local std::vector<uint16_t> rows_bf16;

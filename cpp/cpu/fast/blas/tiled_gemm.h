@@ -38,6 +38,10 @@ bool Bf16GemmServes(int64_t k, bool coarse_weight);
 // A's rows as f32: a's own memory when it is f32, else converted into `scratch`.
 const float* RowsF32(const Tensor& a, std::vector<float>& scratch);
 
+// a[m, k] rounded and packed for GemmBf16Avx512 (gemm_bf16.h) on ParallelFor's threads,
+// into the calling thread's buffer, valid until its next call.
+const uint32_t* PackedBf16(const float* a, int64_t m, int64_t k);
+
 // out[m, n] (contiguous f32, f16 or bf16) = a[m, k] . W. Panels of up to 128 columns
 // are split over ParallelFor's threads; each thread fills its panel and runs a
 // single-threaded sgemm (bf16 false) or bf16 GEMM (a is rounded and packed once, each
