@@ -34,6 +34,14 @@ ScaleDType ScaleDTypeOf(DType d) {
   return d == DType::kF16 ? ScaleDType::kF16 : d == DType::kBF16 ? ScaleDType::kBF16 : ScaleDType::kF32;
 }
 
+// QuantizeRowsQ8 on the widest vectors the CPU runs (the same bytes on each).
+bool QuantizeRowsQ8Selected(const float* x, int64_t rows, int64_t k, Q8Block* blocks) {
+#if defined(__x86_64__)
+  if (SelectedGemvIsa() == GemvIsa::kAvx512Vnni) return QuantizeRowsQ8Avx512(x, rows, k, blocks);
+#endif
+  return QuantizeRowsQ8(x, rows, k, blocks);
+}
+
 }  // namespace
 
 bool QuantizeActivations(const Tensor& x, GemvActivations* act) {
@@ -48,7 +56,7 @@ bool QuantizeActivations(const Tensor& x, GemvActivations* act) {
     values = converted;
   }
   Q8Block* blocks = Grown(&xq, m * (k / 32));
-  if (!QuantizeRowsQ8(values, m, k, blocks)) return false;
+  if (!QuantizeRowsQ8Selected(values, m, k, blocks)) return false;
   *act = {blocks, m, k};
   return true;
 }

@@ -35,4 +35,8 @@ inline constexpr int kResidualSteps = 254;
 // cannot carry them, so the caller leaves the call to the oracle, which propagates them.
 bool QuantizeRowsQ8(const float* x, int64_t rows, int64_t k, Q8Block* blocks);
 
+// QuantizeRowsQ8 on AVX-512 F/BW vectors, byte-identical to it (q8_activation_avx512.cpp);
+// x86-64 only, callable only where SelectedGemvIsa() is avx512_vnni.
+bool QuantizeRowsQ8Avx512(const float* x, int64_t rows, int64_t k, Q8Block* blocks);
+
 }  // namespace metalrt::cpu::fast
