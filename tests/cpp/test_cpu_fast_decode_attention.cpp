@@ -17,6 +17,7 @@
 
 #include "cpu/fast/attention_kernels.h"
 #include "cpu/fast/cpu_features.h"
+#include "cpu_isa_testing.h"
 #include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
@@ -83,16 +84,6 @@ Run Attend(const AttentionBatch& bt, float scale) {
   ops::PagedAttention(bt.query, bt.key_cache, bt.value_cache, bt.block_tables, bt.seq_lens, bt.query_start_loc,
                       scale, out);
   return {ReadFloat(out), Bytes(out), GetProviderStats("paged_attention", DeviceType::kCPU).last_selected};
-}
-
-// Every kernel set this CPU can run, the portable one first.
-std::vector<cpu::fast::GemvIsa> RunnableIsas() {
-  using cpu::fast::GemvIsa;
-  const GemvIsa best = cpu::fast::SelectedGemvIsa();
-  std::vector<GemvIsa> isas{GemvIsa::kPortable};
-  if (best == GemvIsa::kAvx512Vnni) isas.push_back(GemvIsa::kAvx2);
-  if (best != GemvIsa::kPortable) isas.push_back(best);
-  return isas;
 }
 
 }  // namespace

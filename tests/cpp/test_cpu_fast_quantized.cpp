@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "cpu/fast/cpu_features.h"
+#include "cpu_isa_testing.h"
 #include "cpu/fast/matmul_dispatch.h"
 #include "cpu/fast/prefill_gemm.h"
 #include "cpu/parallel.h"
@@ -163,20 +164,6 @@ TEST_CASE("cpu fast quantized_matmul_bt: with the fast provider disabled the ora
   CHECK(Nmse(fast, want) > 1e-16);   // the int8 activations round: the two paths really differ
   CHECK(Nmse(fast, want) < kNmseBar);
 }
-
-namespace {
-
-// Every GEMV kernel this CPU can run: portable, AVX2 under AVX-512, the best.
-std::vector<cpu::fast::GemvIsa> RunnableIsas() {
-  using cpu::fast::GemvIsa;
-  const GemvIsa best = cpu::fast::SelectedGemvIsa();
-  std::vector<GemvIsa> isas{GemvIsa::kPortable};
-  if (best == GemvIsa::kAvx512Vnni) isas.push_back(GemvIsa::kAvx2);
-  if (best != GemvIsa::kPortable) isas.push_back(best);
-  return isas;
-}
-
-}  // namespace
 
 TEST_CASE("cpu fast quantized_matmul_bt: every kernel this CPU can run meets the bar (METALRT_CPU_ISA)") {
   MESSAGE("best GEMV kernel on this CPU: " << cpu::fast::GemvIsaName(cpu::fast::SelectedGemvIsa()));

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "cpu/fast/attention_kernels.h"
+#include "cpu/fast/exp_poly.h"
 
 namespace metalrt::cpu::fast {
 namespace {
@@ -53,18 +54,6 @@ void TileAccumulate(const AttentionTileArgs& a, const float* w, const float* v, 
     }
   }
 }
-
-// exp(x) for the Exp of a policy: x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2
-// (ln2 split in two constants so n ln2 is exact), e^r by Cephes' expf polynomial
-// (Moshier 1984: relative error ~1e-7 on that range), times 2^n built in the exponent
-// bits. Policies pass their own vector ops as the lambdas' types, so this stays one
-// definition. x below -87.3 (2^n would leave the normal range) gives 0.
-struct ExpPoly {
-  static constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  static constexpr float kMin = -87.3f;
-  static constexpr float kP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
-                                  4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
-};
 
 // s[0, n) <- w_j = exp(s_j - m) with m = max s, n <= cap; returns m and sets *l = sum w.
 // s has room for cap values, a multiple of kWidth: the tail is padded with -inf so

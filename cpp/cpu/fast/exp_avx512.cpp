@@ -5,6 +5,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "cpu/fast/exp_poly.h"
+
 namespace metalrt::cpu::fast {
 namespace {
 
@@ -13,16 +15,12 @@ __m512 Exp(__m512 x) {
   // Past +-100 the result is inf or 0 whatever x; the clamp keeps j finite (a NaN x
   // becomes 100, and the NaN returns through gate).
   x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(100.0f)), _mm512_set1_ps(-100.0f));
-  const __m512 j = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  const __m512 j = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(ExpPoly::kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(j, _mm512_set1_ps(0.693359375f), x);   // ln 2, high part (exact in f32)
-  r = _mm512_fnmadd_ps(j, _mm512_set1_ps(-2.12194440e-4f), r);       // and the rest
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r = _mm512_fnmadd_ps(j, _mm512_set1_ps(ExpPoly::kLn2Hi), x);
+  r = _mm512_fnmadd_ps(j, _mm512_set1_ps(ExpPoly::kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(ExpPoly::kP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ExpPoly::kP[i]));
   const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(e, j);
 }

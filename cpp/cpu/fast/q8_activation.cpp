@@ -36,13 +36,8 @@ bool QuantizeRowsQ8(const float* x, int64_t rows, int64_t k, Q8Block* blocks) {
     float amax;
     std::memcpy(&amax, &amax_bits, 4);
     Q8Block& out = blocks[b];
-    const float step = amax / 127.0f;
-    out.d = step / float(kResidualSteps);
-    // A block below ~1e-36 (where the reciprocals overflow) is taken as zero.
-    if (!(out.d > 0.0f) || !(1.0f / out.d <= 3.4e38f)) {
-      std::memset(&out, 0, sizeof(out));
-      continue;
-    }
+    float step;
+    if (!BlockStep(amax, &out, &step)) continue;
     int32_t c[32];   // int32 here so the loop vectorises with one lane width
     for (int i = 0; i < 32; ++i) {
       const int32_t q = Code(v[i] / step);

@@ -9,6 +9,7 @@
 // provider's only departure from the oracle's f32 dot (bar: docs/cpu.md).
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 namespace metalrt::cpu::fast {
 
@@ -25,6 +26,18 @@ struct Q8Block {
 
 // The coarse code's step in units of d: 254 makes |r| <= 127 (|x - 254 d q| <= 127 d).
 inline constexpr int kResidualSteps = 254;
+
+// The step D = amax / 127 of a block whose largest |x| is amax, with d = D / 254
+// written to out->d. False, with the block zeroed, when d is 0 or below ~1e-36 (where
+// its reciprocal overflows): the block is then taken as zero. Shared by the scalar
+// and the vector quantization so both round the same.
+inline bool BlockStep(float amax, Q8Block* out, float* step) {
+  *step = amax / 127.0f;
+  out->d = *step / float(kResidualSteps);
+  if (out->d > 0.0f && 1.0f / out->d <= 3.4e38f) return true;
+  std::memset(out, 0, sizeof(*out));
+  return false;
+}
 
 // rows x k f32 values (k a multiple of 32) as rows * k / 32 blocks, row-major: per
 // block the step D = max|x| / 127 of q = round(x / D) in [-127, 127], d = D / 254 and

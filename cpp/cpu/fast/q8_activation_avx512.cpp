@@ -41,12 +41,8 @@ bool QuantizeRowsQ8Avx512(const float* x, int64_t rows, int64_t k, Q8Block* bloc
     float amax;
     std::memcpy(&amax, &bits, 4);
     Q8Block& out = blocks[b];
-    const float step = amax / 127.0f;
-    out.d = step / float(kResidualSteps);
-    if (!(out.d > 0.0f) || !(1.0f / out.d <= 3.4e38f)) {
-      std::memset(&out, 0, sizeof(out));
-      continue;
-    }
+    float step;
+    if (!BlockStep(amax, &out, &step)) continue;
     const __m512 vstep = _mm512_set1_ps(step), vd = _mm512_set1_ps(out.d);
     const __m512i steps = _mm512_set1_epi32(kResidualSteps);
     int32_t sum[2];
