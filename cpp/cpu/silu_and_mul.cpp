@@ -2,9 +2,10 @@
 // Transformer"), out = silu(gate) * up with gate = x[..., :n], up = x[..., n:] and
 // silu(g) = g / (1 + exp(-g)), in f32, rounded once to the output dtype.
 #include <algorithm>
-#include <cmath>
+#include <vector>
 
 #include "cpu/float_rows.h"
+#include "cpu/silu_rows.h"
 #include "metalrt/op_registry.h"
 
 namespace metalrt::cpu {
@@ -21,7 +22,7 @@ bool CpuSiluAndMul(const OpCall& call) {
     for (int64_t r = begin; r < end; ++r) {
       LoadRowF32(x.data(), x.dtype(), r * 2 * n, n, gate.data());
       LoadRowF32(x.data(), x.dtype(), r * 2 * n + n, n, up.data());
-      for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+      SiluAndMulRow(gate.data(), up.data(), n);
       StoreRowF32(out.data(), out.dtype(), r * n, n, gate.data());
     }
   });

@@ -8,12 +8,12 @@
 // rounded to the output dtype first, then the same f32 formula), so the only
 // departure from the oracle is the GEMV's (bar: docs/cpu.md).
 #include <algorithm>
-#include <cmath>
 
 #include "cpu/fast/cpu_features.h"
 #include "cpu/fast/exp_avx512.h"
 #include "cpu/fast/gemv_call.h"
 #include "cpu/float_rows.h"
+#include "cpu/silu_rows.h"
 #include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
 
@@ -103,9 +103,8 @@ bool FastSwiglu(const OpCall& call) {
       float* up = gate + h;
       RoundThrough(out.dtype(), gate, width);
       RoundThrough(out.dtype(), up, width);
-      // cpu/silu_and_mul.cpp's formula: silu(g) = g / (1 + exp(-g)), in f32.
       if (wide_exp) SiluAndMulRowAvx512(gate, up, width, gate);
-      else for (int64_t t = 0; t < width; ++t) gate[t] = gate[t] / (1.0f + std::exp(-gate[t])) * up[t];
+      else SiluAndMulRow(gate, up, width);
       StoreRowF32(out.data(), out.dtype(), i * h + begin, width, gate);
     }
   });
