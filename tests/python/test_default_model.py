@@ -115,10 +115,11 @@ def test_default_model_loads_as_hf_state_dict():
 
 
 def test_default_model_load_holds_no_float_copy_of_the_weights():
-    """Loading keeps the GGUF's Q4_1/Q8_0 blocks as views of the mapped file, so
-    loading the default model on the CPU (what metalrt.load does: read the files, build
-    the model) reads no weight into anonymous memory: the peak resident set of a fresh
-    process stays below 0.35 GB (the mapped file is 98 MB; dequantized to float32 on
+    """Loading keeps the GGUF's Q4_1/Q8_0 blocks as views of the file's bytes (read
+    once, into huge-page memory on Linux: loaders/file_map.py), so loading the default
+    model on the CPU (what metalrt.load does: read the files, build the model) makes no
+    second copy of a weight: the peak resident set of a fresh process stays below
+    0.35 GB (the file is 98 MB; dequantized to float32 on
     load the weights were 0.54 GB and the peak 0.77 GB), and building the model grows
     its anonymous memory by less than 10% of the file's weight bytes (the float norms)."""
     import subprocess

@@ -9,13 +9,13 @@ We parse this ourselves instead of using ``gguf.GGUFReader`` because that reader
 a numpy view per array element while opening (over 5 s for the default model's 100k
 tokenizer strings on our machines) and reports truncated or corrupt files as numpy
 reshape errors. Here every read is bounds-checked, so a bad file raises a ``ValueError``
-naming the file, the key or tensor, and what was expected. Tensor data stays in a
-read-only memory map until it is dequantized.
+naming the file, the key or tensor, and what was expected. Tensor data are read-only
+views of the file's bytes (``file_map.map_file``: huge-page memory on Linux, a memory
+map elsewhere) until they are dequantized.
 """
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
+
+from .file_map import map_file
 
 _MAGIC = b"GGUF"
 _SUPPORTED_VERSIONS = (2, 3)
@@ -57,7 +59,7 @@ class TensorInfo:
 class _Cursor:
     """Bounds-checked little-endian reads over the mapped file."""
 
-    def __init__(self, path: str, buf: mmap.mmap):
+    def __init__(self, path: str, buf: memoryview):
         self.path = path
         self.buf = buf
         self.pos = 0
@@ -73,7 +75,7 @@ class _Cursor:
 
     def take(self, n: int, what: str) -> bytes:
         start = self._check(n, what)
-        return self.buf[start:start + n]
+        return bytes(self.buf[start:start + n])
 
     def array(self, fmt: str, count: int, what: str) -> np.ndarray:
         dtype = np.dtype("<" + fmt)
@@ -134,8 +136,7 @@ class GGUFFile:
         if size < len(_MAGIC):
             raise ValueError(f"[gguf] {self.path}: not a GGUF file: expected magic b'GGUF', "
                              f"the file has only {size} bytes")
-        with open(self.path, "rb") as f:
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._map = map_file(self.path)
         cur = _Cursor(self.path, self._map)
         magic = cur.take(4, "magic")
         if magic != _MAGIC:
@@ -190,6 +191,6 @@ class GGUFFile:
         return name, tuple(reversed(dims)), ggml_type, rel_offset, nbytes
 
     def raw(self, name: str) -> np.ndarray:
-        """The tensor's bytes: a read-only uint8 view of the mapped file (no copy)."""
+        """The tensor's bytes: a read-only uint8 view of the file's bytes (no copy)."""
         info = self.tensors[name]
         return np.frombuffer(self._map, dtype=np.uint8, count=info.nbytes, offset=info.offset)

@@ -11,7 +11,6 @@ layers quantized: see ``mlx_quant.py``.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import struct
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
+from .file_map import map_file
 from .mlx_quant import group_quantized
 
 _INDEX = "model.safetensors.index.json"
@@ -79,7 +79,7 @@ _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.u
            "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
 
 
-def _mapped_tensor(path: str, mapping: mmap.mmap, name: str, entry: dict[str, Any],
+def _mapped_tensor(path: str, mapping: memoryview, name: str, entry: dict[str, Any],
                    data_start: int) -> np.ndarray:
     if entry["dtype"] not in _DTYPES:
         raise ValueError(f"[safetensors] {path}: tensor '{name}' has dtype {entry['dtype']}; "
@@ -107,8 +107,7 @@ def read_safetensors(path: str) -> dict[str, tuple[np.ndarray, str]]:
             pass
     except SafetensorError as e:
         raise ValueError(f"[safetensors] {path}: {e}") from None
-    with open(path, "rb") as f:   # one mapping per file: a device wraps it once
-        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    mapping = map_file(path)   # one buffer per file: a device wraps it once
     return {name: (_mapped_tensor(path, mapping, name, entry, data_start), entry["dtype"])
             for name, entry in header.items()}
 

@@ -1,0 +1,63 @@
+"""The bytes of a model file as the loaders' zero-copy tensor views see them.
+
+A decode step streams every weight once per token, so the pages the weights sit in
+are on its critical path. A read-only file mapping gives 4 KB page-cache pages: on
+x86-64 a token of the default model (97 MB) then walks ~24,000 TLB misses, and the
+hardware prefetchers stop at every 4 KB boundary. On Linux the file is therefore read
+into anonymous memory advised ``MADV_HUGEPAGE`` and aligned to 2 MB, which the kernel
+backs with 2 MB pages (transparent huge pages in their default "madvise" mode). The
+resident set is the same as a file mapping's once every weight has been read (each
+page of the file once); the load reads the whole file up front (a page-cache copy,
+~40 ms for the default model). Measured in docs/cpu.md ("Weight memory").
+
+Elsewhere (macOS, where Apple silicon's pages are 16 KB and the Metal device wraps the
+mapped file's pages without a copy), on a kernel without ``MADV_HUGEPAGE``, or with
+``METALRT_MMAP=1`` (a model larger than the free memory, say), the file is mapped
+read-only, as llama.cpp does by default (its ``--no-mmap`` is the other way).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+# Transparent huge pages on x86-64 and arm64 Linux.
+HUGE_PAGE = 2 << 20
+
+
+def use_file_mapping() -> bool:
+    """True when model files are mapped rather than read into huge-page memory:
+    ``METALRT_MMAP=1``, or no ``MADV_HUGEPAGE`` on this platform. ValueError for a
+    ``METALRT_MMAP`` other than unset, "0" or "1"."""
+    value = os.environ.get("METALRT_MMAP", "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"METALRT_MMAP must be 0 or 1, got {value!r}")
+    return value == "1" or not hasattr(mmap, "MADV_HUGEPAGE")
+
+
+def map_file(path: str) -> memoryview:
+    """The whole file at ``path`` as a read-only memoryview whose ``obj`` is an
+    ``mmap.mmap`` (``np.frombuffer`` views of it share that owner, so views of
+    adjacent tensors can be merged without a copy). OSError if the file cannot be read,
+    ValueError for an empty file (nothing to map) or a bad ``METALRT_MMAP``."""
+    size = os.path.getsize(path)
+    if size == 0:
+        raise ValueError(f"{path}: the file is empty")
+    with open(path, "rb") as f:
+        if use_file_mapping():
+            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)).toreadonly()
+        # Private: shared anonymous memory is shmem, which THP leaves alone by default.
+        # An anonymous mapping is page-aligned; one huge page more lets the file start
+        # on a 2 MB boundary (newer kernels align large mappings themselves).
+        memory = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        memory.madvise(mmap.MADV_HUGEPAGE)   # before the first touch: faults take 2 MB pages
+        start = -np.frombuffer(memory, np.uint8).ctypes.data % HUGE_PAGE
+        view = memoryview(memory)[start:start + size]
+        read = 0
+        while read < size:
+            n = f.readinto(view[read:])
+            if not n:
+                raise OSError(f"{path}: the file shrank while it was read ({read} of {size} bytes)")
+            read += n
+        return view.toreadonly()
