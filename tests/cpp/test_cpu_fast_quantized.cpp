@@ -200,8 +200,8 @@ TEST_CASE("cpu fast quantized_matmul_bt: every kernel this CPU can run meets the
 }
 
 TEST_CASE("cpu fast quantized_matmul_bt: the same bytes on one thread and on two, every format and kernel") {
-  // The AVX-512 m = 1 kernel (Q4_0, Q4_1, Q8_0) takes weight rows 4 at a time from the
-  // start of its chunk; n = 150 splits at row 75 on two threads, so the groups differ
+  // The AVX-512 m = 1 kernels take weight rows 8 (Q4_0, Q4_1) or 4 (Q8_0) at a time from
+  // the start of their chunk; n = 150 splits at row 75 on two threads, so the groups differ
   // from one thread's and only a per-row arithmetic independent of the grouping gives
   // the same bytes.
   const int64_t k = 512, n = 150;
