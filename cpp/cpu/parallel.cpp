@@ -30,12 +30,19 @@ namespace {
 
 // How long a thread polls for its next event before it sleeps. A decode step runs a
 // few hundred loops a few microseconds apart: a sleeping worker costs a futex wake
-// and a context switch (~5-20 us) per loop, a polling one ~0.1 us. Past the budget a
-// thread blocks, so an idle process (a server between requests) burns no core.
-constexpr auto kSpinBudget = std::chrono::microseconds(200);
-// Polls between clock reads and yields (a yield lets a thread that shares the core,
-// on a machine with more runnable threads than cores, run instead of the poll).
+// and a context switch (~5-20 us, ~75 us measured on a 2-core VM) per loop, a polling
+// one ~0.1 us. A worker polls for longer than the Python between two decode steps
+// (~0.35 ms), so the first loop of a step finds it awake; the caller, waiting only for
+// the chunks of its own loop, polls for less. Past the budget a thread blocks, so an
+// idle process (a server between requests) burns at most 2 ms per worker.
+constexpr auto kWorkerSpinBudget = std::chrono::microseconds(2000);
+constexpr auto kCallerSpinBudget = std::chrono::microseconds(200);
+// Polls between clock reads, and the time between yields while polling. A yield lets
+// a thread that shares the core (on a machine with more runnable threads than cores)
+// run instead of the poll, but costs ~1 us of system call, during which a published
+// loop waits: yielding every 64 polls (~1 us) made a loop start late about half the time.
 constexpr int kPollsPerCheck = 64;
+constexpr auto kYieldInterval = std::chrono::microseconds(20);
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(_M_X64)
@@ -45,26 +52,35 @@ inline void CpuRelax() {
 #endif
 }
 
-// Polls ready() for up to kSpinBudget; true as soon as it holds.
+// Polls ready() for up to `budget`; true as soon as it holds.
 template <class Ready>
-bool SpinUntil(const Ready& ready) {
-  const auto deadline = std::chrono::steady_clock::now() + kSpinBudget;
+bool SpinUntil(std::chrono::microseconds budget, const Ready& ready) {
+  auto now = std::chrono::steady_clock::now();
+  const auto deadline = now + budget;
+  auto next_yield = now + kYieldInterval;
   for (;;) {
     for (int i = 0; i < kPollsPerCheck; ++i) {
       if (ready()) return true;
       CpuRelax();
     }
-    if (std::chrono::steady_clock::now() >= deadline) return ready();
-    std::this_thread::yield();
+    now = std::chrono::steady_clock::now();
+    if (now >= deadline) return ready();
+    if (now >= next_yield) {
+      std::this_thread::yield();
+      next_yield = now + kYieldInterval;
+    }
   }
 }
 
 // A persistent pool of ParallelThreadCount() - 1 workers; the caller runs chunk 0.
 // One parallel loop at a time; a loop started from inside a chunk runs inline.
 //
-// Handoff: the caller publishes a loop by bumping generation_, workers poll it, run
-// their chunk and count pending_ down, which the caller polls. Each side polls for
-// kSpinBudget, then sleeps on a condition variable after announcing itself
+// Handoff: the caller publishes a loop by bumping generation_, workers poll it, claim
+// the other chunks one at a time (claim_) and count pending_ down, which the caller
+// polls. The caller claims too once its chunk 0 is done, so a worker that starts late
+// (descheduled, or yielding) costs the loop its chunk's time, not the wait for the
+// worker; a chunk covers the same range whoever runs it, so results do not change. Each side polls for
+// its spin budget, then sleeps on a condition variable after announcing itself
 // (sleepers_, caller_sleeping_), and the other side takes the mutex and notifies
 // only when someone announced, so the common case makes no system call. No wake-up
 // is lost: the sleeper's announcement and the waker's event are seq_cst, so either
@@ -73,7 +89,7 @@ class Pool {
  public:
   Pool() {
     const unsigned threads = ParallelThreadCount();
-    for (unsigned i = 1; i < threads; ++i) workers_.emplace_back([this, i] { Work(static_cast<int>(i)); });
+    for (unsigned i = 1; i < threads; ++i) workers_.emplace_back([this] { Work(); });
   }
   ~Pool() {
     stop_.store(true);
@@ -98,15 +114,20 @@ class Pool {
     chunk_ = chunk;
     error_ = nullptr;
     pending_.store(count - 1, std::memory_order_relaxed);
+    const uint64_t sequence = (generation_.load(std::memory_order_relaxed) >> kCountBits) + 1;
+    claim_.store(sequence << kCountBits | 1, std::memory_order_relaxed);   // chunk 0 is the caller's
     // seq_cst: publishes the loop (release) and orders the read of sleepers_ below.
-    generation_.store(((generation_.load(std::memory_order_relaxed) >> kCountBits) + 1) << kCountBits |
-                      static_cast<uint64_t>(count));
+    generation_.store(sequence << kCountBits | static_cast<uint64_t>(count));
     if (sleepers_.load() > 0) {
       { std::lock_guard<std::mutex> lock(mutex_); }
       start_.notify_all();
     }
     RunOne(0);
-    if (!SpinUntil([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    for (int i; (i = Claim(sequence, count)) >= 0;) {
+      RunOne(i);
+      pending_.fetch_sub(1);
+    }
+    if (!SpinUntil(kCallerSpinBudget, [this] { return pending_.load(std::memory_order_acquire) == 0; })) {
       std::unique_lock<std::mutex> lock(mutex_);
       caller_sleeping_.store(true);
       done_.wait(lock, [this] { return pending_.load() == 0; });
@@ -132,10 +153,23 @@ class Pool {
     }
     in_loop = false;
   }
-  void Work(int index) {
+  // The next unclaimed chunk of loop `sequence` (of `count` chunks), or -1 when every
+  // chunk is taken or that loop is over. A thread reads the loop's fields only after a
+  // claim succeeds: until pending_ reaches 0 the caller cannot overwrite them, and a
+  // claim on a finished loop fails on the sequence number.
+  int Claim(uint64_t sequence, int count) {
+    uint64_t word = claim_.load(std::memory_order_acquire);
+    for (;;) {
+      const int i = static_cast<int>(word & kCountMask);
+      if ((word >> kCountBits) != sequence || i >= count) return -1;
+      if (claim_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+        return i;
+    }
+  }
+  void Work() {
     uint64_t seen = 0;
     for (;;) {
-      if (!SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
+      if (!SpinUntil(kWorkerSpinBudget, [&] { return generation_.load(std::memory_order_acquire) != seen; })) {
         std::unique_lock<std::mutex> lock(mutex_);
         sleepers_.fetch_add(1);
         start_.wait(lock, [&] { return generation_.load() != seen; });
@@ -143,13 +177,12 @@ class Pool {
       }
       seen = generation_.load(std::memory_order_acquire);
       if (stop_.load()) return;
-      // A worker outside the loop reads nothing else of it: the caller may already
-      // be writing the next one.
-      if (index >= static_cast<int>(seen & ((uint64_t{1} << kCountBits) - 1))) continue;
-      RunOne(index);
-      if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {   // seq_cst, see the class comment
-        { std::lock_guard<std::mutex> lock(mutex_); }
-        done_.notify_one();
+      for (int i; (i = Claim(seen >> kCountBits, static_cast<int>(seen & kCountMask))) >= 0;) {
+        RunOne(i);
+        if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {   // seq_cst, see the class comment
+          { std::lock_guard<std::mutex> lock(mutex_); }
+          done_.notify_one();
+        }
       }
     }
   }
@@ -164,9 +197,12 @@ class Pool {
   int64_t n_ = 0, chunk_ = 0;
   std::exception_ptr error_;   // under mutex_
   // The loop's sequence number above kCountBits, its chunk count below: one word, so
-  // a worker learns whether it takes part from the same load that shows the loop.
+  // a worker learns how many chunks there are from the same load that shows the loop.
   static constexpr int kCountBits = 16;   // > 1024 threads, PositiveIntFromEnv's cap
+  static constexpr uint64_t kCountMask = (uint64_t{1} << kCountBits) - 1;
   std::atomic<uint64_t> generation_{0};
+  // The loop's sequence number above kCountBits, its next unclaimed chunk below.
+  std::atomic<uint64_t> claim_{0};
   std::atomic<int> pending_{0}, sleepers_{0};
   std::atomic<bool> caller_sleeping_{false}, stop_{false};
 };

@@ -123,8 +123,33 @@ TEST_CASE("parallel: idle workers block instead of polling") {
   const double before = cpu_seconds();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const double used = cpu_seconds() - before;
-  // Each worker polls for at most its spin budget (200 us) before it sleeps; workers
+  // Each worker polls for at most its spin budget (2 ms) before it sleeps; workers
   // polling through the pause would use ~0.3 s each.
   CAPTURE(used);
   CHECK(used < 0.03);
+}
+
+TEST_CASE("parallel: a chunk runs exactly once whoever claims it, and its exception still reaches the caller") {
+  // The caller claims the chunks no worker has taken once its own is done: loops whose
+  // chunk 0 is empty (the caller races the workers for the rest) and loops whose other
+  // chunks are empty (the workers race the caller), each index counted.
+  const int threads = static_cast<int>(metalrt::cpu::ParallelThreadCount());
+  const int64_t n = std::max(2, threads);
+  bool once = true;
+  for (int r = 0; r < 4000; ++r) {
+    std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+    const bool caller_fast = r % 2 == 0;
+    ParallelFor(n, 1, [&](int64_t begin, int64_t end) {
+      const bool slow = (begin == 0) != caller_fast;
+      for (volatile int spin = 0; slow && spin < 200; spin = spin + 1) {}
+      for (int64_t i = begin; i < end; ++i) ++seen[i];
+    });
+    for (auto& s : seen) once &= s == 1;
+  }
+  CHECK(once);
+  for (int r = 0; r < 200; ++r)
+    CHECK_THROWS_AS(ParallelFor(n, 1, [&](int64_t begin, int64_t) {
+                      if (begin == n - 1) throw std::runtime_error("last chunk");
+                    }),
+                    std::runtime_error);
 }
