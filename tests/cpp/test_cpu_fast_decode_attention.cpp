@@ -1,10 +1,10 @@
 // Gates of the CPU device's fast paged attention (cpp/cpu/fast/decode_attention.cpp) in
 // the op-case table: against the oracle (the fast providers disabled) for decode
 // batches at the default model's geometry (9 heads, 3 kv heads, head_dim 64, blocks of
-// 16) with contexts 1, 15/16/17 and 63/64/65 (cache-block and work-chunk boundaries),
-// 128, 1024 and 4096, several requests of different lengths, and at boundary shapes (GQA
-// groups of 1, 3 and 8, head_dim 1, 33, 64, 128, block sizes 1 and 5), each on 1 and 2
-// threads. Every cache slot a request does not own is NaN, so a read outside a context
+// 16) with contexts 1, 15/16/17, 31/32/33 and 63/64/65 (cache-block, 16-key score tile
+// and 32-key work-chunk boundaries), 128, 1024 and 4096, several requests of different
+// lengths, and at boundary shapes (GQA groups of 1, 3 and 8, head_dim 1, 33, 64, 128,
+// block sizes 1 and 5), each on 1 and 2 threads. Every cache slot a request does not own is NaN, so a read outside a context
 // fails. Bars: f32 NMSE <= 1e-10 and every element within 1e-5 (outputs are convex
 // combinations of values in [-1, 1]; the chunked softmax, the order of the f32 sums and
 // the FMAs differ from the oracle); f16/bf16 outputs may round the other way.
@@ -36,6 +36,7 @@ constexpr bool kHaveBlas = std::strcmp(METALRT_BLAS_NAME, "none") != 0;
 const std::vector<AttentionCase> kDecodeCases = {
     {"smollm2/ctx1", 9, 3, 64, 16, {{1, 1}}},
     {"smollm2/ctx15_16_17", 9, 3, 64, 16, {{1, 15}, {1, 16}, {1, 17}}},
+    {"smollm2/ctx31_32_33", 9, 3, 64, 16, {{1, 31}, {1, 32}, {1, 33}}},
     {"smollm2/ctx63_64_65", 9, 3, 64, 16, {{1, 63}, {1, 64}, {1, 65}}},
     {"smollm2/ctx128", 9, 3, 64, 16, {{1, 128}}},
     {"smollm2/ctx1024", 9, 3, 64, 16, {{1, 1024}}},
@@ -94,13 +95,13 @@ METALRT_OP_CASES(cpu_fast_decode_attention_cases) {
   for (const AttentionCase& a : kDecodeCases)
     for (int threads : {1, 2}) cases.push_back(MakeCase(a, DType::kF32, threads, seed += 10));
   for (DType dtype : {DType::kF16, DType::kBF16})
-    for (const AttentionCase& a : {kDecodeCases[6], kDecodeCases[10]}) cases.push_back(MakeCase(a, dtype, 2, seed += 10));
+    for (const AttentionCase& a : {kDecodeCases[7], kDecodeCases[11]}) cases.push_back(MakeCase(a, dtype, 2, seed += 10));
   return cases;
 }
 
 TEST_CASE("cpu fast decode attention: the 2-thread cases run two threads and give the 1-thread bytes") {
   CHECK(cpu::ParallelThreadCount() >= 2);
-  for (const AttentionCase& a : {kDecodeCases[3], kDecodeCases[5], kDecodeCases[6]}) {
+  for (const AttentionCase& a : {kDecodeCases[4], kDecodeCases[6], kDecodeCases[7]}) {
     CAPTURE(a.name);
     AttentionGeometry g{a.heads, a.kv_heads, a.head_dim, a.block_size, 0, 0};
     const AttentionBatch bt = MakeAttentionBatch(ShuffledRequests(a.lens, g, 5), g, DType::kF32, 5);
@@ -143,7 +144,7 @@ TEST_CASE("cpu fast decode attention: prefill and mixed batches without the BLAS
 TEST_CASE("cpu fast decode attention: every kernel this CPU can run meets the bar (METALRT_CPU_ISA)") {
   using cpu::fast::GemvIsa;
   const std::vector<GemvIsa> isas = RunnableIsas();
-  for (const AttentionCase& a : {kDecodeCases[6], kDecodeCases[9], kDecodeCases[10], kDecodeCases[12]}) {
+  for (const AttentionCase& a : {kDecodeCases[7], kDecodeCases[10], kDecodeCases[11], kDecodeCases[13]}) {
     AttentionGeometry g{a.heads, a.kv_heads, a.head_dim, a.block_size, 0, 0};
     const AttentionBatch bt = MakeAttentionBatch(ShuffledRequests(a.lens, g, 3), g, DType::kF32, 3);
     SetProviderEnabled(kProvider, false);

@@ -10,6 +10,7 @@ namespace metalrt::cpu::fast {
 namespace {
 
 struct Avx2 {
+  using Vec = __m256;
   static constexpr int64_t kWidth = 8;
   static __m256i Mask(int64_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -19,6 +20,18 @@ struct Avx2 {
   static __m256 Load(const float* p) { return _mm256_loadu_ps(p); }
   static __m256 LoadPartial(const float* p, int64_t n) { return _mm256_maskload_ps(p, Mask(n)); }
   static __m256 Fma(__m256 a, __m256 b, __m256 acc) { return _mm256_fmadd_ps(a, b, acc); }
+  static __m256 Mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+  // 8 vectors to one in three levels, each adding pairs after a shuffle that lines up
+  // lanes of two inputs: (1) a0, a1 within 64 bits, (2) 4 inputs per 128-bit half, (3)
+  // the halves.
+  static __m256 SumEach(const __m256* a) {
+    __m256 b[4];
+    for (int i = 0; i < 4; ++i)
+      b[i] = _mm256_add_ps(_mm256_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm256_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    const __m256 c0 = _mm256_add_ps(_mm256_shuffle_ps(b[0], b[1], 0x44), _mm256_shuffle_ps(b[0], b[1], 0xEE));
+    const __m256 c1 = _mm256_add_ps(_mm256_shuffle_ps(b[2], b[3], 0x44), _mm256_shuffle_ps(b[2], b[3], 0xEE));
+    return _mm256_add_ps(_mm256_permute2f128_ps(c0, c1, 0x20), _mm256_permute2f128_ps(c0, c1, 0x31));
+  }
   static float Sum(__m256 a) {
     __m128 v = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     v = _mm_add_ps(v, _mm_movehl_ps(v, v));

@@ -35,11 +35,20 @@ struct Lanes8 {
     for (int l = 0; l < kWidth; ++l) acc.v[l] += a.v[l] * b.v[l];
     return acc;
   }
+  static Vec Mul(Vec a, const Vec& b) {
+    for (int l = 0; l < kWidth; ++l) a.v[l] *= b.v[l];
+    return a;
+  }
   // Lanes folded as a tree (l += l + 4, l += l + 2, l += l + 1), as the oracle's Dot.
   static float Sum(Vec a) {
     for (int width = kWidth / 2; width > 0; width /= 2)
       for (int l = 0; l < width; ++l) a.v[l] += a.v[l + width];
     return a.v[0];
+  }
+  static Vec SumEach(const Vec* a) {
+    Vec r;
+    for (int l = 0; l < kWidth; ++l) r.v[l] = Sum(a[l]);
+    return r;
   }
   static void Store(float* p, const Vec& a) {
     for (int l = 0; l < kWidth; ++l) p[l] = a.v[l];
