@@ -37,14 +37,20 @@ def test_stats_count_the_calls_of_the_provider_that_ran():
 
 
 def test_a_disabled_provider_is_skipped():
-    [name] = metalrt.providers.list("greedy_argmax", "cpu")
-    metalrt.providers.set_enabled(name, False)
+    names = metalrt.providers.list("greedy_argmax", "cpu")   # the fast one, then the oracle
+    assert names[-1] == "cpu_greedy_argmax" and len(names) == 2, names
+    metalrt.providers.set_enabled(names[0], False)
     try:
+        metalrt.ops.greedy_argmax(np.array([[0.0, 2.0]], np.float32))
+        assert metalrt.providers.stats("greedy_argmax", "cpu")["last_selected"] == names[1]
+        metalrt.providers.set_enabled(names[1], False)
         with pytest.raises(RuntimeError, match=r"^\[greedy_argmax\] no provider"):
             metalrt.ops.greedy_argmax(np.zeros((1, 3), np.float32))
     finally:
-        metalrt.providers.set_enabled(name, True)
+        for name in names:
+            metalrt.providers.set_enabled(name, True)
     assert metalrt.ops.greedy_argmax(np.array([[0.0, 2.0]], np.float32)).numpy()[0] == 1
+    assert metalrt.providers.stats("greedy_argmax", "cpu")["last_selected"] == names[0]
 
 
 def test_metal_reports_native_or_reference_tier_honestly():
