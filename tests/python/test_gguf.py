@@ -2,6 +2,8 @@
 Q/K un-permute (a tool: the loader keeps the stored rows), metadata → config, and every
 bad-file error. Files are written in the
 test with the ``gguf`` package's writer."""
+import struct
+
 import gguf
 import numpy as np
 import pytest
@@ -262,3 +264,30 @@ def test_missing_path_and_unknown_directory(tmp_path):
         load_model_files(tmp_path / "nope")
     with pytest.raises(ValueError, match=r"\[load_model_files\] .*: expected a Hugging Face"):
         load_model_files(tmp_path)
+
+
+def _metadata_only(kv: bytes, n_kv: int = 1) -> bytes:
+    """A GGUF v3 file of no tensors and ``n_kv`` metadata pairs written as ``kv``."""
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, n_kv) + kv
+
+
+def _key(name: bytes) -> bytes:
+    return struct.pack("<Q", len(name)) + name
+
+
+def test_deeply_nested_metadata_arrays_are_a_value_error(tmp_path):
+    # ARRAY of ARRAY of ... 20,000 levels at 12 bytes each: recursion must stay bounded.
+    array_of_array = struct.pack("<IQ", gguf.GGUFValueType.ARRAY, 1)
+    kv = _key(b"a") + struct.pack("<I", gguf.GGUFValueType.ARRAY) + array_of_array * 20000
+    bad = rewrite(tmp_path / "n.gguf", _metadata_only(kv))
+    with pytest.raises(ValueError, match=r"\[gguf\] .*n\.gguf: truncated or corrupt: metadata key 'a' "
+                                         r"nests arrays more than 8 deep"):
+        GGUFFile(bad)
+
+
+def test_a_non_integer_alignment_is_a_value_error(tmp_path):
+    kv = _key(b"general.alignment") + struct.pack("<I", gguf.GGUFValueType.STRING) + _key(b"abc")
+    bad = rewrite(tmp_path / "a.gguf", _metadata_only(kv))
+    with pytest.raises(ValueError, match=r"\[gguf\] .*a\.gguf: general\.alignment must be an "
+                                         r"integer, got 'abc'"):
+        GGUFFile(bad)

@@ -70,3 +70,30 @@ def test_eos_ids_from_generation_config(tmp_path, backend):
     write_hf_dir(tmp_path, TinyLlama(layers=1), backend)
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
     assert Tokenizer.from_directory(tmp_path).eos_token_ids == (2, 0)
+
+
+_GOOD_ENTRY = {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]}
+
+
+@pytest.mark.parametrize("header, header_len, expected", [
+    (json.dumps({"w": _GOOD_ENTRY}).encode(), 1 << 62, r"the header claims 4611686018427387904 bytes"),
+    (json.dumps({"w": _GOOD_ENTRY}).encode(), (1 << 64) - 1, r"the header claims \d+ bytes"),
+    (b"[1, 2]", None, r"the header is a JSON list, expected an object"),
+    (json.dumps({"w": {"dtype": "F32", "shape": [6]}}).encode(), None, r"tensor 'w' has a corrupt header entry"),
+    (json.dumps({"w": dict(_GOOD_ENTRY, data_offsets="ab")}).encode(), None, r"tensor 'w' has a corrupt header entry"),
+    (json.dumps({"w": dict(_GOOD_ENTRY, data_offsets=[24, 0])}).encode(), None, r"tensor 'w' has a corrupt header entry"),
+    (json.dumps({"w": dict(_GOOD_ENTRY, shape=[-6])}).encode(), None, r"tensor 'w' has a corrupt header entry"),
+    (json.dumps({"w": 3}).encode(), None, r"tensor 'w' has a corrupt header entry"),
+])
+def test_corrupt_safetensors_headers_are_value_errors(tmp_path, header, header_len, expected):
+    """The header is checked before anything is read by it: no MemoryError, OverflowError,
+    KeyError or TypeError escapes for a corrupt length, shape or entry."""
+    import struct
+
+    from metalrt.loaders.huggingface import read_safetensors
+
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header) if header_len is None else header_len) + header
+                     + b"\0" * 24)
+    with pytest.raises(ValueError, match=r"^\[safetensors\] .*bad\.safetensors: .*" + expected):
+        read_safetensors(str(path))

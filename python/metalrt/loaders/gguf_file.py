@@ -28,6 +28,8 @@ from .file_map import map_file
 
 _MAGIC = b"GGUF"
 _SUPPORTED_VERSIONS = (2, 3)
+# Arrays of arrays deeper than this are a corrupt file (llama.cpp writes none nested).
+_MAX_ARRAY_NESTING = 8
 
 # Metadata value types as struct format characters (standard sizes, little-endian);
 # numpy spells them the same way for arrays.
@@ -106,16 +108,20 @@ class _Cursor:
         except ValueError:
             raise ValueError(f"[gguf] {self.path}: {what} has unknown value type {raw}") from None
 
-    def value(self, vtype: GGUFValueType, what: str) -> Any:
+    def value(self, vtype: GGUFValueType, what: str, depth: int = 0) -> Any:
         if vtype == GGUFValueType.STRING:
             return self.string(what)
         if vtype == GGUFValueType.ARRAY:
+            # A corrupt file can nest arrays 12 bytes a level: bound the recursion.
+            if depth >= _MAX_ARRAY_NESTING:
+                raise ValueError(f"[gguf] {self.path}: truncated or corrupt: {what} nests arrays "
+                                 f"more than {_MAX_ARRAY_NESTING} deep")
             item_type = self.value_type(what)
             count = self.u64(what)
             if item_type == GGUFValueType.STRING:
                 return [self.string(what) for _ in range(count)]
             if item_type == GGUFValueType.ARRAY:
-                return [self.value(GGUFValueType.ARRAY, what) for _ in range(count)]
+                return [self.value(GGUFValueType.ARRAY, what, depth + 1) for _ in range(count)]
             return self.array(_FORMATS[item_type], count, what)
         return self.scalar(_FORMATS[vtype], what)
 
@@ -156,7 +162,10 @@ class GGUFFile:
             self.metadata[key] = cur.value(vtype, f"metadata key '{key}'")
 
         infos = [self._tensor_info(cur, i) for i in range(n_tensors)]
-        alignment = int(self.metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT))
+        alignment = self.metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+        if not isinstance(alignment, int) or isinstance(alignment, bool):
+            raise ValueError(f"[gguf] {self.path}: general.alignment must be an integer, "
+                             f"got {alignment!r}")
         if alignment <= 0 or alignment & (alignment - 1):
             raise ValueError(f"[gguf] {self.path}: general.alignment must be a power of two, "
                              f"got {alignment}")

@@ -52,24 +52,47 @@ def safetensors_files(directory: str) -> list[str]:
 
 def _header(path: str) -> tuple[dict[str, Any], int]:
     """(tensor name → header entry, byte offset of the data) of a safetensors file
-    (u64 header length, JSON header, then the data); every tensor's range is checked
-    against the file's size so that a truncated tensor is named."""
+    (u64 header length, JSON header, then the data); every entry's fields are checked
+    and every tensor's range against the file's size, so that a truncated or corrupt
+    tensor is named (the ``safetensors`` library reads the header after this)."""
     size = os.path.getsize(path)
     try:
         with open(path, "rb") as f:
             (header_len,) = struct.unpack("<Q", f.read(8))
+            if header_len > size - 8:
+                raise ValueError(f"the header claims {header_len} bytes, the file has {size}")
             header = json.loads(f.read(header_len))
     except (struct.error, ValueError) as e:
         raise ValueError(f"[safetensors] {path}: not a safetensors file ({e})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"[safetensors] {path}: not a safetensors file (the header is a JSON "
+                         f"{type(header).__name__}, expected an object)")
     header.pop("__metadata__", None)
     data_start = 8 + header_len
     for name, entry in header.items():
+        _check_entry(path, name, entry)
         begin, end = entry["data_offsets"]
         if data_start + end > size:
             raise ValueError(f"[safetensors] {path}: tensor '{name}' needs bytes "
                              f"[{data_start + begin}, {data_start + end}) but the file has "
                              f"{size} bytes; it is truncated")
     return header, data_start
+
+
+def _check_entry(path: str, name: str, entry: Any) -> None:
+    """ValueError unless ``entry`` is {"dtype": str, "shape": [int >= 0, ...],
+    "data_offsets": [begin, end] with 0 <= begin <= end} (the safetensors format)."""
+    def is_count(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+    shape = entry.get("shape") if isinstance(entry, dict) else None
+    if (not isinstance(entry, dict) or not isinstance(entry.get("dtype"), str)
+            or not isinstance(shape, list) or not all(is_count(d) for d in shape)
+            or not isinstance(offsets, list) or len(offsets) != 2
+            or not all(is_count(o) for o in offsets) or offsets[0] > offsets[1]):
+        raise ValueError(f"[safetensors] {path}: tensor '{name}' has a corrupt header entry "
+                         f"{entry!r}; expected dtype (a string), shape (non-negative ints) and "
+                         f"data_offsets [begin, end] with 0 <= begin <= end")
 
 
 # safetensors dtypes → numpy; every tensor is a read-only view of the file (BF16 as its
