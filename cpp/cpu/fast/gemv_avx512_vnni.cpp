@@ -166,15 +166,19 @@ struct ByteCodes {
   int32_t offset[4];
 };
 
+// Only Q4_0 reads the offsets: Q4_1's codes are unsigned (its min is the dsum term).
+template <bool kOffsets>
 void SplitActivation(const Q8Block* x, int64_t blocks, ByteCodes* out) {
   for (int64_t t = 0; t < blocks; ++t) {
     const __m512i c = _mm512_loadu_si512(x[t].c);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[t].h), _mm512_cvtepi16_epi8(_mm512_srai_epi16(c, 8)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[t].l), _mm512_cvtepi16_epi8(c));
-    for (int j = 0; j < 4; ++j) {
-      int32_t sum = 0;
-      for (int i = 0; i < 4; ++i) sum += x[t].c[4 * j + i] + x[t].c[16 + 4 * j + i];
-      out[t].offset[j] = 8 * sum;
+    if constexpr (kOffsets) {
+      for (int j = 0; j < 4; ++j) {
+        int32_t sum = 0;
+        for (int i = 0; i < 4; ++i) sum += x[t].c[4 * j + i] + x[t].c[16 + 4 * j + i];
+        out[t].offset[j] = 8 * sum;
+      }
     }
   }
 }
@@ -252,7 +256,7 @@ void RowsM1(const GemvArgs& a, int64_t begin, int64_t end) {
   thread_local std::vector<ByteCodes> split;
   if constexpr (F != GemvFormat::kQ8_0) {
     if (split.size() < size_t(a.k / 32)) split.resize(size_t(a.k / 32));
-    SplitActivation(a.x, a.k / 32, split.data());
+    SplitActivation<F == GemvFormat::kQ4_0>(a.x, a.k / 32, split.data());
   }
   for (int64_t j = begin; j < end; j += kRows) {
     int64_t row[kRows];
