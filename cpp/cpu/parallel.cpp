@@ -79,12 +79,13 @@ bool SpinUntil(std::chrono::microseconds budget, const Ready& ready) {
 // the other chunks one at a time (claim_) and count pending_ down, which the caller
 // polls. The caller claims too once its chunk 0 is done, so a worker that starts late
 // (descheduled, or yielding) costs the loop its chunk's time, not the wait for the
-// worker; a chunk covers the same range whoever runs it, so results do not change. Each side polls for
-// its spin budget, then sleeps on a condition variable after announcing itself
-// (sleepers_, caller_sleeping_), and the other side takes the mutex and notifies
-// only when someone announced, so the common case makes no system call. No wake-up
-// is lost: the sleeper's announcement and the waker's event are seq_cst, so either
-// the waker sees the announcement or the sleeper's check under the mutex sees the event.
+// worker; a chunk covers the same range whoever runs it, so results do not change.
+// Each side polls for its spin budget, then sleeps on a condition variable after
+// announcing itself (sleepers_, caller_sleeping_), and the other side takes the mutex
+// and notifies only when someone announced, so the common case makes no system call.
+// No wake-up is lost: the sleeper's announcement and the waker's event are seq_cst, so
+// either the waker sees the announcement or the sleeper's check under the mutex sees
+// the event.
 class Pool {
  public:
   Pool() {

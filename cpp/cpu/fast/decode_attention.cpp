@@ -50,6 +50,17 @@ struct Geometry {
   int64_t partial_stride;   // floats per item: m [heads], l [heads], o [heads][head_dim]
 };
 
+// Calls fn(j, run, slot) over the runs of positions [j0, j1) that lie in one cache
+// block: positions j .. j + run - 1 sit in cache slots slot .. slot + run - 1.
+template <class Fn>
+void ForBlockRuns(const int32_t* blocks, const Geometry& geo, int64_t j0, int64_t j1, const Fn& fn) {
+  for (int64_t j = j0; j < j1;) {
+    const int64_t in_block = j % geo.block_size, run = std::min(j1 - j, geo.block_size - in_block);
+    fn(j, run, static_cast<int64_t>(blocks[j / geo.block_size]) * geo.block_size + in_block);
+    j += run;
+  }
+}
+
 // Calls fn(first position, rows, row stride) over runs of positions [j0, j1) that lie in
 // one cache block: the rows of every kv head (kv head g's at + g * head_dim), as f32
 // (f16/bf16 caches converted into `tile`).
@@ -57,18 +68,15 @@ template <class Fn>
 void ForRuns(const Tensor& cache, const int32_t* blocks, const Geometry& geo, int64_t j0, int64_t j1,
              std::vector<float>& tile, const Fn& fn) {
   const int64_t row = geo.kv_heads * geo.head_dim;
-  for (int64_t j = j0; j < j1;) {
-    const int64_t in_block = j % geo.block_size, run = std::min(j1 - j, geo.block_size - in_block);
-    const int64_t first = (static_cast<int64_t>(blocks[j / geo.block_size]) * geo.block_size + in_block) * row;
+  ForBlockRuns(blocks, geo, j0, j1, [&](int64_t j, int64_t run, int64_t slot) {
     if (cache.dtype() == DType::kF32) {
-      fn(j, run, cache.data_as<float>() + first);
+      fn(j, run, cache.data_as<float>() + slot * row);
     } else {
       tile.resize(static_cast<size_t>(run * row));
-      LoadRowF32(cache.data(), cache.dtype(), first, run * row, tile.data());
+      LoadRowF32(cache.data(), cache.dtype(), slot * row, run * row, tile.data());
       fn(j, run, tile.data());
     }
-    j += run;
-  }
+  });
 }
 
 // Asks for the cache rows of positions [j0, j1) (every kv head's) ahead of their use,
@@ -80,12 +88,9 @@ void ForRuns(const Tensor& cache, const int32_t* blocks, const Geometry& geo, in
 void PrefetchRows(const Tensor& cache, const int32_t* blocks, const Geometry& geo, int64_t j0, int64_t j1) {
   const int64_t row_bytes = geo.kv_heads * geo.head_dim * static_cast<int64_t>(DTypeSize(cache.dtype()));
   const char* base = static_cast<const char*>(cache.data());
-  for (int64_t j = j0; j < j1;) {
-    const int64_t in_block = j % geo.block_size, run = std::min(j1 - j, geo.block_size - in_block);
-    const char* first = base + (static_cast<int64_t>(blocks[j / geo.block_size]) * geo.block_size + in_block) * row_bytes;
-    for (int64_t b = 0; b < run * row_bytes; b += 64) __builtin_prefetch(first + b, 0, 1);
-    j += run;
-  }
+  ForBlockRuns(blocks, geo, j0, j1, [&](int64_t, int64_t run, int64_t slot) {
+    for (int64_t b = 0; b < run * row_bytes; b += 64) __builtin_prefetch(base + slot * row_bytes + b, 0, 1);
+  });
 }
 
 // One item: every head of the token over the chunk's keys, in memory order (the kv heads'
