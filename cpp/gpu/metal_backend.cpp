@@ -42,12 +42,14 @@ void MetalBackend::Copy(void* dst, const void* src, size_t bytes, CopyKind kind)
   // Unified memory: the host reads and writes device memory directly, once no
   // pending GPU work can read or write it.
   stream_.Synchronize();
+  if (kind != CopyKind::kHostToDevice && profiler_.enabled()) profiler_.RecordRead(src);
   std::memmove(dst, src, bytes);
 }
 
 void MetalBackend::PrepareHostRead(const void* data, size_t bytes) {
   const ResolvedPointer r = allocations_.Resolve(data, bytes, "[metal host read]");
   stream_.WaitForUses(*r.buffer, /*writes_only=*/true);
+  if (profiler_.enabled()) profiler_.RecordRead(data);
 }
 
 void MetalBackend::PrepareHostWrite(const void* data, size_t bytes) {

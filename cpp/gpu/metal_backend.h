@@ -40,7 +40,8 @@ class MetalBackend final : public Backend {
   void Synchronize() override { stream_.Synchronize(); }
   // Waits only for the pending work that writes the allocation holding the range,
   // committing the open command buffer only when it is among it (std::invalid_argument
-  // when no live allocation holds the range).
+  // when no live allocation holds the range). Copy from device memory and this log a
+  // profiler read event at the first byte read, waited for or not.
   void PrepareHostRead(const void* data, size_t bytes) override;
   // The same for the pending work that reads or writes the allocation.
   void PrepareHostWrite(const void* data, size_t bytes) override;

@@ -28,7 +28,12 @@ void Profiler::PushEventLocked(ProfileEvent event) {
 
 void Profiler::RecordMark(const std::string& label) {
   std::lock_guard<std::mutex> lock(mutex_);
-  PushEventLocked({ProfileEvent::Kind::kMark, CommitCause::kCap, label});
+  PushEventLocked({ProfileEvent::Kind::kMark, CommitCause::kCap, 0, label});
+}
+
+void Profiler::RecordRead(const void* address) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PushEventLocked({ProfileEvent::Kind::kRead, CommitCause::kCap, reinterpret_cast<uintptr_t>(address), {}});
 }
 
 std::vector<ProfileEvent> Profiler::Events() const {
@@ -59,14 +64,14 @@ void Profiler::RecordCommit(CommitCause cause) {
     case CommitCause::kFlush: ++total_.commits_at_flush; break;
     case CommitCause::kSynchronize: ++total_.commits_at_synchronize; break;
   }
-  PushEventLocked({ProfileEvent::Kind::kCommit, cause, {}});
+  PushEventLocked({ProfileEvent::Kind::kCommit, cause, 0, {}});
 }
 
 void Profiler::RecordWait(double wait_seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++total_.waits;
   total_.wait_seconds += wait_seconds;
-  PushEventLocked({ProfileEvent::Kind::kWait, CommitCause::kCap, {}});
+  PushEventLocked({ProfileEvent::Kind::kWait, CommitCause::kCap, 0, {}});
 }
 
 void Profiler::RecordGpuTime(double gpu_seconds) {

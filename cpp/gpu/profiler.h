@@ -45,12 +45,16 @@ struct ProfileRow {
 };
 
 // One entry of the profiler's event log, in the order the host made them: a commit
-// (with its cause), a host wait, or a mark a caller set (e.g. a plan replay starting),
-// so the log shows whether step n+1 was committed before the host waited for step n.
+// (with its cause), a host wait, a host read of device memory (after the wait it
+// needed, if any), or a mark a caller set (e.g. a plan replay starting), so the log
+// shows whether step n+1 was committed before the host read step n's outputs. A read
+// is logged whether or not it waited: a command buffer the GPU finished early is read
+// without a wait, and the order of commits and reads must not hang on that timing.
 struct ProfileEvent {
-  enum class Kind : uint8_t { kCommit, kWait, kMark };
+  enum class Kind : uint8_t { kCommit, kWait, kRead, kMark };
   Kind kind = Kind::kMark;
   CommitCause cause = CommitCause::kCap;   // kCommit only
+  uintptr_t address = 0;                   // kRead only: the first byte read
   std::string label;                       // kMark only
 };
 
@@ -73,6 +77,7 @@ class Profiler {
   void RecordGpuTime(double gpu_seconds);
   void RecordAllocation(uint64_t bytes);
   void RecordMark(const std::string& label);
+  void RecordRead(const void* address);
 
   // The newest kMaxEvents events, oldest first.
   static constexpr size_t kMaxEvents = 1 << 16;

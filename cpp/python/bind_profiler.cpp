@@ -2,6 +2,9 @@
 // Python-facing docs live in python/metalrt/profiler.py.
 #include <nanobind/stl/string.h>
 
+#include <cinttypes>
+#include <cstdio>
+
 #include "bind.h"
 #include "gpu/metal_backend.h"
 
@@ -29,11 +32,17 @@ nb::dict RowToDict(const metalrt::gpu::ProfileRow& row) {
   return d;
 }
 
-// ("commit", cause) | ("wait", "") | ("mark", label), as profiler.events() documents.
+// ("commit", cause) | ("wait", "") | ("read", address) | ("mark", label), as
+// profiler.events() documents; the address spelt as Python's hex(tensor.data_ptr()).
 nb::tuple EventToTuple(const metalrt::gpu::ProfileEvent& e) {
   using Kind = metalrt::gpu::ProfileEvent::Kind;
   using Cause = metalrt::gpu::CommitCause;
   if (e.kind == Kind::kWait) return nb::make_tuple("wait", "");
+  if (e.kind == Kind::kRead) {
+    char address[2 + 2 * sizeof(uintptr_t) + 1];
+    std::snprintf(address, sizeof(address), "0x%" PRIxPTR, e.address);
+    return nb::make_tuple("read", address);
+  }
   if (e.kind == Kind::kMark) return nb::make_tuple("mark", e.label);
   const char* cause = e.cause == Cause::kCap ? "cap" : e.cause == Cause::kFlush ? "flush" : "synchronize";
   return nb::make_tuple("commit", cause);

@@ -89,10 +89,16 @@ def allocated_bytes() -> int:
 
 
 def events() -> list[tuple[str, str]]:
-    """The host-side order of commits, waits and marks since profiling was enabled or
-    reset (the newest 65,536): ``("commit", cause)`` with cause ``"cap"``, ``"flush"``
-    or ``"synchronize"``; ``("wait", "")`` for each host wait for the GPU;
-    ``("mark", label)`` where the runtime marks a point, e.g. ``"replay"`` when a
-    decode plan's replay starts (``metalrt.plan``). The log shows pipelining: a
-    step's first commit listed before the wait for the previous step's tokens."""
+    """The host-side order of commits, waits, reads and marks since profiling was
+    enabled or reset (the newest 65,536): ``("commit", cause)`` with cause ``"cap"``,
+    ``"flush"`` or ``"synchronize"``; ``("wait", "")`` for each host wait for the GPU;
+    ``("read", address)`` for each host read of Metal memory at a flush point
+    (:func:`metalrt.plan.read_output`, ``Tensor.numpy()``, an op's host check of an
+    index tensor), after the wait it needed if any, with the address of the first byte
+    read as ``hex(tensor.data_ptr())`` spells it; ``("mark", label)`` where the runtime
+    marks a point, e.g. ``"replay"`` when a decode plan's replay starts
+    (``metalrt.plan``). The log shows pipelining: a step's first commit listed before
+    the read of the previous step's tokens. A read is logged whether or not it waited:
+    the GPU may have finished the work that writes the tensor before the host asks
+    (the command stream then retires it and the read waits for nothing)."""
     return _native.events()

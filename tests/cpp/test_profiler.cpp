@@ -1,8 +1,12 @@
-// Profile counters (cpp/gpu/profiler.h): off records nothing; on, one row per kernel name and
-// a total row whose GPU-busy time fits inside the host's wait.
+// Profile counters (cpp/gpu/profiler.h): off records nothing; on, one row per kernel name,
+// a total row whose GPU-busy time fits inside the host's wait, and an event log in which
+// every host read of Metal memory follows the wait it needed.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <utility>
+#include <vector>
 
 #include "metal_fixture.h"
 
@@ -97,4 +101,34 @@ TEST_CASE("profiler: reset forgets rows and keeps the enabled state; METALRT_PRO
   unsetenv("METALRT_PROFILE");
   CHECK(from_env.enabled());
   CHECK_FALSE(gpu::Profiler().enabled());
+}
+
+TEST_CASE("profiler events: each host read of Metal memory is logged after its wait, waited for or not") {
+  using Kind = gpu::ProfileEvent::Kind;
+  MetalFixture m;
+  m->profiler().Enable(true);
+  Tensor a = m.Floats({64});
+  Tensor b = m.Floats({64});
+  m.Write(a, std::vector<float>(64, 1.0f));
+  m->profiler().Reset();
+  const auto address = [](const Tensor& t, size_t offset) { return reinterpret_cast<uintptr_t>(t.data()) + offset; };
+  Affine(*m, a, a, 2.0f, 0.0f);
+  m->Flush();
+  m->PrepareHostRead(a.data(), a.nbytes());   // waits for the command buffer writing a
+  // Nothing pending writes a: no wait, but still a read, at its first byte.
+  m->PrepareHostRead(static_cast<char*>(a.data()) + 16, 16);
+  Affine(*m, a, b, 1.0f, 1.0f);
+  CHECK(m.Read(b)[5] == 3.0f);                // Copy to the host: a synchronize, then the read
+  std::vector<std::pair<Kind, uintptr_t>> got;
+  for (const gpu::ProfileEvent& e : m->profiler().Events()) got.emplace_back(e.kind, e.address);
+  const std::vector<std::pair<Kind, uintptr_t>> expected = {
+      {Kind::kCommit, 0}, {Kind::kWait, 0}, {Kind::kRead, address(a, 0)}, {Kind::kRead, address(a, 16)},
+      {Kind::kCommit, 0}, {Kind::kWait, 0}, {Kind::kRead, address(b, 0)}};
+  CHECK(got == expected);
+  // Off: no read is logged.
+  m->profiler().Enable(false);
+  m->profiler().Reset();
+  m->PrepareHostRead(a.data(), a.nbytes());
+  m.Read(b);
+  CHECK(m->profiler().Events().empty());
 }

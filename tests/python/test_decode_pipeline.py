@@ -12,6 +12,7 @@ import pytest
 
 import metalrt
 import tiny_hybrid
+from metalrt.plan import read_output
 from metalrt.runner.batch import ScheduledChunk, build_step
 from metalrt.runner.decode_plans import DecodePlans, DecodeRun, decode_key
 from metalrt.runner.engine import Engine
@@ -151,11 +152,13 @@ def _steady_case(name):
 @requires_metal
 @pytest.mark.parametrize("name", ["default", "qwen3_next", "qwen3_5"])
 def test_metal_steady_decode_step_calls_waits_order_and_allocations(name):
-    """Each steady step: at most 5 calls into C++, no allocation, the next step's replay
-    and its first commit before at most one host wait (for this step's ids). A step may
-    make no wait at all: a command buffer the device finished before the next step's
-    flush is retired there (CommandStream::RetireCompletedLocked), so reading its ids
-    waits for nothing; a tiny model on the simulated device does that now and then."""
+    """Each steady step: at most 5 calls into C++, no allocation, and one host read of
+    Metal memory, of the ids of the step the previous call committed, logged after the
+    next step's replay and first commit: the next step takes those ids on the device,
+    never from the host. At most one host wait, that read's. The order is asserted on
+    the read, which the profiler logs whether or not it waited: a command buffer the
+    device finished before the next step's flush is retired there
+    (CommandStream::RetireCompletedLocked), so reading its ids may wait for nothing."""
     model, prompt, expected = _steady_case(name)
     engine, (request,) = _engine(model, [(prompt, 8)])
     engine.step()                 # prefill
@@ -163,9 +166,11 @@ def test_metal_steady_decode_step_calls_waits_order_and_allocations(name):
         engine.step()
     was = metalrt.profiler.enabled()
     metalrt.profiler.enable(True)
-    steps, calls, waits = 3, [], []
+    steps, calls = 3, []
     try:
         for _ in range(steps):
+            assert engine._inflight is not None, "the previous step committed this one"
+            pending, pipelined = engine._inflight[0], engine.stats.pipelined_steps
             metalrt.profiler.reset()
             with native_calls.counting() as counter:
                 (out,) = engine.step()
@@ -177,15 +182,20 @@ def test_metal_steady_decode_step_calls_waits_order_and_allocations(name):
             replay = events.index(("mark", "replay"))
             first_commit = next((i for i, e in enumerate(events) if e[0] == "commit" and i > replay), None)
             assert first_commit is not None, events
+            reads = [i for i, e in enumerate(events) if e[0] == "read"]
+            assert [events[i] for i in reads] == [("read", hex(pending.ids.data_ptr()))], events
+            assert reads[0] > first_commit, events   # read once the next step is on the device
             step_waits = [i for i, e in enumerate(events) if e[0] == "wait"]
             assert total["waits"] == len(step_waits) <= 1, events
-            assert all(w > first_commit for w in step_waits), events
-            waits.append(len(step_waits))
+            assert all(w == reads[0] - 1 for w in step_waits), events   # the read's wait
+            assert engine.stats.pipelined_steps == pipelined + 1
+            assert engine._inflight is not None and engine._inflight[0] is not pending
+            # The token returned is the one the device wrote into that tensor.
+            assert out.token == int(read_output(pending.ids)[0])
     finally:
         metalrt.profiler.enable(was)
         metalrt.profiler.reset()
     assert max(calls) <= 5, calls
-    assert sum(waits) >= 1, waits   # the ids are read from the device, not the host
     assert request.output == expected[:len(request.output)]
     assert engine.stats.plan_replays >= steps
     engine.close()
