@@ -5,6 +5,7 @@ the next step committed before it, no allocation after warm-up, a stale key neve
 replayed. On the CPU and the Metal device (the simulated one without an Apple GPU); the
 steady step's counts also for the tiny hybrids (their plans: test_hybrid_decode_plans.py)."""
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -149,55 +150,87 @@ def _steady_case(name):
     return model, prompt, request.output
 
 
-@requires_metal
-@pytest.mark.parametrize("name", ["default", "qwen3_next", "qwen3_5"])
-def test_metal_steady_decode_step_calls_waits_order_and_allocations(name):
-    """Each steady step: at most 5 calls into C++, no allocation, and one host read of
-    Metal memory, of the ids of the step the previous call committed, logged after the
-    next step's replay and first commit: the next step takes those ids on the device,
-    never from the host. At most one host wait, that read's. The order is asserted on
-    the read, which the profiler logs whether or not it waited: a command buffer the
-    device finished before the next step's flush is retired there
-    (CommandStream::RetireCompletedLocked), so reading its ids may wait for nothing."""
-    model, prompt, expected = _steady_case(name)
-    engine, (request,) = _engine(model, [(prompt, 8)])
-    engine.step()                 # prefill
-    for _ in range(3):            # recordings of both phases, then a replay
-        engine.step()
+@contextmanager
+def _profiling():
     was = metalrt.profiler.enabled()
     metalrt.profiler.enable(True)
-    steps, calls = 3, []
     try:
-        for _ in range(steps):
-            assert engine._inflight is not None, "the previous step committed this one"
-            pending, pipelined = engine._inflight[0], engine.stats.pipelined_steps
-            metalrt.profiler.reset()
-            with native_calls.counting() as counter:
-                (out,) = engine.step()
-            calls.append(counter.calls)
-            total = {r["name"]: r for r in metalrt.profiler.rows()}["total"]
-            events = metalrt.profiler.events()
-            assert total["allocated_bytes"] == 0, total
-            assert ("mark", "replay") in events, events
-            replay = events.index(("mark", "replay"))
-            first_commit = next((i for i, e in enumerate(events) if e[0] == "commit" and i > replay), None)
-            assert first_commit is not None, events
-            reads = [i for i, e in enumerate(events) if e[0] == "read"]
-            assert [events[i] for i in reads] == [("read", hex(pending.ids.data_ptr()))], events
-            assert reads[0] > first_commit, events   # read once the next step is on the device
-            step_waits = [i for i, e in enumerate(events) if e[0] == "wait"]
-            assert total["waits"] == len(step_waits) <= 1, events
-            assert all(w == reads[0] - 1 for w in step_waits), events   # the read's wait
-            assert engine.stats.pipelined_steps == pipelined + 1
-            assert engine._inflight is not None and engine._inflight[0] is not pending
-            # The token returned is the one the device wrote into that tensor.
-            assert out.token == int(read_output(pending.ids)[0])
+        yield
     finally:
         metalrt.profiler.enable(was)
         metalrt.profiler.reset()
+
+
+def _steady_engine(name):
+    """(engine past its prefill, both phases' recordings and a replay, its request, the
+    request's expected tokens) for a steady-decode case."""
+    model, prompt, expected = _steady_case(name)
+    engine, (request,) = _engine(model, [(prompt, 8)])
+    for _ in range(4):
+        engine.step()
+    return engine, request, expected
+
+
+def _profiled_steady_step(engine):
+    """Runs one steady step (the previous call committed it) on fresh profile counters
+    and checks what such a step shows whatever the device's timing: no allocation; one
+    host read of Metal memory, of this step's ids, logged after the next step's replay
+    and first commit, so the next step took those ids on the device, never from the
+    host; at most one host wait, that read's; the token returned is the device's.
+    Returns (calls into C++, host waits)."""
+    assert engine._inflight is not None, "the previous step committed this one"
+    pending, pipelined = engine._inflight[0], engine.stats.pipelined_steps
+    metalrt.profiler.reset()
+    with native_calls.counting() as counter:
+        (out,) = engine.step()
+    total = {r["name"]: r for r in metalrt.profiler.rows()}["total"]
+    events = metalrt.profiler.events()
+    assert total["allocated_bytes"] == 0, total
+    assert ("mark", "replay") in events, events
+    replay = events.index(("mark", "replay"))
+    first_commit = next((i for i, e in enumerate(events) if e[0] == "commit" and i > replay), None)
+    assert first_commit is not None, events
+    reads = [i for i, e in enumerate(events) if e[0] == "read"]
+    assert [events[i] for i in reads] == [("read", hex(pending.ids.data_ptr()))], events
+    assert reads[0] > first_commit, events   # read once the next step is on the device
+    step_waits = [i for i, e in enumerate(events) if e[0] == "wait"]
+    assert total["waits"] == len(step_waits) <= 1, events
+    assert all(w == reads[0] - 1 for w in step_waits), events   # the read's wait
+    assert engine.stats.pipelined_steps == pipelined + 1
+    assert engine._inflight is not None and engine._inflight[0] is not pending
+    assert out.token == int(read_output(pending.ids)[0])
+    return counter.calls, len(step_waits)
+
+
+@requires_metal
+@pytest.mark.parametrize("name", ["default", "qwen3_next", "qwen3_5"])
+def test_metal_steady_decode_step_calls_waits_order_and_allocations(name):
+    """Each steady step: at most 5 calls into C++ and what _profiled_steady_step checks.
+    The order is asserted on the read of the ids, which the profiler logs whether or not
+    it waited: a command buffer the device finished before the next step's flush is
+    retired there (CommandStream::RetireCompletedLocked), so reading its ids may wait
+    for nothing (the next test makes that happen)."""
+    engine, request, expected = _steady_engine(name)
+    steps = 3
+    with _profiling():
+        calls = [_profiled_steady_step(engine)[0] for _ in range(steps)]
     assert max(calls) <= 5, calls
     assert request.output == expected[:len(request.output)]
     assert engine.stats.plan_replays >= steps
+    engine.close()
+
+
+@requires_metal
+def test_metal_steady_decode_step_when_the_device_finished_first():
+    """A synchronize before each step finishes it on the device before the host reads
+    its ids (as a slow host does): the read waits for nothing, and it still follows the
+    next step's first commit."""
+    engine, request, expected = _steady_engine("default")
+    with _profiling():
+        for _ in range(3):
+            metalrt.synchronize("metal")
+            assert _profiled_steady_step(engine)[1] == 0
+    assert request.output == expected[:len(request.output)]
     engine.close()
 
 
