@@ -229,7 +229,7 @@ def _replayed_lines(c: Dict) -> List[str]:
                   f"{g['native_calls_per_step_at_most_5']}); host waits: {w['waits']} (goal 1: "
                   f"{g['one_wait_per_step']}); commits {w['commits']} ({w['commits_at_cap']}/"
                   f"{w['commits_at_flush']}/{w['commits_at_synchronize']} cap/flush/sync); next "
-                  f"step committed before the wait: {g['next_step_committed_before_wait']}; "
+                  f"step committed before the read: {g['next_step_committed_before_read']}; "
                   f"0 bytes: {g['zero_bytes_after_warmup']}"]
     rows = c.get("metal_estimate")
     if rows:

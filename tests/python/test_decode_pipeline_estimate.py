@@ -35,8 +35,10 @@ def test_report_labels_the_estimate_and_the_missing_published_figures():
 
 def test_event_order_goal():
     commit, wait, replay = ("commit", "flush"), ("wait", ""), ("mark", "replay")
-    assert decode_pipeline.committed_before_each_wait([replay, commit, wait, replay, commit, wait])
-    # The wait came before the next step was committed, or with no replay at all.
-    assert not decode_pipeline.committed_before_each_wait([replay, wait, commit])
-    assert not decode_pipeline.committed_before_each_wait([commit, wait])
-    assert not decode_pipeline.committed_before_each_wait([replay, commit])   # no wait
+    read = ("read", "0x1000")
+    assert decode_pipeline.committed_before_each_read([replay, commit, wait, read, replay, commit, read])
+    # The read came before the next step was committed, or with no replay at all.
+    assert not decode_pipeline.committed_before_each_read([replay, read, commit])
+    assert not decode_pipeline.committed_before_each_read([replay, commit, read, commit, read])
+    assert not decode_pipeline.committed_before_each_read([commit, read])
+    assert not decode_pipeline.committed_before_each_read([replay, commit, wait])   # no read
