@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import metalrt
+from metalrt.plan import read_output
 
 HAVE_METAL = metalrt.is_available("metal")
 
@@ -128,6 +129,20 @@ def test_a_host_read_without_a_sync_returns_the_computed_values(affine):
     np.testing.assert_array_equal(y.numpy(), values * np.float32(-3.0) + np.float32(0.25))
     assert (metalrt.profiler.commits(), metalrt.profiler.waits()) == (1, 1)
     assert commit_causes(metalrt.profiler.rows()[-1]) == (0, 0, 1)   # the read synchronized
+
+
+def test_events_log_each_host_read_after_its_wait_waited_for_or_not(affine):
+    x = metalrt.asarray(np.ones(64, np.float32), device="metal")
+    y = metalrt.asarray(np.full(64, np.nan, np.float32), device="metal")
+    affine(x, y, 2.0, 1.0)
+    metalrt.flush()
+    np.testing.assert_array_equal(read_output(y), np.full(64, 3.0, np.float32))
+    # Nothing pending writes y: no wait, still a read, at the view's first byte.
+    tail = y[32:]
+    np.testing.assert_array_equal(tail.numpy(), np.full(32, 3.0, np.float32))
+    assert tail.data_ptr() == y.data_ptr() + 128
+    assert metalrt.profiler.events() == [("commit", "flush"), ("wait", ""),
+                                         ("read", hex(y.data_ptr())), ("read", hex(tail.data_ptr()))]
 
 
 def test_flush_commits_without_waiting(affine):
