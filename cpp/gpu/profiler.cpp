@@ -33,7 +33,8 @@ void Profiler::RecordMark(const std::string& label) {
 
 void Profiler::RecordRead(const void* address) {
   std::lock_guard<std::mutex> lock(mutex_);
-  PushEventLocked({ProfileEvent::Kind::kRead, CommitCause::kCap, reinterpret_cast<uintptr_t>(address), {}});
+  PushEventLocked(
+      {ProfileEvent::Kind::kRead, CommitCause::kCap, reinterpret_cast<uintptr_t>(address), {}});
 }
 
 std::vector<ProfileEvent> Profiler::Events() const {

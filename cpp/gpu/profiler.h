@@ -49,7 +49,7 @@ struct ProfileRow {
 // needed, if any), or a mark a caller set (e.g. a plan replay starting), so the log
 // shows whether step n+1 was committed before the host read step n's outputs. A read
 // is logged whether or not it waited: a command buffer the GPU finished early is read
-// without a wait, and the order of commits and reads must not hang on that timing.
+// without a wait, and the order of commits and reads does not depend on that timing.
 struct ProfileEvent {
   enum class Kind : uint8_t { kCommit, kWait, kRead, kMark };
   Kind kind = Kind::kMark;
