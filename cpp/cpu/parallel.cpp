@@ -86,6 +86,10 @@ bool SpinUntil(std::chrono::microseconds budget, const Ready& ready) {
 // No wake-up is lost: the sleeper's announcement and the waker's event are seq_cst, so
 // either the waker sees the announcement or the sleeper's check under the mutex sees
 // the event.
+//
+// While a thread polls (a worker for the next loop, the caller for its loop's last
+// chunk) it prefetches pieces of the spans PrefetchWhileIdle published, one claimed
+// piece (16 lines) per poll, so a loop that starts waits for at most one piece.
 class Pool {
  public:
   Pool() {
@@ -128,7 +132,12 @@ class Pool {
       RunOne(i);
       pending_.fetch_sub(1);
     }
-    if (!SpinUntil(kCallerSpinBudget, [this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    const auto chunks_done = [this] {
+      if (pending_.load(std::memory_order_acquire) == 0) return true;
+      PrefetchPiece();
+      return false;
+    };
+    if (!SpinUntil(kCallerSpinBudget, chunks_done)) {
       std::unique_lock<std::mutex> lock(mutex_);
       caller_sleeping_.store(true);
       done_.wait(lock, [this] { return pending_.load() == 0; });
@@ -140,7 +149,51 @@ class Pool {
   // True on a thread while it runs a chunk (the caller's chunk 0 included).
   static thread_local bool in_loop;
 
+  // PrefetchWhileIdle: spans of epoch e go to span_sets_[e & 1], then prefetch_ =
+  // e << 32 (piece 0). Only the publishing thread writes a set, and the set of epoch
+  // e is rewritten only by epoch e + 2's publication, after e + 1's changed prefetch_:
+  // a thread whose claim of (e, piece) succeeded read the set of e unchanged. (A racing
+  // read could at worst name a wrong address, which a prefetch tolerates.)
+  void Publish(const PrefetchSpan* spans, int count) {
+    std::lock_guard<std::mutex> serial(run_mutex_);
+    const uint64_t epoch = (prefetch_.load(std::memory_order_relaxed) >> 32) + 1;
+    SpanSet& set = span_sets_[epoch & 1];
+    count = std::clamp(count, 0, kMaxPrefetchSpans);
+    int64_t rounds = 0;
+    for (int i = 0; i < count; ++i) {
+      const auto begin = reinterpret_cast<uintptr_t>(spans[i].begin), end = reinterpret_cast<uintptr_t>(spans[i].end);
+      set.begin[i].store(begin, std::memory_order_relaxed);
+      set.end[i].store(end, std::memory_order_relaxed);
+      if (end > begin) rounds = std::max<int64_t>(rounds, int64_t((end - begin + kPrefetchPieceBytes - 1) / kPrefetchPieceBytes));
+    }
+    rounds = std::min<int64_t>(rounds, kMaxRounds);   // the piece index stays in its 32 bits
+    set.count.store(count, std::memory_order_relaxed);
+    set.pieces.store(rounds * count, std::memory_order_relaxed);
+    set.prefetched.store(0, std::memory_order_relaxed);
+    prefetch_.store(epoch << 32, std::memory_order_release);
+  }
+  int64_t prefetched() const {
+    return span_sets_[(prefetch_.load(std::memory_order_acquire) >> 32) & 1].prefetched.load(std::memory_order_relaxed);
+  }
+
  private:
+  // Claims and prefetches the next piece of the published spans, if one is left.
+  void PrefetchPiece() {
+    uint64_t word = prefetch_.load(std::memory_order_acquire);
+    SpanSet& set = span_sets_[(word >> 32) & 1];
+    const int64_t piece = static_cast<uint32_t>(word);
+    if (piece >= set.pieces.load(std::memory_order_relaxed)) return;
+    const int count = set.count.load(std::memory_order_relaxed);
+    if (count <= 0) return;   // a publication racing this read
+    const int span = static_cast<int>(piece % count);
+    const uintptr_t begin = set.begin[span].load(std::memory_order_relaxed) + uintptr_t(piece / count * kPrefetchPieceBytes);
+    const uintptr_t end = std::min<uintptr_t>(set.end[span].load(std::memory_order_relaxed), begin + kPrefetchPieceBytes);
+    if (!prefetch_.compare_exchange_strong(word, word + 1, std::memory_order_relaxed)) return;
+    // Addresses as integers until the prefetch: no pointer is formed outside a span.
+    for (uintptr_t a = begin; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 2);
+    if (begin < end) set.prefetched.fetch_add(1, std::memory_order_relaxed);
+  }
+
   void RunOne(int i) {
     const int64_t begin = i * chunk_;
     const int64_t end = std::min(n_, begin + chunk_);
@@ -170,7 +223,12 @@ class Pool {
   void Work() {
     uint64_t seen = 0;
     for (;;) {
-      if (!SpinUntil(kWorkerSpinBudget, [&] { return generation_.load(std::memory_order_acquire) != seen; })) {
+      const auto next_loop = [&] {
+        if (generation_.load(std::memory_order_acquire) != seen) return true;
+        PrefetchPiece();
+        return false;
+      };
+      if (!SpinUntil(kWorkerSpinBudget, next_loop)) {
         std::unique_lock<std::mutex> lock(mutex_);
         sleepers_.fetch_add(1);
         start_.wait(lock, [&] { return generation_.load() != seen; });
@@ -206,6 +264,15 @@ class Pool {
   std::atomic<uint64_t> claim_{0};
   std::atomic<int> pending_{0}, sleepers_{0};
   std::atomic<bool> caller_sleeping_{false}, stop_{false};
+  struct SpanSet {
+    std::atomic<uintptr_t> begin[kMaxPrefetchSpans] = {}, end[kMaxPrefetchSpans] = {};
+    std::atomic<int> count{0};
+    std::atomic<int64_t> pieces{0};       // rounds of the longest span times count
+    std::atomic<int64_t> prefetched{0};   // pieces with bytes prefetched so far
+  };
+  SpanSet span_sets_[2];
+  std::atomic<uint64_t> prefetch_{0};   // epoch << 32 | next piece to claim
+  static constexpr int64_t kMaxRounds = int64_t{1} << 24;   // 16 GB a span
 };
 thread_local bool Pool::in_loop = false;
 
@@ -218,16 +285,34 @@ Pool& ThePool() {
 
 }  // namespace
 
-void ParallelForChunks(int64_t n, int64_t min_chunk, ChunkFn fn, const void* context) {
-  if (n <= 0) return;
-  Pool& pool = ThePool();
+int64_t ParallelChunkSize(int64_t n, int64_t min_chunk, int* count) {
+  if (n <= 0) {
+    *count = 0;
+    return 0;
+  }
   const int64_t floor = std::max<int64_t>(1, min_chunk);
   const int64_t by_size = (n + floor - 1) / floor;
-  const int threads = std::min(pool.threads(), thread_limit.load(std::memory_order_relaxed));
-  const int count = static_cast<int>(std::min<int64_t>(threads, by_size));
-  if (count <= 1 || Pool::in_loop || pool.forked()) return fn(context, 0, n);
-  pool.Run(count, n, (n + count - 1) / count, fn, context);
+  const int threads = std::min(ThePool().threads(), thread_limit.load(std::memory_order_relaxed));
+  *count = static_cast<int>(std::min<int64_t>(threads, by_size));
+  return (n + *count - 1) / *count;
 }
+
+void ParallelForChunks(int64_t n, int64_t min_chunk, ChunkFn fn, const void* context) {
+  int count;
+  const int64_t chunk = ParallelChunkSize(n, min_chunk, &count);
+  if (count == 0) return;
+  Pool& pool = ThePool();
+  if (count <= 1 || Pool::in_loop || pool.forked()) return fn(context, 0, n);
+  pool.Run(count, n, chunk, fn, context);
+}
+
+void PrefetchWhileIdle(const PrefetchSpan* spans, int count) {
+  Pool& pool = ThePool();
+  if (pool.threads() <= 1 || Pool::in_loop || pool.forked()) return;
+  pool.Publish(spans, count);
+}
+
+int64_t IdlePrefetchedPieces() { return ThePool().prefetched(); }
 
 ScopedParallelThreadLimit::ScopedParallelThreadLimit(int threads)
     : previous_(thread_limit.exchange(std::max(1, threads))) {}

@@ -27,6 +27,32 @@ void ParallelFor(int64_t n, int64_t min_chunk, const Fn& fn) {
       &fn);
 }
 
+// The chunks ParallelFor(n, min_chunk, ...) runs: *count chunks of `size` rows (the
+// last may be shorter), chunk c covering [c * size, min(n, (c + 1) * size)). Callers
+// that plan ahead for a loop (PrefetchWhileIdle's spans) split rows the same way.
+int64_t ParallelChunkSize(int64_t n, int64_t min_chunk, int* count);
+
+// A byte range to read ahead: [begin, end).
+struct PrefetchSpan {
+  const void* begin;
+  const void* end;
+};
+
+// Asks the pool's threads to prefetch `spans` (at most kMaxPrefetchSpans, ranges the
+// next parallel loop will read) into their caches while they would otherwise poll:
+// a worker between loops, or the caller waiting for a loop's last chunk. Pieces of
+// kPrefetchPieceBytes are taken from the spans in turn (piece 0 of every span, then
+// piece 1, ...), so each span's start arrives first. Replaces the spans of any earlier
+// call; no-op with one thread or from inside a chunk. A prefetch never faults and
+// changes no value: a span that is wrong costs bandwidth, never a result.
+inline constexpr int kMaxPrefetchSpans = 8;
+inline constexpr int64_t kPrefetchPieceBytes = 1024;
+void PrefetchWhileIdle(const PrefetchSpan* spans, int count);
+
+// Pieces (with bytes in them) the pool's threads have prefetched of the spans of the
+// last PrefetchWhileIdle call: the gates' view of the idle prefetch.
+int64_t IdlePrefetchedPieces();
+
 // The number of threads ParallelFor runs on (METALRT_CPU_THREADS, else
 // hardware_concurrency); std::invalid_argument for a bad METALRT_CPU_THREADS.
 unsigned ParallelThreadCount();

@@ -1,11 +1,14 @@
 // Gates of the CPU thread pool's ParallelFor: full coverage of the range, nesting,
 // exceptions, a forked child that has no workers, back-to-back loops handed to
-// polling workers, and idle workers that sleep rather than poll.
+// polling workers, idle workers that sleep rather than poll, the chunks a caller can
+// plan for (ParallelChunkSize), and the idle threads' prefetch of published spans.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <utility>
 #include <thread>
 #include <stdexcept>
 #include <vector>
@@ -152,4 +155,55 @@ TEST_CASE("parallel: a chunk runs exactly once whoever claims it, and its except
                       if (begin == n - 1) throw std::runtime_error("last chunk");
                     }),
                     std::runtime_error);
+}
+
+TEST_CASE("parallel: ParallelChunkSize names the chunks ParallelFor runs") {
+  for (int64_t n : {1, 2, 33, 960, 1536})
+    for (int64_t min_chunk : {1, 32, 64, 5000}) {
+      std::mutex mutex;
+      std::vector<std::pair<int64_t, int64_t>> ran;
+      ParallelFor(n, min_chunk, [&](int64_t begin, int64_t end) {
+        std::lock_guard<std::mutex> lock(mutex);
+        ran.emplace_back(begin, end);
+      });
+      std::sort(ran.begin(), ran.end());
+      int count = -1;
+      const int64_t size = metalrt::cpu::ParallelChunkSize(n, min_chunk, &count);
+      CAPTURE(n);
+      CAPTURE(min_chunk);
+      REQUIRE(ran.size() == size_t(count));
+      for (int c = 0; c < count; ++c) {
+        CHECK(ran[c].first == c * size);
+        CHECK(ran[c].second == std::min(n, (c + 1) * size));
+      }
+    }
+  int count = -1;
+  CHECK(metalrt::cpu::ParallelChunkSize(0, 1, &count) == 0);
+  CHECK(count == 0);
+}
+
+TEST_CASE("parallel: idle threads prefetch every piece of the last published spans, and only those") {
+  using metalrt::cpu::IdlePrefetchedPieces;
+  using metalrt::cpu::kPrefetchPieceBytes;
+  using metalrt::cpu::PrefetchSpan;
+  std::vector<uint8_t> buffer(1 << 20);
+  const uint8_t* b = buffer.data();
+  // Replaced at once: none of its 1,024 pieces may be counted for the spans after it.
+  const PrefetchSpan replaced[1] = {{b, b + buffer.size()}};
+  metalrt::cpu::PrefetchWhileIdle(replaced, 1);
+  // 40 pieces, and 9 (the last one byte): rounds of 40 over both spans, 49 with bytes.
+  const PrefetchSpan spans[2] = {{b, b + 40 * kPrefetchPieceBytes},
+                                 {b + 48 * kPrefetchPieceBytes, b + 56 * kPrefetchPieceBytes + 1}};
+  metalrt::cpu::PrefetchWhileIdle(spans, 2);
+  if (metalrt::cpu::ParallelThreadCount() < 2) {   // no idle thread: a documented no-op
+    CHECK(IdlePrefetchedPieces() == 0);
+    return;
+  }
+  // Loops keep the workers polling (and the caller waits on them), which is when they prefetch.
+  for (int i = 0; i < 100000 && IdlePrefetchedPieces() < 49; ++i) ParallelFor(2, 1, [](int64_t, int64_t) {});
+  for (int i = 0; i < 100; ++i) ParallelFor(2, 1, [](int64_t, int64_t) {});
+  CHECK(IdlePrefetchedPieces() == 49);
+  // From inside a chunk the call is ignored: the spans stay those above.
+  ParallelFor(2, 1, [&](int64_t, int64_t) { metalrt::cpu::PrefetchWhileIdle(replaced, 1); });
+  CHECK(IdlePrefetchedPieces() == 49);
 }

@@ -5,6 +5,7 @@
 // oracle (cpu/quantized.cpp), which serves whatever this declines: larger m, and an x
 // holding NaN or infinity.
 #include "cpu/fast/gemv_call.h"
+#include "cpu/fast/weight_prefetch.h"
 #include "cpu/float_rows.h"
 #include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
@@ -23,6 +24,9 @@ bool FastQuantizedMatmulBT(const OpCall& call) {
   float* result = direct ? out.data_as<float>() : StagingF32(0, act.m * n);
   const GemvArgs args = ArgsFor(w, act, result, n);
   const GemvRowsFn rows = SelectedGemvRows();
+  GemvReads reads;
+  AddChunkReads(&reads, w, n, kMinRowsPerChunk, 0, n, 0);
+  AnnounceGemv(w.data.data(), reads);
   ParallelFor(n, kMinRowsPerChunk, [&](int64_t begin, int64_t end) { rows(args, begin, end); });
   if (!direct) StoreRowF32(out.data(), out.dtype(), 0, act.m * n, result);
   return true;

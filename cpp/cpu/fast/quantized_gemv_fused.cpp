@@ -12,6 +12,7 @@
 #include "cpu/fast/cpu_features.h"
 #include "cpu/fast/exp_avx512.h"
 #include "cpu/fast/gemv_call.h"
+#include "cpu/fast/weight_prefetch.h"
 #include "cpu/float_rows.h"
 #include "cpu/silu_rows.h"
 #include "cpu/parallel.h"
@@ -42,6 +43,10 @@ bool FastConcat(const OpCall& call) {
     first[j + 1] = first[j] + weights[j].rows;
   }
   const GemvRowsFn rows = SelectedGemvRows();
+  GemvReads reads;
+  for (size_t j = 0; j < weights.size(); ++j)
+    AddChunkReads(&reads, weights[j], total, kMinRowsPerChunk, first[j], first[j + 1], 0);
+  AnnounceGemv(weights[0].data.data(), reads);
   ParallelFor(total, kMinRowsPerChunk, [&](int64_t begin, int64_t end) {
     for (size_t j = 0; j < weights.size(); ++j) {
       const int64_t lo = std::max(begin, first[j]), hi = std::min(end, first[j + 1]);
@@ -64,6 +69,9 @@ bool FastAdd(const OpCall& call) {
   float* product = StagingF32(0, act.m * n);
   const GemvArgs args = ArgsFor(w, act, product, n);
   const GemvRowsFn rows = SelectedGemvRows();
+  GemvReads reads;
+  AddChunkReads(&reads, w, n, kMinRowsPerChunk, 0, n, 0);
+  AnnounceGemv(w.data.data(), reads);
   ParallelFor(n, kMinRowsPerChunk, [&](int64_t begin, int64_t end) {
     rows(args, begin, end);
     const int64_t width = end - begin;
@@ -94,6 +102,10 @@ bool FastSwiglu(const OpCall& call) {
   // The vectorised exp where the CPU runs AVX-512 (as the fast silu_and_mul): libm's
   // expf per value was a few percent of a decode step.
   const bool wide_exp = SelectedGemvIsa() == GemvIsa::kAvx512Vnni;
+  GemvReads reads;
+  AddChunkReads(&reads, w, h, kMinRowsPerChunk / 2, 0, h, 0);
+  AddChunkReads(&reads, w, h, kMinRowsPerChunk / 2, 0, h, h);
+  AnnounceGemv(w.data.data(), reads);
   ParallelFor(h, kMinRowsPerChunk / 2, [&](int64_t begin, int64_t end) {
     rows(args, begin, end);
     rows(args, h + begin, h + end);
