@@ -151,8 +151,8 @@ TEST_CASE("parallel: a chunk runs exactly once whoever claims it, and its except
   }
   CHECK(once);
   for (int r = 0; r < 200; ++r)
-    CHECK_THROWS_AS(ParallelFor(n, 1, [&](int64_t begin, int64_t) {
-                      if (begin == n - 1) throw std::runtime_error("last chunk");
+    CHECK_THROWS_AS(ParallelFor(n, 1, [&](int64_t, int64_t end) {   // one chunk on one thread
+                      if (end == n) throw std::runtime_error("last chunk");
                     }),
                     std::runtime_error);
 }
