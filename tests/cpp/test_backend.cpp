@@ -45,19 +45,6 @@ TEST_CASE("cpu backend: Alloc is 64-byte aligned and distinct, Alloc(0) is a rea
   cpu.Free(nullptr);   // a no-op
 }
 
-TEST_CASE("cpu backend: an Alloc of 2 MB or more starts on a huge-page boundary") {
-  // The KV cache's allocation a side: huge pages need a 2 MB-aligned start (the
-  // madvise itself, and THPeligible, are gated in tests/python/test_kv_cache.py).
-  Backend& cpu = GetBackend(DeviceType::kCPU);
-  for (size_t bytes : {size_t{2} << 20, (size_t{2} << 20) + 1, size_t{5} << 20}) {
-    void* p = cpu.Alloc(bytes);
-    REQUIRE(p != nullptr);
-    CHECK(reinterpret_cast<uintptr_t>(p) % (size_t{2} << 20) == 0);
-    std::memset(p, 0x5A, bytes);
-    cpu.Free(p);
-  }
-}
-
 TEST_CASE("cpu backend: Copy and Memset are byte-exact and stay inside their ranges") {
   Backend& cpu = GetBackend(DeviceType::kCPU);
   const size_t n = 257;

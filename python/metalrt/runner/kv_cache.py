@@ -71,12 +71,7 @@ class PagedKVCache:
                  device: str, dtype: str = "float32"):
         self.num_blocks = num_blocks
         self.in_use = False
-        shape = (num_layers, num_blocks, BLOCK_SIZE, kv_heads, head_dim)
+        shape = (num_blocks, BLOCK_SIZE, kv_heads, head_dim)
         # Zero-filled so that no uninitialised bytes (possibly NaN) ever sit in a cache.
-        # One allocation a side, a view a layer: on the CPU an allocation of 2 MB or
-        # more sits in huge pages (cpp/cpu/cpu_backend.cpp), so a decode step's
-        # attention reads its context without a TLB miss every 4 KB.
-        self._key_storage = metalrt.zeros(shape, dtype, device)
-        self._value_storage = metalrt.zeros(shape, dtype, device)
-        self.keys = [self._key_storage[layer] for layer in range(num_layers)]
-        self.values = [self._value_storage[layer] for layer in range(num_layers)]
+        self.keys = [metalrt.zeros(shape, dtype, device) for _ in range(num_layers)]
+        self.values = [metalrt.zeros(shape, dtype, device) for _ in range(num_layers)]
