@@ -8,26 +8,9 @@ import sys
 import numpy as np
 import pytest
 
+from linux_memory import smaps_region, thp_eligible, thp_mode
+from metalrt import huge_pages
 from metalrt.loaders import file_map
-
-
-def _region(address: int) -> list[str]:
-    """The /proc/self/smaps lines of the mapping that holds ``address``."""
-    lines, inside = [], False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and all(c in "0123456789abcdef-" for c in head):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo <= address < hi
-            if inside:
-                lines.append(line)
-    return lines
-
-
-def _thp_mode() -> str:
-    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-        return f.read().split("[")[1].split("]")[0]
 
 
 @pytest.fixture
@@ -58,14 +41,11 @@ def test_linux_reads_into_aligned_anonymous_memory_advised_for_huge_pages(blob, 
     monkeypatch.delenv("METALRT_MMAP", raising=False)
     view = file_map.map_file(path)
     address = np.frombuffer(view, np.uint8).ctypes.data
-    assert address % file_map.HUGE_PAGE == 0
-    region = "".join(_region(address))
-    assert path not in region   # not the file's pages
+    assert address % huge_pages.HUGE_PAGE == 0
+    assert path not in "".join(smaps_region(address))   # not the file's pages
     # THPeligible: whether the kernel may back the region with huge pages, which our
     # madvise decides unless THP is off altogether.
-    eligible = [line for line in region.splitlines() if line.startswith("THPeligible:")]
-    assert eligible, "smaps has no THPeligible line"
-    assert eligible[0].split()[1] == ("0" if _thp_mode() == "never" else "1")
+    assert thp_eligible(address) == ("0" if thp_mode() == "never" else "1")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
@@ -73,7 +53,7 @@ def test_metalrt_mmap_1_maps_the_file(blob, monkeypatch):
     path, _ = blob
     monkeypatch.setenv("METALRT_MMAP", "1")
     view = file_map.map_file(path)
-    assert path in "".join(_region(np.frombuffer(view, np.uint8).ctypes.data))
+    assert path in "".join(smaps_region(np.frombuffer(view, np.uint8).ctypes.data))
 
 
 def test_a_bad_metalrt_mmap_is_a_value_error(blob, monkeypatch):

@@ -1,4 +1,7 @@
-"""Block allocator and the flattening of a step into slot mappings / block tables."""
+"""Block allocator, the flattening of a step into slot mappings / block tables, and the
+cache tensors' memory (one allocation a side, in huge pages on the CPU)."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -64,3 +67,42 @@ def test_build_step_all_rows_and_errors():
         build_step([ScheduledChunk([1, 2], BLOCK_SIZE - 1, [0], "last")], "cpu")
     with pytest.raises(ValueError, match=r"^\[runner\]"):
         build_step([], "cpu")
+
+
+def test_each_side_is_one_allocation_and_each_layer_a_view_of_it():
+    from metalrt.plan import write_inputs
+    from metalrt.runner.kv_cache import PagedKVCache
+    cache = PagedKVCache(num_layers=3, num_blocks=4, kv_heads=2, head_dim=8, device="cpu")
+    layer_bytes = 4 * BLOCK_SIZE * 2 * 8 * 4
+    for side in (cache.keys, cache.values):
+        assert [t.shape for t in side] == [(4, BLOCK_SIZE, 2, 8)] * 3
+        assert [t.data_ptr() - side[0].data_ptr() for t in side] == [0, layer_bytes, 2 * layer_bytes]
+    assert abs(cache.values[0].data_ptr() - cache.keys[0].data_ptr()) >= 3 * layer_bytes
+    # A write to one layer's view is that layer's alone.
+    write_inputs([(cache.keys[1], np.full((4, BLOCK_SIZE, 2, 8), 7.0, np.float32))])
+    assert [float(t.numpy().min()) for t in cache.keys] == [0.0, 7.0, 0.0]
+    assert [float(t.numpy().max()) for t in cache.keys] == [0.0, 7.0, 0.0]
+    assert all(float(abs(t.numpy()).max()) == 0.0 for t in cache.values)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_a_cpu_cache_side_sits_in_zeroed_memory_advised_for_huge_pages(dtype):
+    from linux_memory import smaps_region, thp_eligible, thp_mode
+    from metalrt.runner.kv_cache import PagedKVCache
+    cache = PagedKVCache(num_layers=2, num_blocks=3, kv_heads=2, head_dim=8, device="cpu",
+                         dtype=dtype)
+    for side in (cache.keys, cache.values):
+        assert [(t.shape, t.dtype) for t in side] == [((3, BLOCK_SIZE, 2, 8), dtype)] * 2
+        assert side[0].data_ptr() % (2 << 20) == 0
+        assert "[heap]" not in "".join(smaps_region(side[0].data_ptr()))   # not the allocator's
+        assert thp_eligible(side[0].data_ptr()) == ("0" if thp_mode() == "never" else "1")
+        assert all(not t.numpy().view(np.uint8).any() for t in side)   # zero-filled
+
+
+def test_a_metal_cache_is_device_memory_of_zeros():
+    from metalrt.runner.kv_cache import PagedKVCache
+    cache = PagedKVCache(num_layers=2, num_blocks=2, kv_heads=1, head_dim=4, device="metal")
+    for side in (cache.keys, cache.values):
+        assert [(t.device, t.shape) for t in side] == [("metal", (2, BLOCK_SIZE, 1, 4))] * 2
+        assert all(float(abs(t.numpy()).max()) == 0.0 for t in side)

@@ -20,10 +20,7 @@ from __future__ import annotations
 import mmap
 import os
 
-import numpy as np
-
-# Transparent huge pages on x86-64 and arm64 Linux.
-HUGE_PAGE = 2 << 20
+from .. import huge_pages
 
 
 def use_file_mapping() -> bool:
@@ -33,7 +30,7 @@ def use_file_mapping() -> bool:
     value = os.environ.get("METALRT_MMAP", "")
     if value not in ("", "0", "1"):
         raise ValueError(f"METALRT_MMAP must be 0 or 1, got {value!r}")
-    return value == "1" or not hasattr(mmap, "MADV_HUGEPAGE")
+    return value == "1" or not huge_pages.available()
 
 
 def map_file(path: str) -> memoryview:
@@ -47,13 +44,7 @@ def map_file(path: str) -> memoryview:
     with open(path, "rb") as f:
         if use_file_mapping():
             return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)).toreadonly()
-        # Private: shared anonymous memory is shmem, which THP leaves alone by default.
-        # An anonymous mapping is page-aligned; one huge page more lets the file start
-        # on a 2 MB boundary (newer kernels align large mappings themselves).
-        memory = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        memory.madvise(mmap.MADV_HUGEPAGE)   # before the first touch: faults take 2 MB pages
-        start = -np.frombuffer(memory, np.uint8).ctypes.data % HUGE_PAGE
-        view = memoryview(memory)[start:start + size]
+        view = huge_pages.allocate(size)
         read = 0
         while read < size:
             n = f.readinto(view[read:])
