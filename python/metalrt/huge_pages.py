@@ -35,8 +35,11 @@ def allocate(size: int) -> memoryview:
     if not available():
         raise OSError("huge_pages.allocate: this platform has no MADV_HUGEPAGE")
     # An anonymous mapping is page-aligned; one huge page more lets the buffer start on
-    # a 2 MB boundary (newer kernels align large mappings themselves).
-    memory = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    # a 2 MB boundary (newer kernels align large mappings themselves). The mapping
+    # covers whole huge pages from there: the kernel backs a range with them (and
+    # smaps calls the mapping THPeligible) only where an aligned 2 MB lies inside it.
+    whole = -(-size // HUGE_PAGE) * HUGE_PAGE
+    memory = mmap.mmap(-1, whole + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     memory.madvise(mmap.MADV_HUGEPAGE)   # before the first touch: faults take 2 MB pages
     start = -np.frombuffer(memory, np.uint8).ctypes.data % HUGE_PAGE
     return memoryview(memory)[start:start + size]
