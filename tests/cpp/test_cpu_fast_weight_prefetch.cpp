@@ -3,6 +3,7 @@
 // after this one last time are what the idle threads fetch while it runs.
 #include <doctest/doctest.h>
 
+#include <thread>
 #include <vector>
 
 #include "cpu/fast/weight_prefetch.h"
@@ -80,3 +81,29 @@ TEST_CASE("weight prefetch: a call prefetches the reads of the call that followe
   cpu::fast::AnnounceGemv(b.data(), reads_b);   // prefetches a's reads
   CHECK(drained(3) == (pooled ? 3 : 0));
 }
+
+TEST_CASE("weight prefetch: successors are learned per calling thread") {
+  std::vector<uint8_t> a(2 * cpu::kPrefetchPieceBytes), b(4 * cpu::kPrefetchPieceBytes), c(cpu::kPrefetchPieceBytes);
+  GemvReads reads_a, reads_b, reads_c;
+  reads_a.spans[reads_a.count++] = {a.data(), a.data() + a.size()};
+  reads_b.spans[reads_b.count++] = {b.data(), b.data() + b.size()};
+  reads_c.spans[reads_c.count++] = {c.data(), c.data() + c.size()};
+  const bool pooled = cpu::ParallelThreadCount() > 1;
+  auto drained = [&](int64_t pieces) {
+    for (int i = 0; i < 100000 && cpu::IdlePrefetchedPieces() < pieces; ++i)
+      cpu::ParallelFor(2, 1, [](int64_t, int64_t) {});
+    for (int i = 0; i < 100; ++i) cpu::ParallelFor(2, 1, [](int64_t, int64_t) {});
+    return cpu::IdlePrefetchedPieces();
+  };
+  cpu::fast::AnnounceGemv(a.data(), reads_a);
+  cpu::fast::AnnounceGemv(b.data(), reads_b);   // this thread: b follows a
+  // Another thread announces a then c: its own successor, not this thread's.
+  std::thread other([&] {
+    cpu::fast::AnnounceGemv(a.data(), reads_a);
+    cpu::fast::AnnounceGemv(c.data(), reads_c);
+  });
+  other.join();
+  cpu::fast::AnnounceGemv(a.data(), reads_a);   // prefetches b's 4 pieces, not c's 1
+  CHECK(drained(4) == (pooled ? 4 : 0));
+}
+

@@ -33,8 +33,8 @@ void AddChunkReads(GemvReads* reads, const QuantizedTensor& w, int64_t n, int64_
 
 // Called by a fast GEMV provider just before its parallel loop, with its own reads
 // and a key for the call (its first weight's data): records these reads as what
-// follows the previous announced call, and asks the pool's idle threads for the reads
-// recorded as following this one.
+// follows the previous call announced on this thread, and asks the pool's idle
+// threads for the reads recorded (on this thread) as following this one.
 void AnnounceGemv(const void* key, const GemvReads& reads);
 
 }  // namespace metalrt::cpu::fast
