@@ -90,6 +90,31 @@ def test_greedy_reference_through_pipelined_plans(model):
     engine.close()
 
 
+def test_the_next_engine_over_the_cache_replays_its_plans(model):
+    """The plans stay with the cache: a second engine over the same model and cache
+    records nothing and gives the same tokens; another model's engine over it records
+    its own (the old plans are released first)."""
+    cache = model.new_cache(blocks_for(len(PROMPT) + len(CONTINUATION)))
+    for records in (2, 0):
+        engine = Engine(model, cache)
+        request = engine.add_request(PROMPT, SamplingParams(), len(CONTINUATION))
+        _run(engine)
+        engine.close()
+        assert request.output == CONTINUATION
+        assert (engine.stats.plan_records, engine.stats.plan_replays) == (records, 9 - records)
+    plans = cache.decode_plans
+    recorded = [phase.plan for phases in plans._keys.values() for phase in phases if phase.plan]
+    assert len(recorded) == 2 and all(plan.state == "ready" for plan in recorded)
+    other, _ = metalrt.load(device=model.device)
+    engine = Engine(other, cache)
+    request = engine.add_request(PROMPT, SamplingParams(), len(CONTINUATION))
+    _run(engine)
+    engine.close()
+    assert request.output == CONTINUATION and engine.stats.plan_records == 2
+    assert cache.decode_plans is not plans and cache.decode_plans.model is other
+    assert all(plan.state == "released" for plan in recorded)
+
+
 def test_a_token_after_eos_is_discarded_never_emitted():
     """Two greedy requests decode together; the first meets its eos at its 4th token,
     after the next step (holding its row) was already committed on the device's ids:

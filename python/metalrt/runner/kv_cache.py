@@ -81,6 +81,9 @@ class PagedKVCache:
                  device: str, dtype: str = "float32"):
         self.num_blocks = num_blocks
         self.in_use = False
+        # The decode plans recorded over this cache, kept for the next engine that
+        # holds it (runner.engine): recording a plan runs the model op by op.
+        self.decode_plans = None
         shape = (num_layers, num_blocks, BLOCK_SIZE, kv_heads, head_dim)
         # Zero-filled so that no uninitialised bytes (possibly NaN) ever sit in a cache.
         if device == "cpu" and dtype in _STORAGE and huge_pages.available():

@@ -67,6 +67,7 @@ class HybridCache:
         self.kv = PagedKVCache(len(attention), num_blocks, kv_heads, head_dim, device, dtype)
         self.state = RecurrentStatePool(len(linear), num_slots, conv_dim, conv_width, v_heads,
                                         k_dim, v_dim, device, dtype)
+        self.decode_plans = None   # as PagedKVCache.decode_plans, over both parts
         self.keys: List = [None] * len(layer_types)
         self.values: List = [None] * len(layer_types)
         for j, i in enumerate(attention):
