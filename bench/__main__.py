@@ -556,10 +556,17 @@ def run(args, path: Path, saved: List[bool]) -> int:
         save()
 
     seconds = result["environment"]["section_seconds"] = {}
-    # Before the sections, on the same threads as the engines: the decode ceiling.
-    print(f"bench: memory read-bandwidth probe on {args.threads} threads", file=sys.stderr)
-    result["environment"]["bandwidth"] = bandwidth.probe(args.threads)
-    save()
+    # Before the sections and after the generation, on the same threads as the
+    # engines: the decode ceiling (bandwidth.combine: the best pass of both).
+    probes = []
+
+    def probe_bandwidth(when: str) -> None:
+        print(f"bench: memory read-bandwidth probe on {args.threads} threads ({when})", file=sys.stderr)
+        probes.append((when, bandwidth.probe(args.threads)))
+        result["environment"]["bandwidth"] = bandwidth.combine(probes)
+        save()
+
+    probe_bandwidth("start")
     for name, section in [("generation", lambda: generation(args, gguf, tokenizer,
                                                             QUICK if args.quick else FULL,
                                                             save_generation)),
@@ -571,6 +578,8 @@ def run(args, path: Path, saved: List[bool]) -> int:
         result[name] = section()
         seconds[name] = round(time.time() - start, 1)
         save()
+        if name == "generation":
+            probe_bandwidth("after generation")
     result["environment"]["load_average_end"] = load_average()
     result["environment"]["seconds"] = round(time.time() - started, 1)
     result["environment"]["cpu_seconds"] = round(cpu_seconds(), 1)

@@ -137,6 +137,19 @@ def op_table(result: Dict) -> str:
     return _table(header, rows)
 
 
+def probe_line(result: Dict) -> Optional[str]:
+    """The bandwidth probe's figures: the best and median pass of the run, then each
+    probe's (bench/bandwidth.py combine); None in results from before the probe."""
+    probe = result["environment"].get("bandwidth")
+    if not probe:
+        return None
+    samples = "".join(f"; {s['when']}: {s['gbps']:.2f} best, {s['gbps_median']:.2f} median"
+                      for s in probe.get("samples", []))
+    return (f"Memory read-bandwidth probe (bench/bandwidth.py): {probe['gbps']:.2f} GB/s best, "
+            f"{probe['gbps_median']:.2f} median, {probe['threads']} threads over {probe['mib']} MiB"
+            f"{samples}")
+
+
 def decode_bandwidth_line(result: Dict) -> Optional[str]:
     """metalrt-cpu's decode as bytes read per second against the probe: decode tok/s x
     the weight bytes a decode step reads (the counters section's count)."""
@@ -299,10 +312,9 @@ def render(result: Dict) -> str:
                   "tokens after the first prompt; metalrt-cpu / this: the ratios of prefill "
                   "and decode medians (> 1: metalrt on the CPU is faster).",
                   generation_table(result)]
-    probe = result["environment"].get("bandwidth")
-    if probe:
-        parts.append(f"Memory read-bandwidth probe (bench/bandwidth.py): {probe['gbps']:.2f} GB/s best, "
-                     f"{probe['gbps_median']:.2f} median, {probe['threads']} threads over {probe['mib']} MiB")
+    line = probe_line(result)
+    if line:
+        parts.append(line)
     line = decode_bandwidth_line(result)
     if line:
         parts.append(line)

@@ -13,6 +13,24 @@ def test_probe_reads_the_buffer_on_the_threads_asked():
     result = bandwidth.probe(2, mib=16, repeats=2)
     assert result["threads"] == 2 and result["mib"] == 16
     assert 0 < result["gbps_median"] <= result["gbps"]
+    assert len(result["passes"]) == 2 and max(result["passes"]) == result["gbps"]
+
+
+def test_combined_probes_take_the_best_pass_of_all_and_keep_each_sample():
+    start = {"threads": 2, "mib": 512, "gbps": 40.0, "gbps_median": 38.0, "passes": [36.0, 38.0, 40.0]}
+    after = {"threads": 2, "mib": 512, "gbps": 64.0, "gbps_median": 63.0, "passes": [62.0, 63.0, 64.0]}
+    combined = bandwidth.combine([("start", start), ("after generation", after)])
+    assert combined["gbps"] == 64.0 and combined["gbps_median"] == 51.0   # median of 6 passes
+    assert combined["samples"] == [{"when": "start", "gbps": 40.0, "gbps_median": 38.0},
+                                   {"when": "after generation", "gbps": 64.0, "gbps_median": 63.0}]
+    result = {"environment": {"bandwidth": combined}}
+    assert report.probe_line(result) == (
+        "Memory read-bandwidth probe (bench/bandwidth.py): 64.00 GB/s best, 51.00 median, 2 threads "
+        "over 512 MiB; start: 40.00 best, 38.00 median; after generation: 64.00 best, 63.00 median")
+    with pytest.raises(ValueError, match="at least one probe"):
+        bandwidth.combine([])
+    with pytest.raises(ValueError, match="threads and mib differ"):
+        bandwidth.combine([("start", start), ("after", dict(after, threads=1))])
 
 
 @pytest.mark.parametrize("threads, mib", [(0, 16), (1, 0)])
