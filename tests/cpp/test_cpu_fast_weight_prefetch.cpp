@@ -23,6 +23,15 @@ QuantizedTensor Q41(int64_t rows) {
 
 const uint8_t* Row(const QuantizedTensor& w, int64_t row) { return w.data.data_as<uint8_t>() + row * 360; }
 
+// The pieces the pool's idle threads have prefetched of the last published spans, once
+// they reach `pieces` or a long wait passes (loops give a worker its polls), and after
+// 100 loops more, so a piece too many would show.
+int64_t Drained(int64_t pieces) {
+  for (int i = 0; i < 100000 && cpu::IdlePrefetchedPieces() < pieces; ++i) cpu::ParallelFor(2, 1, [](int64_t, int64_t) {});
+  for (int i = 0; i < 100; ++i) cpu::ParallelFor(2, 1, [](int64_t, int64_t) {});
+  return cpu::IdlePrefetchedPieces();
+}
+
 }  // namespace
 
 TEST_CASE("weight prefetch: each chunk's first rows, capped at kPrefetchSpanBytes") {
@@ -68,18 +77,12 @@ TEST_CASE("weight prefetch: a call prefetches the reads of the call that followe
   reads_a.spans[reads_a.count++] = {a.data(), a.data() + a.size()};
   reads_b.spans[reads_b.count++] = {b.data(), b.data() + b.size()};
   const bool pooled = cpu::ParallelThreadCount() > 1;
-  auto drained = [&](int64_t pieces) {
-    for (int i = 0; i < 100000 && cpu::IdlePrefetchedPieces() < pieces; ++i)
-      cpu::ParallelFor(2, 1, [](int64_t, int64_t) {});
-    for (int i = 0; i < 100; ++i) cpu::ParallelFor(2, 1, [](int64_t, int64_t) {});
-    return cpu::IdlePrefetchedPieces();
-  };
   cpu::fast::AnnounceGemv(a.data(), reads_a);
   cpu::fast::AnnounceGemv(b.data(), reads_b);   // learns: b follows a
   cpu::fast::AnnounceGemv(a.data(), reads_a);   // learns: a follows b; prefetches b's reads
-  CHECK(drained(5) == (pooled ? 5 : 0));
+  CHECK(Drained(5) == (pooled ? 5 : 0));
   cpu::fast::AnnounceGemv(b.data(), reads_b);   // prefetches a's reads
-  CHECK(drained(3) == (pooled ? 3 : 0));
+  CHECK(Drained(3) == (pooled ? 3 : 0));
 }
 
 TEST_CASE("weight prefetch: successors are learned per calling thread") {
@@ -89,12 +92,6 @@ TEST_CASE("weight prefetch: successors are learned per calling thread") {
   reads_b.spans[reads_b.count++] = {b.data(), b.data() + b.size()};
   reads_c.spans[reads_c.count++] = {c.data(), c.data() + c.size()};
   const bool pooled = cpu::ParallelThreadCount() > 1;
-  auto drained = [&](int64_t pieces) {
-    for (int i = 0; i < 100000 && cpu::IdlePrefetchedPieces() < pieces; ++i)
-      cpu::ParallelFor(2, 1, [](int64_t, int64_t) {});
-    for (int i = 0; i < 100; ++i) cpu::ParallelFor(2, 1, [](int64_t, int64_t) {});
-    return cpu::IdlePrefetchedPieces();
-  };
   cpu::fast::AnnounceGemv(a.data(), reads_a);
   cpu::fast::AnnounceGemv(b.data(), reads_b);   // this thread: b follows a
   // Another thread announces a then c: its own successor, not this thread's.
@@ -104,6 +101,6 @@ TEST_CASE("weight prefetch: successors are learned per calling thread") {
   });
   other.join();
   cpu::fast::AnnounceGemv(a.data(), reads_a);   // prefetches b's 4 pieces, not c's 1
-  CHECK(drained(4) == (pooled ? 4 : 0));
+  CHECK(Drained(4) == (pooled ? 4 : 0));
 }
 
