@@ -77,8 +77,9 @@ def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32
     default model (SmolLM2-135M-Instruct, fetched on first use). Weights are uploaded
     once to ``device`` ("auto" | "cpu" | "metal", see ``resolve_device``) in ``dtype``.
 
-    Raises FileNotFoundError for a missing path; ValueError for unreadable files,
-    unknown architectures, bad devices and a dtype other than "float32", "float16" or
+    Raises FileNotFoundError for a missing path; PermissionError (an OSError) for a
+    file without read permission; ValueError for truncated or corrupt files, unknown
+    architectures, bad devices and a dtype other than "float32", "float16" or
     "bfloat16" (the dtypes the models compute in).
     """
     if dtype not in _MODEL_DTYPES:

@@ -24,9 +24,7 @@ bool FastQuantizedMatmulBT(const OpCall& call) {
   float* result = direct ? out.data_as<float>() : StagingF32(0, act.m * n);
   const GemvArgs args = ArgsFor(w, act, result, n);
   const GemvRowsFn rows = SelectedGemvRows();
-  GemvReads reads;
-  AddChunkReads(&reads, w, n, kMinRowsPerChunk, 0, n, 0);
-  AnnounceGemv(w.data.data(), reads);
+  AnnounceRows(w, n, kMinRowsPerChunk);
   ParallelFor(n, kMinRowsPerChunk, [&](int64_t begin, int64_t end) { rows(args, begin, end); });
   if (!direct) StoreRowF32(out.data(), out.dtype(), 0, act.m * n, result);
   return true;

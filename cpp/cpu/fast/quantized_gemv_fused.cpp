@@ -69,9 +69,7 @@ bool FastAdd(const OpCall& call) {
   float* product = StagingF32(0, act.m * n);
   const GemvArgs args = ArgsFor(w, act, product, n);
   const GemvRowsFn rows = SelectedGemvRows();
-  GemvReads reads;
-  AddChunkReads(&reads, w, n, kMinRowsPerChunk, 0, n, 0);
-  AnnounceGemv(w.data.data(), reads);
+  AnnounceRows(w, n, kMinRowsPerChunk);
   ParallelFor(n, kMinRowsPerChunk, [&](int64_t begin, int64_t end) {
     rows(args, begin, end);
     const int64_t width = end - begin;

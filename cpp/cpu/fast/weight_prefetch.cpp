@@ -68,4 +68,10 @@ void AnnounceGemv(const void* key, const GemvReads& reads) {
   if (next.key == key) PrefetchWhileIdle(next.reads.spans, next.reads.count);
 }
 
+void AnnounceRows(const QuantizedTensor& w, int64_t n, int64_t min_chunk) {
+  GemvReads reads;
+  AddChunkReads(&reads, w, n, min_chunk, 0, n, 0);
+  AnnounceGemv(w.data.data(), reads);
+}
+
 }  // namespace metalrt::cpu::fast

@@ -37,4 +37,8 @@ void AddChunkReads(GemvReads* reads, const QuantizedTensor& w, int64_t n, int64_
 // threads for the reads recorded (on this thread) as following this one.
 void AnnounceGemv(const void* key, const GemvReads& reads);
 
+// AnnounceGemv for a loop ParallelFor(n, min_chunk) over rows 0 .. n - 1 of w in order
+// (the plain and the +residual GEMV), keyed by w's data.
+void AnnounceRows(const QuantizedTensor& w, int64_t n, int64_t min_chunk);
+
 }  // namespace metalrt::cpu::fast
