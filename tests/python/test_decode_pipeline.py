@@ -115,6 +115,27 @@ def test_the_next_engine_over_the_cache_replays_its_plans(model):
     assert all(plan.state == "released" for plan in recorded)
 
 
+def test_a_cache_with_plans_is_freed_with_its_last_reference():
+    """The plans point back at their model and cache weakly: dropping an engine's
+    model and cache frees them at once, without waiting for the cycle collector."""
+    import gc
+    import weakref
+    model, _ = metalrt.load(device="cpu")
+    cache = model.kv_cache(blocks_for(len(PROMPT) + 3))
+    engine = Engine(model, cache)
+    engine.add_request(PROMPT, SamplingParams(), 3)
+    _run(engine)
+    engine.close()
+    assert cache.decode_plans is not None and cache.decode_plans.model is model
+    gone = [weakref.ref(model), weakref.ref(cache)]
+    gc.disable()
+    try:
+        del model, cache, engine
+        assert [ref() for ref in gone] == [None, None]
+    finally:
+        gc.enable()
+
+
 def test_a_token_after_eos_is_discarded_never_emitted():
     """Two greedy requests decode together; the first meets its eos at its 4th token,
     after the next step (holding its row) was already committed on the device's ids:

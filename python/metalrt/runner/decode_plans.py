@@ -17,6 +17,7 @@ running step uses (mlx-lm's async evaluation, done with two sets of slots).
 """
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
@@ -79,17 +80,36 @@ class DecodeRun:
     logits: "metalrt.Tensor"
 
 
+def _weak(obj):
+    """A weak reference to obj, or a callable returning None for None."""
+    return (lambda: None) if obj is None else weakref.ref(obj)
+
+
 class DecodePlans:
     """Recorded decode steps of ``model`` over ``cache``, the ``capacity`` most recently
     used keys (an evicted key's plans are released). ``records`` and ``replays`` count
     what ``launch`` did."""
 
     def __init__(self, model, cache, capacity: int = 4):
-        self.model, self.cache, self.capacity = model, cache, capacity
+        # The cache keeps its plans (cache.decode_plans, runner.engine) and a model its
+        # last cache (model.kv_cache): weak references back, so that neither cycle keeps
+        # a model's weights or a cache's memory alive past its last user.
+        self._model, self._cache = _weak(model), _weak(cache)
+        self.capacity = capacity
         self._keys: "OrderedDict[Tuple[int, int, int], List[_Phase]]" = OrderedDict()
         self._next_phase = 0
         self.records = 0
         self.replays = 0
+
+    @property
+    def model(self):
+        """The model the plans record (None once it is gone)."""
+        return self._model()
+
+    @property
+    def cache(self):
+        """The cache the plans read and write (None once it is gone)."""
+        return self._cache()
 
     def _phases(self, key) -> List[_Phase]:
         phases = self._keys.get(key)
