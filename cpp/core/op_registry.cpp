@@ -20,6 +20,7 @@ struct Registry {
   std::map<std::pair<OpId, DeviceType>, std::vector<Provider>> providers;
   std::map<std::pair<OpId, DeviceType>, ProviderStats> stats;
   std::set<std::string> disabled;
+  uint64_t version = 0;   // changes of `disabled`
 };
 
 Registry& TheRegistry() {
@@ -159,7 +160,14 @@ void SetProviderEnabled(const std::string& provider_name, bool enabled) {
   for (const auto& entry : r.providers)
     for (const Provider& p : entry.second) known |= p.name == provider_name;
   if (!known) throw std::invalid_argument("unknown provider '" + provider_name + "'");
-  if (enabled) r.disabled.erase(provider_name); else r.disabled.insert(provider_name);
+  const bool changed = enabled ? r.disabled.erase(provider_name) > 0 : r.disabled.insert(provider_name).second;
+  if (changed) ++r.version;
+}
+
+uint64_t ProviderSelectionVersion() {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.version;
 }
 
 std::vector<std::string> ListProviders(const OpId& op, DeviceType device) {

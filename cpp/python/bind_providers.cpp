@@ -39,6 +39,9 @@ void BindProviders(nb::module_& m) {
   p.def("set_enabled", &SetProviderEnabled, nb::arg("name"), nb::arg("enabled"),
         "Enables or disables the provider called `name` on every op it serves; a disabled\n"
         "provider is skipped. Raises ValueError for an unknown name.");
+  p.def("version", &ProviderSelectionVersion,
+        "An int that changes whenever set_enabled changes which providers are disabled\n"
+        "(recorded plans replay the providers chosen when they were recorded).");
   p.def("reset_stats", &ResetProviderStats, "Zeroes the statistics of every (op, device).");
   p.def("ops", &ListOps, "Every op name with a provider on some device, sorted.");
 }

@@ -12,6 +12,7 @@ Measured in docs/cpu.md ("Weight memory", "Decode attention").
 """
 from __future__ import annotations
 
+import errno
 import mmap
 
 import numpy as np
@@ -28,8 +29,9 @@ def allocate(size: int) -> memoryview:
     """``size`` (> 0) writable, zero-filled bytes starting on a 2 MB boundary, advised
     ``MADV_HUGEPAGE``; the memoryview's ``obj`` is the ``mmap.mmap`` that owns them
     (``np.frombuffer`` views share it). Pages are faulted in on first touch.
-    ValueError for a size of 0 or less; OSError where the platform lacks the advice
-    (check ``available()``) or the memory cannot be mapped."""
+    ValueError for a size of 0 or less; MemoryError when the memory cannot be mapped
+    (as metalrt.zeros of that size); OSError where the platform lacks the advice (check
+    ``available()``) or the kernel refuses the mapping otherwise."""
     if size <= 0:
         raise ValueError(f"huge_pages.allocate: size must be > 0, got {size}")
     if not available():
@@ -39,7 +41,12 @@ def allocate(size: int) -> memoryview:
     # covers whole huge pages from there: the kernel backs a range with them (and
     # smaps calls the mapping THPeligible) only where an aligned 2 MB lies inside it.
     whole = -(-size // HUGE_PAGE) * HUGE_PAGE
-    memory = mmap.mmap(-1, whole + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        memory = mmap.mmap(-1, whole + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError as e:
+        if e.errno == errno.ENOMEM:
+            raise MemoryError(f"huge_pages.allocate: cannot map {size} bytes") from e
+        raise
     memory.madvise(mmap.MADV_HUGEPAGE)   # before the first touch: faults take 2 MB pages
     start = -np.frombuffer(memory, np.uint8).ctypes.data % HUGE_PAGE
     return memoryview(memory)[start:start + size]

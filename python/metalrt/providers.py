@@ -4,6 +4,6 @@ A provider runs one op on one device, or declines; providers are tried in a fixe
 order (priority, then name). On a unified-memory device an op with no willing native
 provider falls back to the CPU provider, reported as "reference:<name>".
 """
-from ._metalrt.providers import list, ops, registered, reset_stats, set_enabled, stats  # noqa: A004
+from ._metalrt.providers import list, ops, registered, reset_stats, set_enabled, stats, version  # noqa: A004
 
-__all__ = ["list", "ops", "registered", "reset_stats", "set_enabled", "stats"]
+__all__ = ["list", "ops", "registered", "reset_stats", "set_enabled", "stats", "version"]

@@ -115,6 +115,33 @@ def test_the_next_engine_over_the_cache_replays_its_plans(model):
     assert all(plan.state == "released" for plan in recorded)
 
 
+def test_plans_recorded_before_a_provider_was_switched_off_are_recorded_again():
+    """set_enabled changes what the next engine over a cache replays: the plans it
+    finds were recorded with the provider switched off, so it records its own."""
+    model, _ = metalrt.load(device="cpu")
+    cache = model.new_cache(blocks_for(len(PROMPT) + len(CONTINUATION)))
+
+    def generate():
+        engine = Engine(model, cache)
+        request = engine.add_request(PROMPT, SamplingParams(), len(CONTINUATION))
+        _run(engine)
+        engine.close()
+        return request.output, engine.stats.plan_records
+
+    assert generate() == (CONTINUATION, 2)
+    version = metalrt.providers.version()
+    metalrt.providers.set_enabled("cpu_fast_rms_norm", False)
+    try:
+        assert metalrt.providers.version() != version
+        metalrt.providers.reset_stats()
+        assert generate() == (CONTINUATION, 2)
+        assert metalrt.providers.stats("rms_norm", "cpu")["last_selected"] == "cpu_rms_norm"
+        assert generate() == (CONTINUATION, 0)   # unchanged since: replayed
+    finally:
+        metalrt.providers.set_enabled("cpu_fast_rms_norm", True)
+    assert generate() == (CONTINUATION, 2)
+
+
 def test_a_cache_with_plans_is_freed_with_its_last_reference():
     """The plans point back at their model and cache weakly: dropping an engine's
     model and cache frees them at once, without waiting for the cycle collector."""

@@ -106,3 +106,14 @@ def test_a_metal_cache_is_device_memory_of_zeros():
     for side in (cache.keys, cache.values):
         assert [(t.device, t.shape) for t in side] == [("metal", (2, BLOCK_SIZE, 1, 4))] * 2
         assert all(float(abs(t.numpy()).max()) == 0.0 for t in side)
+
+
+def test_a_cache_of_no_elements_and_one_too_large_to_map():
+    from metalrt.runner.kv_cache import PagedKVCache
+    # A hybrid model with no full-attention layer keeps a KV cache of no layers.
+    assert PagedKVCache(num_layers=0, num_blocks=4, kv_heads=2, head_dim=64, device="cpu").keys == []
+    empty = PagedKVCache(num_layers=2, num_blocks=4, kv_heads=2, head_dim=0, device="cpu")
+    assert [t.shape for t in empty.values] == [(4, BLOCK_SIZE, 2, 0)] * 2
+    with pytest.raises(MemoryError):   # as metalrt.zeros of that size
+        PagedKVCache(num_layers=30, num_blocks=1 << 40, kv_heads=3, head_dim=64, device="cpu")
+

@@ -53,6 +53,24 @@ def test_a_disabled_provider_is_skipped():
     assert metalrt.providers.stats("greedy_argmax", "cpu")["last_selected"] == names[0]
 
 
+def test_the_version_changes_exactly_when_the_disabled_set_does():
+    name = metalrt.providers.list("greedy_argmax", "cpu")[0]
+    start = metalrt.providers.version()
+    metalrt.providers.set_enabled(name, True)    # already enabled: no change
+    assert metalrt.providers.version() == start
+    metalrt.providers.set_enabled(name, False)
+    try:
+        assert metalrt.providers.version() == start + 1
+        metalrt.providers.set_enabled(name, False)   # already disabled
+        assert metalrt.providers.version() == start + 1
+    finally:
+        metalrt.providers.set_enabled(name, True)
+    assert metalrt.providers.version() == start + 2
+    with pytest.raises(ValueError, match="unknown provider"):
+        metalrt.providers.set_enabled("no_such_provider", False)
+    assert metalrt.providers.version() == start + 2
+
+
 def test_metal_reports_native_or_reference_tier_honestly():
     # The simulated Metal device is part of every build.
     assert metalrt.is_available("metal")

@@ -56,6 +56,10 @@ void ResetProviderStats();
 // Disabled providers are skipped (not counted as declines). Throws
 // std::invalid_argument for an unknown provider name.
 void SetProviderEnabled(const std::string& provider_name, bool enabled);
+// Counts the changes SetProviderEnabled made to the set of disabled providers: a plan
+// recorded under one count replays the providers chosen then (metalrt.plan), so a
+// holder of recorded plans compares it to know when to record them again.
+uint64_t ProviderSelectionVersion();
 // Provider names for (op, device) in the order they are tried.
 std::vector<std::string> ListProviders(const OpId& op, DeviceType device);
 // Every op name with at least one provider on any device, sorted.

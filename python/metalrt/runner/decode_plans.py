@@ -96,6 +96,8 @@ class DecodePlans:
         # a model's weights or a cache's memory alive past its last user.
         self._model, self._cache = _weak(model), _weak(cache)
         self.capacity = capacity
+        # The providers the plans replay are those of this registry state.
+        self.provider_version = metalrt.providers.version()
         self._keys: "OrderedDict[Tuple[int, int, int], List[_Phase]]" = OrderedDict()
         self._next_phase = 0
         self.records = 0

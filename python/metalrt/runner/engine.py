@@ -8,6 +8,7 @@ from typing import Iterable, List, Optional, Tuple
 
 import numpy as np
 
+import metalrt
 from metalrt import ops
 
 from .batch import StepBuffers, build_step
@@ -87,7 +88,10 @@ class Engine:
         self.plans = None
         if decode_plans:
             plans = cache.decode_plans
-            if plans is None or plans.model is not model:
+            # Another model's plans, or plans that replay providers set_enabled has
+            # switched off (or on) since, are recorded again.
+            if plans is None or plans.model is not model or \
+                    plans.provider_version != metalrt.providers.version():
                 if plans is not None:
                     plans.release()
                 plans = cache.decode_plans = DecodePlans(model, cache)
