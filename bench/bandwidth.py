@@ -37,8 +37,8 @@ def probe(threads: int, mib: int = 512, repeats: int = 5) -> Dict:
             start = time.perf_counter()
             list(pool.map(np.add.reduce, slices))
             rates.append(buffer.nbytes / (time.perf_counter() - start) / 1e9)
-    return {"threads": threads, "mib": mib, "gbps": max(rates), "gbps_median": float(np.median(rates)),
-            "passes": rates}
+    return {"threads": threads, "mib": mib, "gbps": max(rates),
+            "gbps_median": float(np.median(rates)), "passes": rates}
 
 
 def combine(probes: List[Tuple[str, Dict]]) -> Dict:

@@ -97,7 +97,8 @@ class Engine:
                 plans = cache.decode_plans = DecodePlans(model, cache)
             self.plans = plans
         # This engine's records and replays are the plans' counts since it started.
-        self._plan_counts_at_start = (0, 0) if self.plans is None else (self.plans.records, self.plans.replays)
+        self._plan_counts_at_start = (0, 0) if self.plans is None else \
+            (self.plans.records, self.plans.replays)
         # The pipelined step in flight and its requests, in row order.
         self._inflight: Optional[Tuple[DecodeRun, List[Request]]] = None
 
@@ -236,7 +237,7 @@ class Engine:
         """Aborts what is left and releases the cache (its decode plans stay with it)."""
         for request in list(self.scheduler.running) + list(self.scheduler.waiting):
             self.abort(request)
-        if self._inflight is not None:   # finish it before its tensors are released
+        if self._inflight is not None:   # finish it: the next engine reuses its plan's tensors
             self.plans.read_ids(self._inflight[0])
             self._inflight = None
         self.cache.in_use = False
