@@ -97,11 +97,27 @@ class DecodePlans:
         self._model, self._cache = _weak(model), _weak(cache)
         self.capacity = capacity
         # The providers the plans replay are those of this registry state.
-        self.provider_version = metalrt.providers.version()
+        self._provider_version = metalrt.providers.version()
         self._keys: "OrderedDict[Tuple[int, int, int], List[_Phase]]" = OrderedDict()
         self._next_phase = 0
         self.records = 0
         self.replays = 0
+
+    @classmethod
+    def of_cache(cls, model, cache) -> "DecodePlans":
+        """The plans kept with ``cache`` (``cache.decode_plans``) when they record
+        ``model`` under the providers enabled now; else new ones, kept there in their
+        place (the old ones released): another model's plans, or plans replaying
+        providers that ``metalrt.providers.set_enabled`` has switched since, are
+        recorded again."""
+        plans = cache.decode_plans
+        if plans is not None and plans.model is model and \
+                plans._provider_version == metalrt.providers.version():
+            return plans
+        if plans is not None:
+            plans.release()
+        cache.decode_plans = cls(model, cache)
+        return cache.decode_plans
 
     @property
     def model(self):

@@ -8,7 +8,6 @@ from typing import Iterable, List, Optional, Tuple
 
 import numpy as np
 
-import metalrt
 from metalrt import ops
 
 from .batch import StepBuffers, build_step
@@ -86,17 +85,7 @@ class Engine:
         self.inputs = StepBuffers(model.device)
         self.stats = EngineStats()
         self._ids = count()
-        self.plans = None
-        if decode_plans:
-            plans = cache.decode_plans
-            # Another model's plans, or plans that replay providers set_enabled has
-            # switched off (or on) since, are recorded again.
-            if plans is None or plans.model is not model or \
-                    plans.provider_version != metalrt.providers.version():
-                if plans is not None:
-                    plans.release()
-                plans = cache.decode_plans = DecodePlans(model, cache)
-            self.plans = plans
+        self.plans = DecodePlans.of_cache(model, cache) if decode_plans else None
         # This engine's records and replays are the plans' counts since it started.
         self._plan_counts_at_start = (0, 0) if self.plans is None else \
             (self.plans.records, self.plans.replays)
