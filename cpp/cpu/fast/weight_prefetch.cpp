@@ -13,7 +13,8 @@ namespace {
 // ~1% of a decode step), and two engines on two threads never overwrite each other's
 // predictions. A key whose slot another key took has no successor: no prefetch, never
 // a wrong value.
-constexpr size_t kSlots = 512;
+constexpr int kSlotBits = 9;
+constexpr size_t kSlots = size_t{1} << kSlotBits;
 
 struct Successor {
   const void* key = nullptr;
@@ -27,10 +28,9 @@ struct Successors {
     // Fibonacci hashing of the address above its cache line: weights are distinct
     // allocations, so their addresses differ in the high bits too.
     const uint64_t h = (static_cast<uint64_t>(reinterpret_cast<uintptr_t>(key)) >> 6) * 0x9E3779B97F4A7C15ull;
-    return slots[h >> (64 - 9)];
+    return slots[h >> (64 - kSlotBits)];
   }
 };
-static_assert(kSlots == size_t{1} << 9, "SlotOf takes the hash's top 9 bits");
 
 // On the heap (74 KB), made by the first GEMV a thread calls: threads that never call
 // one (the pool's workers, BLAS's) carry none of it.
