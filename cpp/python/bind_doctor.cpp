@@ -61,12 +61,19 @@ void BindDoctor(nb::module_& m) {
         facts["gemv_isa"] = std::string(cpu::fast::GemvIsaName(cpu::fast::SelectedGemvIsa()));
         // Raises (ValueError) for a malformed METALRT_CPU_GEMM, or bf16 on a CPU without it.
         facts["prefill_gemm"] = std::string(cpu::fast::PrefillGemmName(cpu::fast::SelectedPrefillGemm()));
+        // Raises (ValueError) for a malformed METALRT_CPU_AMX, or on on a CPU without AMX.
+        if (cpu::fast::CpuHasAvx512Bf16())
+          facts["bf16_gemm_kernel"] = std::string(cpu::fast::Bf16KernelName(cpu::fast::SelectedBf16Kernel()));
+        else
+          facts["bf16_gemm_kernel"] = nb::none();
         return facts;
       },
       "Internal, for metalrt.doctor: dict(threads: int, the CPU backend's thread count;\n"
       "compiled_features: list of str, the SIMD extensions the build may use;\n"
       "gemv_isa: str, the SIMD kernels the fast quantized GEMV runs, after METALRT_CPU_ISA;\n"
-      "prefill_gemm: str, f32, bf16 or auto, the arithmetic of the prefill GEMM, after METALRT_CPU_GEMM).");
+      "prefill_gemm: str, f32, bf16 or auto, the arithmetic of the prefill GEMM, after METALRT_CPU_GEMM;\n"
+      "bf16_gemm_kernel: str or None, amx_bf16 or avx512_bf16, the bf16 GEMM's kernel after\n"
+      "METALRT_CPU_AMX, None on a CPU without AVX-512 BF16).");
   m.def(
       "_metal_device_facts",
       [] {

@@ -61,13 +61,16 @@ def doctor() -> dict[str, Any]:
     ``METALRT_CPU_ISA``) and ``cpu_prefill_gemm`` (the prefill GEMM's arithmetic, after
     ``METALRT_CPU_GEMM``: by default "auto" where the CPU has AVX-512 BF16 (bf16 for
     quantized and bf16 weights, f32 for f32 and f16 weights), else "f32"; "f32" or
-    "bf16", every weight, when set); ``cxx_compiler`` (what ``compile_shader`` builds
+    "bf16", every weight, when set) and ``cpu_bf16_gemm_kernel`` (the bf16 GEMM's
+    kernel, after ``METALRT_CPU_AMX``: "amx_bf16" by default where the CPU has AMX tiles
+    and the OS grants them, else "avx512_bf16"; None on a CPU without AVX-512 BF16);
+    ``cxx_compiler`` (what ``compile_shader`` builds
     kernels with on the simulated device: its path and version, or None) and
     ``cache_dir`` (downloaded models, and compiled kernels under ``kernels/``).
 
     Loads the Metal device's kernels (on a Mac without a metallib that compiles them).
     Raises ValueError when an environment setting (METALRT_METAL, METALRT_SIM_*,
-    METALRT_CPU_THREADS, METALRT_CPU_ISA, METALRT_CPU_GEMM) is malformed; RuntimeError when the Metal device fails to
+    METALRT_CPU_THREADS, METALRT_CPU_ISA, METALRT_CPU_GEMM, METALRT_CPU_AMX) is malformed; RuntimeError when the Metal device fails to
     load its kernels.
     """
     report: dict[str, Any] = {
@@ -91,6 +94,7 @@ def doctor() -> dict[str, Any]:
     report["cpu_features"] = ", ".join(cpu["compiled_features"]) or "baseline only"
     report["cpu_gemv_isa"] = cpu["gemv_isa"]
     report["cpu_prefill_gemm"] = cpu["prefill_gemm"]
+    report["cpu_bf16_gemm_kernel"] = cpu["bf16_gemm_kernel"]
     compiler = cxx_compiler()
     report["cxx_compiler"] = f"{compiler} ({_compiler_version(compiler)})" if compiler else None
     report["cache_dir"] = str(cache_dir())

@@ -16,9 +16,11 @@
 // 3.7e-3 of the output's largest magnitude (6.5e-3 for bf16 outputs, which round once
 // more). Held to NMSE <= kBf16Nmse (3e-5; +1e-5 for bf16 outputs) and kBf16MaxRel
 // (1.5e-2; + 2 unit roundoffs of an f16/bf16 output). Its cases run only on a CPU with
-// AVX-512 BF16, with METALRT_CPU_GEMM=bf16 (unset, f32/f16 weights stay on the sgemm); the
-// sgemm's cases run with METALRT_CPU_GEMM=f32, so the bf16 provider (tried first)
-// declines them.
+// AVX-512 BF16, with METALRT_CPU_GEMM=bf16 (unset, f32/f16 weights stay on the sgemm),
+// once for each bf16 kernel the CPU runs (METALRT_CPU_AMX=off: AVX-512 BF16; on: AMX
+// tiles, where the CPU has them; the same rounded operands, sums in another order, so
+// the same bars); the sgemm's cases run with METALRT_CPU_GEMM=f32, so the bf16 provider
+// (tried first) declines them.
 //
 // Built without a BLAS (METALRT_BLAS=off, or the library absent), the providers do not
 // exist, no case is registered, and the gates below check that the oracle serves.
@@ -49,6 +51,7 @@ namespace {
 constexpr bool kHaveBlas = std::strcmp(METALRT_BLAS_NAME, "none") != 0;
 constexpr int64_t kFirstGemmRows = cpu::fast::kGemvMaxRows + 1;
 
+using cpu::fast::Bf16Kernel;
 using cpu::fast::PrefillGemm;
 
 constexpr double kBf16Nmse = 3e-5;
@@ -132,6 +135,27 @@ OpCase SwigluCase(QuantFormat f, int64_t m, int64_t k, int64_t inner, uint32_t s
   return c;
 }
 
+// The bf16 kernels this CPU runs: AVX-512 BF16, and AMX where it has the tiles.
+std::vector<Bf16Kernel> Bf16Kernels() {
+  std::vector<Bf16Kernel> kernels{Bf16Kernel::kAvx512Bf16};
+  if (cpu::fast::CpuHasAmxBf16()) kernels.push_back(Bf16Kernel::kAmxBf16);
+  return kernels;
+}
+
+const char* AmxSetting(Bf16Kernel kernel) { return kernel == Bf16Kernel::kAmxBf16 ? "on" : "off"; }
+
+// A bf16 case run on `kernel` (METALRT_CPU_AMX), named after it.
+OpCase OnKernel(OpCase c, Bf16Kernel kernel) {
+  c.name += std::string("/") + cpu::fast::Bf16KernelName(kernel);
+  c.run = [run = c.run, setting = AmxSetting(kernel)](const Inputs& in, const Outputs& out) {
+    setenv("METALRT_CPU_AMX", setting, 1);
+    Returned returned = run(in, out);
+    unsetenv("METALRT_CPU_AMX");
+    return returned;
+  };
+  return c;
+}
+
 }  // namespace
 
 METALRT_OP_CASES(cpu_fast_gemm_cases) {
@@ -178,8 +202,10 @@ METALRT_OP_CASES(cpu_fast_gemm_cases) {
   if (!cpu::fast::CpuHasAvx512Bf16()) return cases;
   // The bf16 GEMM: the model's shapes (K = 576, 1536; N = 192, 576, 3072 at prefills of
   // 128 and 512 tokens, the vocabulary's 49,152) and boundaries (m = 17, 33: edge tiles
-  // of 16-row blocks; N = 1, 3, 13: edge tiles of 8 weight rows), every output dtype.
+  // of 16-row blocks; N = 1, 3, 13: edge tiles of 8 weight rows, partial AMX tiles;
+  // K = 768 / 64 of the MLX case: 24 AMX steps of 32), every output dtype.
   constexpr PrefillGemm kBf16 = PrefillGemm::kBf16;
+  const size_t first_bf16 = cases.size();
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     cases.push_back(FloatCase(true, kFirstGemmRows, 576, 1, dtype, next(), kBf16));
     cases.push_back(FloatCase(true, 33, 1536, 3, dtype, next(), kBf16));
@@ -207,6 +233,10 @@ METALRT_OP_CASES(cpu_fast_gemm_cases) {
   cases.push_back(SwigluCase(QuantFormat::kQ8_0, kFirstGemmRows, 576, 1, next()));
   cases.push_back(SwigluCase(QuantFormat::kQ4_0, 33, 1536, 13, next()));
   cases.push_back(SwigluCase(QuantFormat::kQ8_0, 33, 576, 65, next()));
+  const std::vector<OpCase> bf16(cases.begin() + static_cast<std::ptrdiff_t>(first_bf16), cases.end());
+  cases.resize(first_bf16);
+  for (Bf16Kernel kernel : Bf16Kernels())
+    for (const OpCase& c : bf16) cases.push_back(OnKernel(c, kernel));
   return cases;
 }
 
@@ -367,5 +397,94 @@ TEST_CASE("cpu fast gemm: the bf16 GEMM and its SwiGLU epilogue give the same by
   for (bool swiglu : {false, true}) {
     CAPTURE(swiglu);
     CHECK(run(1, swiglu) == run(2, swiglu));
+  }
+}
+
+TEST_CASE("cpu fast gemm: METALRT_CPU_AMX chooses the bf16 kernel; unset is AMX where the CPU has it") {
+  if (!cpu::fast::CpuHasAvx512Bf16()) return;   // no bf16 GEMM to choose a kernel for
+  const bool has = cpu::fast::CpuHasAmxBf16();
+  MESSAGE("bf16 GEMM kernel on this CPU: " << std::string(has ? "amx_bf16" : "avx512_bf16"));
+  const Bf16Kernel best = has ? Bf16Kernel::kAmxBf16 : Bf16Kernel::kAvx512Bf16;
+  for (const char* value : {"", "auto"}) {
+    CAPTURE(value);
+    setenv("METALRT_CPU_AMX", value, 1);
+    CHECK(cpu::fast::SelectedBf16Kernel() == best);
+  }
+  unsetenv("METALRT_CPU_AMX");
+  CHECK(cpu::fast::SelectedBf16Kernel() == best);
+  CHECK((cpu::fast::SelectedBf16Gemm(576) == (has ? cpu::fast::GemmBf16Amx : cpu::fast::GemmBf16Avx512)));
+  // AMX steps through k 32 at a time: other even k stay on AVX-512 BF16.
+  CHECK((cpu::fast::SelectedBf16Gemm(34) == cpu::fast::GemmBf16Avx512));
+  setenv("METALRT_CPU_AMX", "off", 1);
+  CHECK(cpu::fast::SelectedBf16Kernel() == Bf16Kernel::kAvx512Bf16);
+  CHECK((cpu::fast::SelectedBf16Gemm(576) == cpu::fast::GemmBf16Avx512));
+  setenv("METALRT_CPU_AMX", "on", 1);
+  if (has) {
+    CHECK(cpu::fast::SelectedBf16Kernel() == Bf16Kernel::kAmxBf16);
+  } else {
+    CHECK_THROWS_AS(cpu::fast::SelectedBf16Kernel(), std::invalid_argument);
+  }
+  setenv("METALRT_CPU_AMX", "yes", 1);
+  CHECK_THROWS_WITH_AS(cpu::fast::SelectedBf16Kernel(), "METALRT_CPU_AMX must be on, off or auto, got 'yes'",
+                       std::invalid_argument);
+  unsetenv("METALRT_CPU_AMX");
+}
+
+TEST_CASE("cpu fast gemm: each bf16 kernel sums the bf16 products of exactly its [m, count] tile, at every edge") {
+  if (!cpu::fast::CpuHasAvx512Bf16()) return;
+  for (Bf16Kernel kernel : Bf16Kernels()) {
+    const cpu::fast::Bf16GemmFn gemm =
+        kernel == Bf16Kernel::kAmxBf16 ? cpu::fast::GemmBf16Amx : cpu::fast::GemmBf16Avx512;
+    // m and count across 16-row tiles and 2 x 2 register blocks; k one and several AMX steps.
+    for (int64_t m : {1, 15, 16, 17, 33, 64}) {
+      for (int64_t count : {1, 15, 16, 17, 33, 48}) {
+        for (int64_t k : {32, 96, 576}) {
+          CAPTURE(cpu::fast::Bf16KernelName(kernel));
+          CAPTURE(m);
+          CAPTURE(count);
+          CAPTURE(k);
+          const std::vector<double> ad = RandomValues(static_cast<size_t>(m * k), static_cast<uint32_t>(m * 7 + k));
+          const std::vector<double> wd = RandomValues(static_cast<size_t>(count * k), static_cast<uint32_t>(count + k));
+          const std::vector<float> a(ad.begin(), ad.end()), wf(wd.begin(), wd.end());
+          std::vector<uint16_t> w(wf.size()), a16(a.size());
+          cpu::fast::RoundToBf16Avx512(wf.data(), static_cast<int64_t>(wf.size()), w.data());
+          cpu::fast::RoundToBf16Avx512(a.data(), static_cast<int64_t>(a.size()), a16.data());
+          std::vector<uint32_t> packed(static_cast<size_t>(cpu::fast::Bf16PackedSize(m, k)));
+          cpu::fast::PackRowsBf16Avx512(a.data(), m, k, 0, (m + 15) / 16, packed.data());
+          // c has 3 columns and 2 rows past the tile, which must keep their sentinel.
+          const int64_t ldc = count + 3, rows = m + 2;
+          const float sentinel = -12345.0f;
+          std::vector<float> c(static_cast<size_t>(rows * ldc), sentinel);
+          gemm(packed.data(), m, k, w.data(), count, c.data(), ldc);
+          auto bf16 = [](uint16_t bits) {
+            const uint32_t word = uint32_t{bits} << 16;
+            float v;
+            std::memcpy(&v, &word, sizeof v);
+            return static_cast<double>(v);
+          };
+          double worst = 0;
+          bool sentinels = true;
+          for (int64_t i = 0; i < rows; ++i) {
+            for (int64_t j = 0; j < ldc; ++j) {
+              const float got = c[static_cast<size_t>(i * ldc + j)];
+              if (i >= m || j >= count) {
+                sentinels = sentinels && got == sentinel;
+                continue;
+              }
+              double ref = 0, magnitude = 0;
+              for (int64_t p = 0; p < k; ++p) {
+                const double product = bf16(a16[static_cast<size_t>(i * k + p)]) * bf16(w[static_cast<size_t>(j * k + p)]);
+                ref += product;
+                magnitude += std::fabs(product);
+              }
+              // The products are exact in f32; only the f32 sums round (k of them).
+              worst = std::max(worst, std::fabs(got - ref) / (magnitude * static_cast<double>(k) * 0x1p-24 + 1e-30));
+            }
+          }
+          CHECK(sentinels);
+          CHECK(worst <= 1.0);
+        }
+      }
+    }
   }
 }

@@ -17,6 +17,7 @@ KEYS = ("metalrt", "python", "platform", "models_run_on", "models_run_on_why", "
         "max_threadgroup_memory_bytes", "max_threads_per_threadgroup", "simd_width",
         "kernel_library", "cpu_threads", "cpu_features", "cpu_gemv_isa",
         "cpu_prefill_gemm",
+        "cpu_bf16_gemm_kernel",
         "cxx_compiler", "cache_dir")
 
 
@@ -77,6 +78,16 @@ def test_the_environment_is_reported(tmp_path):
                           env={**env, "METALRT_CPU_GEMM": "f32"})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["cpu_prefill_gemm"] == "f32"
+    # The bf16 GEMM's kernel: AMX by default where the CPU has it; METALRT_CPU_AMX=off
+    # keeps AVX-512 BF16; no kernel without AVX-512 BF16.
+    if report["cpu_prefill_gemm"] == "auto":
+        assert report["cpu_bf16_gemm_kernel"] in ("amx_bf16", "avx512_bf16")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                              env={**env, "METALRT_CPU_AMX": "off"})
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["cpu_bf16_gemm_kernel"] == "avx512_bf16"
+    else:
+        assert report["cpu_bf16_gemm_kernel"] is None
     assert report["cache_dir"] == str(tmp_path)
     if metalrt.is_available("metal"):
         assert report["metal_selection"] == "sim (METALRT_METAL=sim)"
@@ -111,6 +122,11 @@ def test_a_bad_setting_is_a_one_line_error():
     proc = run_doctor(METALRT_CPU_GEMM="fp8")
     assert proc.returncode == 1
     assert proc.stderr == "metalrt: error: METALRT_CPU_GEMM must be f32, bf16 or auto, got 'fp8'\n"
+    # Read where a bf16 GEMM exists to run it (a CPU with AVX-512 BF16).
+    if metalrt.doctor()["cpu_bf16_gemm_kernel"] is not None:
+        proc = run_doctor(METALRT_CPU_AMX="yes")
+        assert proc.returncode == 1
+        assert proc.stderr == "metalrt: error: METALRT_CPU_AMX must be on, off or auto, got 'yes'\n"
 
 
 

@@ -6,6 +6,11 @@
 #include <stdexcept>
 #include <string>
 
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace metalrt::cpu::fast {
 namespace {
 
@@ -37,6 +42,26 @@ bool DetectAvx512Bf16() {
   return (Xcr0() & 0xE6) == 0xE6 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
 }
+
+// CPUID leaf 7's EDX bits for AMX-BF16 (22) and AMX-TILE (24); XCR0's XTILECFG (17) and
+// XTILEDATA (18).
+bool DetectAmxBf16() {
+  if (!DetectAvx512Bf16() || (Xcr0() & 0x60000) != 0x60000) return false;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(0), "c"(0));
+  if (eax < 7) return false;
+  __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
+  if (!(edx & (1u << 22)) || !(edx & (1u << 24))) return false;
+#if defined(__linux__) && defined(__x86_64__)
+  // Linux hands out the 8 KB tile state per process on request (kernel 5.16+):
+  // ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18). A kernel that refuses,
+  // or predates it, leaves the tiles off.
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;   // other x86 systems: no known way to ask for the tile state
+#endif
+}
 #elif defined(__aarch64__)
 GemvIsa Detect() { return GemvIsa::kNeon; }   // NEON is part of the arm64 baseline
 #else
@@ -44,6 +69,7 @@ GemvIsa Detect() { return GemvIsa::kPortable; }
 #endif
 #if !defined(__x86_64__) && !defined(__i386__)
 bool DetectAvx512Bf16() { return false; }
+bool DetectAmxBf16() { return false; }
 #endif
 
 // The ISAs in increasing order of what they need; an override may only go down it.
@@ -87,6 +113,11 @@ const char* GemvIsaName(GemvIsa isa) {
 
 bool CpuHasAvx512Bf16() {
   static const bool has = DetectAvx512Bf16();
+  return has;
+}
+
+bool CpuHasAmxBf16() {
+  static const bool has = DetectAmxBf16();
   return has;
 }
 

@@ -28,4 +28,10 @@ void ResetCpuSelections();
 // and opmask state: the bf16 prefill GEMM (gemm_bf16.h) may run.
 bool CpuHasAvx512Bf16();
 
+// True when CpuHasAvx512Bf16() and the CPU has AMX (tiles and TDPBF16PS), the OS saves
+// the tile state (XCR0 bits 17-18) and, on Linux, granted this process the tile data
+// (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here: without it the first tile
+// instruction faults): the bf16 GEMM's AMX kernel (gemm_bf16_amx.cpp) may run.
+bool CpuHasAmxBf16();
+
 }  // namespace metalrt::cpu::fast

@@ -17,4 +17,6 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64" AND CMAKE_CXX_COMPILER_ID
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gemm_bf16_avx512.cpp PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512bf16")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gemm_bf16_amx.cpp PROPERTIES
+    COMPILE_OPTIONS "-mavx2;-mfma;-mavx512f;-mamx-tile;-mamx-bf16")
 endif()

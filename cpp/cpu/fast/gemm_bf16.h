@@ -7,7 +7,9 @@
 // Layout: W is `count` rows of k bf16 (a row's values side by side, so a pair of
 // consecutive k is one 32-bit broadcast); A is packed once per call as blocks of
 // kBf16RowBlock rows, each block k / 2 groups of 16 pairs (A[r][2p], A[r][2p + 1]),
-// r the block's rows, so one 512-bit load holds pair p of 16 rows.
+// r the block's rows, so one 512-bit load holds pair p of 16 rows. That is also the
+// layout of an AMX B tile (16 rows of 16 pairs), so gemm_bf16_amx.cpp multiplies the same
+// packed A with the same bf16 rows.
 #pragma once
 #include <cstdint>
 
@@ -42,5 +44,19 @@ void DequantizeRowsBf16Avx512(const QuantizedTensor& w, int64_t row0, int64_t co
 // the bf16 rows w[count, k] (k even).
 void GemmBf16Avx512(const uint32_t* packed_a, int64_t m, int64_t k, const uint16_t* w, int64_t count,
                     float* c, int64_t ldc);
+
+// The same product on AMX tiles (TDPBF16PS: 16 x 16 f32 sums of 32-k bf16 dot products),
+// for k a multiple of kAmxK; callable only where CpuHasAmxBf16() (cpu_features.h).
+inline constexpr int64_t kAmxK = 32;
+void GemmBf16Amx(const uint32_t* packed_a, int64_t m, int64_t k, const uint16_t* w, int64_t count, float* c,
+                 int64_t ldc);
+
+using Bf16GemmFn = void (*)(const uint32_t* packed_a, int64_t m, int64_t k, const uint16_t* w, int64_t count,
+                            float* c, int64_t ldc);
+
+// The kernel for a product over k under SelectedBf16Kernel() (prefill_gemm.h): AMX when
+// it is selected and k is a multiple of kAmxK, else AVX-512 BF16. Throws what
+// SelectedBf16Kernel throws, so it is asked on the op's thread, before its ParallelFor.
+Bf16GemmFn SelectedBf16Gemm(int64_t k);
 
 }  // namespace metalrt::cpu::fast

@@ -35,4 +35,20 @@ bool PrefillGemmIsBf16(bool coarse_weight) {
   return gemm == PrefillGemm::kBf16 || (gemm == PrefillGemm::kAuto && coarse_weight);
 }
 
+const char* Bf16KernelName(Bf16Kernel kernel) {
+  return kernel == Bf16Kernel::kAmxBf16 ? "amx_bf16" : "avx512_bf16";
+}
+
+Bf16Kernel SelectedBf16Kernel() {
+  const bool has_amx = CpuHasAmxBf16();
+  const char* env = std::getenv("METALRT_CPU_AMX");
+  const std::string name = env == nullptr ? "" : env;
+  if (name.empty() || name == "auto") return has_amx ? Bf16Kernel::kAmxBf16 : Bf16Kernel::kAvx512Bf16;
+  if (name == "off") return Bf16Kernel::kAvx512Bf16;
+  if (name != "on") throw std::invalid_argument("METALRT_CPU_AMX must be on, off or auto, got '" + name + "'");
+  if (!has_amx) throw std::invalid_argument("METALRT_CPU_AMX=on needs a CPU with AMX-BF16 (and an OS that grants its "
+                                            "tile state); this one has none");
+  return Bf16Kernel::kAmxBf16;
+}
+
 }  // namespace metalrt::cpu::fast

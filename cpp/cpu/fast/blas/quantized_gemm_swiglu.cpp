@@ -31,6 +31,7 @@ bool Bf16QuantizedGemmSwiglu(const OpCall& call) {
     return false;
   if (!DequantizesToBf16(w)) return false;   // AVX-512 code: asked only once bf16 serves
   const uint32_t* packed = PackedBf16(x.data_as<const float>(), m, k);
+  const Bf16GemmFn gemm_bf16 = SelectedBf16Gemm(k);
   float* dst = out.data_as<float>();
   ParallelFor((inner + kGateRows - 1) / kGateRows, 1, [&](int64_t begin, int64_t end) {
     static thread_local std::vector<uint16_t> rows;
@@ -41,7 +42,7 @@ bool Bf16QuantizedGemmSwiglu(const OpCall& call) {
       const int64_t j0 = p * kGateRows, c = std::min(kGateRows, inner - j0);
       DequantizeRowsBf16Avx512(w, j0, c, rows.data());
       DequantizeRowsBf16Avx512(w, inner + j0, c, rows.data() + c * k);
-      GemmBf16Avx512(packed, m, k, rows.data(), 2 * c, product.data(), 2 * c);
+      gemm_bf16(packed, m, k, rows.data(), 2 * c, product.data(), 2 * c);
       for (int64_t i = 0; i < m; ++i)
         SiluAndMulRowAvx512(product.data() + i * 2 * c, product.data() + i * 2 * c + c, c, dst + i * inner + j0);
     }

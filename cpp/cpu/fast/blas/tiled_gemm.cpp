@@ -58,6 +58,7 @@ void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& p
   const int64_t panels = (n + width - 1) / width;
   const bool direct = out.dtype() == DType::kF32;   // the GEMM writes straight into out
   const uint32_t* packed = bf16 ? PackedBf16(a, m, k) : nullptr;
+  const Bf16GemmFn gemm_bf16 = bf16 ? SelectedBf16Gemm(k) : nullptr;
   ParallelFor(panels, 1, [&](int64_t begin, int64_t end) {
     static thread_local std::vector<float> scratch, result;
     static thread_local std::vector<uint16_t> rows_bf16;
@@ -70,11 +71,11 @@ void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& p
       const int64_t ldc = direct ? n : count;
       if (bf16 && bf16_panel) {
         bf16_panel(n0, count, rows_bf16.data());
-        GemmBf16Avx512(packed, m, k, rows_bf16.data(), count, c, ldc);
+        gemm_bf16(packed, m, k, rows_bf16.data(), count, c, ldc);
       } else if (bf16) {
         const Panel w = panel(n0, count, scratch.data());
         for (int64_t r = 0; r < count; ++r) RoundToBf16Avx512(w.data + r * w.ld, k, rows_bf16.data() + r * k);
-        GemmBf16Avx512(packed, m, k, rows_bf16.data(), count, c, ldc);
+        gemm_bf16(packed, m, k, rows_bf16.data(), count, c, ldc);
       } else {
         const Panel w = panel(n0, count, scratch.data());
         Sgemm(m, count, k, a, k, w.data, w.ld, w.transposed, c, ldc);
