@@ -9,12 +9,14 @@ be older than the venv) instead of dropping it. torch comes only as
 machine provides) and a constraints file keeps any later step from pulling another
 torch. llama-cpp-python has no wheel on PyPI for Linux: it builds llama.cpp from
 source, at the lowest CPU priority (the machine may be shared) with a compile job per
-CPU.
+CPU, and again whenever the build settings below change (a venv built with others is
+reported as not installed until it is rebuilt).
 """
 from __future__ import annotations
 
 import json
 import os
+import platform
 import shlex
 import subprocess
 import sys
@@ -37,7 +39,22 @@ class Peer:
     modules: Sequence[str]   # all import in the venv: the peer is available
     variants: Sequence[str]
     loads_hf_export: bool = False   # runs on the Hugging Face export of the GGUF
-    build_env: Optional[Dict[str, str]] = None
+    source_dist: Optional[str] = None   # the distribution pip builds from source
+    build_env: Optional[Dict[str, str]] = None   # the environment of that build
+
+
+def _llama_cpp_build_env() -> Dict[str, str]:
+    """Without the multimodal library (LLAVA_BUILD: text generation does not load it,
+    and it is a third of the build). On x86-64 also
+    without ggml's AMX-INT8 matmul: on AMX hosts it segfaults on every prompt of more
+    than one token (seen here on a Sapphire Rapids VM, at every n_ubatch; reported as
+    https://github.com/ggml-org/llama.cpp/issues/20824). ggml compiles that path only
+    where the compiler defines __AMX_INT8__, and an explicit -mno- flag holds against
+    the -march=native ggml adds after it; the rest of the build stays native."""
+    env = {"CMAKE_ARGS": "-DLLAVA_BUILD=OFF"}
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        env["CFLAGS"] = env["CXXFLAGS"] = "-mno-amx-int8"
+    return env
 
 
 PEERS = (
@@ -46,12 +63,9 @@ PEERS = (
     Peer("transformers", (TORCH_PIN, "transformers", "accelerate", "gguf"),
          ("transformers", "torch", "gguf", "accelerate"), ("fp32", "bf16"), loads_hf_export=True),
     Peer("mlx", ("mlx[cpu]", "mlx-lm"), ("mlx_lm",), ("fp32",), loads_hf_export=True),
-    # Without the multimodal library (LLAVA_BUILD): text generation does not load it,
-    # and it is a third of the build. The server extra: bench/serving.py runs
-    # llama.cpp's OpenAI-compatible server.
+    # The server extra: bench/serving.py runs llama.cpp's OpenAI-compatible server.
     Peer("llama.cpp", ("llama-cpp-python[server]",), ("llama_cpp",), ("q4_1",),
-         build_env={"CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1),
-                    "CMAKE_ARGS": "-DLLAVA_BUILD=OFF"}),
+         source_dist="llama-cpp-python", build_env=_llama_cpp_build_env()),
 )
 
 
@@ -122,9 +136,20 @@ def install(venv_dir: Path, names: Sequence[str]) -> Dict[str, Dict]:
     for peer in PEERS:
         if peer.name not in names:
             continue
-        cmd = [str(python_of(venv_dir)), "-m", "pip", "install", "--disable-pip-version-check",
-               "-c", str(constraints), *peer.requirements]
+        pip = [str(python_of(venv_dir)), "-m", "pip", "--disable-pip-version-check"]
+        cmd = [*pip, "install", "-c", str(constraints), *peer.requirements]
+        if peer.source_dist:
+            # pip's wheel cache keys a source build by the sdist, not by the build's
+            # environment: a cached wheel may have been built with other settings.
+            cmd.insert(len(pip) + 1, "--no-cache-dir")
+            if _stale_build(status.get(peer.name, {}), peer):
+                print(f"bench: rebuilding {peer.source_dist}: built with other settings",
+                      file=sys.stderr)
+                subprocess.run([*pip, "uninstall", "-y", "-q", peer.source_dist],
+                               capture_output=True)
         env = dict(os.environ, **(peer.build_env or {}))
+        if peer.source_dist:
+            env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(os.cpu_count() or 1)
         print(f"bench: installing {peer.name}: {' '.join(peer.requirements)}", file=sys.stderr)
         # nice 19: a source build must not slow down the other work on the machine.
         proc = subprocess.run(["nice", "-n", "19", *cmd], capture_output=True, text=True,
@@ -133,6 +158,8 @@ def install(venv_dir: Path, names: Sequence[str]) -> Dict[str, Dict]:
         status[peer.name] = {"installed": ok, "reason": "" if ok else
                              f"pip install failed (exit {proc.returncode}): "
                              f"{last_words(proc.stderr or proc.stdout)}"}
+        if ok and peer.build_env:
+            status[peer.name]["build_env"] = peer.build_env
         print(f"bench: {peer.name}: {'installed' if ok else status[peer.name]['reason']}",
               file=sys.stderr)
     (venv_dir / STATUS_FILE).write_text(json.dumps(status, indent=1))
@@ -155,6 +182,9 @@ def availability(venv_dir: Path, names: Sequence[str], timeout: float = IMPORT_C
         reason = ""
         if not python_of(venv_dir).exists():
             reason = f"not installed (no peers venv at {venv_dir}; run `{install_hint(venv_dir)}`)"
+        elif _stale_build(status.get(peer.name, {}), peer):
+            reason = (f"not installed (built with other settings than {peer.build_env}; run "
+                      f"`{install_hint(venv_dir, [peer.name])}` to rebuild it)")
         else:
             error = _import_failure(venv_dir, peer, timeout)
             if error:
@@ -164,6 +194,13 @@ def availability(venv_dir: Path, names: Sequence[str], timeout: float = IMPORT_C
                     reason += f"; {STATUS_FILE} records an earlier install failure: {recorded}"
         result[peer.name] = {"available": not reason, "reason": reason}
     return result
+
+
+def _stale_build(recorded: Dict, peer: Peer) -> bool:
+    """Whether ``install`` recorded a working build of ``peer``'s source distribution
+    made with another environment than the one it would build with now."""
+    return bool(peer.source_dist and recorded.get("installed")
+                and recorded.get("build_env") != peer.build_env)
 
 
 def _import_failure(venv_dir: Path, peer: Peer, timeout: float) -> str:

@@ -7,6 +7,7 @@ reads, output into a closed pipe ends quietly, and a half-written or truncated H
 Face export is not trusted."""
 import json
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -497,6 +498,38 @@ def test_import_error_comes_before_a_recorded_install_failure(tmp_path):
                              "object file; run `python -m bench --install-peers --peers llama.cpp")
     assert reason.endswith(f"; {peers.STATUS_FILE} records an earlier install failure: "
                            "pip install failed (exit 1): old")
+
+
+def test_a_source_build_with_other_settings_is_rebuilt_not_used(tmp_path):
+    """A llama.cpp recorded as built with other settings (before AMX-INT8 was left out,
+    say) is reported as not installed although it imports; install uninstalls it and
+    builds it again without pip's wheel cache, then records the settings it used."""
+    venv = fake_peers_venv(tmp_path, "exit 0")
+    log = tmp_path / "pip.log"
+    fake_python(venv / "bin", f'echo "$@" >> {log}; exit 0')
+    llama = next(p for p in peers.PEERS if p.name == "llama.cpp")
+    (venv / peers.STATUS_FILE).write_text(json.dumps({"llama.cpp": {"installed": True,
+                                                                    "reason": ""}}))
+    reason = peers.availability(venv, ["llama.cpp"])["llama.cpp"]["reason"]
+    assert reason.startswith("not installed (built with other settings than "), reason
+    assert "--install-peers --peers llama.cpp" in reason
+    status = peers.install(venv, ["llama.cpp"])
+    calls = log.read_text().splitlines()
+    assert calls[0].endswith("pip --disable-pip-version-check uninstall -y -q llama-cpp-python")
+    assert "install --no-cache-dir -c " in calls[1] and calls[1].endswith("llama-cpp-python[server]")
+    assert status["llama.cpp"] == {"installed": True, "reason": "", "build_env": llama.build_env}
+    assert peers.availability(venv, ["llama.cpp"])["llama.cpp"] == {"available": True, "reason": ""}
+    peers.install(venv, ["llama.cpp"])   # the same settings: no second uninstall
+    assert [c for c in log.read_text().splitlines() if " uninstall " in c] == calls[:1]
+
+
+def test_llama_cpp_builds_without_amx_int8_on_x86():
+    llama = next(p for p in peers.PEERS if p.name == "llama.cpp")
+    assert llama.build_env["CMAKE_ARGS"] == "-DLLAVA_BUILD=OFF"
+    if platform.machine() == "x86_64":
+        assert llama.build_env["CFLAGS"] == llama.build_env["CXXFLAGS"] == "-mno-amx-int8"
+    else:   # the flag is x86's: a Mac's clang would reject it
+        assert "CFLAGS" not in llama.build_env and "CXXFLAGS" not in llama.build_env
 
 
 def test_bench_documents_name_nothing_outside_the_repository():
