@@ -488,3 +488,34 @@ TEST_CASE("cpu fast gemm: each bf16 kernel sums the bf16 products of exactly its
     }
   }
 }
+
+TEST_CASE("cpu fast gemm: the bf16 activation packing puts pair p of row l of each block at word p * 16 + l") {
+  if (!cpu::fast::CpuHasAvx512Bf16()) return;
+  // m across 16-row blocks; k below, at and across the 32 values of a 16-pair step.
+  for (int64_t m : {1, 15, 16, 17, 33}) {
+    for (int64_t k : {2, 30, 32, 34, 96, 578}) {
+      CAPTURE(m);
+      CAPTURE(k);
+      const std::vector<double> ad = RandomValues(static_cast<size_t>(m * k), static_cast<uint32_t>(m * 3 + k));
+      const std::vector<float> a(ad.begin(), ad.end());
+      std::vector<uint16_t> a16(a.size());
+      cpu::fast::RoundToBf16Avx512(a.data(), static_cast<int64_t>(a.size()), a16.data());
+      const int64_t blocks = (m + 15) / 16, pairs = k / 2;
+      std::vector<uint32_t> packed(static_cast<size_t>(cpu::fast::Bf16PackedSize(m, k)), 0xDEADBEEFu);
+      // Two calls over the blocks, as the threads split them.
+      cpu::fast::PackRowsBf16Avx512(a.data(), m, k, 0, 1, packed.data());
+      cpu::fast::PackRowsBf16Avx512(a.data(), m, k, 1, blocks, packed.data());
+      bool exact = true;
+      for (int64_t b = 0; b < blocks; ++b)
+        for (int64_t p = 0; p < pairs; ++p)
+          for (int64_t l = 0; l < 16; ++l) {
+            const int64_t i = b * 16 + l;
+            const uint32_t want = i < m ? (uint32_t{a16[static_cast<size_t>(i * k + 2 * p)]} |
+                                           uint32_t{a16[static_cast<size_t>(i * k + 2 * p + 1)]} << 16)
+                                        : 0u;
+            exact = exact && packed[static_cast<size_t>((b * pairs + p) * 16 + l)] == want;
+          }
+      CHECK(exact);
+    }
+  }
+}

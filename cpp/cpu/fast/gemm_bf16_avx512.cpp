@@ -11,10 +11,37 @@
 #include <array>
 #include <cstring>
 #include <utility>
-#include <vector>
 
 namespace metalrt::cpu::fast {
 namespace {
+
+// out[i] = column i of the 16 x 16 matrix of 32-bit words whose rows are r[0 .. 16) (r is
+// overwritten): pairs of words, then of quads, interleaved within 128-bit lanes, then the
+// lanes regrouped.
+inline void Transpose16x16(__m512i r[16], __m512i out[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // r[4q + e], lane L: word 4L + e of rows 4q .. 4q + 3.
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int e = 0; e < 4; ++e) {
+    const __m512i even01 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x88);    // lanes 0, 2 of each
+    const __m512i odd01 = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xDD);     // lanes 1, 3
+    const __m512i even23 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x88);
+    const __m512i odd23 = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xDD);
+    out[e] = _mm512_shuffle_i32x4(even01, even23, 0x88);        // lane 0: word e
+    out[8 + e] = _mm512_shuffle_i32x4(even01, even23, 0xDD);    // lane 2: word 8 + e
+    out[4 + e] = _mm512_shuffle_i32x4(odd01, odd23, 0x88);      // lane 1: word 4 + e
+    out[12 + e] = _mm512_shuffle_i32x4(odd01, odd23, 0xDD);     // lane 3: word 12 + e
+  }
+}
 
 // A register tile: kRows weight rows x kBlocks blocks of 16 activation rows, as
 // kRows * kBlocks accumulators (8 x 3 = 24 of the 32 ZMM registers; the rest hold the
@@ -144,18 +171,32 @@ void RoundToBf16Avx512(const float* src, int64_t n, uint16_t* dst) {
 
 void PackRowsBf16Avx512(const float* a, int64_t m, int64_t k, int64_t block_begin, int64_t block_end,
                         uint32_t* packed) {
+  // 16 rows x 16 pairs at a time: each row's 32 values rounded into one register of 16
+  // pairs, the 16 x 16 pairs transposed in registers, then one full store per pair.
+  // (Scattering each row's pairs into the blocks' 16-word groups was 4-byte stores.)
   const int64_t pairs = k / 2;
-  std::vector<uint16_t> row(static_cast<size_t>(k));
   for (int64_t block = block_begin; block < block_end; ++block) {
     uint32_t* dst = packed + block * pairs * kBf16RowBlock;
-    for (int64_t l = 0; l < kBf16RowBlock; ++l) {
-      const int64_t i = block * kBf16RowBlock + l;
-      if (i < m) {
-        RoundToBf16Avx512(a + i * k, k, row.data());
-      } else {
-        std::fill(row.begin(), row.end(), uint16_t{0});
+    const int64_t row0 = block * kBf16RowBlock, rows = std::min<int64_t>(kBf16RowBlock, m - row0);
+    for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
+      const int64_t n = std::min<int64_t>(32, k - 2 * p0);   // values of each row here
+      const __mmask16 lo = static_cast<__mmask16>((1u << std::min<int64_t>(16, n)) - 1);
+      const __mmask16 hi = static_cast<__mmask16>(n > 16 ? (1u << (n - 16)) - 1 : 0);
+      __m512i r[16], column[16];
+      for (int64_t l = 0; l < 16; ++l) {
+        if (l >= rows) {
+          r[l] = _mm512_setzero_si512();
+          continue;
+        }
+        const float* src = a + (row0 + l) * k + 2 * p0;
+        r[l] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, src + 16), _mm512_maskz_loadu_ps(lo, src));
       }
-      for (int64_t p = 0; p < pairs; ++p) std::memcpy(dst + p * kBf16RowBlock + l, row.data() + 2 * p, 4);
+      Transpose16x16(r, column);
+      // A constant trip count keeps the columns in registers; a variable one made GCC
+      // copy them through the stack in 8-byte moves, each stalled on a 64-byte store.
+      const int64_t valid = std::min<int64_t>(16, pairs - p0);
+      for (int q = 0; q < 16; ++q)
+        if (q < valid) _mm512_storeu_si512(dst + (p0 + q) * kBf16RowBlock, column[q]);
     }
   }
 }

@@ -7,8 +7,8 @@ different requests run in the same forward pass.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 
@@ -29,7 +29,10 @@ class StepInputs:
     this step, e.g. a step of prompt chunks only); max_position: the largest entry of
     positions, kept on the host so position tables can grow ahead of use;
     state_slots int32 [B]: each sequence's slot in the recurrent-state pools (models
-    with Gated-DeltaNet layers, ``recurrent_state``).
+    with Gated-DeltaNet layers, ``recurrent_state``); derived: tensors that every layer
+    would otherwise compute again from these inputs, made by the first layer that
+    needs them and kept for this step only (RoPE's cos|sin rows of the step's tokens,
+    keyed by their maker).
     """
 
     token_ids: "metalrt.Tensor"
@@ -42,6 +45,7 @@ class StepInputs:
     num_logit_rows: int
     max_position: int
     state_slots: Optional["metalrt.Tensor"] = None
+    derived: Dict = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

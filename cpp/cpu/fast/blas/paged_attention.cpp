@@ -4,7 +4,7 @@
 //
 // The math is the oracle's two-pass softmax, per (request, kv head, block of up to
 // kQueryBlock queries) with the GQA group's query heads stacked as rows:
-//   S = scale * Q . K^T over keys 0 .. the block's last position       (one sgemm)
+//   S = (scale * Q) . K^T over keys 0 .. the block's last position     (one sgemm)
 //   per row (position p): w_j = exp(s_j - max_{j<=p} s_j) for j <= p, else 0; l = sum w_j
 //   O = (W . V) / l                                                     (one sgemm)
 // so every key and value tile is read once per block for all its queries and heads. The
@@ -35,11 +35,23 @@ struct Request {
   int64_t q_len, seq_len, first_row;
 };
 
+// max(s[0 .. n)), NaN ignored as std::max ignores it, -inf for n = 0. Sixteen running
+// maxima: one chain of dependent max latencies was most of this op's own time.
+float RowMax(const float* s, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, -INFINITY);
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t i = 0; i < kLanes; ++i) lanes[i] = std::max(lanes[i], s[j + i]);
+  for (; j < n; ++j) lanes[0] = std::max(lanes[0], s[j]);
+  return *std::max_element(lanes, lanes + kLanes);
+}
+
 // Softmax weights of one score row in place (positions beyond `last` get 0); returns l.
 // The exps by the AVX-512 row (exp_avx512.h, within 2 ulp of expf) where `vector_exp`.
 float SoftmaxWeights(float* s, int64_t n_keys, int64_t last, bool vector_exp) {
-  float m = -INFINITY;
-  for (int64_t j = 0; j <= last; ++j) m = std::max(m, s[j]);
+  const float m = RowMax(s, last + 1);
   float l = 0.0f;
   if (vector_exp && std::isfinite(m)) {
     l = ExpShiftedRowAvx512(s, last + 1, m);
@@ -65,18 +77,21 @@ void AttendBlock(const OpCall& call, const Request& r, int64_t g, int64_t i0, in
   const int64_t n_keys = past + i1;                // keys 0 .. the block's last position
   const float* k = keys.data() + g * r.seq_len * head_dim;
   const float* v = values.data() + g * r.seq_len * head_dim;
-  std::vector<float> q(static_cast<size_t>(rows * head_dim)), s(static_cast<size_t>(rows * n_keys)),
-      o(q.size());
+  // Per thread and grown only: a fresh vector zero-filled its rows x n_keys scores, which
+  // the sgemm then overwrote.
+  static thread_local std::vector<float> q, s, o, l;
+  q.resize(static_cast<size_t>(rows * head_dim));
+  s.resize(std::max(s.size(), static_cast<size_t>(rows * n_keys)));
+  o.resize(q.size());
+  l.resize(static_cast<size_t>(rows));
   for (int64_t i = i0; i < i1; ++i)
     LoadRowF32(query.data(), query.dtype(), ((r.first_row + i) * heads + g * group) * head_dim,
                group * head_dim, q.data() + (i - i0) * group * head_dim);
+  // The scale on the queries, not on the rows x n_keys scores: a pass less.
+  for (float& x : q) x *= scale;
   Sgemm(rows, n_keys, head_dim, q.data(), head_dim, k, head_dim, true, s.data(), n_keys);
-  std::vector<float> l(static_cast<size_t>(rows));
-  for (int64_t row = 0; row < rows; ++row) {
-    float* s_row = s.data() + row * n_keys;
-    for (int64_t j = 0; j < n_keys; ++j) s_row[j] *= scale;
-    l[row] = SoftmaxWeights(s_row, n_keys, past + i0 + row / group, vector_exp);
-  }
+  for (int64_t row = 0; row < rows; ++row)
+    l[row] = SoftmaxWeights(s.data() + row * n_keys, n_keys, past + i0 + row / group, vector_exp);
   Sgemm(rows, head_dim, n_keys, s.data(), n_keys, v, head_dim, false, o.data(), head_dim);
   for (int64_t row = 0; row < rows; ++row) {
     float* o_row = o.data() + row * head_dim;
