@@ -4,15 +4,20 @@
 
 namespace metalrt::cpu {
 
-void GatherContext(const Tensor& cache, const int32_t* blocks, int64_t len, std::vector<float>& dst) {
+void GatherContextRange(const Tensor& cache, const int32_t* blocks, int64_t len, int64_t begin, int64_t end,
+                        float* dst) {
   const int64_t block_size = cache.dim(1), kv_heads = cache.dim(2), head_dim = cache.dim(3);
-  dst.resize(static_cast<size_t>(kv_heads * len * head_dim));
-  for (int64_t j = 0; j < len; ++j) {
+  for (int64_t j = begin; j < end; ++j) {
     const int64_t slot = static_cast<int64_t>(blocks[j / block_size]) * block_size + j % block_size;
     for (int64_t g = 0; g < kv_heads; ++g)
       LoadRowF32(cache.data(), cache.dtype(), (slot * kv_heads + g) * head_dim, head_dim,
-                 dst.data() + (g * len + j) * head_dim);
+                 dst + (g * len + j) * head_dim);
   }
+}
+
+void GatherContext(const Tensor& cache, const int32_t* blocks, int64_t len, std::vector<float>& dst) {
+  dst.resize(static_cast<size_t>(cache.dim(2) * len * cache.dim(3)));
+  GatherContextRange(cache, blocks, len, 0, len, dst.data());
 }
 
 }  // namespace metalrt::cpu

@@ -14,4 +14,9 @@ namespace metalrt::cpu {
 // not repeated per query and head.
 void GatherContext(const Tensor& cache, const int32_t* blocks, int64_t len, std::vector<float>& dst);
 
+// The positions [begin, end) of GatherContext into dst, already sized kv_heads x len x
+// head_dim: so that threads can gather disjoint ranges.
+void GatherContextRange(const Tensor& cache, const int32_t* blocks, int64_t len, int64_t begin, int64_t end,
+                        float* dst);
+
 }  // namespace metalrt::cpu

@@ -48,7 +48,8 @@ void CheckBatch(int64_t tokens, const Tensor& key_cache, const Tensor& block_tab
 
 Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
                       const Tensor& block_tables, const Tensor& seq_lens,
-                      const Tensor& query_start_loc, float scale, const OptTensor& out) {
+                      const Tensor& query_start_loc, float scale, const OptTensor& out,
+                      bool coarse_projections) {
   using namespace detail;
   CheckRank(query, 3, kOp, "query");
   CheckFloat(query, kOp, "query");
@@ -99,7 +100,7 @@ Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor
   RunOp(kOp, device,
         OpCall{{query, key_cache, value_cache, block_tables, seq_lens, query_start_loc},
                {result},
-               PagedAttentionParams{scale}});
+               PagedAttentionParams{scale, coarse_projections}});
   return result;
 }
 

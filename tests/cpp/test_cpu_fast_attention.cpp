@@ -1,18 +1,28 @@
-// Gates of the CPU device's BLAS prefill attention (cpp/cpu/fast/blas/paged_attention.cpp)
-// in the op-case table: against the oracle (the provider disabled) at the default
+// Gates of the CPU device's prefill attention providers (cpp/cpu/fast/blas/paged_attention.cpp)
+// in the op-case table: against the oracle (the providers disabled) at the default
 // model's geometry (9 heads, 3 kv heads, head_dim 64) for 128- and 512-token prefills,
 // a chunked prefill and a mixed batch, and at boundary shapes (head_dim 1/33/96, query
 // blocks of 31/32/33 queries, a request with no query, a GQA group of 10, block sizes
 // 1 and 5). Every cache slot a request does not own is NaN, so a read outside a context
-// fails. Bars: f32 NMSE <= 1e-10 and every element within 1e-5 (outputs are convex
-// combinations of values in [-1, 1]; only the order of the f32 sums differs); f16/bf16
-// may round one ulp the other way. Built without a BLAS, no case is registered.
+// fails. The f32 sgemms (cpu_blas_paged_attention, under METALRT_CPU_GEMM=f32): f32 NMSE
+// <= 1e-10 and every element within 1e-5 (outputs are convex combinations of values in
+// [-1, 1]; only the order of the f32 sums differs); f16/bf16 may round one ulp the other
+// way. The bf16 products (cpu_bf16_paged_attention, METALRT_CPU_GEMM=bf16, on each bf16
+// kernel of the CPU; even head_dim, batches of more than 16 tokens): NMSE <= 5e-5 and every element within 1e-2 of the
+// oracle: q, k, the softmax weights and v are rounded to bf16 (relative 2^-9 each), and
+// an output is a sum of up to n weighted values in [-1, 1] whose cancellation leaves it
+// small, so its error is set against the values' scale, not its own (measured: NMSE
+// ~5e-6, worst 3e-3). Built without a BLAS, no case is registered.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "cpu/fast/cpu_features.h"
+#include "cpu_bf16_testing.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
 #include "op_cases.h"
@@ -25,6 +35,8 @@ namespace {
 
 constexpr bool kHaveBlas = std::strcmp(METALRT_BLAS_NAME, "none") != 0;
 constexpr const char* kProvider = "cpu_blas_paged_attention";
+constexpr const char* kBf16Provider = "cpu_bf16_paged_attention";
+using cpu::fast::PrefillGemm;
 
 const std::vector<AttentionCase> kCases = {
     {"smollm2/prefill128", 9, 3, 64, 16, {{128, 128}}},
@@ -39,23 +51,40 @@ const std::vector<AttentionCase> kCases = {
     {"block_size5", 6, 3, 128, 5, {{1, 23}, {10, 18}}},
 };
 
-OpCase MakeCase(const AttentionCase& a, DType dtype, uint32_t seed) {
+// The bf16 products serve batches of more than kGemvMaxRows = 16 tokens (fewer are
+// projected by the f32 GEMV): kCases' that are, and the boundaries of those that are not.
+const std::vector<AttentionCase> kBf16Boundaries = {
+    {"head_dim96/t20", 3, 1, 96, 16, {{1, 15}, {19, 40}}},
+    {"gqa10/t20", 20, 2, 64, 16, {{1, 21}, {19, 26}}},
+    {"block_size1/t17", 4, 2, 64, 1, {{1, 9}, {16, 16}}},
+    {"block_size5/t18", 6, 3, 128, 5, {{1, 23}, {17, 18}}},
+};
+
+OpCase MakeCase(const AttentionCase& a, DType dtype, uint32_t seed, PrefillGemm gemm) {
   AttentionGeometry g{a.heads, a.kv_heads, a.head_dim, a.block_size, 0, 0};
   const AttentionBatch bt = MakeAttentionBatch(ShuffledRequests(a.lens, g, seed), g, dtype, seed);
+  const bool bf16 = gemm == PrefillGemm::kBf16;
   OpCase c;
-  c.name = std::string("paged_attention/") + DTypeName(dtype) + "/" + a.name + "/cpu_blas";
+  c.name = std::string("paged_attention/") + DTypeName(dtype) + "/" + a.name + (bf16 ? "/cpu_bf16" : "/cpu_blas");
   c.op = "paged_attention";
-  c.provider = kProvider;
+  c.provider = bf16 ? kBf16Provider : kProvider;
+  c.declines = bf16 ? 0 : 1;   // the bf16 provider, tried first, declines under f32
   c.device = DeviceType::kCPU;
   c.inputs = {bt.query, bt.key_cache, bt.value_cache, bt.block_tables, bt.seq_lens, bt.query_start_loc};
   c.outputs = {{bt.query.shape(), dtype}};
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
   c.run = [scale](const Inputs& in, const Outputs& out) {
-    ops::PagedAttention(in[0], in[1], in[2], in[3], in[4], in[5], scale, out[0]);
+    ops::PagedAttention(in[0], in[1], in[2], in[3], in[4], in[5], scale, out[0], /*coarse_projections=*/true);
     return Returned{};
   };
-  c.nmse = dtype == DType::kF32 ? 1e-10 : 5e-4;
-  c.bar = {dtype == DType::kF32 ? 0.0 : 2 * UnitRoundoff(dtype), 1e-5};
+  RunUnder(c, "METALRT_CPU_GEMM", cpu::fast::PrefillGemmName(gemm));
+  if (bf16) {
+    c.nmse = 5e-5;
+    c.bar = {dtype == DType::kF32 ? 0.0 : 2 * UnitRoundoff(dtype), 1e-2};
+  } else {
+    c.nmse = dtype == DType::kF32 ? 1e-10 : 5e-4;
+    c.bar = {dtype == DType::kF32 ? 0.0 : 2 * UnitRoundoff(dtype), 1e-5};
+  }
   return c;
 }
 
@@ -65,24 +94,53 @@ METALRT_OP_CASES(cpu_fast_attention_cases) {
   std::vector<OpCase> cases;
   if (!kHaveBlas) return cases;
   uint32_t seed = 1400;
-  for (const AttentionCase& a : kCases) cases.push_back(MakeCase(a, DType::kF32, seed += 10));
+  for (const AttentionCase& a : kCases) cases.push_back(MakeCase(a, DType::kF32, seed += 10, PrefillGemm::kF32));
   for (DType dtype : {DType::kF16, DType::kBF16})
-    for (const AttentionCase& a : {kCases[2], kCases[6]}) cases.push_back(MakeCase(a, dtype, seed += 10));
+    for (const AttentionCase& a : {kCases[2], kCases[6]})
+      cases.push_back(MakeCase(a, dtype, seed += 10, PrefillGemm::kF32));
+  if (!cpu::fast::CpuHasAvx512Bf16()) return cases;
+  std::vector<OpCase> bf16;
+  const auto tokens = [](const AttentionCase& a) {
+    int64_t t = 0;
+    for (const auto& [q_len, seq_len] : a.lens) t += q_len;
+    return t;
+  };
+  for (const std::vector<AttentionCase>* list : {&kCases, &kBf16Boundaries})
+    for (const AttentionCase& a : *list)
+      if (a.head_dim % 2 == 0 && tokens(a) > 16) bf16.push_back(MakeCase(a, DType::kF32, seed += 10, PrefillGemm::kBf16));
+  for (DType dtype : {DType::kF16, DType::kBF16})
+    for (const AttentionCase& a : {kCases[2], kCases[6]})
+      bf16.push_back(MakeCase(a, dtype, seed += 10, PrefillGemm::kBf16));
+  for (cpu::fast::Bf16Kernel kernel : Bf16Kernels())
+    for (const OpCase& c : bf16) cases.push_back(OnKernel(c, kernel));
   return cases;
 }
 
-TEST_CASE("cpu fast attention: decode-only batches are declined, a prefill is served by the BLAS provider") {
-  for (const Lens& lens : {Lens{{1, 5}, {1, 40}}, Lens{{9, 30}}}) {
-    const bool prefill = lens[0].first > 1;
-    CAPTURE(prefill);
-    AttentionGeometry g{6, 2, 64, 16, 0, 0};
-    const AttentionBatch bt = MakeAttentionBatch(ShuffledRequests(lens, g, 11), g, DType::kF32);
-    ResetProviderStats();
-    ops::PagedAttention(bt.query, bt.key_cache, bt.value_cache, bt.block_tables, bt.seq_lens,
-                        bt.query_start_loc, 0.125f, Poisoned(bt.query.shape(), DType::kF32));
-    const ProviderStats stats = GetProviderStats("paged_attention", DeviceType::kCPU);
-    CHECK(stats.calls == 1);
-    if (kHaveBlas && prefill) CHECK(stats.last_selected == kProvider);
-    else CHECK(stats.last_selected != kProvider);
+TEST_CASE("cpu fast attention: decode-only batches are declined; a prefill gets the bf16 products where its projections' GEMMs run on bf16, else the f32 sgemms") {
+  const bool has_bf16 = cpu::fast::CpuHasAvx512Bf16();
+  std::vector<std::string> settings{"auto", "f32"};
+  if (has_bf16) settings.push_back("bf16");
+  for (const std::string& gemm : settings) {
+    for (bool coarse : {true, false}) {
+      // Decode only; a prefill of 9 tokens (projected by the f32 GEMV); of 20.
+      for (const Lens& lens : {Lens{{1, 5}, {1, 40}}, Lens{{9, 30}}, Lens{{20, 30}}}) {
+        const bool prefill = lens[0].first > 1, gemm_rows = lens[0].first > 16;
+        CAPTURE(gemm);
+        CAPTURE(coarse);
+        CAPTURE(prefill);
+        AttentionGeometry g{6, 2, 64, 16, 0, 0};
+        const AttentionBatch bt = MakeAttentionBatch(ShuffledRequests(lens, g, 11), g, DType::kF32);
+        setenv("METALRT_CPU_GEMM", gemm.c_str(), 1);
+        ResetProviderStats();
+        ops::PagedAttention(bt.query, bt.key_cache, bt.value_cache, bt.block_tables, bt.seq_lens,
+                            bt.query_start_loc, 0.125f, Poisoned(bt.query.shape(), DType::kF32), coarse);
+        unsetenv("METALRT_CPU_GEMM");
+        const ProviderStats stats = GetProviderStats("paged_attention", DeviceType::kCPU);
+        CHECK(stats.calls == 1);
+        const bool bf16 = gemm_rows && (gemm == "bf16" || (gemm == "auto" && coarse && has_bf16));
+        if (kHaveBlas && prefill) CHECK(stats.last_selected == (bf16 ? kBf16Provider : kProvider));
+        else CHECK((stats.last_selected != kProvider && stats.last_selected != kBf16Provider));
+      }
+    }
   }
 }

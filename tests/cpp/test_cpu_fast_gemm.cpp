@@ -33,6 +33,7 @@
 #include <stdexcept>
 
 #include "cpu/fast/cpu_features.h"
+#include "cpu_bf16_testing.h"
 #include "cpu/fast/gemm_bf16.h"
 #include "cpu/fast/matmul_dispatch.h"
 #include "cpu/fast/prefill_gemm.h"
@@ -75,12 +76,7 @@ void UseGemm(OpCase& c, const std::string& op, PrefillGemm gemm) {
   c.provider = (gemm == PrefillGemm::kBf16 ? "cpu_bf16_" : "cpu_blas_") + op;
   // The bf16 provider is tried first (matmul has none).
   if (gemm == PrefillGemm::kF32 && op != "matmul") ++c.declines;
-  c.run = [run = c.run, name](const Inputs& in, const Outputs& out) {
-    setenv("METALRT_CPU_GEMM", name, 1);
-    Returned returned = run(in, out);
-    unsetenv("METALRT_CPU_GEMM");
-    return returned;
-  };
+  RunUnder(c, "METALRT_CPU_GEMM", name);
 }
 
 // matmul_bt (b [n, k]) or matmul (b [k, n]).
@@ -132,27 +128,6 @@ OpCase SwigluCase(QuantFormat f, int64_t m, int64_t k, int64_t inner, uint32_t s
   c.kernels.clear();
   UseGemm(c, "quantized_matmul_bt_swiglu", PrefillGemm::kBf16);
   SetBars(c, DType::kF32, PrefillGemm::kBf16);
-  return c;
-}
-
-// The bf16 kernels this CPU runs: AVX-512 BF16, and AMX where it has the tiles.
-std::vector<Bf16Kernel> Bf16Kernels() {
-  std::vector<Bf16Kernel> kernels{Bf16Kernel::kAvx512Bf16};
-  if (cpu::fast::CpuHasAmxBf16()) kernels.push_back(Bf16Kernel::kAmxBf16);
-  return kernels;
-}
-
-const char* AmxSetting(Bf16Kernel kernel) { return kernel == Bf16Kernel::kAmxBf16 ? "on" : "off"; }
-
-// A bf16 case run on `kernel` (METALRT_CPU_AMX), named after it.
-OpCase OnKernel(OpCase c, Bf16Kernel kernel) {
-  c.name += std::string("/") + cpu::fast::Bf16KernelName(kernel);
-  c.run = [run = c.run, setting = AmxSetting(kernel)](const Inputs& in, const Outputs& out) {
-    setenv("METALRT_CPU_AMX", setting, 1);
-    Returned returned = run(in, out);
-    unsetenv("METALRT_CPU_AMX");
-    return returned;
-  };
   return c;
 }
 

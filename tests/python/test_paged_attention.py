@@ -29,7 +29,8 @@ def reference(query, key_cache, value_cache, block_tables, seq_lens, query_start
     return out
 
 
-def run_case(device, dtype, heads, kv_heads, head_dim, block_size, q_lens, seq_lens, seed=0):
+def run_case(device, dtype, heads, kv_heads, head_dim, block_size, q_lens, seq_lens, seed=0,
+             coarse_projections=False):
     rng = np.random.default_rng(seed)
     max_blocks = max(-(-s // block_size) for s in seq_lens) + 1
     num_blocks = len(seq_lens) * max_blocks + 2
@@ -45,7 +46,8 @@ def run_case(device, dtype, heads, kv_heads, head_dim, block_size, q_lens, seq_l
     out = poisoned(query.shape, dtype, device)
     as_dev = lambda a, dt=dtype: metalrt.asarray(a, device=device, dtype=dt)  # noqa: E731
     result = ops.paged_attention(as_dev(query), as_dev(key_cache), as_dev(value_cache),
-                                 block_tables, seq_lens, query_start_loc, scale, out=out)
+                                 block_tables, seq_lens, query_start_loc, scale, out=out,
+                                 coarse_projections=coarse_projections)
     assert result.data_ptr() == out.data_ptr() and result.dtype == dtype
     expected = reference(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
                          scale)
@@ -128,6 +130,31 @@ def test_bad_inputs(device):
     for bad in ("q", None):
         with pytest.raises(TypeError, match=r"^\[paged_attention\] query must be a metalrt.Tensor"):
             call(query=bad)
+    with pytest.raises(TypeError, match=r"^\[paged_attention\] coarse_projections must be a bool, got int"):
+        call(coarse_projections=1)
+
+
+def test_coarse_projections_stay_within_bf16_of_the_reference(device, monkeypatch):
+    """coarse_projections=True (what a model with quantized weights passes): on a CPU with
+    AVX-512 BF16 a prefill's products run on the bf16 GEMM (the provider says so), within
+    bf16's bar of the float64 reference; METALRT_CPU_GEMM=f32 keeps the float32 sgemms,
+    byte for byte the default call's."""
+    geometry = (9, 3, 64, 16, [5, 1, 31], [5, 32, 40])
+    result, expected = run_case(device, "float32", *geometry, coarse_projections=True)
+    assert_matches(result, expected, "bfloat16")
+    if device != "cpu":
+        return
+    served = metalrt.providers.stats("paged_attention", "cpu")["last_selected"]
+    # Registered in builds with a BLAS; serves where the CPU has AVX-512 BF16 ("auto").
+    bf16 = ("cpu_bf16_paged_attention" in metalrt.providers.list("paged_attention", "cpu")
+            and metalrt.doctor()["cpu_prefill_gemm"] == "auto")
+    assert served in (("cpu_bf16_paged_attention",) if bf16 else
+                      ("cpu_blas_paged_attention", "cpu_paged_attention"))
+    monkeypatch.setenv("METALRT_CPU_GEMM", "f32")
+    pinned, _ = run_case(device, "float32", *geometry, coarse_projections=True)
+    default, _ = run_case(device, "float32", *geometry)
+    assert np.array_equal(pinned.numpy(), default.numpy())
+    assert metalrt.providers.stats("paged_attention", "cpu")["last_selected"] != "cpu_bf16_paged_attention"
 
 
 def test_degenerate_geometry(device):

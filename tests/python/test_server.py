@@ -17,8 +17,20 @@ from server_process import MODEL_ID, ServerProcess
 HELLO = [{"role": "user", "content": "Tell me a long story about a dragon."}]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def f32_prefill():
+    """Server and oracle on the f32 prefill arithmetic: with prefix caching the server
+    prefills a repeated prompt's uncached tail alone (up to 16 tokens: the f32 GEMV and
+    attention) where the oracle prefills the whole prompt (on bf16 by default, GEMMs and
+    attention), and bf16's distance turns the dragon story's "There was" into "There's".
+    On f32 that distance (~3e-3 in the logits) is within these prompts' greedy margins."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("METALRT_CPU_GEMM", "f32")
+        yield
+
+
 @pytest.fixture(scope="module")
-def server():
+def server(f32_prefill):
     process = ServerProcess("--kv-cache-tokens", "4096")
     yield process
     process.close()

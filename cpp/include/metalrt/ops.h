@@ -114,7 +114,10 @@ void ReshapeAndCache(const Tensor& key, const Tensor& value, const Tensor& key_c
                      const Tensor& value_cache, const Tensor& slot_mapping);
 
 // ---- attention ---------------------------------------------------------------------
-struct PagedAttentionParams { float scale; };
+struct PagedAttentionParams {
+  float scale;
+  bool coarse_projections;
+};
 // Variable-length causal paged attention with grouped-query heads.
 // query [T, heads, head_dim] (T = all query tokens of the batch, request b owning
 // rows query_start_loc[b] .. query_start_loc[b+1]); key_cache/value_cache
@@ -126,11 +129,16 @@ struct PagedAttentionParams { float scale; };
 // Softmax in f32. Returns [T, heads, head_dim] in query's dtype. The batch description
 // (block_tables, seq_lens, query_start_loc) is read and validated on the host when the
 // op is called — on Metal in place through unified memory, without a synchronize — so it
-// must be written by the host, not by pending GPU work.
+// must be written by the host, not by pending GPU work. coarse_projections: q, k and v
+// are projections by quantized or bf16 weights; the CPU then runs a prefill's Q.K^T and
+// W.V on its bf16 GEMM (operands rounded to bf16, f32 sums) wherever it runs such
+// weights' GEMMs on it (PrefillGemmIsBf16(true), cpu/fast/prefill_gemm.h: by default on
+// CPUs with AVX-512 BF16); false, only where every weight's is (METALRT_CPU_GEMM=bf16).
+// Other devices ignore it.
 Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
                       const Tensor& block_tables, const Tensor& seq_lens,
                       const Tensor& query_start_loc, float scale,
-                      const OptTensor& out = std::nullopt);
+                      const OptTensor& out = std::nullopt, bool coarse_projections = false);
 
 // ---- selection ---------------------------------------------------------------------
 // logits [R, V] float -> int32 [R]: index of the max per row; ties go to the lowest

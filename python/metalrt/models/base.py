@@ -278,6 +278,9 @@ class Attention:
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.scale = head_dim ** -0.5
         self.concat_weights = _concatenable(self.qkv)
+        # Projections whose GEMMs the CPU runs on bf16 (coarse weights): the attention's
+        # products then follow them (their q, k and v already carry bf16's error).
+        self.coarse_projections = all(_coarse(p.weight) for p in self.qkv)
 
     def merged_qkv(self, x):
         """The q | k | v projection [tokens, (heads + 2 kv_heads) head_dim] in one
@@ -325,8 +328,15 @@ class Attention:
 
     def paged_attention(self, q, step: StepInputs, key_cache, value_cache):
         attn = ops.paged_attention(q, key_cache, value_cache, step.block_tables, step.seq_lens,
-                                   step.query_start_loc, self.scale)
+                                   step.query_start_loc, self.scale,
+                                   coarse_projections=self.coarse_projections)
         return attn.reshape(q.shape[0], self.heads * self.head_dim)
+
+
+def _coarse(weight) -> bool:
+    """Quantized or bfloat16: a weight whose prefill GEMM runs on the CPU's bf16 GEMM
+    under METALRT_CPU_GEMM=auto (cpp/cpu/fast/prefill_gemm.h)."""
+    return not isinstance(weight, metalrt.Tensor) or weight.dtype == "bfloat16"
 
 
 def _concatenable(projections: Sequence[Linear]):

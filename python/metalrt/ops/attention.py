@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from .._metalrt import Tensor
 from .._metalrt import ops as _native
-from ._args import out_tensor, real, tensors
+from ._args import flag, out_tensor, real, tensors
 
 
 def paged_attention(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
-                    scale, out=None) -> Tensor:
+                    scale, out=None, *, coarse_projections=False) -> Tensor:
     """Variable-length causal attention over a paged KV cache with grouped-query heads
     (PagedAttention: Kwon et al. 2023, vLLM; GQA: Ainslie et al. 2023).
 
@@ -25,7 +25,13 @@ def paged_attention(query, key_cache, value_cache, block_tables, seq_lens, query
     Metal in place, without a synchronize), so they must be written by the host. On
     Metal, one-query requests run the decode kernel and longer ones the prefill kernel
     (online softmax, FlashAttention-style tiling: Dao et al. 2022); head_dim > 128 runs
-    on the CPU reference tier.
+    on the CPU reference tier. coarse_projections (bool): q, k and v are projections by
+    quantized or bfloat16 weights; the CPU then runs a prefill's q.k and weights.v
+    products on its bf16 GEMM (q, k, the softmax weights and v rounded to bfloat16,
+    float32 sums, as torch's bf16 SDPA) wherever it runs such weights' GEMMs on it
+    (METALRT_CPU_GEMM=auto, the default, on a CPU with AVX-512 BF16; or bf16); False
+    (the default), only under METALRT_CPU_GEMM=bf16. Other devices and decode batches
+    ignore it.
 
     Raises ValueError for shape mismatches, heads not a multiple of kv_heads, a non-finite
     scale, inconsistent lengths or block ids out of range, or tensors on different
@@ -36,4 +42,5 @@ def paged_attention(query, key_cache, value_cache, block_tables, seq_lens, query
                                                   "int32"),
                    query=query, key_cache=key_cache, value_cache=value_cache,
                    block_tables=block_tables, seq_lens=seq_lens, query_start_loc=query_start_loc)
-    return _native.paged_attention(*args, real(op, "scale", scale), out=out_tensor(op, out))
+    return _native.paged_attention(*args, real(op, "scale", scale), out=out_tensor(op, out),
+                                   coarse_projections=flag(op, "coarse_projections", coarse_projections))
