@@ -97,7 +97,7 @@ def read_status(venv_dir: Path) -> Dict[str, Dict]:
     that is not a JSON object of objects is ignored, not trusted)."""
     try:
         status = json.loads((venv_dir / STATUS_FILE).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):   # RecursionError: absurdly nested JSON
         return {}
     if not isinstance(status, dict):
         return {}
@@ -142,11 +142,20 @@ def install(venv_dir: Path, names: Sequence[str]) -> Dict[str, Dict]:
             # pip's wheel cache keys a source build by the sdist, not by the build's
             # environment: a cached wheel may have been built with other settings.
             cmd.insert(len(pip) + 1, "--no-cache-dir")
-            if _stale_build(status.get(peer.name, {}), peer):
-                print(f"bench: rebuilding {peer.source_dist}: built with other settings",
-                      file=sys.stderr)
-                subprocess.run([*pip, "uninstall", "-y", "-q", peer.source_dist],
-                               capture_output=True)
+            # Not recorded as built with these settings (another build, a failed or
+            # unrecorded one, an unreadable record): a copy already in the venv would be
+            # kept by pip ("already satisfied") and then recorded as this build.
+            if status.get(peer.name, {}).get("build_env") != peer.build_env:
+                print(f"bench: (re)building {peer.source_dist}: no build with these settings "
+                      "is recorded", file=sys.stderr)
+                removed = subprocess.run([*pip, "uninstall", "-y", "-q", peer.source_dist],
+                                         capture_output=True, text=True, errors="replace")
+                if removed.returncode:
+                    status[peer.name] = {"installed": False, "reason":
+                                         f"pip uninstall of the old build failed (exit "
+                                         f"{removed.returncode}): {last_words(removed.stderr)}"}
+                    print(f"bench: {peer.name}: {status[peer.name]['reason']}", file=sys.stderr)
+                    continue
         env = dict(os.environ, **(peer.build_env or {}))
         if peer.source_dist:
             env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(os.cpu_count() or 1)
@@ -183,8 +192,10 @@ def availability(venv_dir: Path, names: Sequence[str], timeout: float = IMPORT_C
         if not python_of(venv_dir).exists():
             reason = f"not installed (no peers venv at {venv_dir}; run `{install_hint(venv_dir)}`)"
         elif _stale_build(status.get(peer.name, {}), peer):
-            reason = (f"not installed (built with other settings than {peer.build_env}; run "
-                      f"`{install_hint(venv_dir, [peer.name])}` to rebuild it)")
+            built = status[peer.name].get("build_env")
+            reason = (f"not installed (built with {'unrecorded settings' if built is None else built}"
+                      f", not {peer.build_env}; run `{install_hint(venv_dir, [peer.name])}` "
+                      "to rebuild it)")
         else:
             error = _import_failure(venv_dir, peer, timeout)
             if error:
@@ -199,7 +210,7 @@ def availability(venv_dir: Path, names: Sequence[str], timeout: float = IMPORT_C
 def _stale_build(recorded: Dict, peer: Peer) -> bool:
     """Whether ``install`` recorded a working build of ``peer``'s source distribution
     made with another environment than the one it would build with now."""
-    return bool(peer.source_dist and recorded.get("installed")
+    return bool(peer.source_dist and recorded.get("installed") is True
                 and recorded.get("build_env") != peer.build_env)
 
 

@@ -511,7 +511,7 @@ def test_a_source_build_with_other_settings_is_rebuilt_not_used(tmp_path):
     (venv / peers.STATUS_FILE).write_text(json.dumps({"llama.cpp": {"installed": True,
                                                                     "reason": ""}}))
     reason = peers.availability(venv, ["llama.cpp"])["llama.cpp"]["reason"]
-    assert reason.startswith("not installed (built with other settings than "), reason
+    assert reason.startswith("not installed (built with unrecorded settings, not {"), reason
     assert "--install-peers --peers llama.cpp" in reason
     status = peers.install(venv, ["llama.cpp"])
     calls = log.read_text().splitlines()
@@ -521,6 +521,33 @@ def test_a_source_build_with_other_settings_is_rebuilt_not_used(tmp_path):
     assert peers.availability(venv, ["llama.cpp"])["llama.cpp"] == {"available": True, "reason": ""}
     peers.install(venv, ["llama.cpp"])   # the same settings: no second uninstall
     assert [c for c in log.read_text().splitlines() if " uninstall " in c] == calls[:1]
+
+
+@pytest.mark.parametrize("record", ["not json", '{"llama.cpp": {"installed": false, "reason": "x"}}',
+                                    '{"llama.cpp": {"installed": "false", "build_env": []}}'])
+def test_a_source_build_not_recorded_with_these_settings_is_removed_first(tmp_path, record):
+    """Whatever the record says (unreadable, a failed install, odd values), a copy of
+    llama-cpp-python that pip would keep as "already satisfied" is uninstalled first, so
+    an old build (say with AMX-INT8) is never recorded as built with these settings; a
+    failed uninstall is the peer's failure, and nothing is installed over it."""
+    venv = fake_peers_venv(tmp_path, "exit 0")
+    log = tmp_path / "pip.log"
+    fake_python(venv / "bin", f'echo "$@" >> {log}; exit 0')
+    (venv / peers.STATUS_FILE).write_text(record)
+    peers.install(venv, ["llama.cpp"])
+    calls = log.read_text().splitlines()
+    assert " uninstall " in calls[0] and " install " in calls[1]
+    fake_python(venv / "bin", f'echo "$@" >> {log}; case "$*" in *uninstall*) echo busy >&2; exit 3;; esac; exit 0')
+    (venv / peers.STATUS_FILE).write_text(record)
+    status = peers.install(venv, ["llama.cpp"])
+    assert status["llama.cpp"] == {"installed": False, "reason": "pip uninstall of the old build "
+                                   "failed (exit 3): busy"}
+    assert " install " not in log.read_text().splitlines()[-1]
+
+
+def test_an_absurdly_nested_status_file_is_ignored(tmp_path):
+    (tmp_path / peers.STATUS_FILE).write_text("[" * 100000 + "]" * 100000)
+    assert peers.read_status(tmp_path) == {}
 
 
 def test_llama_cpp_builds_without_amx_int8_on_x86():
