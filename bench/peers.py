@@ -45,9 +45,9 @@ class Peer:
 
 def _llama_cpp_build_env() -> Dict[str, str]:
     """Without the multimodal library (LLAVA_BUILD: text generation does not load it,
-    and it is a third of the build). On x86-64 also
-    without ggml's AMX-INT8 matmul: on AMX hosts it segfaults on every prompt of more
-    than one token (seen here on a Sapphire Rapids VM, at every n_ubatch; reported as
+    and it is a third of the build). On x86-64 also without ggml's AMX-INT8 matmul: on
+    AMX hosts it segfaults on every prompt of more than one token (seen here on a
+    Sapphire Rapids VM, at every n_ubatch; reported as
     https://github.com/ggml-org/llama.cpp/issues/20824). ggml compiles that path only
     where the compiler defines __AMX_INT8__, and an explicit -mno- flag holds against
     the -march=native ggml adds after it; the rest of the build stays native."""

@@ -19,10 +19,11 @@ namespace metalrt::cpu::fast {
 
 inline constexpr int64_t kBf16RowBlock = 16;
 
+// The row blocks of m rows (the last one zero-padded).
+inline int64_t Bf16RowBlocks(int64_t m) { return (m + kBf16RowBlock - 1) / kBf16RowBlock; }
+
 // The packed A's size in 32-bit words: m rounded up to whole blocks, times k / 2.
-inline int64_t Bf16PackedSize(int64_t m, int64_t k) {
-  return (m + kBf16RowBlock - 1) / kBf16RowBlock * kBf16RowBlock * (k / 2);
-}
+inline int64_t Bf16PackedSize(int64_t m, int64_t k) { return Bf16RowBlocks(m) * kBf16RowBlock * (k / 2); }
 
 // Packs the row blocks [block_begin, block_end) of a[m, k] (f32, row-major, k even)
 // into `packed` (Bf16PackedSize words); rows past m are zeros.

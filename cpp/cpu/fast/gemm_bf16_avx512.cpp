@@ -203,7 +203,7 @@ void PackRowsBf16Avx512(const float* a, int64_t m, int64_t k, int64_t block_begi
 
 void GemmBf16Avx512(const uint32_t* packed_a, int64_t m, int64_t k, const uint16_t* w, int64_t count,
                     float* c, int64_t ldc) {
-  const int64_t pairs = k / 2, blocks = (m + kBf16RowBlock - 1) / kBf16RowBlock;
+  const int64_t pairs = k / 2, blocks = Bf16RowBlocks(m);
   for (int64_t b0 = 0; b0 < blocks; b0 += kMaxBlocks) {
     const int64_t nb = std::min<int64_t>(kMaxBlocks, blocks - b0), row0 = b0 * kBf16RowBlock;
     for (int64_t r0 = 0; r0 < count; r0 += kMaxRows) {

@@ -160,7 +160,7 @@ void PrepareBf16(const std::vector<float>& keys, const std::vector<float>& value
   grow(ctx.keys, n);
   grow(ctx.values_t_f32, kv_heads * head_dim * ctx.keys_pad);
   grow(ctx.values_t, kv_heads * ctx.packed_per_head);
-  const int64_t row_blocks = (head_dim + kBf16RowBlock - 1) / kBf16RowBlock, items = kv_heads * row_blocks;
+  const int64_t row_blocks = Bf16RowBlocks(head_dim), items = kv_heads * row_blocks;
   ParallelFor(items, 1, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t k0 = n * item / items, k1 = n * (item + 1) / items;
@@ -178,8 +178,15 @@ void PrepareBf16(const std::vector<float>& keys, const std::vector<float>& value
   });
 }
 
+// The bf16 GEMM kernels of the two products, chosen on the op's thread (SelectedBf16Gemm
+// reads METALRT_CPU_AMX and may throw): Q.K^T over head_dim, V^T.W^T over a multiple of
+// the AMX step.
+struct Bf16Products {
+  Bf16GemmFn qk, pv;
+};
+
 void AttendBlockBf16(const OpCall& call, const Request& r, int64_t g, int64_t i0, int64_t i1, const Bf16Context& ctx,
-                     bool vector_exp) {
+                     const Bf16Products& gemm, bool vector_exp) {
   const int64_t head_dim = call.inputs[0].dim(2), group = call.inputs[0].dim(1) / call.inputs[1].dim(2);
   const int64_t rows = (i1 - i0) * group;
   const int64_t n_keys = r.seq_len - r.q_len + i1, n_pad = RoundUp(n_keys, kAmxK);
@@ -188,10 +195,9 @@ void AttendBlockBf16(const OpCall& call, const Request& r, int64_t g, int64_t i0
   static thread_local std::vector<uint16_t> w;
   LoadScaledQueries(call, r, g, i0, i1, q);
   packed_q.resize(static_cast<size_t>(Bf16PackedSize(rows, head_dim)));
-  PackRowsBf16Avx512(q.data(), rows, head_dim, 0, (rows + kBf16RowBlock - 1) / kBf16RowBlock, packed_q.data());
+  PackRowsBf16Avx512(q.data(), rows, head_dim, 0, Bf16RowBlocks(rows), packed_q.data());
   s.resize(std::max(s.size(), static_cast<size_t>(rows * n_pad)));
-  SelectedBf16Gemm(head_dim)(packed_q.data(), rows, head_dim, ctx.keys.data() + g * r.seq_len * head_dim, n_keys,
-                             s.data(), n_pad);
+  gemm.qk(packed_q.data(), rows, head_dim, ctx.keys.data() + g * r.seq_len * head_dim, n_keys, s.data(), n_pad);
   l.resize(static_cast<size_t>(rows));
   for (int64_t row = 0; row < rows; ++row)
     l[row] = SoftmaxWeights(s.data() + row * n_pad, n_pad, r.seq_len - r.q_len + i0 + row / group, vector_exp);
@@ -200,10 +206,9 @@ void AttendBlockBf16(const OpCall& call, const Request& r, int64_t g, int64_t i0
   // O^T [head_dim, rows], 16 rows of V^T a product: the block's keys are a prefix of each
   // 16-row group's pairs in the request's packing, not of the whole packing.
   o_t.resize(static_cast<size_t>(head_dim * rows));
-  const Bf16GemmFn gemm_pv = SelectedBf16Gemm(n_pad);
   const uint32_t* v_t = ctx.values_t.data() + g * ctx.packed_per_head;
   for (int64_t d0 = 0; d0 < head_dim; d0 += kBf16RowBlock)
-    gemm_pv(v_t + d0 * (ctx.keys_pad / 2), std::min(kBf16RowBlock, head_dim - d0), n_pad, w.data(), rows,
+    gemm.pv(v_t + d0 * (ctx.keys_pad / 2), std::min(kBf16RowBlock, head_dim - d0), n_pad, w.data(), rows,
             o_t.data() + d0 * rows, rows);
   StoreBlock(call, r, g, i0, i1, o_t.data(), true, l);
 }
@@ -218,8 +223,8 @@ bool HasPrefill(const OpCall& call) {
 // Positions per chunk of the K/V gather: each is kv_heads rows of head_dim values.
 constexpr int64_t kMinGatherPositions = 64;
 
-// Every request's blocks through attend(request, kv head, i0, i1), after prepare(request)
-// has made its operands from the gathered K/V.
+// Every request's blocks through attend(request, keys, values, kv head, i0, i1), after
+// prepare(request, keys, values) has made its operands from the gathered K/V.
 template <typename Prepare, typename Attend>
 void EachBlock(const OpCall& call, const Prepare& prepare, const Attend& attend) {
   const Tensor& block_tables = call.inputs[3];
@@ -251,7 +256,7 @@ void EachBlock(const OpCall& call, const Prepare& prepare, const Attend& attend)
         const int64_t t = item / kv_heads, g = item % kv_heads;
         const int64_t block = t % 2 == 0 ? t / 2 : n_blocks - 1 - t / 2;
         const int64_t i0 = block * kQueryBlock;
-        attend(r, g, i0, std::min(r.q_len, i0 + kQueryBlock));
+        attend(r, keys, values, g, i0, std::min(r.q_len, i0 + kQueryBlock));
       }
     });
   }
@@ -260,17 +265,10 @@ void EachBlock(const OpCall& call, const Prepare& prepare, const Attend& attend)
 bool PrefillAttention(const OpCall& call) {
   if (!HasPrefill(call) || call.inputs[0].numel() == 0 || !BlasAvailable()) return false;
   const bool vector_exp = SelectedGemvIsa() == GemvIsa::kAvx512Vnni;
-  const std::vector<float>* keys = nullptr;
-  const std::vector<float>* values = nullptr;
   EachBlock(
-      call,
-      [&](const Request&, const std::vector<float>& k, const std::vector<float>& v) {
-        keys = &k;
-        values = &v;
-      },
-      [&](const Request& r, int64_t g, int64_t i0, int64_t i1) {
-        AttendBlock(call, r, g, i0, i1, *keys, *values, vector_exp);
-      });
+      call, [](const Request&, const std::vector<float>&, const std::vector<float>&) {},
+      [&](const Request& r, const std::vector<float>& keys, const std::vector<float>& values, int64_t g, int64_t i0,
+          int64_t i1) { AttendBlock(call, r, g, i0, i1, keys, values, vector_exp); });
   return true;
 }
 
@@ -281,7 +279,7 @@ bool PrefillAttentionBf16(const OpCall& call) {
   if (!HasPrefill(call) || call.inputs[0].dim(0) <= kGemvMaxRows || head_dim % 2 != 0 ||
       !PrefillGemmIsBf16(call.param<ops::PagedAttentionParams>().coarse_projections))
     return false;
-  SelectedBf16Gemm(head_dim);   // throws what METALRT_CPU_AMX's check throws, on this thread
+  const Bf16Products gemm{SelectedBf16Gemm(head_dim), SelectedBf16Gemm(kAmxK)};
   const bool vector_exp = SelectedGemvIsa() == GemvIsa::kAvx512Vnni;
   static thread_local Bf16Context scratch;   // grown only, as EachBlock's K/V
   Bf16Context& ctx = scratch;
@@ -290,7 +288,9 @@ bool PrefillAttentionBf16(const OpCall& call) {
       [&](const Request& r, const std::vector<float>& k, const std::vector<float>& v) {
         PrepareBf16(k, v, call.inputs[1].dim(2), r.seq_len, head_dim, ctx);
       },
-      [&](const Request& r, int64_t g, int64_t i0, int64_t i1) { AttendBlockBf16(call, r, g, i0, i1, ctx, vector_exp); });
+      [&](const Request& r, const std::vector<float>&, const std::vector<float>&, int64_t g, int64_t i0, int64_t i1) {
+        AttendBlockBf16(call, r, g, i0, i1, ctx, gemm, vector_exp);
+      });
   return true;
 }
 

@@ -46,7 +46,7 @@ const uint32_t* PackedBf16(const float* a, int64_t m, int64_t k) {
   static thread_local std::vector<uint32_t> packed_a;
   packed_a.resize(static_cast<size_t>(Bf16PackedSize(m, k)));
   uint32_t* packed = packed_a.data();
-  ParallelFor((m + kBf16RowBlock - 1) / kBf16RowBlock, 1, [&](int64_t begin, int64_t end) {
+  ParallelFor(Bf16RowBlocks(m), 1, [&](int64_t begin, int64_t end) {
     PackRowsBf16Avx512(a, m, k, begin, end, packed);
   });
   return packed;
