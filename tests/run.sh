@@ -4,6 +4,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Wall time of each phase, printed at the end (also when a phase fails).
+phase_names=(); phase_seconds=(); phase_start=$SECONDS; phase_name=""
+phase() {
+  if [ -n "$phase_name" ]; then
+    phase_names+=("$phase_name"); phase_seconds+=($((SECONDS - phase_start)))
+  fi
+  phase_name="$1"; phase_start=$SECONDS
+}
+report_phases() {
+  phase ""
+  echo "== wall time per phase (total ${SECONDS} s)"
+  for i in "${!phase_names[@]}"; do printf '%6d s  %s\n' "${phase_seconds[$i]}" "${phase_names[$i]}"; done
+}
+trap report_phases EXIT
+
+phase "system packages, workflow lint, Objective-C++ check"
+
 need_apt=()
 for pkg in doctest-dev clang; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
@@ -33,6 +50,7 @@ actionlint .github/workflows/ci.yml
 python3 -m pip install -q scikit-build-core nanobind
 python3 tests/objc/check_objc.py
 
+phase "wheel build and test dependencies"
 python3 -m pip install -q --upgrade pip >/dev/null
 # One build: the wheel `pip wheel .` makes is what pytest tests here and what
 # tests/wheel/check_wheel.sh installs into a fresh venv (`pip install .` would build
@@ -43,18 +61,41 @@ wheel=(build/wheel/metalrt-*.whl)
 python3 -m pip install -q --force-reinstall --no-deps "${wheel[0]}"
 python3 -m pip install -q "${wheel[0]}[test]"
 
+phase "C++ gates: build"
 cmake -S . -B build/tests -G Ninja -DMETALRT_BUILD_TESTS=ON -DMETALRT_BUILD_PYTHON=OFF >/dev/null
 cmake --build build/tests
+phase "C++ gates: run"
 ./build/tests/metalrt_tests
+# Users run 8-24 cores; this host may have 2. The gates again with the CPU pool and the
+# simulated device's workers forced to 16 and 64 threads (oversubscribed here), so a
+# buffer sized for one chunking and indexed by another fails here too.
+phase "C++ gates: run at 16 and 64 threads"
+for threads in 16 64; do
+  echo "== C++ gates, METALRT_CPU_THREADS=METALRT_SIM_THREADS=$threads"
+  METALRT_CPU_THREADS=$threads METALRT_SIM_THREADS=$threads ./build/tests/metalrt_tests
+done
 # The same gates built without a BLAS: the build succeeds and the CPU oracle serves
 # every matmul (cpp/cpu/blas.cmake, tests/cpp/test_cpu_fast_gemm.cpp).
+phase "C++ gates without a BLAS: build and run"
 cmake -S . -B build/tests-noblas -G Ninja -DMETALRT_BUILD_TESTS=ON -DMETALRT_BUILD_PYTHON=OFF \
   -DMETALRT_BLAS=off >/dev/null
 cmake --build build/tests-noblas
 ./build/tests-noblas/metalrt_tests
 
 # Run pytest outside the source tree so the installed package is the one tested.
+phase "pytest"
 (cd tests/python && python3 -m pytest -q -p no:cacheprovider .)
+# The CPU ops that split work over the pool, and generation, at forced thread counts.
+thread_smoke_set=(test_matmul.py test_quantized.py test_paged_attention.py test_reshape_and_cache.py
+  test_fused_ops.py test_rms_norm.py test_silu_and_mul.py test_kv_cache.py test_moe.py test_generation.py
+  test_default_model_generation.py test_hybrid_runner.py test_gil_release.py test_extension_linkage.py)
+phase "pytest smoke set at 16 and 64 threads"
+for threads in 16 64; do
+  echo "== pytest smoke set, METALRT_CPU_THREADS=METALRT_SIM_THREADS=$threads"
+  (cd tests/python && METALRT_CPU_THREADS=$threads METALRT_SIM_THREADS=$threads python3 -m pytest -q \
+    -p no:cacheprovider "${thread_smoke_set[@]}")
+done
 
 # The wheel in a fresh venv: doctor, the default model, compile_shader.
+phase "wheel in a fresh venv"
 bash tests/wheel/check_wheel.sh "${wheel[0]}"

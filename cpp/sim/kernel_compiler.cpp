@@ -119,7 +119,12 @@ std::string BuildKernelModule(const std::string& source) {
   const std::string cxx = cxx_env && *cxx_env ? cxx_env : "c++";
   // After $CXX's own words, so -fsigned-char (MSL char is signed; the shim asserts
   // it) wins over a compiler or wrapper that defaults to unsigned char.
-  const std::string flags = "-std=c++17 -O2 -fsigned-char -fPIC -shared -fvisibility=hidden -Wno-attributes";
+  std::string flags = "-std=c++17 -O2 -fsigned-char -fPIC -shared -fvisibility=hidden -Wno-attributes";
+#if defined(__linux__)
+  // A libstdc++ the compiler links statically stays private to the module (see the
+  // extension's link options in CMakeLists.txt).
+  flags += " -Wl,--exclude-libs,ALL";
+#endif
   uint64_t h = Hash(source);
   // The generator imports its sibling modules: all of them are part of the key.
   h = Hash(DirContents(tc.generator.substr(0, tc.generator.find_last_of('/')), ".py"), h);

@@ -80,7 +80,10 @@ TEST_CASE("parallel: ScopedParallelThreadLimit caps the chunks while it lives") 
     return count.load();
   };
   const int all = chunks();
-  CHECK(all == static_cast<int>(metalrt::cpu::ParallelThreadCount()));
+  // One chunk a thread, of ceil(1000 / threads) rows: fewer chunks when the rounding
+  // leaves the last threads nothing (1000 rows on 64 threads are 63 chunks of 16).
+  const int64_t threads = metalrt::cpu::ParallelThreadCount(), size = (1000 + threads - 1) / threads;
+  CHECK(all == static_cast<int>((1000 + size - 1) / size));
   {
     const metalrt::cpu::ScopedParallelThreadLimit one(1);
     CHECK(chunks() == 1);
@@ -123,11 +126,14 @@ TEST_CASE("parallel: idle workers block instead of polling") {
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
   };
+  // Each worker polls for at most its spin budget (2 ms of wall time) before it sleeps:
+  // let every worker pass it (on an oversubscribed or busy host a worker may need a few
+  // time slices to notice), then measure. Workers polling through the pause would use
+  // ~0.3 s each; sleeping ones use none, whatever their number.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const double before = cpu_seconds();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const double used = cpu_seconds() - before;
-  // Each worker polls for at most its spin budget (2 ms) before it sleeps; workers
-  // polling through the pause would use ~0.3 s each.
   CAPTURE(used);
   CHECK(used < 0.03);
 }
