@@ -50,6 +50,10 @@ def _hf_reference(geometry, qkv, g, beta, state, starts, slots, chunked):
         q = x[..., :hk * dk].reshape(1, -1, hk, dk)
         k = x[..., hk * dk:2 * hk * dk].reshape(1, -1, hk, dk)
         v = x[..., 2 * hk * dk:].reshape(1, -1, hv, dv)
+        # Each q/k head serves hv // hk consecutive value heads. transformers 5.24 repeats
+        # them inside these functions; older releases (5.17) leave it to the modeling
+        # code: repeated here, the call is the same computation on both.
+        q, k = q.repeat_interleave(hv // hk, dim=2), k.repeat_interleave(hv // hk, dim=2)
         fn = hf.torch_chunk_gated_delta_rule if chunked else hf.torch_recurrent_gated_delta_rule
         out, final = fn(q, k, v, torch.tensor(g[rows])[None], torch.tensor(beta[rows])[None],
                         initial_state=torch.tensor(state[slots[r]])[None],

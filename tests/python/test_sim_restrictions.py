@@ -2,7 +2,9 @@
 (metalrt/_sim/msl_restrictions.py, issue #17 item 1): one small kernel per construct,
 each rejected at file:line with the construct and the MSL 3.1 section named; the same
 words in comments and string literals are not flagged."""
+import os
 import pathlib
+import re
 
 import pytest
 
@@ -62,6 +64,28 @@ def test_non_metal_headers_are_rejected(tmp_path):
         msl_to_cpp.generate(str(path))
     assert str(e.value).startswith(f"{path}:3: error: #include <vector> is not a Metal standard header")
     assert "MSL 3.1 §1.5.4" in str(e.value)
+
+
+def test_non_metal_headers_are_rejected_where_the_compiler_finds_them(tmp_path, monkeypatch):
+    """A compiler wrapper that adds its own -isystem directories (as the g++ of some CUDA
+    images does for libstdc++; -nostdinc keeps them) finds <vector>, which then fails on
+    a header of its own: the error is still Metal's, at the kernel's #include line, and
+    at a project header's line when that is where <vector> is included."""
+    system = tmp_path / "system"
+    system.mkdir()
+    (system / "vector").write_text("#include <bits/c++config.h>\n")
+    compiler = os.environ.get("CXX") or "c++"
+    monkeypatch.setenv("CXX", f"{compiler} -isystem {system}")
+    path = tmp_path / "k.metal"
+    path.write_text(HEAD + "#include <vector>\n")
+    with pytest.raises(msl_to_cpp.MslError, match=rf"^{re.escape(str(path))}:3: error: #include <vector> "
+                                                   "is not a Metal standard header"):
+        msl_to_cpp.generate(str(path))
+    (tmp_path / "h.h").write_text("#pragma once\n#include <vector>\n")
+    path.write_text(HEAD + '#include "h.h"\n')
+    with pytest.raises(msl_to_cpp.MslError, match=rf"^{re.escape(str(tmp_path / 'h.h'))}:2: error: "
+                                                   "#include <vector> is not a Metal standard header"):
+        msl_to_cpp.generate(str(path))
 
 
 def test_what_metal_accepts_passes(tmp_path):

@@ -100,19 +100,36 @@ def _diagnostic(stderr: str) -> MslError:
         return MslError(stderr.strip() or "the C preprocessor failed")
     where, message = f"{m.group(1)}:{m.group(2)}", m.group(3).strip()
     missing = _MISSING.match(message)
-    if missing:
-        name = missing.group(1)
-        try:
-            with open(m.group(1), encoding="utf-8") as fh:
-                line = fh.read().split("\n")[int(m.group(2)) - 1]
-        except (OSError, IndexError):
-            line = ""
-        if re.match(r"\s*#\s*include\s*<", line):
-            return MslError(f"{where}: error: #include <{name}> is not a Metal standard "
-                            f"header ({SECTION_STDLIB}: the C++ standard library is not "
+    if not missing:
+        return MslError(f"{where}: error: {message}")
+    # A compiler that adds include directories of its own (a wrapper passing -isystem
+    # for libstdc++, which -nostdinc keeps) finds <vector> and fails deeper inside it:
+    # the error Metal gives is at the outermost #include <...> of a non-Metal header.
+    for file, line in _include_chain(stderr[:m.start()]) + [(m.group(1), int(m.group(2)))]:
+        angled = re.match(r"\s*#\s*include\s*<([^>]+)>", _source_line(file, line))
+        if angled and angled.group(1) not in METAL_STANDARD_HEADERS:
+            return MslError(f"{file}:{line}: error: #include <{angled.group(1)}> is not a Metal "
+                            f"standard header ({SECTION_STDLIB}: the C++ standard library is not "
                             "available in Metal; use the Metal standard library)")
-        return MslError(f"{where}: error: cannot find included file '{name}'")
-    return MslError(f"{where}: error: {message}")
+    return MslError(f"{where}: error: cannot find included file '{missing.group(1)}'")
+
+
+def _include_chain(stderr: str) -> list[tuple[str, int]]:
+    """The (file, line) of each #include that led to the error, outermost first: GCC
+    prints "In file included from inner," then "from outer" lines, Clang one "In file
+    included from" line per level, outermost first."""
+    chain = [(f, int(n)) for f, n in re.findall(r"^(?:In file included from|\s+from) (.*?):(\d+)[,:]",
+                                                 stderr, re.M)]
+    gcc_style = re.search(r"^\s+from ", stderr, re.M) is not None
+    return chain[::-1] if gcc_style else chain
+
+
+def _source_line(path: str, number: int) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().split("\n")[number - 1]
+    except (OSError, IndexError, UnicodeDecodeError):
+        return ""
 
 
 def preprocess(path: str, defines: dict | None = None, include_dirs: list[str] | None = None,
