@@ -3,13 +3,13 @@ prompt and then prints throughput and peak memory in mlx-lm's format."""
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import sys
 from typing import Sequence
 
 from .server.main import add_arguments as add_serve_arguments
 from .server.main import serve as serve_main
+from .version import package_version
 
 _DESCRIPTION = """\
 Run large language models on Apple-silicon GPUs through Metal (or on the CPU).
@@ -27,15 +27,6 @@ examples:
 After the text, three lines report the prompt and generation throughput and the peak
 memory: "Prompt: N tokens, X tokens-per-sec", "Generation: N tokens, X tokens-per-sec",
 "Peak memory: X.XXX GB"."""
-
-
-def package_version() -> str:
-    """The installed distribution's version (importlib.metadata), "unknown" when metalrt
-    runs from a source tree that was never installed."""
-    try:
-        return importlib.metadata.version("metalrt")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,10 +8,10 @@ import sys
 from typing import Any
 
 from . import _metalrt
-from .cli import package_version
 from .default_model import cache_dir
 from .generation import resolve_device
 from .shader import cxx_compiler
+from .version import package_version
 
 
 def _metal_facts() -> dict[str, Any]:

@@ -181,8 +181,7 @@ def to_tensor(obj, device: str, dtype=None, int_dtype=None, what: str = "asarray
     device = _device_name(device)
     if isinstance(obj, Tensor):
         if dtype is not None and dtype_name(dtype) != obj.dtype:
-            from .ops import cast   # ops import this module
-            obj = cast(obj, dtype)
+            obj = _metalrt.ops.cast(obj, dtype_name(dtype), out=None)
         return obj if obj.device == device else obj.to(device)
     try:
         array = np.asarray(obj)
