@@ -1,6 +1,6 @@
 // metalrt._metalrt: user MSL kernels compiled at run time (compile_shader) and
 // dispatched on the Metal backend's command stream. The Python-facing API and its
-// docs are python/metalrt/shader.py, which converts and checks the arguments.
+// docs are python/metalrt/shader/library.py, which converts and checks the arguments.
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>

@@ -249,7 +249,7 @@ def test_declared_constant_types_are_read_from_the_source():
 def test_undeclared_constants_default_to_bool_int32_float32():
     """Where the source declares no type for an index, Python values map to bool, int32
     and float32 (range-checked); the pipeline then reports the missing constant."""
-    from metalrt.shader import _constant
+    from metalrt.shader.library import _constant
     assert _constant("k", 3, True, {}) == (3, 0, np.bool_(True).tobytes())
     assert _constant("k", 3, -5, {}) == (3, 3, np.int32(-5).tobytes())
     assert _constant("k", 3, 0.1, {}) == (3, 5, np.float32(0.1).tobytes())

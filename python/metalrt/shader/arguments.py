@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from .tensor import check_int_range
+from ..tensor import check_int_range
 
 # MSL scalar types: numpy type (None: numpy has none, e.g. bfloat) and byte size.
 _SCALARS = {"bool": (np.bool_, 1), "char": (np.int8, 1), "int8_t": (np.int8, 1),
@@ -70,7 +70,7 @@ def from_python(value, target: type, what: str) -> np.generic:
 def bind_argument(kernel: str, i: int, value, declared: str | None,
                   structs: dict[str, int] | None = None) -> bytes:
     """The bytes a non-tensor argument ``i`` binds, checked against the declared type
-    (``structs``: the source's struct sizes, ``shader_structs.struct_sizes``).
+    (``structs``: the source's struct sizes, ``structs.struct_sizes``).
 
     Raises:
         TypeError: the parameter is not in the constant address space (it takes a

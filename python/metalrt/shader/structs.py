@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from .shader_args import SCALAR_SIZES
+from .arguments import SCALAR_SIZES
 
 _OPEN = re.compile(r"\b(typedef\s+)?struct\b\s*(\w+)?\s*\{")
 _MEMBER = re.compile(r"(?:const\s+)?(\w+)\s+(\w+(?:\s*\[\s*\d+\s*\])?(?:\s*,\s*\w+(?:\s*\[\s*\d+\s*\])?)*)")

@@ -22,13 +22,13 @@ import sys
 
 import numpy as np
 
-from .tensor import is_int
-from . import _metalrt
-from ._sim import msl_preprocess
-from ._sim.msl_to_cpp import MslError, describe
-from .shader_args import bind_argument, from_python
-from .shader_source import build_source
-from .shader_structs import struct_sizes
+from .. import _metalrt
+from .._sim import msl_preprocess
+from .._sim.msl_to_cpp import MslError, describe
+from ..tensor import is_int
+from .arguments import bind_argument, from_python
+from .source import build_source
+from .structs import struct_sizes
 
 # numpy scalar types a function constant may take, with FunctionConstant::Type codes
 # (cpp/gpu/gpu_device.h: kBool, kInt16, kUInt16, kInt32, kUInt32, kFloat, kHalf).
@@ -67,7 +67,7 @@ def _use_installed_toolchain() -> None:
         raise RuntimeError(NO_CXX_COMPILER)
     if _toolchain_set:
         return
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sim")
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_sim")
     shim = os.path.join(here, "shim")
     if os.path.exists(os.path.join(shim, "sim_module.h")):
         _metalrt._set_sim_toolchain(sys.executable, os.path.join(here, "msl_to_cpp.py"), shim)
