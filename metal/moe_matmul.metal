@@ -152,17 +152,7 @@ kernel void moe_matmul_bt_gemm(device const T* x [[buffer(0)]],
   METALRT_MOE_MATMUL(F, FNAME, half, "f16", S)      \
   METALRT_MOE_MATMUL(F, FNAME, bfloat, "bf16", S)
 
-METALRT_MOE_MATMUL_DTYPES(FormatQ4_0, "q4_0", half)
-METALRT_MOE_MATMUL_DTYPES(FormatQ4_1, "q4_1", half)
-METALRT_MOE_MATMUL_DTYPES(FormatQ5_0, "q5_0", half)
-METALRT_MOE_MATMUL_DTYPES(FormatQ5_1, "q5_1", half)
-METALRT_MOE_MATMUL_DTYPES(FormatQ8_0, "q8_0", half)
-METALRT_MOE_MATMUL_DTYPES(FormatQ4_K, "q4_k", half)
-METALRT_MOE_MATMUL_DTYPES(FormatQ5_K, "q5_k", half)
-METALRT_MOE_MATMUL_DTYPES(FormatQ6_K, "q6_k", half)
-METALRT_MOE_MATMUL_DTYPES(FormatAffine, "affine_f32", float)
-METALRT_MOE_MATMUL_DTYPES(FormatAffine, "affine_f16", half)
-METALRT_MOE_MATMUL_DTYPES(FormatAffine, "affine_bf16", bfloat)
+METALRT_QUANTIZED_FORMATS(METALRT_MOE_MATMUL_DTYPES)
 // Float experts in the activations' dtype (the scales/biases buffers are stand-ins).
 METALRT_MOE_MATMUL(FormatFloat<float>, "float", float, "f32", float)
 METALRT_MOE_MATMUL(FormatFloat<half>, "float", half, "f16", half)

@@ -247,14 +247,4 @@ kernel void quantized_rows(device const int* ids [[buffer(0)]],
   METALRT_QUANTIZED(F, FNAME, half, "f16", S)      \
   METALRT_QUANTIZED(F, FNAME, bfloat, "bf16", S)
 
-METALRT_QUANTIZED_DTYPES(FormatQ4_0, "q4_0", half)
-METALRT_QUANTIZED_DTYPES(FormatQ4_1, "q4_1", half)
-METALRT_QUANTIZED_DTYPES(FormatQ5_0, "q5_0", half)
-METALRT_QUANTIZED_DTYPES(FormatQ5_1, "q5_1", half)
-METALRT_QUANTIZED_DTYPES(FormatQ8_0, "q8_0", half)
-METALRT_QUANTIZED_DTYPES(FormatQ4_K, "q4_k", half)
-METALRT_QUANTIZED_DTYPES(FormatQ5_K, "q5_k", half)
-METALRT_QUANTIZED_DTYPES(FormatQ6_K, "q6_k", half)
-METALRT_QUANTIZED_DTYPES(FormatAffine, "affine_f32", float)
-METALRT_QUANTIZED_DTYPES(FormatAffine, "affine_f16", half)
-METALRT_QUANTIZED_DTYPES(FormatAffine, "affine_bf16", bfloat)
+METALRT_QUANTIZED_FORMATS(METALRT_QUANTIZED_DTYPES)

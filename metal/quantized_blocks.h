@@ -200,6 +200,22 @@ struct FormatQ4_K { static constant constexpr bool kHasBias = true; };
 struct FormatQ5_K { static constant constexpr bool kHasBias = true; };
 struct FormatQ6_K { static constant constexpr bool kHasBias = false; };
 struct FormatAffine { static constant constexpr bool kHasBias = true; };
+
+// The quantized formats every quantized kernel file instantiates, one X(tag type, kernel
+// name part, scales type) each (affine once per scales dtype): quantized.metal and
+// moe_matmul.metal expand this one list, so a new block type is a line here.
+#define METALRT_QUANTIZED_FORMATS(X)   \
+  X(FormatQ4_0, "q4_0", half)          \
+  X(FormatQ4_1, "q4_1", half)          \
+  X(FormatQ5_0, "q5_0", half)          \
+  X(FormatQ5_1, "q5_1", half)          \
+  X(FormatQ8_0, "q8_0", half)          \
+  X(FormatQ4_K, "q4_k", half)          \
+  X(FormatQ5_K, "q5_k", half)          \
+  X(FormatQ6_K, "q6_k", half)          \
+  X(FormatAffine, "affine_f32", float) \
+  X(FormatAffine, "affine_f16", half)  \
+  X(FormatAffine, "affine_bf16", bfloat)
 // Float weights (W = float, half, bfloat) through the same kernels: a chunk holds the 8
 // values themselves with scale 1 (moe_matmul_bt's float experts).
 template <typename W> struct FormatFloat { static constant constexpr bool kHasBias = false; };
