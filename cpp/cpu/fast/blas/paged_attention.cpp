@@ -18,9 +18,8 @@
 // kGemvMaxRows tokens (fewer run on the f32 GEMV) and PrefillGemmIsBf16 of
 // coarse_projections (quantized or bf16 weights), so a model's prefill runs on one
 // arithmetic under every METALRT_CPU_GEMM: scale * Q and K rounded for
-// S, the softmax weights W and V rounded for O, l summed from the unrounded weights.
-// The f32 sgemms of these small blocks (96 x n_keys x 64) ran at ~100 GFLOP/s a thread
-// and were a third of a 512-token prefill. O is computed transposed, O^T = V^T . W^T,
+// S, the softmax weights W and V rounded for O, l summed from the unrounded weights
+// (why, measured: docs/cpu.md, "bf16 prefill GEMM"). O is computed transposed, O^T = V^T . W^T,
 // so that V^T is packed once per request as the GEMM's activation operand (a block of
 // 16 of its rows read over the block's first keys only) and W's rows are its weight
 // rows, of the block's key count rounded up to the AMX step.
