@@ -86,6 +86,15 @@ def test_non_metal_headers_are_rejected_where_the_compiler_finds_them(tmp_path, 
     with pytest.raises(msl_to_cpp.MslError, match=rf"^{re.escape(str(tmp_path / 'h.h'))}:2: error: "
                                                    "#include <vector> is not a Metal standard header"):
         msl_to_cpp.generate(str(path))
+    # A header the compiler's directories supply in full (no preprocessor error at all),
+    # and one named through a macro.
+    (system / "float.h").write_text("#define FLT_MAX 3.4e38f\n")
+    for include, name in (("#include <float.h>", "float.h"), ("#define HDR <float.h>\n#include HDR", "float.h")):
+        path.write_text(HEAD + include + "\nconstant float big = FLT_MAX;\n")
+        line = 3 + include.count("\n")
+        with pytest.raises(msl_to_cpp.MslError, match=rf"^{re.escape(str(path))}:{line}: error: #include "
+                                                       rf"<{re.escape(name)}> is not a Metal standard header"):
+            msl_to_cpp.generate(str(path))
 
 
 def test_what_metal_accepts_passes(tmp_path):

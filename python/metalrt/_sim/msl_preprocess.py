@@ -108,10 +108,23 @@ def _diagnostic(stderr: str) -> MslError:
     for file, line in _include_chain(stderr[:m.start()]) + [(m.group(1), int(m.group(2)))]:
         angled = re.match(r"\s*#\s*include\s*<([^>]+)>", _source_line(file, line))
         if angled and angled.group(1) not in METAL_STANDARD_HEADERS:
-            return MslError(f"{file}:{line}: error: #include <{angled.group(1)}> is not a Metal "
-                            f"standard header ({SECTION_STDLIB}: the C++ standard library is not "
-                            "available in Metal; use the Metal standard library)")
+            return _not_metal(file, line, angled.group(1))
     return MslError(f"{where}: error: cannot find included file '{missing.group(1)}'")
+
+
+def _foreign_system_header(includer: tuple[str, int], header: str) -> MslError:
+    """A system header that the compiler's own include directories supplied in full (a
+    wrapper's -isystem, which -nostdinc keeps): Metal has no such header. The error is
+    at the #include line that entered it, naming the header as written there."""
+    file, line = includer
+    angled = re.match(r"\s*#\s*include\s*<([^>]+)>", _source_line(file, line))
+    return _not_metal(file, line, angled.group(1) if angled else os.path.basename(header))
+
+
+def _not_metal(file: str, line: int, name: str) -> MslError:
+    return MslError(f"{file}:{line}: error: #include <{name}> is not a Metal standard header "
+                    f"({SECTION_STDLIB}: the C++ standard library is not available in Metal; "
+                    "use the Metal standard library)")
 
 
 def _include_chain(stderr: str) -> list[tuple[str, int]]:
@@ -161,9 +174,12 @@ def preprocess(path: str, defines: dict | None = None, include_dirs: list[str] |
     for text in run.stdout.split("\n"):
         marker = _MARKER.match(text)
         if marker:
+            includer = (file, line)
             line = int(marker.group(1))
             file = marker.group(2).replace('\\"', '"').replace("\\\\", "\\")
             flags = marker.group(3).split()
+            if "1" in flags and "3" in flags and not file.startswith(stubs) and not file.startswith("<"):
+                raise _foreign_system_header(includer, file)
             if file.startswith(stubs):
                 name = file[len(stubs):]
                 if "1" in flags and name not in out.system_includes:
