@@ -1,6 +1,6 @@
-"""Blocks shared by the decoder-only architectures: weight upload, linear layers
-(merged Q/K/V and gate/up projections), norms, rotary embedding, paged self-attention,
-the SwiGLU MLP, the pre-norm decoder layer and the causal-LM wrapper.
+"""Blocks shared by the decoder-only architectures: weight upload, norms, rotary
+embedding, paged self-attention, the SwiGLU MLP, the pre-norm decoder layer and the
+causal-LM wrapper (linear layers and embeddings: ``linear.py``).
 
 Every forward computation is a ``metalrt.ops`` call on the model's device; numpy is
 used only to prepare weights and position tables at load time.
@@ -15,19 +15,19 @@ import numpy as np
 import metalrt
 from metalrt import ops
 
-from ..loaders.quants import QuantizedWeight
+from ..loaders import host_weights
 from ..runner.batch import ScheduledChunk, StepInputs, build_step
 from ..runner.kv_cache import PagedKVCache, blocks_for
 from ..runner.logits import as_float32
 from ..tensor import check_int_range
-from . import quantized
 from .config_values import config_bool, config_float, config_int
+from .linear import Linear, linear
 
 
 class Weights:
     """A Hugging Face state dict (name -> numpy array or ``QuantizedWeight``) put on
     ``device`` tensor by tensor: floats in ``dtype``, quantized matrices as they are
-    (``quantized.to_device``). Missing tensors, wrong shapes and a quantized tensor
+    (``host_weights.to_device``). Missing tensors, wrong shapes and a quantized tensor
     where a float one is needed raise ValueError naming the tensor."""
 
     def __init__(self, tensors: Mapping[str, object], device: str, dtype: str, arch: str):
@@ -40,9 +40,7 @@ class Weights:
         """The tensor as the loader gave it (numpy array or QuantizedWeight), shape checked."""
         if name not in self.tensors:
             raise ValueError(f"[{self.arch}] missing tensor '{name}'")
-        tensor = self.tensors[name]
-        if not isinstance(tensor, QuantizedWeight):
-            tensor = np.asarray(tensor)
+        tensor = host_weights.as_host(self.tensors[name])
         if tuple(tensor.shape) != tuple(shape):
             raise ValueError(f"[{self.arch}] tensor '{name}' has shape {list(tensor.shape)}, "
                              f"expected {list(shape)}")
@@ -50,24 +48,20 @@ class Weights:
 
     def float_host(self, name: str, shape: Sequence[int]) -> np.ndarray:
         tensor = self.host(name, shape)
-        if isinstance(tensor, QuantizedWeight):
+        if not host_weights.is_float(tensor):
             raise ValueError(f"[{self.arch}] tensor '{name}' is quantized ({tensor.format}); "
                              f"metalrt needs it in floating point")
         return tensor
 
     def upload(self, array: np.ndarray) -> "metalrt.Tensor":
-        return metalrt.asarray(np.ascontiguousarray(array, dtype=np.float32),
-                               device=self.device, dtype=self.dtype)
+        return host_weights.upload(array, self.device, self.dtype)
 
     def load(self, name: str, shape: Sequence[int]) -> "metalrt.Tensor":
         return self.upload(self.float_host(name, shape))
 
     def matrix(self, name: str, shape: Sequence[int]):
         """A weight matrix that may be quantized: a QuantizedTensor then, else a Tensor."""
-        tensor = self.host(name, shape)
-        if isinstance(tensor, QuantizedWeight):
-            return quantized.to_device(tensor, self.device)
-        return self.upload(tensor)
+        return host_weights.to_device(self.host(name, shape), self.device, self.dtype)
 
     def merged(self, names: Sequence[str], shapes: Sequence[Sequence[int]], copy: bool = True):
         """The named matrices stacked along their first axis as one tensor (one GEMM
@@ -76,83 +70,8 @@ class Weights:
         copied when ``copy``; returns None when they cannot be stacked (float and
         quantized parts, quantized parts of different kinds, or adjacent-only stacking
         that failed)."""
-        parts = [self.host(n, s) for n, s in zip(names, shapes)]
-        kinds = {isinstance(p, QuantizedWeight) for p in parts}
-        if kinds == {False}:
-            return self.upload(np.concatenate(parts))
-        if kinds != {True}:
-            return None
-        stacked = quantized.stack(parts, copy)
-        return None if stacked is None else quantized.to_device(stacked, self.device)
-
-
-def project(x, weight):
-    """x W^T for a float Tensor or a QuantizedTensor W in nn.Linear layout [out, in]."""
-    if isinstance(weight, metalrt.Tensor):
-        return ops.matmul_bt(x, weight)
-    return ops.quantized_matmul_bt(x, weight)
-
-
-class Linear:
-    """y = x W^T (+ b) with W in nn.Linear layout [out, in], float or quantized; several
-    projections of the same input may be merged into one W (their outputs side by side)."""
-
-    def __init__(self, weight, bias: Optional["metalrt.Tensor"]):
-        self.weight, self.bias = weight, bias
-
-    @classmethod
-    def load(cls, w: Weights, prefixes: Sequence[str], out_features: Sequence[int],
-             in_features: int, bias: bool) -> "Linear":
-        """One merged projection (quantized rows copied if they must be)."""
-        weight = w.merged([p + ".weight" for p in prefixes],
-                          [(n, in_features) for n in out_features])
-        if weight is None:
-            raise ValueError(f"[{w.arch}] {', '.join(prefixes)} are stored differently (float "
-                             f"and quantized, or two quantized formats) and cannot be merged "
-                             f"into one projection")
-        return cls(weight, cls._bias(w, prefixes, out_features, bias))
-
-    @classmethod
-    def load_split(cls, w: Weights, prefixes: Sequence[str], out_features: Sequence[int],
-                   in_features: int, bias: bool) -> List["Linear"]:
-        """[one merged projection] when the parts merge without copying quantized rows,
-        else one projection per prefix (e.g. Q/K/V of a GGUF file, not adjacent there,
-        or of different types in a K-quant mix)."""
-        weight = w.merged([p + ".weight" for p in prefixes],
-                          [(n, in_features) for n in out_features], copy=False)
-        if weight is not None:
-            return [cls(weight, cls._bias(w, prefixes, out_features, bias))]
-        return [cls.load(w, [p], [n], in_features, bias) for p, n in zip(prefixes, out_features)]
-
-    @staticmethod
-    def _bias(w: Weights, prefixes, out_features, bias: bool):
-        return w.merged([p + ".bias" for p in prefixes], [(n,) for n in out_features]) if bias else None
-
-    def __call__(self, x):
-        y = project(x, self.weight)
-        return ops.add(y, self.bias, out=y) if self.bias is not None else y
-
-    def add_to(self, x, residual):
-        """residual += x W^T (+ b), in place: one fused GEMV for a quantized W without
-        bias (``ops.quantized_matmul_bt_add``, byte for byte the same), else the
-        projection and an add."""
-        if self.bias is None and not isinstance(self.weight, metalrt.Tensor):
-            return ops.quantized_matmul_bt_add(x, self.weight, residual, out=residual)
-        return ops.add(residual, self(x), out=residual)
-
-
-class Embedding:
-    """Token embedding table [vocab, hidden], float or quantized (a quantized table is
-    gathered and dequantized row by row, in the model's dtype); with tied embeddings
-    it is also the LM head."""
-
-    def __init__(self, w: Weights, name: str, vocab: int, hidden: int):
-        self.table, self.dtype = w.matrix(name, (vocab, hidden)), w.dtype
-
-    def __call__(self, ids):
-        if isinstance(self.table, metalrt.Tensor):
-            return ops.embedding(self.table, ids)
-        return ops.quantized_embedding(ids, self.table, dtype=self.dtype)
+        stacked = host_weights.stack_rows([self.host(n, s) for n, s in zip(names, shapes)], copy)
+        return None if stacked is None else host_weights.to_device(stacked, self.device, self.dtype)
 
 
 class RMSNorm:
@@ -280,7 +199,7 @@ class Attention:
         self.concat_weights = _concatenable(self.qkv)
         # Projections whose GEMMs the CPU runs on bf16 (coarse weights): the attention's
         # products then follow them (their q, k and v already carry bf16's error).
-        self.coarse_projections = all(_coarse(p.weight) for p in self.qkv)
+        self.coarse_projections = all(p.coarse for p in self.qkv)
 
     def merged_qkv(self, x):
         """The q | k | v projection [tokens, (heads + 2 kv_heads) head_dim] in one
@@ -333,24 +252,14 @@ class Attention:
         return attn.reshape(q.shape[0], self.heads * self.head_dim)
 
 
-def _coarse(weight) -> bool:
-    """Quantized or bfloat16: a weight whose prefill GEMM runs on the CPU's bf16 GEMM
-    under METALRT_CPU_GEMM=auto (cpp/cpu/fast/prefill_gemm.h)."""
-    return not isinstance(weight, metalrt.Tensor) or weight.dtype == "bfloat16"
-
-
 def _concatenable(projections: Sequence[Linear]):
     """The weights of three bias-free quantized projections that one
     ``ops.quantized_matmul_bt_concat`` decodes (one format, code width, group size and
     scales dtype), else None."""
-    weights = [p.weight for p in projections]
-    if len(weights) != 3 or any(p.bias is not None for p in projections):
+    if len(projections) != 3 or any(p.bias is not None for p in projections):
         return None
-    if not all(isinstance(w, metalrt.QuantizedTensor) for w in weights):
-        return None
-    kinds = {(w.format, w.bits, w.group_size, None if w.scales is None else w.scales.dtype)
-             for w in weights}
-    return weights if len(kinds) == 1 else None
+    kinds = {p.concat_kind for p in projections}
+    return [p.weight for p in projections] if len(kinds) == 1 and None not in kinds else None
 
 
 class GatedMLP:
@@ -368,13 +277,8 @@ class GatedMLP:
         return self.down.add_to(self.swiglu(x), h)
 
     def swiglu(self, x):
-        """silu(gate(x)) * up(x): one fused GEMV for a quantized gate|up weight without
-        bias (``ops.quantized_matmul_bt_swiglu``, byte for byte the same), else the
-        projection and ``ops.silu_and_mul``."""
-        gate_up = self.gate_up
-        if gate_up.bias is None and not isinstance(gate_up.weight, metalrt.Tensor):
-            return ops.quantized_matmul_bt_swiglu(x, gate_up.weight)
-        return ops.silu_and_mul(gate_up(x))
+        """silu(gate(x)) * up(x), as the gate|up layer computes it."""
+        return self.gate_up.swiglu(x)
 
 
 def residual_add(block, h, *args):
@@ -454,7 +358,7 @@ class CausalLM:
             return None
         if step.logit_rows is not None:
             h = ops.embedding(h, step.logit_rows)  # gather: only sampled rows reach the head
-        logits = project(self.final_norm(h), self.lm_head)
+        logits = linear(self.lm_head)(self.final_norm(h))
         return as_float32(logits) if float32_logits else logits
 
     def new_cache(self, num_blocks: int) -> PagedKVCache:

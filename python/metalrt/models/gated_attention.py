@@ -9,7 +9,8 @@ from __future__ import annotations
 from metalrt import ops
 
 from ..runner.batch import StepInputs
-from .base import Attention, Linear, Weights
+from .base import Attention, Weights
+from .linear import Linear
 from .norms import unit_offset_weight
 
 
