@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Tuple
 
 from ..loaders import host_weights
-from .base import Weights
+from .weights import Weights
 
 
 def _fused(w: Weights, name: str, experts: int, rows: int, cols: int):

@@ -24,9 +24,9 @@ import metalrt
 from metalrt import ops
 
 from ..runner.batch import StepInputs
-from .base import Weights
 from .config_values import config_int
-from .linear import Linear
+from .layers import Linear
+from .weights import Weights
 
 
 @dataclass(frozen=True)

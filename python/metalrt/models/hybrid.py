@@ -9,14 +9,16 @@ from __future__ import annotations
 from typing import List, Mapping
 
 from ..runner.recurrent_state import HybridCache
-from .base import CausalLM, PreNormLayer, Rope, Weights, dense_mlp
+from .attention import Rope
 from .config_values import config_bool, config_float, config_int
+from .decoder import CausalLM, PreNormLayer
 from .gated_attention import GatedAttention
 from .gated_deltanet import GatedDeltaNet, GdnShape
 from .hybrid_config import FULL, layer_types, text_config
-from .linear import Embedding
+from .layers import Embedding, dense_mlp
 from .norms import UnitOffsetRMSNorm
 from .sparse_moe import SparseMoE
+from .weights import Weights
 
 # Request state slots of a cache made without an explicit count (batch_generate and
 # the server): concurrent requests beyond it wait for a slot.

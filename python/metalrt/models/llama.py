@@ -9,9 +9,11 @@ from typing import Mapping
 
 import numpy as np
 
-from .base import Attention, CausalLM, PreNormLayer, RMSNorm, Rope, Weights, dense_mlp
+from .attention import Attention, Rope
 from .config_values import config_bool, config_float, config_int
-from .linear import Embedding, Linear
+from .decoder import CausalLM, PreNormLayer
+from .layers import Embedding, Linear, RMSNorm, dense_mlp
+from .weights import Weights
 
 
 class LlamaModel(CausalLM):

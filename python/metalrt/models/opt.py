@@ -10,9 +10,11 @@ import numpy as np
 
 from metalrt import ops
 
-from .base import Attention, CausalLM, LayerNorm, PreNormLayer, Weights
+from .attention import Attention
 from .config_values import config_bool, config_int
-from .linear import Embedding, Linear
+from .decoder import CausalLM, PreNormLayer
+from .layers import Embedding, LayerNorm, Linear
+from .weights import Weights
 
 POSITION_OFFSET = 2
 

@@ -11,11 +11,11 @@ from typing import Mapping, Optional
 
 from metalrt import ops
 
-from .base import GatedMLP, Weights
 from .config_values import config_int
 from .experts import load_experts
 from .hybrid_config import num_experts
-from .linear import Linear
+from .layers import GatedMLP, Linear
+from .weights import Weights
 
 
 class SparseMoE:

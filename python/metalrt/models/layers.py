@@ -1,6 +1,9 @@
-"""Linear layers and token embeddings, one class per device weight kind, chosen once
-when the layer is built (``linear``, ``Embedding.load``): a new weight format is one
-class and one entry in ``_LINEARS`` / ``_EMBEDDINGS``.
+"""Layers shared by the decoder-only architectures: linear layers and token embeddings
+(one class per device weight kind, chosen once when the layer is built: ``linear``,
+``Embedding.load``; a new weight format is one class and one entry in ``_LINEARS`` /
+``_EMBEDDINGS``), norms, the SwiGLU MLP and the residual add.
+
+Every forward computation is a ``metalrt.ops`` call on the model's device.
 """
 from __future__ import annotations
 
@@ -8,6 +11,8 @@ from typing import List, Optional, Sequence
 
 import metalrt
 from metalrt import ops
+
+from .weights import Weights
 
 
 class Linear:
@@ -18,9 +23,9 @@ class Linear:
         self.weight, self.bias = weight, bias
 
     @classmethod
-    def load(cls, w, prefixes: Sequence[str], out_features: Sequence[int],
+    def load(cls, w: Weights, prefixes: Sequence[str], out_features: Sequence[int],
              in_features: int, bias: bool) -> "Linear":
-        """One merged projection of ``Weights`` ``w`` (quantized rows copied if they
+        """One merged projection (quantized rows copied if they
         must be), of the class its weight's kind takes."""
         weight = w.merged([p + ".weight" for p in prefixes],
                           [(n, in_features) for n in out_features])
@@ -31,7 +36,7 @@ class Linear:
         return linear(weight, cls._bias(w, prefixes, out_features, bias))
 
     @classmethod
-    def load_split(cls, w, prefixes: Sequence[str], out_features: Sequence[int],
+    def load_split(cls, w: Weights, prefixes: Sequence[str], out_features: Sequence[int],
                    in_features: int, bias: bool) -> List["Linear"]:
         """[one merged projection] when the parts merge without copying quantized rows,
         else one projection per prefix (e.g. Q/K/V of a GGUF file, not adjacent there,
@@ -43,7 +48,7 @@ class Linear:
         return [cls.load(w, [p], [n], in_features, bias) for p, n in zip(prefixes, out_features)]
 
     @staticmethod
-    def _bias(w, prefixes, out_features, bias: bool):
+    def _bias(w: Weights, prefixes, out_features, bias: bool):
         return w.merged([p + ".bias" for p in prefixes], [(n,) for n in out_features]) if bias else None
 
     def project(self, x):
@@ -121,8 +126,8 @@ class Embedding:
         self.table, self.dtype = table, dtype
 
     @staticmethod
-    def load(w, name: str, vocab: int, hidden: int) -> "Embedding":
-        """The table ``name`` of ``Weights`` ``w``, of the class its kind takes."""
+    def load(w: Weights, name: str, vocab: int, hidden: int) -> "Embedding":
+        """The table ``name``, of the class its kind takes."""
         table = w.matrix(name, (vocab, hidden))
         return _EMBEDDINGS[type(table)](table, w.dtype)
 
@@ -138,3 +143,61 @@ class QuantizedEmbedding(Embedding):
 
 
 _EMBEDDINGS = {metalrt.Tensor: Embedding, metalrt.QuantizedTensor: QuantizedEmbedding}
+
+
+class RMSNorm:
+    """Zhang & Sennrich 2019: x / sqrt(mean(x^2) + eps) * weight."""
+
+    def __init__(self, w: Weights, name: str, size: int, eps: float):
+        self.weight, self.eps = w.load(name, (size,)), float(eps)
+
+    def __call__(self, x):
+        return ops.rms_norm(x, self.weight, self.eps)
+
+
+class LayerNorm:
+    """Ba et al. 2016: (x - mean) / sqrt(var + eps) * weight + bias."""
+
+    def __init__(self, w: Weights, prefix: str, size: int, eps: float):
+        self.weight = w.load(prefix + ".weight", (size,))
+        self.bias = w.load(prefix + ".bias", (size,))
+        self.eps = float(eps)
+
+    def __call__(self, x):
+        return ops.layer_norm(x, self.weight, self.bias, self.eps)
+
+
+class GatedMLP:
+    """SwiGLU feed-forward (Shazeer 2020): down(silu(gate(x)) * up(x)), with gate and
+    up merged into one projection."""
+
+    def __init__(self, gate_up: Linear, down: Linear):
+        self.gate_up, self.down = gate_up, down
+
+    def __call__(self, x):
+        return self.down(self.swiglu(x))
+
+    def add_to(self, h, x):
+        """h += mlp(x), in place, the down projection fused with the add."""
+        return self.down.add_to(self.swiglu(x), h)
+
+    def swiglu(self, x):
+        """silu(gate(x)) * up(x), as the gate|up layer computes it."""
+        return self.gate_up.swiglu(x)
+
+
+def residual_add(block, h, *args):
+    """h += block(*args), in place: through the block's ``add_to`` (the residual add
+    fused into its last projection) when it has one, else the block and an add."""
+    add_to = getattr(block, "add_to", None)
+    if add_to is not None:
+        return add_to(h, *args)
+    return ops.add(h, block(*args), out=h)
+
+
+def dense_mlp(w: Weights, prefix: str, hidden: int, intermediate: int,
+              bias: bool = False) -> GatedMLP:
+    """The SwiGLU MLP whose projections are ``prefix`` + gate_proj / up_proj / down_proj."""
+    return GatedMLP(Linear.load(w, [prefix + "gate_proj", prefix + "up_proj"],
+                                [intermediate, intermediate], hidden, bias),
+                    Linear.load(w, [prefix + "down_proj"], [hidden], intermediate, bias))
