@@ -15,7 +15,7 @@ from metalrt.loaders import load_model_files
 from metalrt.loaders.gguf import dequantize_tensor
 from metalrt.loaders.gguf_file import GGUFFile
 from metalrt.loaders.quants import QuantizedWeight, dequantize_affine
-from metalrt.models.quantized import stack
+from metalrt.loaders.quantized_weights import stack
 from metalrt.tokenizer import Tokenizer
 from tiny_models import TinyLlama, tokenizer_metadata, write_llama_gguf
 from tiny_quant import quantized_layers, write_mlx_dir

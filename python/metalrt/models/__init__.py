@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .base import CausalLM
+from .decoder import CausalLM
 from .llama import LlamaModel
 from .opt import OPTModel
 from .qwen2 import Qwen2Model

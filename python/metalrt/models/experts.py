@@ -14,14 +14,10 @@ one copy (quantized rows stay quantized).
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Tuple
 
-import numpy as np
-
-from ..loaders.quants import QuantizedWeight
-from . import quantized
-from .base import Weights
+from ..loaders import host_weights
+from .weights import Weights
 
 
 def _fused(w: Weights, name: str, experts: int, rows: int, cols: int):
@@ -50,27 +46,11 @@ def _stacked(w: Weights, name: str, experts: int, rows: int, cols: int):
     if not w.has(name):
         raise ValueError(f"[{w.arch}] missing tensor '{name}'")
     tensor = w.tensors[name]
-    quantized_rows = isinstance(tensor, QuantizedWeight)
-    expected = (experts * rows, cols) if quantized_rows else (experts, rows, cols)
+    expected = host_weights.stacked_experts_shape(tensor, experts, rows, cols)
     if tuple(tensor.shape) != expected:
         raise ValueError(f"[{w.arch}] tensor '{name}' has shape {list(tensor.shape)}, expected "
                          f"{list(expected)} ({experts} experts of [{rows}, {cols}])")
     return tensor
-
-
-def _expert(tensor, e: int, rows: int):
-    """Expert e's [rows, K] of a stacked tensor (a view)."""
-    if not isinstance(tensor, QuantizedWeight):
-        return np.asarray(tensor)[e]
-    cut = {f: getattr(tensor, f)[e * rows:(e + 1) * rows]
-           for f in ("data", "scales", "biases") if getattr(tensor, f) is not None}
-    return dataclasses.replace(tensor, shape=(rows, tensor.shape[1]), **cut)
-
-
-def _on_device(w: Weights, tensor):
-    if isinstance(tensor, QuantizedWeight):
-        return quantized.to_device(tensor, w.device)
-    return w.upload(np.asarray(tensor).reshape(-1, tensor.shape[-1]))
 
 
 def _from_stacked(w: Weights, prefix: str, experts: int, hidden: int, intermediate: int):
@@ -79,15 +59,14 @@ def _from_stacked(w: Weights, prefix: str, experts: int, hidden: int, intermedia
     up = _stacked(w, p + "up_proj.weight", experts, intermediate, hidden)
     down = _stacked(w, p + "down_proj.weight", experts, hidden, intermediate)
     parts = [part for e in range(experts)
-             for part in (_expert(gate, e, intermediate), _expert(up, e, intermediate))]
-    if not isinstance(gate, QuantizedWeight) and not isinstance(up, QuantizedWeight):
-        return w.upload(np.concatenate(parts)), _on_device(w, down)
-    gate_up = quantized.stack(parts, copy=True) if all(
-        isinstance(part, QuantizedWeight) for part in parts) else None
+             for part in (host_weights.expert(gate, e, intermediate),
+                          host_weights.expert(up, e, intermediate))]
+    gate_up = host_weights.stack_rows(parts, copy=True)
     if gate_up is None:
         raise ValueError(f"[{w.arch}] '{p}gate_proj.weight' and '{p}up_proj.weight' are stored "
                          f"differently and cannot be stacked")
-    return quantized.to_device(gate_up, w.device), _on_device(w, down)
+    return (host_weights.to_device(gate_up, w.device, w.dtype),
+            host_weights.to_device(host_weights.matrix_rows(down), w.device, w.dtype))
 
 
 def load_experts(w: Weights, prefix: str, experts: int, hidden: int,

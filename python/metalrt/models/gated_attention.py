@@ -9,7 +9,9 @@ from __future__ import annotations
 from metalrt import ops
 
 from ..runner.batch import StepInputs
-from .base import Attention, Linear, Weights
+from .attention import Attention
+from .layers import Linear
+from .weights import Weights
 from .norms import unit_offset_weight
 
 

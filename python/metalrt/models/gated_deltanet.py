@@ -24,8 +24,9 @@ import metalrt
 from metalrt import ops
 
 from ..runner.batch import StepInputs
-from .base import Linear, Weights
 from .config_values import config_int
+from .layers import Linear
+from .weights import Weights
 
 
 @dataclass(frozen=True)

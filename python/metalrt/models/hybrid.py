@@ -9,13 +9,16 @@ from __future__ import annotations
 from typing import List, Mapping
 
 from ..runner.recurrent_state import HybridCache
-from .base import CausalLM, Embedding, PreNormLayer, Rope, Weights, dense_mlp
+from .attention import Rope
 from .config_values import config_bool, config_float, config_int
+from .decoder import CausalLM, PreNormLayer
 from .gated_attention import GatedAttention
 from .gated_deltanet import GatedDeltaNet, GdnShape
 from .hybrid_config import FULL, layer_types, text_config
+from .layers import Embedding, dense_mlp
 from .norms import UnitOffsetRMSNorm
 from .sparse_moe import SparseMoE
+from .weights import Weights
 
 # Request state slots of a cache made without an explicit count (batch_generate and
 # the server): concurrent requests beyond it wait for a slot.
@@ -72,7 +75,7 @@ class HybridModel(CausalLM):
         self.rope = Rope(text, partial_rotary_dim(text, head_dim, arch), device, arch)
         if self.rope.inv_freq is not None:
             raise ValueError(f"[{arch}] RoPE scaling is not supported")
-        self.embed_tokens = Embedding(w, prefix + "embed_tokens.weight", vocab, hidden)
+        self.embed_tokens = Embedding.load(w, prefix + "embed_tokens.weight", vocab, hidden)
         self.layers = []
         for i, kind in enumerate(self.layer_types):
             p = f"{prefix}layers.{i}."

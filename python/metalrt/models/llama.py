@@ -9,9 +9,11 @@ from typing import Mapping
 
 import numpy as np
 
-from .base import (Attention, CausalLM, Embedding, Linear, PreNormLayer, RMSNorm, Rope,
-                   Weights, dense_mlp)
+from .attention import Attention, Rope
 from .config_values import config_bool, config_float, config_int
+from .decoder import CausalLM, PreNormLayer
+from .layers import Embedding, Linear, RMSNorm, dense_mlp
+from .weights import Weights
 
 
 class LlamaModel(CausalLM):
@@ -32,7 +34,7 @@ class LlamaModel(CausalLM):
         super().__init__(config, device, dtype, kv_heads, head_dim, vocab)
 
         w = Weights(weights, device, dtype, arch)
-        self.embed_tokens = Embedding(w, "model.embed_tokens.weight", vocab, hidden)
+        self.embed_tokens = Embedding.load(w, "model.embed_tokens.weight", vocab, hidden)
         qkv_bias = config_bool(config, "attention_bias", arch, self.qkv_bias_default)
         mlp_bias = config_bool(config, "mlp_bias", arch, False)
         self.rope = Rope(config, head_dim, device, arch)

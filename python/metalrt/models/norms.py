@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import RMSNorm, Weights
+from .layers import RMSNorm
+from .weights import Weights
 
 
 def unit_offset_weight(w: Weights, name: str, size: int):

@@ -10,8 +10,11 @@ import numpy as np
 
 from metalrt import ops
 
-from .base import Attention, CausalLM, Embedding, LayerNorm, Linear, PreNormLayer, Weights
+from .attention import Attention
 from .config_values import config_bool, config_int
+from .decoder import CausalLM, PreNormLayer
+from .layers import Embedding, LayerNorm, Linear
+from .weights import Weights
 
 POSITION_OFFSET = 2
 
@@ -50,7 +53,7 @@ class OPTModel(CausalLM):
 
         w = Weights(weights, device, dtype, arch)
         d = "model.decoder."
-        self.embed_tokens = Embedding(w, d + "embed_tokens.weight", vocab, hidden)
+        self.embed_tokens = Embedding.load(w, d + "embed_tokens.weight", vocab, hidden)
         # Dropping the first two rows once makes position p index row p directly.
         positions = w.float_host(d + "embed_positions.weight", (max_pos + POSITION_OFFSET, hidden))
         self.embed_positions = w.upload(positions[POSITION_OFFSET:])

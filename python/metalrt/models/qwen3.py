@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from metalrt import ops
 
-from .base import Weights
+from .weights import Weights
 from .llama import LlamaModel
 
 

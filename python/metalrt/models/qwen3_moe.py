@@ -6,7 +6,7 @@ shared expert where the sparse-layer rule says (``mlp_only_layers``,
 ``num_local_experts`` (what transformers 5 writes)."""
 from __future__ import annotations
 
-from .base import dense_mlp
+from .layers import dense_mlp
 from .config_values import config_bool, config_int
 from .hybrid_config import sparse_layers
 from .qwen3 import Qwen3Model

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections import ChainMap
 
+from ..loaders.host_weights import take_rows
 import numpy as np
 
 from .config_values import config_bool
 from .gated_deltanet import GdnShape
 from .hybrid import HybridModel
 from .hybrid_config import LINEAR, sparse_layers
-from .quantized import take_rows
 
 
 def _per_key_head(s: GdnShape, group: int, start: int, size: int) -> np.ndarray:

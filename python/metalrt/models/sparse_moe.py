@@ -11,10 +11,11 @@ from typing import Mapping, Optional
 
 from metalrt import ops
 
-from .base import GatedMLP, Linear, Weights, project
 from .config_values import config_int
 from .experts import load_experts
 from .hybrid_config import num_experts
+from .layers import GatedMLP, Linear
+from .weights import Weights
 
 
 class SparseMoE:
@@ -53,4 +54,4 @@ class SparseMoE:
         if self.shared is None:
             return ops.moe_combine(y, weights)
         return ops.moe_combine(y, weights, shared=self.shared(x),
-                               shared_gate=project(x, self.shared_gate))
+                               shared_gate=ops.matmul_bt(x, self.shared_gate))

@@ -1,5 +1,5 @@
-"""Quantized weights of a model on its device: upload without a copy, and stacking the
-rows of several projections (Q/K/V, gate/up) into one matrix.
+"""Quantized weights (``QuantizedWeight``) of a model on its device: upload without a
+copy, and stacking the rows of several projections (Q/K/V, gate/up) into one matrix.
 
 Stacking matters because a merged projection is one GEMV per decode step instead of
 several; it is free when the parts lie back to back in the mapped file (GGUF files
@@ -15,7 +15,7 @@ import numpy as np
 
 import metalrt
 
-from ..loaders.quants import QuantizedWeight
+from .quants import QuantizedWeight
 
 
 def to_device(w: QuantizedWeight, device: str) -> "metalrt.QuantizedTensor":
@@ -98,11 +98,16 @@ def stack(parts: Sequence[QuantizedWeight], copy: bool) -> Optional[QuantizedWei
                                **dict(zip(names, stacked)))
 
 
-def take_rows(w, rows: np.ndarray):
-    """Rows ``rows`` of a weight matrix (numpy array or ``QuantizedWeight``, whose
-    rows are independent), copied, as the same kind."""
-    if not isinstance(w, QuantizedWeight):
-        return np.ascontiguousarray(np.asarray(w)[rows])
+def take_rows(w: QuantizedWeight, rows: np.ndarray) -> QuantizedWeight:
+    """Rows ``rows`` of ``w`` (its rows are independent), copied."""
     names = [f for f in ("data", "scales", "biases") if getattr(w, f) is not None]
     picked = _copied_rows([[getattr(w, f)[rows]] for f in names])
     return dataclasses.replace(w, shape=(len(rows), w.shape[1]), **dict(zip(names, picked)))
+
+
+def expert_rows(w: QuantizedWeight, e: int, rows: int) -> QuantizedWeight:
+    """Rows e * rows .. (e + 1) * rows - 1 of ``w`` (expert e of a stacked expert
+    tensor), as views."""
+    cut = {f: getattr(w, f)[e * rows:(e + 1) * rows]
+           for f in ("data", "scales", "biases") if getattr(w, f) is not None}
+    return dataclasses.replace(w, shape=(rows, w.shape[1]), **cut)

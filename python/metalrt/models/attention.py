@@ -1,0 +1,180 @@
+"""Rotary position embedding and paged self-attention with grouped-query heads."""
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+import metalrt
+from metalrt import ops
+
+from ..runner.batch import StepInputs
+from .config_values import config_bool, config_float
+from .layers import Linear
+
+
+def rope_parameters(config: Mapping, arch: str) -> Tuple[float, Mapping]:
+    """(rope theta, scaling parameters) from either transformers' v5 ``rope_parameters``
+    or the older ``rope_theta`` / ``rope_scaling`` keys; scaling is {} for plain RoPE."""
+    params = dict(config.get("rope_scaling") or {})
+    params.update(config.get("rope_parameters") or {})
+    theta = config_float(params, "rope_theta", arch, config_float(config, "rope_theta", arch, 10000.0))
+    params.pop("rope_theta", None)
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type == "default":
+        return theta, {}
+    if rope_type != "llama3":
+        raise ValueError(f"[{arch}] unsupported RoPE scaling '{rope_type}' "
+                         "(supported: default, llama3)")
+    return theta, params
+
+
+def llama3_inv_freq(theta: float, rotary_dim: int, scaling: Mapping) -> np.ndarray:
+    """Llama 3.1 frequency scaling (Meta's reference): wavelengths longer than
+    original_context / low_freq_factor are divided by ``factor``, shorter than
+    original_context / high_freq_factor kept, and the band between interpolated."""
+    inv_freq = theta ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+    factor = float(scaling["factor"])
+    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+    context = float(scaling["original_max_position_embeddings"])
+    wavelen = 2 * math.pi / inv_freq
+    smooth = np.clip((context / wavelen - low) / (high - low), 0.0, 1.0)
+    return (1 - smooth) * inv_freq / factor + smooth * inv_freq
+
+
+class Rope:
+    """Rotary embedding of q and k (Su et al. 2021): NeoX (half-split) pairs as the
+    Hugging Face Llama family applies it, or interleaved (GPT-J) pairs when the config
+    says ``rope_interleaved`` (Llama GGUF files, whose Q/K rows are stored permuted for
+    it; see ``loaders/gguf.py``). Plain RoPE runs ``ops.rope_neox`` /
+    ``ops.rope_interleaved`` in decode-sized steps; a larger step builds its tokens'
+    cos|sin rows once (``ops.rope_cos_sin_cache``) and every layer rotates q and k from
+    them (``ops.rope_from_cache``, the same bits), instead of each of the 2 x layers
+    calls evaluating the same cos and sin again (at a 512-token prefill of the default
+    model on the CPU that was 8% of the step). Llama 3 scaled frequencies go through a
+    cos|sin table built on the host for positions up to the largest one seen (doubled
+    as needed) and ``ops.rope_from_cache``."""
+
+    def __init__(self, config: Mapping, rotary_dim: int, device: str, arch: str):
+        self.base, scaling = rope_parameters(config, arch)
+        self.rotary_dim, self.device = rotary_dim, device
+        self.neox = not config_bool(config, "rope_interleaved", arch, False)
+        self.inv_freq = llama3_inv_freq(self.base, rotary_dim, scaling) if scaling else None
+        self.table, self.table_rows = None, 0
+
+    def cos_sin_table(self, max_position: int) -> "metalrt.Tensor":
+        if max_position >= self.table_rows:
+            rows = max(1024, 1 << max_position.bit_length())
+            angles = np.arange(rows, dtype=np.float64)[:, None] * self.inv_freq[None, :]
+            table = np.concatenate([np.cos(angles), np.sin(angles)], axis=1)
+            self.table = metalrt.asarray(table.astype(np.float32), device=self.device)
+            self.table_rows = rows
+        return self.table
+
+    def rows_of_step(self, step: StepInputs):
+        """(cos|sin rows of the step's tokens float32 [T, rotary_dim], int32 [T]
+        0 .. T - 1: the row of each token), made once per step (``step.derived``)."""
+        key = ("rope", self.rotary_dim, self.base)
+        if key not in step.derived:
+            tokens = step.positions.shape[0]
+            step.derived[key] = (
+                ops.rope_cos_sin_cache(step.positions, self.rotary_dim, self.base),
+                metalrt.asarray(np.arange(tokens, dtype=np.int32), device=self.device))
+        return step.derived[key]
+
+    def __call__(self, q, k, step: StepInputs):
+        # In place: q and k are fresh outputs of the projection (or of qkv_split).
+        if self.inv_freq is not None:
+            table, rows = self.cos_sin_table(step.max_position), step.positions
+        elif q.shape[0] > ops.QUANTIZED_GEMV_MAX_M:
+            table, rows = self.rows_of_step(step)
+        else:
+            rope = ops.rope_neox if self.neox else ops.rope_interleaved
+            return (rope(q, step.positions, self.rotary_dim, self.base, out=q),
+                    rope(k, step.positions, self.rotary_dim, self.base, out=k))
+        return (ops.rope_from_cache(q, table, rows, self.neox, out=q),
+                ops.rope_from_cache(k, table, rows, self.neox, out=k))
+
+
+class Attention:
+    """Multi-head self-attention with grouped-query heads over the paged KV cache:
+    the Q/K/V projection (one merged projection split by ``ops.qkv_split``, or three),
+    position encoding (a callable ``(q, k, step) -> (q, k)`` or None), cache write,
+    variable-length paged attention, output projection. A merged projection (or three
+    quantized ones concatenated in one GEMV) with plain ``Rope`` runs the split, RoPE
+    and cache write as one ``ops.qkv_rope_cache``."""
+
+    def __init__(self, qkv: Sequence[Linear], out: Linear, heads: int, kv_heads: int,
+                 head_dim: int, positional: Optional[Callable]):
+        if heads % kv_heads:
+            raise ValueError(f"[attention] {heads} heads are not a multiple of {kv_heads} kv heads")
+        if len(qkv) not in (1, 3):
+            raise ValueError(f"[attention] expected 1 merged or 3 Q/K/V projections, got {len(qkv)}")
+        self.qkv, self.out, self.positional = list(qkv), out, positional
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.scale = head_dim ** -0.5
+        self.concat_weights = _concatenable(self.qkv)
+        # Projections whose GEMMs the CPU runs on bf16 (coarse weights): the attention's
+        # products then follow them (their q, k and v already carry bf16's error).
+        self.coarse_projections = all(p.coarse for p in self.qkv)
+
+    def merged_qkv(self, x):
+        """The q | k | v projection [tokens, (heads + 2 kv_heads) head_dim] in one
+        dispatch, or None: the merged Linear, or (decode-sized batches) three bias-free
+        quantized projections of one format in one ``ops.quantized_matmul_bt_concat``
+        GEMV. A prefill's three GEMMs are cheaper than the concat's host composition."""
+        if len(self.qkv) == 1:
+            return self.qkv[0](x)
+        if self.concat_weights is not None and x.shape[0] <= ops.QUANTIZED_GEMV_MAX_M:
+            return ops.quantized_matmul_bt_concat(x, self.concat_weights)
+        return None
+
+    def project_qkv(self, x):
+        if len(self.qkv) == 3:
+            return tuple(proj(x) for proj in self.qkv)
+        q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return ops.qkv_split(self.qkv[0](x), q_width, kv_width, kv_width)
+
+    def __call__(self, x, step: StepInputs, key_cache, value_cache):
+        return self.out(self.attend(x, step, key_cache, value_cache))
+
+    def add_to(self, h, x, step: StepInputs, key_cache, value_cache):
+        """h += attention(x), in place, the output projection fused with the add."""
+        return self.out.add_to(self.attend(x, step, key_cache, value_cache), h)
+
+    def attend(self, x, step: StepInputs, key_cache, value_cache):
+        """The attention output [tokens, heads * head_dim] before the output projection."""
+        tokens = x.shape[0]
+        rope = self.positional
+        qkv = self.merged_qkv(x) if isinstance(rope, Rope) and rope.inv_freq is None else None
+        if qkv is not None:
+            # Split, RoPE of q and k and the cache write in one op (byte for byte the same).
+            q = ops.qkv_rope_cache(qkv, step.positions, key_cache, value_cache,
+                                   step.slot_mapping, self.heads, rope.rotary_dim, rope.base,
+                                   rope.neox)
+            return self.paged_attention(q, step, key_cache, value_cache)
+        q, k, v = self.project_qkv(x)
+        q = q.reshape(tokens, self.heads, self.head_dim)
+        k = k.reshape(tokens, self.kv_heads, self.head_dim)
+        v = v.reshape(tokens, self.kv_heads, self.head_dim)
+        if self.positional is not None:
+            q, k = self.positional(q, k, step)
+        ops.reshape_and_cache(k, v, key_cache, value_cache, step.slot_mapping)
+        return self.paged_attention(q, step, key_cache, value_cache)
+
+    def paged_attention(self, q, step: StepInputs, key_cache, value_cache):
+        attn = ops.paged_attention(q, key_cache, value_cache, step.block_tables, step.seq_lens,
+                                   step.query_start_loc, self.scale,
+                                   coarse_projections=self.coarse_projections)
+        return attn.reshape(q.shape[0], self.heads * self.head_dim)
+
+
+def _concatenable(projections: Sequence[Linear]):
+    """The weights of three bias-free quantized projections that one
+    ``ops.quantized_matmul_bt_concat`` decodes (one format, code width, group size and
+    scales dtype), else None."""
+    if len(projections) != 3 or any(p.bias is not None for p in projections):
+        return None
+    kinds = {p.concat_kind for p in projections}
+    return [p.weight for p in projections] if len(kinds) == 1 and None not in kinds else None
