@@ -293,7 +293,8 @@ int64_t ParallelChunkSize(int64_t n, int64_t min_chunk, int* count) {
   const int64_t floor = std::max<int64_t>(1, min_chunk);
   const int64_t by_size = (n + floor - 1) / floor;
   const int threads = std::min(ThePool().threads(), thread_limit.load(std::memory_order_relaxed));
-  const int64_t size = (n + std::min<int64_t>(threads, by_size) - 1) / std::min<int64_t>(threads, by_size);
+  const int64_t chunks = std::min<int64_t>(threads, by_size);
+  const int64_t size = (n + chunks - 1) / chunks;
   // Rounding the size up can leave the last chunks empty (n = 33 on 16 threads is 11
   // chunks of 3): count only the chunks that hold rows, the ones ParallelFor runs.
   *count = static_cast<int>((n + size - 1) / size);

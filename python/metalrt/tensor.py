@@ -180,8 +180,9 @@ def to_tensor(obj, device: str, dtype=None, int_dtype=None, what: str = "asarray
     with `what`. The op wrappers use it for index arguments (ids, positions, slots)."""
     device = _device_name(device)
     if isinstance(obj, Tensor):
-        if dtype is not None and dtype_name(dtype) != obj.dtype:
-            obj = _metalrt.ops.cast(obj, dtype_name(dtype), out=None)
+        name = obj.dtype if dtype is None else dtype_name(dtype)
+        if name != obj.dtype:
+            obj = _metalrt.ops.cast(obj, name, out=None)
         return obj if obj.device == device else obj.to(device)
     try:
         array = np.asarray(obj)

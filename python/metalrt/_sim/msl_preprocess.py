@@ -106,9 +106,9 @@ def _diagnostic(stderr: str) -> MslError:
     # for libstdc++, which -nostdinc keeps) finds <vector> and fails deeper inside it:
     # the error Metal gives is at the outermost #include <...> of a non-Metal header.
     for file, line in _include_chain(stderr[:m.start()]) + [(m.group(1), int(m.group(2)))]:
-        angled = re.match(r"\s*#\s*include\s*<([^>]+)>", _source_line(file, line))
-        if angled and angled.group(1) not in METAL_STANDARD_HEADERS:
-            return _not_metal(file, line, angled.group(1))
+        name = _angled_include(file, line)
+        if name and name not in METAL_STANDARD_HEADERS:
+            return _not_metal(file, line, name)
     return MslError(f"{where}: error: cannot find included file '{missing.group(1)}'")
 
 
@@ -117,8 +117,7 @@ def _foreign_system_header(includer: tuple[str, int], header: str) -> MslError:
     wrapper's -isystem, which -nostdinc keeps): Metal has no such header. The error is
     at the #include line that entered it, naming the header as written there."""
     file, line = includer
-    angled = re.match(r"\s*#\s*include\s*<([^>]+)>", _source_line(file, line))
-    return _not_metal(file, line, angled.group(1) if angled else os.path.basename(header))
+    return _not_metal(file, line, _angled_include(file, line) or os.path.basename(header))
 
 
 def _not_metal(file: str, line: int, name: str) -> MslError:
@@ -137,12 +136,16 @@ def _include_chain(stderr: str) -> list[tuple[str, int]]:
     return chain[::-1] if gcc_style else chain
 
 
-def _source_line(path: str, number: int) -> str:
+def _angled_include(path: str, number: int) -> str | None:
+    """X of an ``#include <X>`` at line ``number`` of ``path``, else None (another
+    line, a quoted or macro include, an unreadable file)."""
     try:
         with open(path, encoding="utf-8") as fh:
-            return fh.read().split("\n")[number - 1]
+            text = fh.read().split("\n")[number - 1]
     except (OSError, IndexError, UnicodeDecodeError):
-        return ""
+        return None
+    angled = re.match(r"\s*#\s*include\s*<([^>]+)>", text)
+    return angled.group(1) if angled else None
 
 
 def preprocess(path: str, defines: dict | None = None, include_dirs: list[str] | None = None,
