@@ -1,6 +1,6 @@
 // rms_norm: RMSNorm (Zhang & Sennrich 2019) over the last dim, one threadgroup per row:
-// y_i = x_i * rsqrt(mean(x^2) + eps) * w_i, w_i = weight_i or 1 + weight_i
-// (unit_offset, Gemma), accumulated in f32 and rounded once to the output dtype.
+// y_i = x_i * rsqrt(mean(x^2) + eps) * weight_i, accumulated in f32 and rounded once to
+// the output dtype.
 #include <metal_stdlib>
 #include "row_reduce.h"
 using namespace metal;
@@ -24,9 +24,8 @@ kernel void rms_norm_row(device const T* x [[buffer(0)]],
   }
   ss = threadgroup_sum(ss, partials, simdgroup, lane);
   const float r = 1.0f / sqrt(ss / float(args.cols) + args.eps);
-  const float offset = args.unit_offset ? 1.0f : 0.0f;
   for (int32_t i = int32_t(tid); i < args.cols; i += kRowThreads) {
-    y[i] = T(float(in[i]) * r * (offset + float(weight[i])));
+    y[i] = T(float(in[i]) * r * float(weight[i]));
   }
 }
 

@@ -14,10 +14,8 @@ METALRT_CONSTANT int32_t kRowSimdgroups = kRowThreads / 32;
 struct RmsNormArgs {
   int32_t cols;
   float eps;
-  int32_t unit_offset;   // 1: scale by (1 + weight) (Gemma)
-  int32_t unused;        // keeps the struct a multiple of 8 bytes on both sides
 };
-static_assert(sizeof(RmsNormArgs) == 16, "RmsNormArgs must match between host and MSL");
+static_assert(sizeof(RmsNormArgs) == 8, "RmsNormArgs must match between host and MSL");
 
 struct LayerNormArgs {
   int32_t cols;

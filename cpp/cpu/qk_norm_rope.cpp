@@ -12,7 +12,7 @@ bool QkNormRope(const OpCall& call) {
   const Tensor& positions = call.inputs[4];
   for (int i = 0; i < 2; ++i) {   // i = 0: q with q_weight, i = 1: k with k_weight
     const Tensor& out = call.outputs[i];
-    ops::RmsNorm(call.inputs[i], call.inputs[2 + i], p.eps, /*unit_offset=*/false, out);
+    ops::RmsNorm(call.inputs[i], call.inputs[2 + i], p.eps, out);
     ops::RopeNeox(out, positions, p.rotary_dim, p.base, out);
   }
   return true;

@@ -1,7 +1,6 @@
 // CPU oracle of rms_norm: RMSNorm (Zhang & Sennrich 2019), per row of the last dim
 // in f32: ss = sum of x_i^2 accumulated in index order, r = 1 / sqrt(ss / N + eps),
-// y_i = (x_i * r) * w_i with w_i = weight_i, or 1 + weight_i when unit_offset (Gemma),
-// rounded once to the output dtype.
+// y_i = (x_i * r) * weight_i, rounded once to the output dtype.
 #include <cmath>
 
 #include "cpu/float_rows.h"
@@ -14,8 +13,6 @@ namespace {
 bool CpuRmsNorm(const OpCall& call) {
   const auto& p = call.param<ops::NormParams>();
   std::vector<float> w = ToF32(call.inputs[1]);
-  if (p.unit_offset)
-    for (float& v : w) v = 1.0f + v;
   MapRowsF32(call.inputs[0], call.outputs[0], [&](float* row, int64_t n) {
     float ss = 0.0f;
     for (int64_t i = 0; i < n; ++i) ss += row[i] * row[i];

@@ -23,7 +23,7 @@ bool MetalGatedRmsNorm(const OpCall& call) {
       .input(1, call.inputs[1])
       .input(2, call.inputs[2])
       .output(3, call.outputs[0])
-      .bytes(4, RmsNormArgs{grid.cols, call.param<ops::GatedRmsNormParams>().eps, 0, 0})
+      .bytes(4, RmsNormArgs{grid.cols, call.param<ops::GatedRmsNormParams>().eps})
       .threadgroups({grid.rows, 1, 1}, {kRowThreads, 1, 1});
   return true;
 }

@@ -12,6 +12,7 @@
 #include "gpu/kernel_launch.h"
 #include "gpu/quantized_weight_args.h"
 #include "metalrt/op_registry.h"
+#include "metalrt/ops.h"
 #include "metalrt/quantized.h"
 #include "ops/quantized_fused.h"
 #include "quantized_args.h"
@@ -100,6 +101,8 @@ bool MetalQuantizedMatmulBTSwiglu(const OpCall& call) {
 // quantized_matmul_bt_concat: one GEMV over up to kQuantConcatMaxParts weights (buffers
 // 1..3, 6..8, 9..11; a missing third repeats the second with no rows) for m <=
 // kQuantGemvMaxM; above it the Metal provider declines (the CPU composition).
+const ops::QuantizedGemvRowsRegistrar kConcatRows(DeviceType::kMETAL, kQuantGemvMaxM);
+
 bool MetalQuantizedMatmulBTConcat(const OpCall& call) {
   const Tensor& x = call.inputs[0];
   const auto& weights = call.param<std::vector<QuantizedTensor>>();

@@ -17,7 +17,7 @@ bool MetalRmsNorm(const OpCall& call) {
       .input(0, x)
       .input(1, call.inputs[1])
       .output(2, call.outputs[0])
-      .bytes(3, RmsNormArgs{grid.cols, p.eps, p.unit_offset ? 1 : 0, 0})
+      .bytes(3, RmsNormArgs{grid.cols, p.eps})
       .threadgroups({grid.rows, 1, 1}, {kRowThreads, 1, 1});
   return true;
 }

@@ -20,7 +20,7 @@ Tensor LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, floa
   CheckNoOverlap(result, x, op, "x");
   CheckNoOverlap(result, weight, op, "weight");
   CheckNoOverlap(result, bias, op, "bias");
-  RunOp(op, device, OpCall{{x, weight, bias}, {result}, NormParams{eps, false}});
+  RunOp(op, device, OpCall{{x, weight, bias}, {result}, NormParams{eps}});
   return result;
 }
 

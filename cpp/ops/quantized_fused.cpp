@@ -6,6 +6,7 @@
 #include "ops/quantized_fused.h"
 
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,25 @@ Tensor QuantizedMatmulBTConcat(const Tensor& x, const std::vector<QuantizedTenso
   for (const QuantizedTensor& w : weights) CheckNoOverlapWeight(result, w, kOp);
   RunOp(kOp, device, OpCall{inputs, {result}, weights});
   return result;
+}
+
+namespace {
+
+// The rows of each device's quantized GEMV, registered by the backends.
+std::map<DeviceType, int64_t>& GemvRows() {
+  static std::map<DeviceType, int64_t> rows;
+  return rows;
+}
+
+}  // namespace
+
+QuantizedGemvRowsRegistrar::QuantizedGemvRowsRegistrar(DeviceType device, int64_t max_rows) {
+  GemvRows()[device] = max_rows;
+}
+
+bool QuantizedConcatIsOneGemv(const Tensor& x) {
+  const auto found = GemvRows().find(x.device());
+  return x.ndim() == 2 && found != GemvRows().end() && x.dim(0) <= found->second;
 }
 
 namespace detail {

@@ -6,8 +6,7 @@
 namespace metalrt::ops {
 using namespace detail;
 
-Tensor RmsNorm(const Tensor& x, const Tensor& weight, float eps, bool unit_offset,
-               const OptTensor& out) {
+Tensor RmsNorm(const Tensor& x, const Tensor& weight, float eps, const OptTensor& out) {
   constexpr const char* op = "rms_norm";
   CheckFloat(x, op, "x");
   const DeviceType device = CommonDevice({&x, &weight, &OrUndefined(out)}, op);
@@ -18,7 +17,7 @@ Tensor RmsNorm(const Tensor& x, const Tensor& weight, float eps, bool unit_offse
   Tensor result = OutputOrNew(out, x.shape(), x.dtype(), device, op);
   CheckNoOverlap(result, x, op, "x");
   CheckNoOverlap(result, weight, op, "weight");
-  RunOp(op, device, OpCall{{x, weight}, {result}, NormParams{eps, unit_offset}});
+  RunOp(op, device, OpCall{{x, weight}, {result}, NormParams{eps}});
   return result;
 }
 

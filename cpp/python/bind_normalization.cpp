@@ -15,7 +15,7 @@ void BindNormalizationOps(nb::module_& ops) {
           nb::arg("x"), nb::arg("weight"), nb::arg("bias").none(), nb::arg("eps"),
           nb::arg("out") = nb::none());
   ops.def("rms_norm", &ops::RmsNorm, nb::arg("x"), nb::arg("weight"), nb::arg("eps"),
-          nb::arg("unit_offset"), nb::arg("out") = nb::none());
+          nb::arg("out") = nb::none());
   ops.def("softmax", &ops::Softmax, nb::arg("x"), nb::arg("out") = nb::none());
 }
 

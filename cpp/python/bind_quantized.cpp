@@ -132,8 +132,10 @@ void BindQuantizedOps(nb::module_& ops) {
           nb::arg("out") = nb::none());
   ops.def("quantized_matmul_bt_swiglu", &ops::QuantizedMatmulBTSwiglu, nb::arg("x"), nb::arg("w"),
           nb::arg("out") = nb::none());
-  // The batch the GEMV kernels take in one dispatch (above it, the GEMM or a composition).
-  ops.attr("quantized_gemv_max_m") = kQuantGemvMaxM;
+  ops.def("quantized_concat_is_one_gemv", &ops::QuantizedConcatIsOneGemv, nb::arg("x"));
+  ops.def("is_coarse_weight", nb::overload_cast<const Tensor&>(&ops::IsCoarseWeight), nb::arg("weight"));
+  ops.def("is_coarse_weight", nb::overload_cast<const QuantizedTensor&>(&ops::IsCoarseWeight),
+          nb::arg("weight"));
   ops.def("quantized_matmul_bt_concat", &ops::QuantizedMatmulBTConcat, nb::arg("x"), nb::arg("weights"),
           nb::arg("out") = nb::none());
   ops.def("quantized_embedding",

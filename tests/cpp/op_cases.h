@@ -13,7 +13,7 @@
 //     c.inputs = {x, weight};                 // CPU tensors; the harness copies them per device
 //     c.outputs = {{{3, 33}, DType::kF16}};   // allocated by the harness, poisoned, guarded
 //     c.run = [](const Inputs& in, const Outputs& out) -> Returned {
-//       ops::RmsNorm(in[0], in[1], 1e-6f, false, out[0]);
+//       ops::RmsNorm(in[0], in[1], 1e-6f, out[0]);
 //       return {};                            // tensors the op returns (ops without `out`)
 //     };
 //     c.bar = {2e-3, 1e-6};                   // every element within rel * |ref| + abs

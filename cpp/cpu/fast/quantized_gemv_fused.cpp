@@ -17,6 +17,7 @@
 #include "cpu/silu_rows.h"
 #include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
+#include "metalrt/ops.h"
 
 namespace metalrt::cpu::fast {
 namespace {
@@ -27,6 +28,9 @@ namespace {
 bool Activations(const OpCall& call, GemvActivations* act) {
   return call.inputs[0].device() == DeviceType::kCPU && QuantizeActivations(call.inputs[0], act);
 }
+
+// The concat's one-GEMV rows on the CPU (ops::QuantizedConcatIsOneGemv).
+const ops::QuantizedGemvRowsRegistrar kConcatRows(DeviceType::kCPU, kGemvMaxRows);
 
 bool FastConcat(const OpCall& call) {
   const std::vector<QuantizedTensor>& weights = call.param<std::vector<QuantizedTensor>>();

@@ -45,13 +45,11 @@ bool FastRmsNorm(const OpCall& call) {
   const auto& p = call.param<ops::NormParams>();
   const int64_t n = x.ndim() == 0 ? 1 : x.dim(-1);
   if (n == 0 || x.numel() == 0) return true;
-  // The weight as f32 (1 + weight when unit_offset, as the oracle rounds it), in a
-  // scratch the calling thread keeps: no allocation once it has grown to the width.
+  // The weight as f32, in a scratch the calling thread keeps: no allocation once it has
+  // grown to the width.
   thread_local std::vector<float> weight;
   weight.resize(static_cast<size_t>(n));
   LoadRowF32(call.inputs[1].data(), call.inputs[1].dtype(), 0, n, weight.data());
-  if (p.unit_offset)
-    for (float& v : weight) v = 1.0f + v;
   const float* w = weight.data();
   const bool f32 = x.dtype() == DType::kF32 && out.dtype() == DType::kF32;
   ParallelFor(x.numel() / n, std::max<int64_t>(1, 16384 / n), [&](int64_t begin, int64_t end) {

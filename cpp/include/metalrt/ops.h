@@ -33,15 +33,15 @@ Tensor SiluAndMul(const Tensor& x, const OptTensor& out = std::nullopt);
 Tensor Cast(const Tensor& x, DType dtype, const OptTensor& out = std::nullopt);
 
 // ---- normalisation ------------------------------------------------------------
-struct NormParams { float eps; bool unit_offset; };
+struct NormParams { float eps; };
 // LayerNorm over the last dim: (x - mean) / sqrt(var + eps) * weight + bias.
 // weight [N], bias [N] or undefined Tensor(). Biased variance (divides by N).
 Tensor LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                  const OptTensor& out = std::nullopt);
-// RMSNorm over the last dim: x / sqrt(mean(x^2) + eps) * w, w = weight, or
-// (1 + weight) when unit_offset (Gemma).
-Tensor RmsNorm(const Tensor& x, const Tensor& weight, float eps, bool unit_offset = false,
-               const OptTensor& out = std::nullopt);
+// RMSNorm over the last dim: x / sqrt(mean(x^2) + eps) * weight. A family whose norm
+// scales by (1 + w) (Gemma, the Qwen3-Next hybrids) adds the 1 to w at load, as
+// llama.cpp's converter and mlx-lm do (python/metalrt/models/norms.py).
+Tensor RmsNorm(const Tensor& x, const Tensor& weight, float eps, const OptTensor& out = std::nullopt);
 // Softmax over the last dim (max-subtracted).
 Tensor Softmax(const Tensor& x, const OptTensor& out = std::nullopt);
 
@@ -82,6 +82,22 @@ Tensor QuantizedMatmulBTSwiglu(const Tensor& x, const QuantizedTensor& w,
 // one GEMV), each exactly QuantizedMatmulBT(x, w_j) in its column slice.
 Tensor QuantizedMatmulBTConcat(const Tensor& x, const std::vector<QuantizedTensor>& weights,
                                const OptTensor& out = std::nullopt);
+// Whether QuantizedMatmulBTConcat of x [M, K] runs as one fused GEMV on x's device: M is
+// at most the rows that device's quantized GEMV serves (its backend registers them with
+// QuantizedGemvRowsRegistrar; none registered: false). Above them the op is its
+// composition, each product joined on the host, which a caller with separate
+// projections does better without.
+bool QuantizedConcatIsOneGemv(const Tensor& x);
+struct QuantizedGemvRowsRegistrar {
+  QuantizedGemvRowsRegistrar(DeviceType device, int64_t max_rows);
+};
+
+// Whether the CPU counts a weight as coarse: quantized, or bfloat16. Its own rounding
+// error is then at least bf16's, so the CPU's prefill GEMM may round operands to bf16
+// (cpu/fast/prefill_gemm.h); a model asks it of its q/k/v weights for PagedAttention's
+// coarse_projections.
+inline bool IsCoarseWeight(const Tensor& weight) { return weight.dtype() == DType::kBF16; }
+inline bool IsCoarseWeight(const QuantizedTensor&) { return true; }
 
 // The decode layer's QKV split, RoPE of q and k and KV-cache write in one op: qkv
 // [T, (heads + 2 kv_heads) head_dim] (q | k | v, kv_heads and head_dim from the

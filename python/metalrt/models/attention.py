@@ -47,14 +47,25 @@ class Rope:
     """Rotary embedding of q and k (Su et al. 2021): NeoX (half-split) pairs as the
     Hugging Face Llama family applies it, or interleaved (GPT-J) pairs when the config
     says ``rope_interleaved`` (Llama GGUF files, whose Q/K rows are stored permuted for
-    it; see ``loaders/gguf.py``). Plain RoPE runs ``ops.rope_neox`` /
-    ``ops.rope_interleaved`` in decode-sized steps; a larger step builds its tokens'
-    cos|sin rows once (``ops.rope_cos_sin_cache``) and every layer rotates q and k from
-    them (``ops.rope_from_cache``, the same bits), instead of each of the 2 x layers
-    calls evaluating the same cos and sin again (at a 512-token prefill of the default
-    model on the CPU that was 8% of the step). Llama 3 scaled frequencies go through a
-    cos|sin table built on the host for positions up to the largest one seen (doubled
-    as needed) and ``ops.rope_from_cache``."""
+    it; see ``loaders/gguf.py``). Plain RoPE rotates a step of up to
+    ``STEP_TABLE_MIN_TOKENS`` tokens with ``ops.rope_neox`` / ``ops.rope_interleaved``; a
+    larger step builds its tokens' cos|sin rows once (``ops.rope_cos_sin_cache``) and
+    every layer rotates q and k from them (``ops.rope_from_cache``, the same bits), so the
+    layers do not evaluate the same cos and sin again (docs/cpu.md). Llama 3 scaled
+    frequencies go through a cos|sin table built on the host for the positions of
+    ``position_bucket`` and ``ops.rope_from_cache``."""
+
+    # A step of more tokens builds its cos|sin rows once for every layer.
+    STEP_TABLE_MIN_TOKENS = 8
+    # The host-built table's first size; it doubles past the largest position seen.
+    TABLE_MIN_ROWS = 1024
+
+    @classmethod
+    def position_bucket(cls, max_position: int) -> int:
+        """Rows of the host-built cos|sin table that holds positions 0..max_position: at
+        least TABLE_MIN_ROWS, a power of two. A recorded decode plan reads the table, so
+        the plans are keyed by it (runner/decode_plans.py)."""
+        return max(cls.TABLE_MIN_ROWS, 1 << int(max_position).bit_length())
 
     def __init__(self, config: Mapping, rotary_dim: int, device: str, arch: str):
         self.base, scaling = rope_parameters(config, arch)
@@ -65,7 +76,7 @@ class Rope:
 
     def cos_sin_table(self, max_position: int) -> "metalrt.Tensor":
         if max_position >= self.table_rows:
-            rows = max(1024, 1 << max_position.bit_length())
+            rows = self.position_bucket(max_position)
             angles = np.arange(rows, dtype=np.float64)[:, None] * self.inv_freq[None, :]
             table = np.concatenate([np.cos(angles), np.sin(angles)], axis=1)
             self.table = metalrt.asarray(table.astype(np.float32), device=self.device)
@@ -87,7 +98,7 @@ class Rope:
         # In place: q and k are fresh outputs of the projection (or of qkv_split).
         if self.inv_freq is not None:
             table, rows = self.cos_sin_table(step.max_position), step.positions
-        elif q.shape[0] > ops.QUANTIZED_GEMV_MAX_M:
+        elif q.shape[0] > self.STEP_TABLE_MIN_TOKENS:
             table, rows = self.rows_of_step(step)
         else:
             rope = ops.rope_neox if self.neox else ops.rope_interleaved
@@ -117,16 +128,16 @@ class Attention:
         self.concat_weights = _concatenable(self.qkv)
         # Projections whose GEMMs the CPU runs on bf16 (coarse weights): the attention's
         # products then follow them (their q, k and v already carry bf16's error).
-        self.coarse_projections = all(p.coarse for p in self.qkv)
+        self.coarse_projections = all(ops.is_coarse_weight(p.weight) for p in self.qkv)
 
     def merged_qkv(self, x):
         """The q | k | v projection [tokens, (heads + 2 kv_heads) head_dim] in one
-        dispatch, or None: the merged Linear, or (decode-sized batches) three bias-free
-        quantized projections of one format in one ``ops.quantized_matmul_bt_concat``
-        GEMV. A prefill's three GEMMs are cheaper than the concat's host composition."""
+        dispatch, or None: the merged Linear, or three bias-free quantized projections of
+        one format in one ``ops.quantized_matmul_bt_concat`` where the device runs it as
+        one GEMV (``ops.concat_is_one_gemv``); larger batches project separately."""
         if len(self.qkv) == 1:
             return self.qkv[0](x)
-        if self.concat_weights is not None and x.shape[0] <= ops.QUANTIZED_GEMV_MAX_M:
+        if self.concat_weights is not None and ops.concat_is_one_gemv(x):
             return ops.quantized_matmul_bt_concat(x, self.concat_weights)
         return None
 

@@ -20,6 +20,7 @@ from ..tensor import check_int_range
 from .attention import Attention
 from .config_values import config_int
 from .layers import linear, residual_add
+from .shape import DecoderShape
 
 
 class PreNormLayer:
@@ -39,7 +40,8 @@ class CausalLM:
 
     Subclasses set ``arch`` and build ``embed_tokens`` (an ``Embedding``), ``layers``,
     ``final_norm`` and ``lm_head`` (a float Tensor or QuantizedTensor [vocab, hidden])
-    in ``__init__(config, weights, device, dtype)``; ``embed`` may be overridden (OPT
+    in ``__init__(config, weights, device, dtype)``, passing the config's
+    ``DecoderShape`` here; ``embed`` may be overridden (OPT
     adds learned positions). ``context_length``: the config's
     ``max_position_embeddings`` (None when it has none; ValueError when it is not a
     positive integer).
@@ -48,10 +50,9 @@ class CausalLM:
     arch = "model"
     layers: List[PreNormLayer]
 
-    def __init__(self, config: Mapping, device: str, dtype: str, num_kv_heads: int,
-                 head_dim: int, vocab_size: int):
-        self.config, self.device, self.dtype = dict(config), device, dtype
-        self.num_kv_heads, self.head_dim, self.vocab_size = num_kv_heads, head_dim, vocab_size
+    def __init__(self, config: Mapping, device: str, dtype: str, shape: DecoderShape):
+        self.config, self.device, self.dtype, self.shape = dict(config), device, dtype, shape
+        self.num_kv_heads, self.head_dim, self.vocab_size = shape.kv_heads, shape.head_dim, shape.vocab
         self.context_length = config_int(config, "max_position_embeddings", self.arch, None)
         self._cache: Optional[PagedKVCache] = None
 

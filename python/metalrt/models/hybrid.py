@@ -17,6 +17,7 @@ from .gated_deltanet import GatedDeltaNet, GdnShape
 from .hybrid_config import FULL, layer_types, text_config
 from .layers import Embedding, dense_mlp
 from .norms import UnitOffsetRMSNorm
+from .shape import DecoderShape
 from .sparse_moe import SparseMoE
 from .weights import Weights
 
@@ -57,16 +58,11 @@ class HybridModel(CausalLM):
     def __init__(self, config: Mapping, weights: Mapping, device: str, dtype: str = "float32"):
         arch = self.arch
         text, prefix = text_config(config)
-        hidden = config_int(text, "hidden_size", arch)
-        heads = config_int(text, "num_attention_heads", arch)
-        kv_heads = config_int(text, "num_key_value_heads", arch, heads)
-        if heads % kv_heads:
-            raise ValueError(f"[{arch}] config 'num_attention_heads' ({heads}) must be a multiple "
-                             f"of 'num_key_value_heads' ({kv_heads})")
-        head_dim = config_int(text, "head_dim", arch, hidden // heads)
-        vocab = config_int(text, "vocab_size", arch)
+        shape = DecoderShape.from_config(text, arch)
+        hidden, heads, kv_heads, head_dim = shape.hidden, shape.heads, shape.kv_heads, shape.head_dim
+        vocab = shape.vocab
         eps = config_float(text, "rms_norm_eps", arch, 1e-6)
-        super().__init__(text, device, dtype, kv_heads, head_dim, vocab)
+        super().__init__(text, device, dtype, shape)
         self.layer_types = layer_types(text, arch)
         self.gdn = GdnShape.from_config(text, arch)
         sparse = self.sparse_layers(text)

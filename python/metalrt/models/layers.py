@@ -68,12 +68,6 @@ class Linear:
         return ops.silu_and_mul(self(x))
 
     @property
-    def coarse(self) -> bool:
-        """Whether the CPU runs this prefill GEMM on its bf16 GEMM under
-        METALRT_CPU_GEMM=auto (cpp/cpu/fast/prefill_gemm.h): quantized or bfloat16."""
-        return self.weight.dtype == "bfloat16"
-
-    @property
     def concat_kind(self):
         """What ``ops.quantized_matmul_bt_concat`` needs equal across its weights, or
         None when this weight cannot take part (float)."""
@@ -98,10 +92,6 @@ class QuantizedLinear(Linear):
         if self.bias is None:
             return ops.quantized_matmul_bt_swiglu(x, self.weight)
         return super().swiglu(x)
-
-    @property
-    def coarse(self) -> bool:
-        return True
 
     @property
     def concat_kind(self):

@@ -13,6 +13,7 @@ from .attention import Attention, Rope
 from .config_values import config_bool, config_float, config_int
 from .decoder import CausalLM, PreNormLayer
 from .layers import Embedding, Linear, RMSNorm, dense_mlp
+from .shape import DecoderShape
 from .weights import Weights
 
 
@@ -25,13 +26,11 @@ class LlamaModel(CausalLM):
     def __init__(self, config: Mapping, weights: Mapping[str, np.ndarray], device: str,
                  dtype: str = "float32"):
         arch = self.arch
-        hidden = config_int(config, "hidden_size", arch)
-        heads = config_int(config, "num_attention_heads", arch)
-        kv_heads = config_int(config, "num_key_value_heads", arch, heads)
-        head_dim = config_int(config, "head_dim", arch, hidden // heads)
-        vocab = config_int(config, "vocab_size", arch)
+        shape = DecoderShape.from_config(config, arch)
+        hidden, heads, kv_heads, head_dim = shape.hidden, shape.heads, shape.kv_heads, shape.head_dim
+        vocab = shape.vocab
         eps = config_float(config, "rms_norm_eps", arch, 1e-6)
-        super().__init__(config, device, dtype, kv_heads, head_dim, vocab)
+        super().__init__(config, device, dtype, shape)
 
         w = Weights(weights, device, dtype, arch)
         self.embed_tokens = Embedding.load(w, "model.embed_tokens.weight", vocab, hidden)
@@ -39,7 +38,7 @@ class LlamaModel(CausalLM):
         mlp_bias = config_bool(config, "mlp_bias", arch, False)
         self.rope = Rope(config, head_dim, device, arch)
         self.layers = []
-        for i in range(config_int(config, "num_hidden_layers", arch)):
+        for i in range(shape.num_layers):
             p = f"model.layers.{i}."
             qkv = Linear.load_split(
                 w, [p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"],

@@ -14,6 +14,7 @@ from .attention import Attention
 from .config_values import config_bool, config_int
 from .decoder import CausalLM, PreNormLayer
 from .layers import Embedding, LayerNorm, Linear
+from .shape import DecoderShape
 from .weights import Weights
 
 POSITION_OFFSET = 2
@@ -35,12 +36,10 @@ class OPTModel(CausalLM):
     def __init__(self, config: Mapping, weights: Mapping[str, np.ndarray], device: str,
                  dtype: str = "float32"):
         arch = self.arch
-        hidden = config_int(config, "hidden_size", arch)
-        heads = config_int(config, "num_attention_heads", arch)
-        vocab = config_int(config, "vocab_size", arch)
+        shape = DecoderShape.from_config(config, arch)
+        hidden, heads, head_dim, vocab = shape.hidden, shape.heads, shape.head_dim, shape.vocab
         ffn = config_int(config, "ffn_dim", arch)
         max_pos = config_int(config, "max_position_embeddings", arch)
-        head_dim = hidden // heads
         # opt-350m's variant (post-norm, projected embeddings) is not implemented.
         if not config_bool(config, "do_layer_norm_before", arch, True) or \
                 config.get("word_embed_proj_dim", hidden) != hidden:
@@ -49,7 +48,7 @@ class OPTModel(CausalLM):
         if config.get("activation_function", "relu") != "relu":
             raise ValueError(f"[opt] unsupported activation '{config['activation_function']}' "
                              "(supported: relu)")
-        super().__init__(config, device, dtype, heads, head_dim, vocab)
+        super().__init__(config, device, dtype, shape)
 
         w = Weights(weights, device, dtype, arch)
         d = "model.decoder."
@@ -58,13 +57,13 @@ class OPTModel(CausalLM):
         positions = w.float_host(d + "embed_positions.weight", (max_pos + POSITION_OFFSET, hidden))
         self.embed_positions = w.upload(positions[POSITION_OFFSET:])
         self.layers = []
-        for i in range(config_int(config, "num_hidden_layers", arch)):
+        for i in range(shape.num_layers):
             p = f"{d}layers.{i}."
             a = p + "self_attn."
             qkv = Linear.load_split(w, [a + "q_proj", a + "k_proj", a + "v_proj"], [hidden] * 3, hidden,
                                    True)
             attention = Attention(qkv, Linear.load(w, [a + "out_proj"], [hidden], hidden, True),
-                                  heads, heads, head_dim, None)
+                                  heads, shape.kv_heads, head_dim, None)
             mlp = ReluMLP(Linear.load(w, [p + "fc1"], [ffn], hidden, True),
                           Linear.load(w, [p + "fc2"], [hidden], ffn, True))
             self.layers.append(PreNormLayer(LayerNorm(w, p + "self_attn_layer_norm", hidden, 1e-5),

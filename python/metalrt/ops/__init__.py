@@ -8,8 +8,10 @@ from .linear_attention import causal_conv1d, gated_delta_rule, gdn_gating
 from .matmul import matmul, matmul_bt
 from .quantized import dequantize, quantized_embedding, quantized_matmul_bt
 from .fused import qkv_rope_cache, quantized_matmul_bt_add, quantized_matmul_bt_swiglu
-# QUANTIZED_GEMV_MAX_M is a constant, not an op: outside __all__ (the list of ops).
-from .fused import QUANTIZED_GEMV_MAX_M, quantized_matmul_bt_concat
+from .fused import quantized_matmul_bt_concat
+# Questions about how an op runs, not ops: outside __all__ (the list of ops).
+from .attention import is_coarse_weight
+from .fused import concat_is_one_gemv
 from .normalization import layer_norm, rms_norm, softmax
 from .rope import (qk_norm_rope, rope_cos_sin_cache, rope_from_cache, rope_interleaved,
                    rope_neox)

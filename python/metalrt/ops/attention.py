@@ -1,7 +1,7 @@
 """Attention over a paged KV cache."""
 from __future__ import annotations
 
-from .._metalrt import Tensor
+from .._metalrt import QuantizedTensor, Tensor
 from .._metalrt import ops as _native
 from ._args import flag, out_tensor, real, tensors
 
@@ -44,3 +44,13 @@ def paged_attention(query, key_cache, value_cache, block_tables, seq_lens, query
                    block_tables=block_tables, seq_lens=seq_lens, query_start_loc=query_start_loc)
     return _native.paged_attention(*args, real(op, "scale", scale), out=out_tensor(op, out),
                                    coarse_projections=flag(op, "coarse_projections", coarse_projections))
+
+
+def is_coarse_weight(weight) -> bool:
+    """Whether the CPU counts a projection weight (a Tensor or QuantizedTensor) as coarse
+    for ``paged_attention(coarse_projections=)``: quantized, or bfloat16 (ops.h
+    ``IsCoarseWeight``, the rule its prefill GEMM applies). TypeError for anything else."""
+    if not isinstance(weight, (Tensor, QuantizedTensor)):
+        raise TypeError(f"[is_coarse_weight] weight must be a metalrt.Tensor or QuantizedTensor, "
+                        f"got {type(weight).__name__}")
+    return _native.is_coarse_weight(weight)

@@ -44,9 +44,9 @@ def quantized_matmul_bt_concat(x, weights, out=None) -> Tensor:
     or 3 QuantizedTensors [N_j, K] of one format (GGUF type, or MLX affine bits, group
     size and scales dtype) -> [M, N_0 + N_1 + ...] in x's dtype, column slice j exactly
     ``quantized_matmul_bt(x, weights[j])`` (a GGUF's separate Q, K and V projected as
-    one merged QKV without copying the weights). On Metal one GEMV for M <=
-    ``QUANTIZED_GEMV_MAX_M``, each SIMD-group's rows taken from the weight that owns
-    them; above it the composition on the host. TypeError for a non-float x or a weight
+    one merged QKV without copying the weights). One GEMV where ``concat_is_one_gemv(x)``
+    (on Metal each SIMD-group's rows taken from the weight that owns them); above it the
+    composition on the host. TypeError for a non-float x or a weight
     that is not a QuantizedTensor; ValueError for a weight count outside 2..3, formats
     or K that differ, or a wrong out."""
     op = "quantized_matmul_bt_concat"
@@ -58,9 +58,14 @@ def quantized_matmul_bt_concat(x, weights, out=None) -> Tensor:
     return _native.quantized_matmul_bt_concat(x, weights, out=out_tensor(op, out))
 
 
-# The largest M the quantized GEMV kernels (and so quantized_matmul_bt_concat's single
-# dispatch) take on Metal: metal/quantized_args.h's kQuantGemvMaxM.
-QUANTIZED_GEMV_MAX_M = _native.quantized_gemv_max_m
+def concat_is_one_gemv(x) -> bool:
+    """Whether ``quantized_matmul_bt_concat`` of x (a Tensor [M, K]) runs as one fused
+    GEMV on x's device: M at most the rows that device's quantized GEMV serves, by its
+    own threshold (ops.h ``QuantizedConcatIsOneGemv``). Above them the op joins separate
+    products on the host, which a caller holding the separate projections does better
+    without. TypeError for an x that is not a Tensor."""
+    (x,) = tensors("concat_is_one_gemv", x=x)
+    return _native.quantized_concat_is_one_gemv(x)
 
 
 def qkv_rope_cache(qkv, positions, key_cache, value_cache, slot_mapping, heads, rotary_dim,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .._metalrt import Tensor
 from .._metalrt import ops as _native
-from ._args import flag, out_tensor, real, tensors
+from ._args import out_tensor, real, tensors
 
 
 def layer_norm(x, weight, bias=None, eps=1e-5, out=None) -> Tensor:
@@ -21,21 +21,20 @@ def layer_norm(x, weight, bias=None, eps=1e-5, out=None) -> Tensor:
     return _native.layer_norm(x, weight, bias, real(op, "eps", eps), out=out_tensor(op, out))
 
 
-def rms_norm(x, weight, eps=1e-6, unit_offset=False, out=None) -> Tensor:
+def rms_norm(x, weight, eps=1e-6, out=None) -> Tensor:
     """RMSNorm (Zhang & Sennrich 2019, "Root Mean Square Layer Normalization"):
-    x / sqrt(mean(x^2) + eps) * w over the last dim, w = weight, or (1 + weight) when
-    unit_offset (Gemma's convention).
+    x / sqrt(mean(x^2) + eps) * weight over the last dim (ops.h ``RmsNorm``; a (1 + w)
+    norm passes 1 + w, ``models/norms.py``).
 
-    x: float [..., N]; weight: [N] in x's dtype; eps: >= 0; unit_offset: bool; out:
-    optional, x's shape and dtype, not overlapping the inputs.
+    x: float [..., N]; weight: [N] in x's dtype; eps: >= 0; out: optional, x's shape and
+    dtype, not overlapping the inputs.
     Raises ValueError for shapes (e.g. "[rms_norm] weight must have shape [576], got
     [512]"), a negative eps, overlap or tensors on different devices; TypeError for
     dtypes or non-array arguments.
     """
     op = "rms_norm"
     x, weight = tensors(op, x=x, weight=weight)
-    return _native.rms_norm(x, weight, real(op, "eps", eps), flag(op, "unit_offset", unit_offset),
-                            out=out_tensor(op, out))
+    return _native.rms_norm(x, weight, real(op, "eps", eps), out=out_tensor(op, out))
 
 
 def softmax(x, out=None) -> Tensor:

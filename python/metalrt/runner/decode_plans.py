@@ -3,8 +3,8 @@
 A decode step (one new token for each of B requests) runs the same op calls every
 step; only the values of its inputs change. ``DecodePlans`` records the step once per
 key — what changes its shapes or host-built tables: B, the block-table width bucket
-(the next power of two of the widest table) and the position bucket (Rope's host-built
-cos|sin table grows at powers of two from 1024) — and replays it after writing the
+(the next power of two of the widest table) and the position bucket (the rows of
+Rope's host-built cos|sin table, ``Rope.position_bucket``) — and replays it after writing the
 new inputs into the plan's fixed tensors with one call (``metalrt.plan``). The
 requests' recurrent-state slots (hybrid models) are such an input too, like the block
 tables: the conv and delta-rule kernels read them on the device.
@@ -27,6 +27,7 @@ import numpy as np
 import metalrt
 from metalrt import ops
 
+from ..models.attention import Rope
 from ..plan import Plan, read_output, write_inputs
 from .batch import BLOCK_SIZE, StepInputs
 from .logits import as_float32
@@ -34,7 +35,7 @@ from .logits import as_float32
 
 def decode_key(num_rows: int, width: int, max_position: int) -> Tuple[int, int, int]:
     """(rows, block-table width bucket, position bucket) of a decode step."""
-    return num_rows, 1 << max(0, (width - 1).bit_length()), max(10, int(max_position).bit_length())
+    return num_rows, 1 << max(0, (width - 1).bit_length()), Rope.position_bucket(max_position)
 
 
 class DecodeSlots:

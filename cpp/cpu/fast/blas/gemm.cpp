@@ -7,6 +7,7 @@
 #include "cpu/fast/blas/tiled_gemm.h"
 #include "cpu/float_rows.h"
 #include "metalrt/op_registry.h"
+#include "metalrt/ops.h"
 
 namespace metalrt::cpu::fast {
 namespace {
@@ -33,7 +34,7 @@ bool BlasGemm(const OpCall& call) {
   const Tensor& b = call.inputs[1];
   const Tensor& out = call.outputs[0];
   const int64_t m = out.dim(0), n = out.dim(1), k = a.dim(1);
-  if (!GemmServes(m, n, k) || (kBf16 && !Bf16GemmServes(k, b.dtype() == DType::kBF16))) return false;
+  if (!GemmServes(m, n, k) || (kBf16 && !Bf16GemmServes(k, ops::IsCoarseWeight(b)))) return false;
   std::vector<float> a_scratch;
   const float* a32 = RowsF32(a, a_scratch);
   TiledGemm(a32, m, k, n, [&](int64_t n0, int64_t count, float* scratch) { return kPanel(b, n0, count, scratch); },

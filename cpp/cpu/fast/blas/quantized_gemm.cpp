@@ -10,6 +10,7 @@
 #include "cpu/fast/gemm_bf16.h"
 #include "cpu/quantized_blocks.h"
 #include "metalrt/op_registry.h"
+#include "metalrt/ops.h"
 
 namespace metalrt::cpu::fast {
 namespace {
@@ -20,7 +21,7 @@ bool BlasQuantizedGemm(const OpCall& call) {
   const QuantizedTensor& w = call.param<QuantizedTensor>();
   const Tensor& out = call.outputs[0];
   const int64_t m = x.dim(0), n = w.rows, k = w.cols;
-  if (!GemmServes(m, n, k) || (kBf16 && !Bf16GemmServes(k, true))) return false;
+  if (!GemmServes(m, n, k) || (kBf16 && !Bf16GemmServes(k, ops::IsCoarseWeight(w)))) return false;
   std::vector<float> x_scratch;
   const float* x32 = RowsF32(x, x_scratch);
   // DequantizesToBf16 is AVX-512 code too: asked only once the bf16 GEMM serves.

@@ -14,6 +14,7 @@
 #include "cpu/fast/gemm_bf16.h"
 #include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
+#include "metalrt/ops.h"
 
 namespace metalrt::cpu::fast {
 namespace {
@@ -26,7 +27,7 @@ bool Bf16QuantizedGemmSwiglu(const OpCall& call) {
   const QuantizedTensor& w = call.param<QuantizedTensor>();
   const Tensor& out = call.outputs[0];
   const int64_t m = x.dim(0), k = w.cols, inner = w.rows / 2;
-  if (!GemmServes(m, w.rows, k) || !Bf16GemmServes(k, true) || x.dtype() != DType::kF32 ||
+  if (!GemmServes(m, w.rows, k) || !Bf16GemmServes(k, ops::IsCoarseWeight(w)) || x.dtype() != DType::kF32 ||
       out.dtype() != DType::kF32)
     return false;
   if (!DequantizesToBf16(w)) return false;   // AVX-512 code: asked only once bf16 serves
