@@ -9,9 +9,9 @@
 //   per (request, kv head)); otherwise paged_attention_decode_split_<dtype> over
 //   (request, kv head, partition) threadgroups, the partitions' softmax states in an f32
 //   scratch, then paged_attention_decode_merge_<dtype> over (request, head). The
-//   scratch is a fresh tensor sized [B, heads, partitions, head_dim + 2], so repeat
-//   sizes come from the buffer cache (0 bytes allocated after warm-up; its size moves
-//   only when the longest decode context crosses a partition boundary);
+//   scratch is a fresh tensor sized [B, heads, partitions, head_dim + 2]: its size moves
+//   only when the longest decode context crosses a partition boundary, so repeat sizes
+//   come from the buffer cache;
 // * requests with more than one query (prefill, chunked prefill) go to
 //   paged_attention_prefill_<dtype>, a threadgroup per (query tile, kv head) serving
 //   the kv head's GQA group (PrefillGroupHeads heads, PrefillQueryTile positions; a

@@ -12,6 +12,7 @@
 #include "cpu/fast/cpu_features.h"
 #include "cpu/fast/exp_avx512.h"
 #include "cpu/fast/gemv_call.h"
+#include "cpu/fast/matmul_dispatch.h"
 #include "cpu/fast/weight_prefetch.h"
 #include "cpu/float_rows.h"
 #include "cpu/silu_rows.h"

@@ -1,26 +1,22 @@
 """Model architectures, each a forward pass built from ``metalrt.ops``.
 
 ``build_model(config, weights, device)`` picks the class by ``config["model_type"]``
-(Hugging Face's name for the architecture).
+(Hugging Face's name for the architecture); a family module registers its class with
+``registry.family`` (docs/architecture.md, "Add a model family").
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Mapping
 
 from .decoder import CausalLM
-from .llama import LlamaModel
-from .opt import OPTModel
-from .qwen2 import Qwen2Model
-from .qwen3 import Qwen3Model
-from .qwen3_5 import Qwen35Model
-from .qwen3_5_moe import Qwen35MoeModel
-from .qwen3_moe import Qwen3MoeModel
-from .qwen3_next import Qwen3NextModel
+from .registry import ARCHITECTURES
 
-ARCHITECTURES = {name: cls
-                 for cls in (LlamaModel, Qwen2Model, Qwen3Model, OPTModel, Qwen3MoeModel,
-                             Qwen3NextModel, Qwen35Model, Qwen35MoeModel)
-                 for name in (cls.arch, *getattr(cls, "aliases", ()))}
+# Every module of the package is imported, so each family module registers its class
+# (``registry.family``) without a list here to edit.
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def build_model(config: Mapping, weights: Mapping[str, object], device: str = "cpu",

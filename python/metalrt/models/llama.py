@@ -15,8 +15,10 @@ from .decoder import CausalLM, PreNormLayer
 from .layers import Embedding, Linear, RMSNorm, dense_mlp
 from .shape import DecoderShape
 from .weights import Weights
+from .registry import family
 
 
+@family
 class LlamaModel(CausalLM):
     arch = "llama"
     qkv_bias_default = False      # Qwen2 has Q/K/V biases

@@ -16,6 +16,7 @@ from .decoder import CausalLM, PreNormLayer
 from .layers import Embedding, LayerNorm, Linear
 from .shape import DecoderShape
 from .weights import Weights
+from .registry import family
 
 POSITION_OFFSET = 2
 
@@ -30,6 +31,7 @@ class ReluMLP:
         return self.fc2(ops.relu(self.fc1(x)))
 
 
+@family
 class OPTModel(CausalLM):
     arch = "opt"
 

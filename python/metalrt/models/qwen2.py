@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from .llama import LlamaModel
+from .registry import family
 
 
+@family
 class Qwen2Model(LlamaModel):
     arch = "qwen2"
     qkv_bias_default = True

@@ -7,6 +7,7 @@ from metalrt import ops
 
 from .weights import Weights
 from .llama import LlamaModel
+from .registry import family
 
 
 class QkNormRope:
@@ -22,6 +23,7 @@ class QkNormRope:
                                 self.rope.rotary_dim, self.rope.base)
 
 
+@family
 class Qwen3Model(LlamaModel):
     arch = "qwen3"
 

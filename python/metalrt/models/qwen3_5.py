@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 from .hybrid import HybridModel
+from .registry import family
 
 
+@family
 class Qwen35Model(HybridModel):
     arch = "qwen3_5"
     aliases = ("qwen3_5_text",)

@@ -6,8 +6,10 @@ Checkpoint layouts as ``qwen3_5``; expert weights per expert or fused
 from __future__ import annotations
 
 from .hybrid import HybridModel
+from .registry import family
 
 
+@family
 class Qwen35MoeModel(HybridModel):
     arch = "qwen3_5_moe"
     aliases = ("qwen3_5_moe_text",)

@@ -11,8 +11,10 @@ from .config_values import config_bool, config_int
 from .hybrid_config import sparse_layers
 from .qwen3 import Qwen3Model
 from .sparse_moe import SparseMoE
+from .registry import family
 
 
+@family
 class Qwen3MoeModel(Qwen3Model):
     arch = "qwen3_moe"
 

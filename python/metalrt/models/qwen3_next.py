@@ -20,6 +20,7 @@ from .config_values import config_bool
 from .gated_deltanet import GdnShape
 from .hybrid import HybridModel
 from .hybrid_config import LINEAR, sparse_layers
+from .registry import family
 
 
 def _per_key_head(s: GdnShape, group: int, start: int, size: int) -> np.ndarray:
@@ -52,6 +53,7 @@ def _fused_rows(fused: str, s: GdnShape) -> int:
     return 2 * s.key_dim + 2 * s.value_dim if fused == "in_proj_qkvz" else 2 * s.v_heads
 
 
+@family
 class Qwen3NextModel(HybridModel):
     arch = "qwen3_next"
 

@@ -11,14 +11,13 @@ from .._metalrt import ops as _native
 from ..tensor import asarray, dtype_name
 from ._args import integer, out_tensor, tensors
 
-FORMATS = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "affine")
-
 
 def quantized_tensor(format: str, shape, data, scales=None, biases=None, *, bits=None,
                      group_size=None, device=None) -> QuantizedTensor:
     """A quantized weight of `shape` (N, K), validated.
 
-    format: one of FORMATS. GGUF formats: data uint8 [N, K / block * block_bytes], each
+    format: a GGUF block type ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k",
+    "q6_k": the table of cpp/core/quantized_tensor.cpp) or "affine". GGUF formats: data uint8 [N, K / block * block_bytes], each
     row's blocks byte for byte as in the file (ggml-common.h); no scales or biases.
     "affine" (MLX): data uint32 [N, K * bits / 32] (codes LSB first, a contiguous
     bitstream per row), scales and biases [N, K / group_size] float32/float16/bfloat16,
