@@ -55,7 +55,7 @@ TEST_CASE("rms_norm: zero rows give zero (eps keeps the scale finite), eps matte
   Tensor x = MakeFloat({2, 4}, DType::kF32, {0, 0, 0, 0, 1e-3, -1e-3, 1e-3, -1e-3});
   Tensor w = MakeFloat({4}, DType::kF32, {1, 1, 1, 1});
   const std::vector<double> got = ReadFloat(ops::RmsNorm(x, w, 1e-6f));
-  const std::vector<double> want = Reference(ReadFloat(x), ReadFloat(w), 4, 1e-6f, false);
+  const std::vector<double> want = Reference(ReadFloat(x), ReadFloat(w), 4, 1e-6f);
   CheckClose(got, want, {1e-6, 0.0}, "rms_norm small rows");
   CHECK(got[4] < 0.8);   // 1e-3 / sqrt(1e-6 + 1e-6): eps is not dropped
 }
@@ -71,8 +71,8 @@ TEST_CASE("rms_norm: bad inputs raise with the op name") {
   CheckThrows<std::invalid_argument>([&] { ops::RmsNorm(x, w, -1.0f); }, "[rms_norm] ");
   CheckThrows<std::invalid_argument>([&] { ops::RmsNorm(x, w, NAN); }, "[rms_norm] ");
   CheckThrows<std::invalid_argument>([&] { ops::RmsNorm(x, w, 1e-5f, Tensor::Empty({8, 2}, DType::kF32, DeviceType::kCPU)); }, "[rms_norm] ");
-  CheckThrows<TypeError>([&] { ops::RmsNorm(x, w, 1e-5f, false, Tensor::Empty({2, 8}, DType::kF16, DeviceType::kCPU)); }, "[rms_norm] ");
-  CheckThrows<std::invalid_argument>([&] { ops::RmsNorm(x, w, 1e-5f, false, x); }, "[rms_norm] ");
+  CheckThrows<TypeError>([&] { ops::RmsNorm(x, w, 1e-5f, Tensor::Empty({2, 8}, DType::kF16, DeviceType::kCPU)); }, "[rms_norm] ");
+  CheckThrows<std::invalid_argument>([&] { ops::RmsNorm(x, w, 1e-5f, x); }, "[rms_norm] ");
   CheckThrows<std::invalid_argument>([&] { ops::RmsNorm(x.Slice(1, 0, 4), w.Slice(0, 0, 4), 1e-5f); }, "[rms_norm] ");
   CheckThrows<std::invalid_argument>([&] { ops::RmsNorm(x, Tensor(), 1e-5f); }, "[rms_norm] ");
 }

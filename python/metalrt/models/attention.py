@@ -57,15 +57,16 @@ class Rope:
 
     # A step of more tokens builds its cos|sin rows once for every layer.
     STEP_TABLE_MIN_TOKENS = 8
-    # The host-built table's first size; it doubles past the largest position seen.
-    TABLE_MIN_ROWS = 1024
+    # log2 of the host-built table's first size (1024 rows); it doubles past the
+    # largest position seen.
+    TABLE_MIN_BUCKET = 10
 
     @classmethod
     def position_bucket(cls, max_position: int) -> int:
-        """Rows of the host-built cos|sin table that holds positions 0..max_position: at
-        least TABLE_MIN_ROWS, a power of two. A recorded decode plan reads the table, so
-        the plans are keyed by it (runner/decode_plans.py)."""
-        return max(cls.TABLE_MIN_ROWS, 1 << int(max_position).bit_length())
+        """The bucket b of the host-built cos|sin table that holds positions
+        0..max_position: it has 2**b rows, b >= TABLE_MIN_BUCKET. A recorded decode plan
+        reads the table, so the plans are keyed by it (runner/decode_plans.py)."""
+        return max(cls.TABLE_MIN_BUCKET, int(max_position).bit_length())
 
     def __init__(self, config: Mapping, rotary_dim: int, device: str, arch: str):
         self.base, scaling = rope_parameters(config, arch)
@@ -76,7 +77,7 @@ class Rope:
 
     def cos_sin_table(self, max_position: int) -> "metalrt.Tensor":
         if max_position >= self.table_rows:
-            rows = self.position_bucket(max_position)
+            rows = 1 << self.position_bucket(max_position)
             angles = np.arange(rows, dtype=np.float64)[:, None] * self.inv_freq[None, :]
             table = np.concatenate([np.cos(angles), np.sin(angles)], axis=1)
             self.table = metalrt.asarray(table.astype(np.float32), device=self.device)

@@ -3,8 +3,8 @@
 A decode step (one new token for each of B requests) runs the same op calls every
 step; only the values of its inputs change. ``DecodePlans`` records the step once per
 key — what changes its shapes or host-built tables: B, the block-table width bucket
-(the next power of two of the widest table) and the position bucket (the rows of
-Rope's host-built cos|sin table, ``Rope.position_bucket``) — and replays it after writing the
+(the next power of two of the widest table) and the position bucket of Rope's
+host-built cos|sin table (``Rope.position_bucket``) — and replays it after writing the
 new inputs into the plan's fixed tensors with one call (``metalrt.plan``). The
 requests' recurrent-state slots (hybrid models) are such an input too, like the block
 tables: the conv and delta-rule kernels read them on the device.
