@@ -37,8 +37,9 @@ from typing import Dict, List, Optional, Sequence
 
 import metalrt
 from metalrt import ops, profiler, providers
+from metalrt.cache import blocks_for
 from metalrt.loaders.gguf_file import GGUFFile
-from metalrt.runner import Engine, SamplingParams, blocks_for
+from metalrt.runner import Engine, SamplingParams
 
 from . import attention_grid, decode_pipeline, metal_estimate, weight_bytes
 from .generation import emit

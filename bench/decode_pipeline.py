@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 from metalrt import profiler
-from metalrt.runner import Engine, SamplingParams, blocks_for
+from metalrt.cache import blocks_for
+from metalrt.runner import Engine, SamplingParams
 
 from . import native_calls
 

@@ -54,7 +54,8 @@ class MetalrtEngine(Engine):
 
     def __init__(self, spec: Dict):
         import metalrt
-        from metalrt.runner import Engine as Runner, SamplingParams, blocks_for
+        from metalrt.cache import blocks_for
+        from metalrt.runner import Engine as Runner, SamplingParams
 
         self.version = metalrt_version()
         self.threads = f"{spec['threads']} (METALRT_CPU_THREADS)"

@@ -20,9 +20,10 @@ import numpy as np
 
 import metalrt
 
+from .cache import blocks_for
 from .loaders import load_model_files
 from .models import CausalLM, build_model
-from .runner import Engine, SamplingParams, blocks_for
+from .runner import Engine, SamplingParams
 from .runner.stopping import TextStream
 from .tensor import check_int_range, is_int
 

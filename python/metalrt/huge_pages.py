@@ -1,6 +1,6 @@
 """Host memory in transparent huge pages, for the buffers a CPU decode step reads
 after the weights have streamed through the caches: the weights themselves
-(``loaders/file_map.py``) and the KV cache (``runner/kv_cache.py``).
+(``loaders/file_map.py``) and the KV cache (``cache/paged_kv.py``).
 
 In 4 KB pages every page such a read touches is a TLB miss and a stop of the hardware
 prefetchers; 2 MB pages (x86-64 and arm64 Linux) remove both. The memory is an

@@ -9,7 +9,8 @@ import metalrt
 import tiny_hf
 from conftest import SUFFIX
 from metalrt import profiler
-from metalrt.runner import Engine, SamplingParams, blocks_for
+from metalrt.cache import blocks_for
+from metalrt.runner import Engine, SamplingParams
 
 pytestmark = pytest.mark.skipif(not metalrt.is_available("metal"), reason="needs a Metal device")
 

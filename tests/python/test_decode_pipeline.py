@@ -13,11 +13,10 @@ import pytest
 
 import metalrt
 import tiny_hybrid
+from metalrt.cache import ScheduledChunk, blocks_for, build_step
 from metalrt.plan import read_output
-from metalrt.runner.batch import ScheduledChunk, build_step
 from metalrt.runner.decode_plans import DecodePlans, DecodeRun, decode_key
 from metalrt.runner.engine import Engine
-from metalrt.runner.kv_cache import blocks_for
 from metalrt.runner.sampling import SamplingParams
 from conftest import requires_metal
 

@@ -12,8 +12,8 @@ import pytest
 import metalrt
 import tiny_hybrid
 from conftest import DEVICES
-from metalrt.runner import Engine, SamplingParams, blocks_for
-from metalrt.runner.batch import ScheduledChunk, build_step
+from metalrt.cache import RecurrentLayer, ScheduledChunk, blocks_for, build_step
+from metalrt.runner import Engine, SamplingParams
 from metalrt.runner.decode_plans import DecodePlans
 
 ARCHS = ["qwen3_next", "qwen3_5"]
@@ -27,7 +27,8 @@ def model(request):
 
 
 def _states(cache):
-    return [t.numpy() for t in cache.state.conv + cache.state.recurrent]
+    return [t.numpy() for layer in cache.layers if isinstance(layer, RecurrentLayer)
+            for t in (layer.conv, layer.recurrent)]
 
 
 def test_replayed_decode_equals_the_unrecorded_step_at_free_state_slots(model):

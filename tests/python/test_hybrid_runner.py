@@ -9,8 +9,8 @@ import pytest
 import metalrt
 import tiny_hybrid
 from conftest import DEVICES
-from metalrt.runner import Engine, SamplingParams, blocks_for
-from metalrt.runner.recurrent_state import HybridCache
+from metalrt.cache import ModelCache, PagedKVLayer, RecurrentLayer, blocks_for
+from metalrt.runner import Engine, SamplingParams
 
 ARCH = "qwen3_next"
 
@@ -37,14 +37,19 @@ def alone(model, prompt, max_tokens=6):
 
 def test_cache_holds_kv_for_attention_layers_and_state_for_gdn_layers(model):
     cache = model.new_cache(4, num_slots=3)
-    assert isinstance(cache, HybridCache)
-    attention = model.layer_types.count("full_attention")
-    assert len(cache.kv.keys) == attention and cache.kv.keys[0].shape == (4, 16, 2, 32)
+    assert isinstance(cache, ModelCache) and len(cache.layers) == len(model.layer_types)
+    assert cache.num_blocks == 4 and cache.num_state_slots == 3
     g = model.gdn
-    assert len(cache.state.conv) == len(model.layer_types) - attention
-    assert cache.state.conv[0].shape == (3, g.conv_dim, g.conv_width - 1)
-    assert cache.state.recurrent[0].shape == (3, g.v_heads, g.k_dim, g.v_dim)
-    assert cache.state.recurrent[0].dtype == "float32"
+    assert {"full_attention", "linear_attention"} == set(model.layer_types)
+    for kind, layer in zip(model.layer_types, cache.layers):
+        if kind == "full_attention":
+            assert isinstance(layer, PagedKVLayer)
+            assert layer.keys.shape == layer.values.shape == (4, 16, 2, 32)
+        else:
+            assert isinstance(layer, RecurrentLayer)
+            assert layer.conv.shape == (3, g.conv_dim, g.conv_width - 1)
+            assert layer.recurrent.shape == (3, g.v_heads, g.k_dim, g.v_dim)
+            assert layer.recurrent.dtype == "float32"
 
 
 def test_fewer_slots_than_requests_wait_and_match_alone(model):
@@ -80,7 +85,7 @@ def test_prefix_caching_is_off_for_hybrid_models(model):
     try:
         got = run(engine, [prompt, prompt])
         assert engine.stats.prompt_tokens_cached == 0
-        assert not engine.scheduler.pool.caching
+        assert not engine.cache.supports_prefix_caching and not engine.scheduler.pool.caching
     finally:
         engine.close()
     assert got == [alone(model, prompt)] * 2

@@ -1,4 +1,6 @@
-"""The package's modules import each other without a circle.
+"""The package's modules import each other without a circle, and in layers: the models
+and the engine both read the cache package (``models -> cache <- runner``); no model
+imports the engine, and the cache imports neither.
 
 Every import counts, the ones inside functions too (a lazy import that breaks a circle
 at run time still ties two modules together): the graph is read from the sources with
@@ -80,6 +82,31 @@ def test_no_import_circles():
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert "metalrt.tensor" in graph["metalrt.ops._args"]
     assert _circles(graph) == []
+
+
+def _inside(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _importers(graph: dict, layer: str, of: str) -> list:
+    """(module, import) pairs where a module of package ``layer`` imports one of ``of``."""
+    return sorted((name, target) for name, targets in graph.items() if _inside(name, layer)
+                  for target in targets if _inside(target, of))
+
+
+def test_models_and_cache_do_not_import_the_runner():
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert "metalrt.cache" in graph["metalrt.models.attention"]   # the graph is real
+    assert "metalrt.cache" in graph["metalrt.runner.engine"]
+    assert _importers(graph, "metalrt.models", "metalrt.runner") == []
+    assert _importers(graph, "metalrt.cache", "metalrt.runner") == []
+    assert _importers(graph, "metalrt.cache", "metalrt.models") == []
+
+
+def test_an_import_across_layers_is_found():
+    graph = {"p.models.a": {"p.runner.b"}, "p.models": {"p.cache"}, "p.runner.b": {"p.models.a"}}
+    assert _importers(graph, "p.models", "p.runner") == [("p.models.a", "p.runner.b")]
 
 
 def test_a_circle_is_found():

@@ -1,11 +1,13 @@
-"""Block allocator, the flattening of a step into slot mappings / block tables, and the
-cache tensors' memory (one allocation a side, in huge pages on the CPU)."""
+"""Block allocator, the flattening of a step into slot mappings / block tables, the
+paged layers' tensors (one allocation a side, in huge pages on the CPU) and the model
+cache over per-layer caches."""
 import sys
 
 import numpy as np
 import pytest
 
-from metalrt.runner import BLOCK_SIZE, BlockAllocator, OutOfBlocksError, ScheduledChunk, build_step, blocks_for
+from metalrt.cache import (BLOCK_SIZE, BlockAllocator, ModelCache, OutOfBlocksError, PagedKVLayer,
+                           RecurrentLayer, ScheduledChunk, blocks_for, build_step, paged_kv_layers)
 
 
 def test_allocator_hands_out_distinct_blocks_and_reuses_freed_ones():
@@ -63,36 +65,35 @@ def test_build_step_all_rows_and_errors():
     assert step.logit_rows is None and step.num_logit_rows == 3
     step = build_step([ScheduledChunk([5, 6, 7], 0, [0], "none")], "cpu")
     assert step.num_logit_rows == 0
-    with pytest.raises(ValueError, match=r"^\[runner\] chunk of 2 tokens at 15"):
+    with pytest.raises(ValueError, match=r"^\[build_step\] chunk of 2 tokens at 15"):
         build_step([ScheduledChunk([1, 2], BLOCK_SIZE - 1, [0], "last")], "cpu")
-    with pytest.raises(ValueError, match=r"^\[runner\]"):
+    with pytest.raises(ValueError, match=r"^\[build_step\] a step needs"):
         build_step([], "cpu")
 
 
 def test_each_side_is_one_allocation_and_each_layer_a_view_of_it():
     from metalrt.plan import write_inputs
-    from metalrt.runner.kv_cache import PagedKVCache
-    cache = PagedKVCache(num_layers=3, num_blocks=4, kv_heads=2, head_dim=8, device="cpu")
+    keys, values = _sides(paged_kv_layers(num_layers=3, num_blocks=4, kv_heads=2, head_dim=8,
+                                          device="cpu"))
     layer_bytes = 4 * BLOCK_SIZE * 2 * 8 * 4
-    for side in (cache.keys, cache.values):
+    for side in (keys, values):
         assert [t.shape for t in side] == [(4, BLOCK_SIZE, 2, 8)] * 3
         assert [t.data_ptr() - side[0].data_ptr() for t in side] == [0, layer_bytes, 2 * layer_bytes]
-    assert abs(cache.values[0].data_ptr() - cache.keys[0].data_ptr()) >= 3 * layer_bytes
+    assert abs(values[0].data_ptr() - keys[0].data_ptr()) >= 3 * layer_bytes
     # A write to one layer's view is that layer's alone.
-    write_inputs([(cache.keys[1], np.full((4, BLOCK_SIZE, 2, 8), 7.0, np.float32))])
-    assert [float(t.numpy().min()) for t in cache.keys] == [0.0, 7.0, 0.0]
-    assert [float(t.numpy().max()) for t in cache.keys] == [0.0, 7.0, 0.0]
-    assert all(float(abs(t.numpy()).max()) == 0.0 for t in cache.values)
+    write_inputs([(keys[1], np.full((4, BLOCK_SIZE, 2, 8), 7.0, np.float32))])
+    assert [float(t.numpy().min()) for t in keys] == [0.0, 7.0, 0.0]
+    assert [float(t.numpy().max()) for t in keys] == [0.0, 7.0, 0.0]
+    assert all(float(abs(t.numpy()).max()) == 0.0 for t in values)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_a_cpu_cache_side_sits_in_zeroed_memory_advised_for_huge_pages(dtype):
     from linux_memory import smaps_region, thp_eligible, thp_mode
-    from metalrt.runner.kv_cache import PagedKVCache
-    cache = PagedKVCache(num_layers=2, num_blocks=3, kv_heads=2, head_dim=8, device="cpu",
-                         dtype=dtype)
-    for side in (cache.keys, cache.values):
+    layers = paged_kv_layers(num_layers=2, num_blocks=3, kv_heads=2, head_dim=8, device="cpu",
+                             dtype=dtype)
+    for side in _sides(layers):
         assert [(t.shape, t.dtype) for t in side] == [((3, BLOCK_SIZE, 2, 8), dtype)] * 2
         assert side[0].data_ptr() % (2 << 20) == 0
         assert "[heap]" not in "".join(smaps_region(side[0].data_ptr()))   # not the allocator's
@@ -101,19 +102,55 @@ def test_a_cpu_cache_side_sits_in_zeroed_memory_advised_for_huge_pages(dtype):
 
 
 def test_a_metal_cache_is_device_memory_of_zeros():
-    from metalrt.runner.kv_cache import PagedKVCache
-    cache = PagedKVCache(num_layers=2, num_blocks=2, kv_heads=1, head_dim=4, device="metal")
-    for side in (cache.keys, cache.values):
+    layers = paged_kv_layers(num_layers=2, num_blocks=2, kv_heads=1, head_dim=4, device="metal")
+    for side in _sides(layers):
         assert [(t.device, t.shape) for t in side] == [("metal", (2, BLOCK_SIZE, 1, 4))] * 2
         assert all(float(abs(t.numpy()).max()) == 0.0 for t in side)
 
 
 def test_a_cache_of_no_elements_and_one_too_large_to_map():
-    from metalrt.runner.kv_cache import PagedKVCache
-    # A hybrid model with no full-attention layer keeps a KV cache of no layers.
-    assert PagedKVCache(num_layers=0, num_blocks=4, kv_heads=2, head_dim=64, device="cpu").keys == []
-    empty = PagedKVCache(num_layers=2, num_blocks=4, kv_heads=2, head_dim=0, device="cpu")
-    assert [t.shape for t in empty.values] == [(4, BLOCK_SIZE, 2, 0)] * 2
+    # A hybrid model with no full-attention layer has no paged layers.
+    assert paged_kv_layers(num_layers=0, num_blocks=4, kv_heads=2, head_dim=64, device="cpu") == []
+    empty = paged_kv_layers(num_layers=2, num_blocks=4, kv_heads=2, head_dim=0, device="cpu")
+    assert [layer.values.shape for layer in empty] == [(4, BLOCK_SIZE, 2, 0)] * 2
     with pytest.raises(MemoryError):   # as metalrt.zeros of that size
-        PagedKVCache(num_layers=30, num_blocks=1 << 40, kv_heads=3, head_dim=64, device="cpu")
+        paged_kv_layers(num_layers=30, num_blocks=1 << 40, kv_heads=3, head_dim=64, device="cpu")
+
+
+def _sides(layers):
+    """([keys of every layer], [values of every layer])."""
+    return [layer.keys for layer in layers], [layer.values for layer in layers]
+
+
+def test_a_model_cache_of_paged_layers_shares_prefixes_and_holds_no_state():
+    layers = paged_kv_layers(num_layers=2, num_blocks=5, kv_heads=1, head_dim=4, device="cpu")
+    cache = ModelCache(layers, num_blocks=5)
+    assert cache.layers == layers and all(isinstance(l, PagedKVLayer) for l in cache.layers)
+    assert (cache.num_blocks, cache.num_state_slots, cache.in_use) == (5, 0, False)
+    assert cache.supports_prefix_caching and cache.decode_plans is None
+
+
+def test_a_model_cache_with_recurrent_layers_resets_one_slot_of_each():
+    kv = paged_kv_layers(num_layers=1, num_blocks=2, kv_heads=1, head_dim=4, device="cpu")
+    state = [RecurrentLayer(3, conv_dim=6, conv_width=4, v_heads=2, k_dim=3, v_dim=5,
+                            device="cpu") for _ in range(2)]
+    cache = ModelCache([state[0], kv[0], state[1]], num_blocks=2)
+    assert cache.num_state_slots == 3 and not cache.supports_prefix_caching
+    assert [(l.conv.shape, l.recurrent.shape, l.recurrent.dtype) for l in state] == \
+        [((3, 6, 3), (3, 2, 3, 5), "float32")] * 2
+    for layer in state:
+        layer.conv.copy_from(np.ones((3, 6, 3), np.float32))
+        layer.recurrent.copy_from(np.ones((3, 2, 3, 5), np.float32))
+    cache.reset(1)
+    for layer in state:
+        assert layer.conv.numpy()[:, 0, 0].tolist() == [1.0, 0.0, 1.0]
+        assert layer.recurrent.numpy()[:, 0, 0, 0].tolist() == [1.0, 0.0, 1.0]
+        assert not layer.conv.numpy()[1].any() and not layer.recurrent.numpy()[1].any()
+    with pytest.raises(ValueError, match=r"^\[recurrent_state\] slot 3 is outside \[0, 3\)"):
+        cache.reset(3)
+    with pytest.raises(ValueError, match=r"^\[recurrent_state\] num_slots must be >= 1"):
+        RecurrentLayer(0, 6, 4, 2, 3, 5, "cpu")
+    other = RecurrentLayer(2, 6, 4, 2, 3, 5, "cpu")
+    with pytest.raises(ValueError, match=r"^\[cache\] the layers' per-request state has \[2, 3\]"):
+        ModelCache([state[0], other], num_blocks=2)
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import metalrt
-from metalrt.runner import (BLOCK_SIZE, BlockAllocator, BlockPool, Engine, OutOfBlocksError,
-                            Request, SamplingParams, Scheduler)
+from metalrt.cache import BLOCK_SIZE, BlockAllocator, OutOfBlocksError
+from metalrt.runner import BlockPool, Engine, Request, SamplingParams, Scheduler
 from metalrt.runner.prefix_cache import prefix_keys
 
 

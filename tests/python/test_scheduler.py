@@ -1,7 +1,8 @@
 """Scheduler: decode first, chunked prefill under a token budget, admission by free blocks."""
 import pytest
 
-from metalrt.runner import BlockAllocator, OutOfBlocksError, Request, SamplingParams, Scheduler
+from metalrt.cache import BlockAllocator, OutOfBlocksError
+from metalrt.runner import Request, SamplingParams, Scheduler
 
 
 def request(i, prompt_len, max_tokens=4):

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 import metalrt
-from metalrt.runner import BLOCK_SIZE
+from metalrt.cache import BLOCK_SIZE
 from server_process import MODEL_ID, ServerProcess
 
 HELLO = [{"role": "user", "content": "Tell me a long story about a dragon."}]

@@ -20,8 +20,9 @@ import tiny_hf
 import tiny_hybrid
 import tiny_quant
 from metalrt import profiler
+from metalrt.cache import StepBuffers, blocks_for
 from metalrt.models.sparse_moe import SparseMoE
-from metalrt.runner import Engine, SamplingParams, StepBuffers, blocks_for
+from metalrt.runner import Engine, SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repository's bench/
 from bench import counters  # noqa: E402

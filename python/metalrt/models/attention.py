@@ -9,7 +9,7 @@ import numpy as np
 import metalrt
 from metalrt import ops
 
-from ..runner.batch import StepInputs
+from ..cache import PagedKVLayer, StepInputs
 from .config_values import config_bool, config_float
 from .layers import Linear
 
@@ -148,16 +148,17 @@ class Attention:
         q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
         return ops.qkv_split(self.qkv[0](x), q_width, kv_width, kv_width)
 
-    def __call__(self, x, step: StepInputs, key_cache, value_cache):
-        return self.out(self.attend(x, step, key_cache, value_cache))
+    def __call__(self, x, step: StepInputs, cache: PagedKVLayer):
+        return self.out(self.attend(x, step, cache))
 
-    def add_to(self, h, x, step: StepInputs, key_cache, value_cache):
+    def add_to(self, h, x, step: StepInputs, cache: PagedKVLayer):
         """h += attention(x), in place, the output projection fused with the add."""
-        return self.out.add_to(self.attend(x, step, key_cache, value_cache), h)
+        return self.out.add_to(self.attend(x, step, cache), h)
 
-    def attend(self, x, step: StepInputs, key_cache, value_cache):
+    def attend(self, x, step: StepInputs, cache: PagedKVLayer):
         """The attention output [tokens, heads * head_dim] before the output projection."""
         tokens = x.shape[0]
+        key_cache, value_cache = cache.keys, cache.values
         rope = self.positional
         qkv = self.merged_qkv(x) if isinstance(rope, Rope) and rope.inv_freq is None else None
         if qkv is not None:

@@ -13,25 +13,25 @@ import numpy as np
 import metalrt
 from metalrt import ops
 
-from ..runner.batch import ScheduledChunk, StepInputs, build_step
-from ..runner.kv_cache import PagedKVCache, blocks_for
-from ..runner.logits import as_float32
+from ..cache import ModelCache, ScheduledChunk, StepInputs, blocks_for, build_step, paged_kv_layers
 from ..tensor import check_int_range
-from .attention import Attention
 from .config_values import config_int
 from .layers import linear, residual_add
+from .logits import as_float32
 from .shape import DecoderShape
 
 
 class PreNormLayer:
     """h += attn(norm1(h)); h += mlp(norm2(h)) (the GPT-2 / Llama residual order). The
-    residual stream h is updated in place: it is the forward pass's own tensor."""
+    residual stream h is updated in place: it is the forward pass's own tensor.
+    ``attention`` is the layer's token mixer, called as ``(x, step, layer_cache)``
+    (``Attention``, ``GatedDeltaNet``)."""
 
-    def __init__(self, attn_norm, attention: Attention, mlp_norm, mlp):
+    def __init__(self, attn_norm, attention, mlp_norm, mlp):
         self.attn_norm, self.attention, self.mlp_norm, self.mlp = attn_norm, attention, mlp_norm, mlp
 
-    def __call__(self, h, step: StepInputs, key_cache, value_cache):
-        h = residual_add(self.attention, h, self.attn_norm(h), step, key_cache, value_cache)
+    def __call__(self, h, step: StepInputs, layer_cache):
+        h = residual_add(self.attention, h, self.attn_norm(h), step, layer_cache)
         return residual_add(self.mlp, h, self.mlp_norm(h))
 
 
@@ -54,7 +54,7 @@ class CausalLM:
         self.config, self.device, self.dtype, self.shape = dict(config), device, dtype, shape
         self.num_kv_heads, self.head_dim, self.vocab_size = shape.kv_heads, shape.head_dim, shape.vocab
         self.context_length = config_int(config, "max_position_embeddings", self.arch, None)
-        self._cache: Optional[PagedKVCache] = None
+        self._cache: Optional[ModelCache] = None
 
     @property
     def num_layers(self) -> int:
@@ -63,8 +63,8 @@ class CausalLM:
     def embed(self, step: StepInputs):
         return self.embed_tokens(step.token_ids)
 
-    def forward(self, step: StepInputs, cache: PagedKVCache, float32_logits: bool = True):
-        """Runs one step, writing its K/V into ``cache``. Returns the logits
+    def forward(self, step: StepInputs, cache: ModelCache, float32_logits: bool = True):
+        """Runs one step, writing its K/V (and state) into ``cache``. Returns the logits
         [step.num_logit_rows, vocab] on the device, float32 (cast from the model's dtype
         when it is float16/bfloat16), or in the model's dtype with ``float32_logits``
         False (the decode step's greedy_argmax reads those directly, one dispatch less);
@@ -75,8 +75,8 @@ class CausalLM:
         # on the GPU long enough for macOS to abort it ("Impacting Interactivity").
         # Decode steps stay batched at the cap.
         prefill = step.token_ids.shape[0] > step.seq_lens.shape[0]
-        for layer, keys, values in zip(self.layers, cache.keys, cache.values):
-            h = layer(h, step, keys, values)
+        for layer, layer_cache in zip(self.layers, cache.layers):
+            h = layer(h, step, layer_cache)
             if prefill:
                 metalrt.flush(self.device)
         if step.num_logit_rows == 0:
@@ -86,11 +86,12 @@ class CausalLM:
         logits = linear(self.lm_head)(self.final_norm(h))
         return as_float32(logits) if float32_logits else logits
 
-    def new_cache(self, num_blocks: int) -> PagedKVCache:
-        return PagedKVCache(self.num_layers, num_blocks, self.num_kv_heads, self.head_dim,
-                            self.device, self.dtype)
+    def new_cache(self, num_blocks: int) -> ModelCache:
+        """A cache of ``num_blocks`` KV blocks for every layer (all attention layers)."""
+        return ModelCache(paged_kv_layers(self.num_layers, num_blocks, self.num_kv_heads,
+                                          self.head_dim, self.device, self.dtype), num_blocks)
 
-    def kv_cache(self, num_blocks: int) -> PagedKVCache:
+    def kv_cache(self, num_blocks: int) -> ModelCache:
         """A cache of at least ``num_blocks`` blocks that no engine holds: the last one
         made is reused (stale rows are never read: attention stops at seq_len)."""
         if self._cache is None or self._cache.in_use or self._cache.num_blocks < num_blocks:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from metalrt import ops
 
-from ..runner.batch import StepInputs
+from ..cache import PagedKVLayer, StepInputs
 from .attention import Attention
 from .layers import Linear
 from .weights import Weights
@@ -37,7 +37,7 @@ class GatedAttention(Attention):
         kv_width = self.kv_heads * self.head_dim
         return ops.qkv_split(self.qkv[0](x), 2 * self.heads * self.head_dim, kv_width, kv_width)
 
-    def attend(self, x, step: StepInputs, key_cache, value_cache):
+    def attend(self, x, step: StepInputs, cache: PagedKVLayer):
         """The gated attention output [tokens, heads * head_dim] before ``o_proj``; the
         base class's ``__call__`` and ``add_to`` (the residual add fused into
         ``o_proj``, what ``PreNormLayer`` calls) both run it."""
@@ -48,7 +48,7 @@ class GatedAttention(Attention):
         v = v.reshape(tokens, self.kv_heads, self.head_dim)
         q, k = ops.qk_norm_rope(q, k, self.q_norm, self.k_norm, step.positions, self.eps,
                                 self.rope.rotary_dim, self.rope.base)
-        ops.reshape_and_cache(k, v, key_cache, value_cache, step.slot_mapping)
-        attn = ops.paged_attention(q, key_cache, value_cache, step.block_tables, step.seq_lens,
+        ops.reshape_and_cache(k, v, cache.keys, cache.values, step.slot_mapping)
+        attn = ops.paged_attention(q, cache.keys, cache.values, step.block_tables, step.seq_lens,
                                    step.query_start_loc, self.scale)
         return ops.sigmoid_mul(attn.reshape(tokens, self.heads * self.head_dim), gate)

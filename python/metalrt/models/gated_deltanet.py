@@ -11,7 +11,7 @@
 Weights are in Qwen3.5's layout (``linear_attn.in_proj_qkv`` / ``in_proj_z`` /
 ``in_proj_b`` / ``in_proj_a``); ``qwen3_next.py`` brings Qwen3-Next's grouped
 ``in_proj_qkvz`` / ``in_proj_ba`` into it at load. The per-request state lives in the
-pools of ``runner.recurrent_state`` and is indexed by the step's ``state_slots``.
+pools of its ``cache.RecurrentLayer`` and is indexed by the step's ``state_slots``.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import numpy as np
 import metalrt
 from metalrt import ops
 
-from ..runner.batch import StepInputs
+from ..cache import RecurrentLayer, StepInputs
 from .config_values import config_int
 from .layers import Linear
 from .weights import Weights
@@ -64,8 +64,8 @@ class GdnShape:
 
 
 class GatedDeltaNet:
-    """One GDN mixer: ``(h_normed, step, conv_state, recurrent_state) -> [T, hidden]``,
-    updating the two state pools in place at the slots of the step's requests."""
+    """One GDN mixer: ``(h_normed, step, layer_cache) -> [T, hidden]``, updating the
+    layer's two state pools in place at the slots of the step's requests."""
 
     def __init__(self, w: Weights, prefix: str, shape: GdnShape, hidden: int, eps: float):
         self.shape, self.eps = shape, float(eps)
@@ -91,13 +91,13 @@ class GatedDeltaNet:
             return ops.qkv_split(self.in_proj[0](x), s.conv_dim, s.value_dim, s.v_heads)
         return tuple(proj(x) for proj in self.in_proj)
 
-    def __call__(self, x, step: StepInputs, conv_state, recurrent_state):
+    def __call__(self, x, step: StepInputs, cache: RecurrentLayer):
         s, tokens = self.shape, x.shape[0]
         mixed_qkv, z, b = self.project(x)
-        mixed_qkv = ops.causal_conv1d(mixed_qkv, self.conv_weight, conv_state,
+        mixed_qkv = ops.causal_conv1d(mixed_qkv, self.conv_weight, cache.conv,
                                       step.query_start_loc, step.state_slots, activation="silu")
         g, beta = ops.gdn_gating(self.in_proj_a(x), b, self.A_log, self.dt_bias)
-        o = ops.gated_delta_rule(mixed_qkv, g, beta, recurrent_state, step.query_start_loc,
+        o = ops.gated_delta_rule(mixed_qkv, g, beta, cache.recurrent, step.query_start_loc,
                                  step.state_slots, num_k_heads=s.k_heads, head_k_dim=s.k_dim,
                                  num_v_heads=s.v_heads, head_v_dim=s.v_dim)
         o = ops.gated_rms_norm(o.reshape(tokens * s.v_heads, s.v_dim),

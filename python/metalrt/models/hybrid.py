@@ -2,13 +2,14 @@
 ``Qwen3NextDecoderLayer``): pre-norm layers whose mixer is either Gated-DeltaNet linear
 attention (``gated_deltanet``) or gated full attention (``gated_attention``) by
 ``layer_types``, followed by a dense SwiGLU MLP or a sparse MoE block; every RMSNorm
-but the GDN output norm is zero-centred (``(1 + w)``, ``norms``). The per-request state
-is a ``runner.recurrent_state.HybridCache``."""
+but the GDN output norm is zero-centred (``(1 + w)``, ``norms``). Each full-attention
+layer's cache is a ``cache.PagedKVLayer``, each GDN layer's a ``cache.RecurrentLayer``
+(its per-request state)."""
 from __future__ import annotations
 
 from typing import List, Mapping
 
-from ..runner.recurrent_state import HybridCache
+from ..cache import ModelCache, RecurrentLayer, paged_kv_layers
 from .attention import Rope
 from .config_values import config_bool, config_float, config_int
 from .decoder import CausalLM, PreNormLayer
@@ -88,10 +89,13 @@ class HybridModel(CausalLM):
         self.lm_head = (self.embed_tokens.table if tied
                         else w.matrix("lm_head.weight", (vocab, hidden)))
 
-    def new_cache(self, num_blocks: int, num_slots: int = DEFAULT_STATE_SLOTS) -> HybridCache:
+    def new_cache(self, num_blocks: int, num_slots: int = DEFAULT_STATE_SLOTS) -> ModelCache:
         """KV blocks for the full-attention layers and ``num_slots`` request slots of
         recurrent state for the GDN layers."""
         g = self.gdn
-        return HybridCache(self.layer_types, num_blocks, num_slots, self.num_kv_heads,
-                           self.head_dim, g.conv_dim, g.conv_width, g.v_heads, g.k_dim, g.v_dim,
-                           self.device, self.dtype)
+        kv = iter(paged_kv_layers(self.layer_types.count(FULL), num_blocks, self.num_kv_heads,
+                                  self.head_dim, self.device, self.dtype))
+        return ModelCache([next(kv) if kind == FULL else
+                           RecurrentLayer(num_slots, g.conv_dim, g.conv_width, g.v_heads, g.k_dim,
+                                          g.v_dim, self.device, self.dtype)
+                           for kind in self.layer_types], num_blocks)

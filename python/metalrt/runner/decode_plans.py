@@ -27,10 +27,10 @@ import numpy as np
 import metalrt
 from metalrt import ops
 
+from ..cache import BLOCK_SIZE, StepInputs
 from ..models.attention import Rope
+from ..models.logits import as_float32
 from ..plan import Plan, read_output, write_inputs
-from .batch import BLOCK_SIZE, StepInputs
-from .logits import as_float32
 
 
 def decode_key(num_rows: int, width: int, max_position: int) -> Tuple[int, int, int]:

@@ -10,10 +10,9 @@ import numpy as np
 
 from metalrt import ops
 
-from .batch import StepBuffers, build_step
+from ..cache import BlockAllocator, ModelCache, StepBuffers, build_step
+from ..models.logits import as_float32
 from .decode_plans import DecodePlans, DecodeRun
-from .kv_cache import BlockAllocator, PagedKVCache
-from .logits import as_float32
 from .request import Request
 from .sampling import SamplingParams
 from .scheduler import Scheduler
@@ -54,10 +53,10 @@ class Engine:
     ``ops.greedy_argmax`` on the device, so a step reads back only int32 ids; the
     logits come to the host only for rows that sample, penalise or report logprobs.
     ``prefix_caching``: requests reuse the cached K/V of a prompt prefix that earlier
-    requests computed (see ``prefix_cache``); ignored for a cache with recurrent state
-    (a ``recurrent_state.HybridCache``: that state cannot be rolled back to a prefix).
-    Such a cache gives every running request a state slot, zeroed before its first
-    chunk.
+    requests computed (see ``prefix_cache``); ignored for a cache that does not support
+    it (a layer's recurrent state cannot be rolled back to a prefix). A cache with
+    per-request state gives every running request a state slot, zeroed before its
+    first chunk.
 
     ``decode_plans``: a step of decodes only is replayed from a recorded plan
     (``decode_plans.DecodePlans``) instead of running the model op by op. The plans
@@ -72,16 +71,15 @@ class Engine:
     emitted. Other sampling reads the logits each step, as without plans.
     """
 
-    def __init__(self, model, cache: PagedKVCache, max_batched_tokens: int = 512,
+    def __init__(self, model, cache: ModelCache, max_batched_tokens: int = 512,
                  prefix_caching: bool = False, decode_plans: bool = True):
         if cache.in_use:
             raise ValueError("[engine] the KV cache is already held by another engine")
         self.model, self.cache = model, cache
         cache.in_use = True
-        self.state = getattr(cache, "state", None)
-        slots = None if self.state is None else BlockAllocator(self.state.num_slots, "state slot")
+        slots = BlockAllocator(cache.num_state_slots, "state slot") if cache.num_state_slots else None
         self.scheduler = Scheduler(BlockAllocator(cache.num_blocks), max_batched_tokens,
-                                   prefix_caching and self.state is None, slots)
+                                   prefix_caching and cache.supports_prefix_caching, slots)
         self.inputs = StepBuffers(model.device)
         self.stats = EngineStats()
         self._ids = count()
@@ -132,8 +130,8 @@ class Engine:
         for request, chunk in scheduled:
             if chunk.start == request.num_cached_tokens:   # the request's first chunk
                 self.stats.prompt_tokens_cached += request.num_cached_tokens
-                if self.state is not None:
-                    self.state.reset(request.state_slot)
+                if request.state_slot is not None:
+                    self.cache.reset(request.state_slot)
             self.stats.prompt_tokens_computed += max(
                 0, min(len(request.prompt), chunk.start + len(chunk.token_ids)) - chunk.start)
         if self.plans is not None and scheduled and all(
@@ -193,7 +191,7 @@ class Engine:
 
     def _state_slots(self, requests: List[Request]) -> Optional[List[int]]:
         """The requests' recurrent-state slots, None for a cache without that state."""
-        return None if self.state is None else [r.state_slot for r in requests]
+        return [r.state_slot for r in requests] if self.cache.num_state_slots else None
 
     def _can_pipeline(self, requests: List[Request]) -> bool:
         """The next step is these requests' decodes whatever this step samples, short

@@ -16,8 +16,7 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from .batch import BLOCK_SIZE
-from .kv_cache import BlockAllocator, OutOfBlocksError
+from ..cache import BLOCK_SIZE, BlockAllocator, OutOfBlocksError
 
 ROOT_KEY = b""  # key of the (empty) prefix before a sequence's first block
 

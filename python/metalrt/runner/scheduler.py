@@ -20,8 +20,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Deque, List, Optional, Tuple
 
-from .batch import BLOCK_SIZE, ScheduledChunk
-from .kv_cache import BlockAllocator, OutOfBlocksError, blocks_for
+from ..cache import BLOCK_SIZE, BlockAllocator, OutOfBlocksError, ScheduledChunk, blocks_for
 from .prefix_cache import ROOT_KEY, BlockPool, block_key, prefix_keys
 from .request import Request
 

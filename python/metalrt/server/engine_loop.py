@@ -17,8 +17,9 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..cache import blocks_for
 from ..generation import token_budget
-from ..runner import Engine, Request, SamplingParams, blocks_for
+from ..runner import Engine, Request, SamplingParams
 from ..runner.stopping import TextStream
 
 

@@ -66,7 +66,7 @@ def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens
             raise ValueError(f"[serve] --{name.replace('_', '-')} must be >= {least}, got {value}")
     import metalrt
 
-    from ..runner import blocks_for
+    from ..cache import blocks_for
     from .app import create_app
     from .engine_loop import EngineLoop
 

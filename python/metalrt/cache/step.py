@@ -14,7 +14,7 @@ import numpy as np
 
 import metalrt
 
-BLOCK_SIZE = 16  # tokens per KV-cache block (vLLM's default)
+from .blocks import BLOCK_SIZE
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class StepInputs:
     this step, e.g. a step of prompt chunks only); max_position: the largest entry of
     positions, kept on the host so position tables can grow ahead of use;
     state_slots int32 [B]: each sequence's slot in the recurrent-state pools (models
-    with Gated-DeltaNet layers, ``recurrent_state``); derived: tensors that every layer
+    with Gated-DeltaNet layers, ``cache.recurrent``); derived: tensors that every layer
     would otherwise compute again from these inputs, made by the first layer that
     needs them and kept for this step only (RoPE's cos|sin rows of the step's tokens,
     keyed by their maker).
@@ -101,7 +101,7 @@ def build_step(chunks: Sequence[ScheduledChunk], device: str,
     Raises ValueError when a chunk is empty or its block table is too short for it.
     """
     if not chunks:
-        raise ValueError("[runner] a step needs at least one scheduled sequence")
+        raise ValueError("[build_step] a step needs at least one scheduled sequence")
     ids, positions, slots, seq_lens, starts, rows = [], [], [], [], [0], []
     max_blocks = max(len(c.block_table) for c in chunks)
     tables = np.zeros((len(chunks), max(max_blocks, 1)), dtype=np.int32)
@@ -109,7 +109,7 @@ def build_step(chunks: Sequence[ScheduledChunk], device: str,
         n = len(chunk.token_ids)
         end = chunk.start + n
         if n == 0 or end > len(chunk.block_table) * BLOCK_SIZE:
-            raise ValueError(f"[runner] chunk of {n} tokens at {chunk.start} does not fit "
+            raise ValueError(f"[build_step] chunk of {n} tokens at {chunk.start} does not fit "
                              f"{len(chunk.block_table)} blocks")
         pos = np.arange(chunk.start, end)
         table = np.asarray(chunk.block_table, dtype=np.int64)

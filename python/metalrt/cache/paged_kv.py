@@ -1,0 +1,64 @@
+"""The paged KV cache of attention layers (vLLM's PagedAttention layout, Kwon et al.
+2023).
+
+Each attention layer owns a key and a value cache of shape ``[num_blocks, 16,
+kv_heads, head_dim]``, addressed through the step's block tables and slot mapping
+(``blocks``).
+"""
+from __future__ import annotations
+
+from typing import List
+
+import numpy as np
+
+import metalrt
+from metalrt import huge_pages
+
+from .blocks import BLOCK_SIZE
+
+# The numpy element type that stores each cache dtype's bits (asarray(copy=False)).
+_STORAGE = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
+
+
+class PagedKVLayer:
+    """One attention layer's cache: ``keys`` and ``values``, each
+    ``[num_blocks, 16, kv_heads, head_dim]``. Its blocks hold a token's K/V whatever
+    request computed them, so requests with one prompt prefix can share its blocks."""
+
+    num_slots = 0            # no per-request state: the blocks are the whole cache
+    shares_prefixes = True
+
+    def __init__(self, keys: "metalrt.Tensor", values: "metalrt.Tensor"):
+        self.keys, self.values = keys, values
+
+
+def paged_kv_layers(num_layers: int, num_blocks: int, kv_heads: int, head_dim: int,
+                    device: str, dtype: str = "float32") -> List[PagedKVLayer]:
+    """The caches of ``num_layers`` attention layers on ``device``.
+
+    Memory: ``2 * num_layers * num_blocks * 16 * kv_heads * head_dim`` elements of
+    ``dtype``, one zero-filled allocation a side with a view a layer; on the CPU under
+    Linux that allocation sits in 2 MB pages (``metalrt.huge_pages``): a decode step's
+    attention reads each layer's context after the weights have streamed through the
+    caches, and in 4 KB pages every page it touched was a TLB miss (the attention call
+    of the default model 37.9 -> 31.8 us, docs/cpu.md). The price: a layer's memory is
+    faulted in 2 MB at a time, so a large cache used sparsely (a short request in a
+    server's 8,192-token cache) is resident 2 MB a layer and side sooner than in 4 KB
+    pages (never more than the whole cache).
+    """
+    shape = (num_layers, num_blocks, BLOCK_SIZE, kv_heads, head_dim)
+    # Zero-filled so that no uninitialised bytes (possibly NaN) ever sit in a cache.
+    # (A cache of no elements, e.g. a hybrid model with no attention layer, has no
+    # pages to place.)
+    if device == "cpu" and dtype in _STORAGE and huge_pages.available() and all(shape):
+        keys, values = (_huge_page_side(shape, dtype) for _ in range(2))
+    else:
+        keys, values = (metalrt.zeros(shape, dtype, device) for _ in range(2))
+    return [PagedKVLayer(keys[layer], values[layer]) for layer in range(num_layers)]
+
+
+def _huge_page_side(shape, dtype: str) -> metalrt.Tensor:
+    storage = np.dtype(_STORAGE[dtype])
+    memory = huge_pages.allocate(int(np.prod(shape)) * storage.itemsize)   # zero-filled
+    return metalrt.asarray(np.frombuffer(memory, storage).reshape(shape), "cpu", dtype,
+                           copy=False)

@@ -1,0 +1,56 @@
+"""Per-request recurrent state of a Gated-DeltaNet layer (vLLM's mamba state pools;
+reference in docs/models.md).
+
+A GDN layer owns two pools indexed by a request's state slot (the step's
+``state_slots``): the conv state ``[num_slots, conv_dim, K - 1]`` (the last K - 1
+pre-conv inputs, the model's dtype) and the delta-rule state ``[num_slots, v_heads,
+k_dim, v_dim]`` (always float32). A slot is taken when the scheduler admits a request,
+zeroed before its first chunk and freed with the request (finish or abort). Their size
+does not grow with the sequence.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+import metalrt
+
+
+class RecurrentLayer:
+    """One GDN layer's cache: the ``conv`` and ``recurrent`` (delta-rule) state pools of
+    ``num_slots`` requests. The state cannot be rolled back to an earlier position, so
+    a prompt prefix cannot be reused from another request's KV blocks: a model with such
+    a layer runs without prefix caching."""
+
+    shares_prefixes = False
+
+    def __init__(self, num_slots: int, conv_dim: int, conv_width: int, v_heads: int,
+                 k_dim: int, v_dim: int, device: str, dtype: str = "float32"):
+        if num_slots < 1:
+            raise ValueError(f"[recurrent_state] num_slots must be >= 1, got {num_slots}")
+        self.num_slots = num_slots
+        conv_shape = (num_slots, conv_dim, conv_width - 1)
+        state_shape = (num_slots, v_heads, k_dim, v_dim)
+        self.conv = metalrt.zeros(conv_shape, dtype, device)
+        self.recurrent = metalrt.zeros(state_shape, "float32", device)
+        # copy_from takes float16 host arrays for float16 tensors, float32 otherwise.
+        host_dtype = "float16" if dtype == "float16" else "float32"
+        self._zero_conv = _zero_rows((1, *conv_shape[1:]), host_dtype)
+        self._zero_state = _zero_rows((1, *state_shape[1:]), "float32")
+
+    def reset(self, slot: int) -> None:
+        """Zeroes slot ``slot`` of both pools (a new request starts from no history)."""
+        if not 0 <= slot < self.num_slots:
+            raise ValueError(f"[recurrent_state] slot {slot} is outside [0, {self.num_slots})")
+        self.conv[slot:slot + 1].copy_from(self._zero_conv)
+        self.recurrent[slot:slot + 1].copy_from(self._zero_state)
+
+
+@functools.lru_cache(maxsize=8)
+def _zero_rows(shape, dtype: str) -> np.ndarray:
+    """A read-only zero host array, one for all the layers of a shape (a large model's
+    delta-rule slot is megabytes)."""
+    zeros = np.zeros(shape, dtype)
+    zeros.flags.writeable = False
+    return zeros
