@@ -28,7 +28,7 @@ from .._sim.msl_to_cpp import MslError, describe
 from ..tensor import is_int
 from .arguments import bind_argument, from_python
 from .source import build_source
-from .structs import struct_sizes
+from .._sim.msl_structs import struct_sizes
 
 # numpy scalar types a function constant may take, with FunctionConstant::Type codes
 # (cpp/gpu/gpu_device.h: kBool, kInt16, kUInt16, kInt32, kUInt32, kFloat, kHalf).
