@@ -67,6 +67,7 @@ void BindShader(nb::module_& m) {
   using namespace nb::literals;
   nb::class_<ShaderLibrary>(m, "_ShaderLibrary")
       .def("function_names", [](const ShaderLibrary& l) { return l.library->function_names(); })
+      .def("reflection", [](const ShaderLibrary& l) { return l.library->reflection(); })
       .def("dispatch", &Dispatch, "kernel"_a, "args"_a, "grid"_a, "group"_a, "grid_is_threads"_a,
            "constants"_a, "threadgroup_memory"_a);
   m.def(

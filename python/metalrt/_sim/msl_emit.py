@@ -1,18 +1,23 @@
 """What the generator writes from a parsed MSL source (``msl_parse.Program``): the
 C++ translation unit (the rewritten source, one entry per registered kernel binding
 every parameter by its attribute, and the tables ``metal/shim/sim_module.h``
-declares), and the reflection compile_shader builds its Python objects from."""
+declares), and the reflection compile_shader builds its Python objects from (a JSON
+document the simulated device keeps beside the built module)."""
 from __future__ import annotations
 
 if __package__:
+    from .msl_file import SourceFile
     from .msl_parse import FC_TYPES, POSITIONS, KernelDef, Program, required_constants
     from .msl_preprocess import Preprocessed
     from .msl_restrictions import MslError
+    from .msl_structs import struct_sizes
     from .msl_text import c_string
 else:   # imported by msl_to_cpp.py run as a script
+    from msl_file import SourceFile
     from msl_parse import FC_TYPES, POSITIONS, KernelDef, Program, required_constants
     from msl_preprocess import Preprocessed
     from msl_restrictions import MslError
+    from msl_structs import struct_sizes
     from msl_text import c_string
 
 Registered = list[tuple[str, str, KernelDef, str]]   # msl_parse.registered
@@ -92,3 +97,17 @@ def module(program: Program, registered: Registered, pre: Preprocessed, body: st
     macro = "METALRT_SIM_BUILTIN_MODULE" if mode == "builtin" else "METALRT_SIM_SHARED_MODULE"
     out.append(f"{macro}(metalrt_module)")
     return "\n".join(out) + "\n"
+
+
+def reflection(program: Program, registered: Registered, f: SourceFile) -> dict:
+    """What compile_shader needs to convert and check Python values, as JSON (object
+    keys are strings): ``{"function_constants": {index: declared MSL type},
+    "kernels": {host name: {buffer index: declared parameter type}},
+    "structs": {struct name: sizeof}}``, a type as written with spaces normalised
+    (``"constant uint2&"``), the structs those msl_structs can lay out."""
+    return {
+        "function_constants": {str(fc.index): fc.type for fc in program.constants.values()},
+        "kernels": {host: {str(p.index): p.type for p in k.params if p.kind == "buffer"}
+                    for host, _, k, _ in registered},
+        "structs": struct_sizes(f.masked),
+    }

@@ -23,11 +23,12 @@ module of its own, on the preprocessed text (``msl_file.SourceFile``):
 Standard library only (plus the C++ compiler's preprocessor): it runs at build time
 (CMake) and at run time (``compile_shader``). Usage:
 ``python msl_to_cpp.py INPUT.metal OUTPUT.cpp [--mode builtin|shared] [--depfile F]
-[--cxx CXX] [-D NAME[=VALUE]]... [-I DIR]...``.
+[--reflection F.json] [--cxx CXX] [-D NAME[=VALUE]]... [-I DIR]...``.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -46,13 +47,14 @@ else:   # run as a script (CMake, compile_shader): its directory is on sys.path
     from msl_preprocess import preprocess
     from msl_restrictions import MslError
 
-__all__ = ["MslError", "describe", "function_constant_types", "generate", "main"]
+__all__ = ["MslError", "describe", "function_constant_types", "generate", "main", "translate"]
 
 
-def generate(source_path: str, mode: str = "builtin", defines: dict | None = None,
-             include_dirs: list[str] | None = None, cxx: str | None = None
-             ) -> tuple[str, list[str]]:
-    """Translates the MSL file ``source_path``.
+def translate(source_path: str, mode: str = "builtin", defines: dict | None = None,
+              include_dirs: list[str] | None = None, cxx: str | None = None
+              ) -> tuple[str, dict, list[str]]:
+    """Translates the MSL file ``source_path``: its one parse gives both the C++ and
+    the reflection.
 
     Args:
         source_path: the ``.metal`` file.
@@ -62,7 +64,8 @@ def generate(source_path: str, mode: str = "builtin", defines: dict | None = Non
         cxx: the C++ compiler whose preprocessor runs (default ``$CXX`` or ``c++``).
 
     Returns:
-        (C++ translation unit, the source and every project header it included).
+        (C++ translation unit, reflection (msl_emit.reflection), the source and every
+        project header it included).
 
     Raises:
         MslError: at ``file:line``, for MSL the generator cannot translate or that
@@ -74,34 +77,33 @@ def generate(source_path: str, mode: str = "builtin", defines: dict | None = Non
     msl_restrictions.check(f.masked, f.where)
     body = msl_rewrite.rewrite(f, program)
     registered = msl_parse.registered(program, source_path)
-    return msl_emit.module(program, registered, pre, body, source_path, mode), pre.files
+    cpp = msl_emit.module(program, registered, pre, body, source_path, mode)
+    return cpp, msl_emit.reflection(program, registered, f), pre.files
 
 
-def describe(source: str) -> tuple[dict[int, str], dict[str, dict[int, str]]]:
-    """What ``compile_shader`` needs to convert Python values, read from MSL source
-    text (preprocessed, no include paths) as the generator reads it:
-    ``({function-constant index: declared MSL type},
-    {kernel host name: {buffer index: declared parameter type}})``, a type as written
-    with spaces normalised (``"constant uint2&"``). Raises MslError for source the
-    generator rejects."""
+def generate(source_path: str, mode: str = "builtin", defines: dict | None = None,
+             include_dirs: list[str] | None = None, cxx: str | None = None
+             ) -> tuple[str, list[str]]:
+    """(C++ translation unit, files it read) of ``source_path`` (see translate)."""
+    cpp, _, files = translate(source_path, mode, defines, include_dirs, cxx)
+    return cpp, files
+
+
+def describe(source: str) -> dict:
+    """The reflection (msl_emit.reflection) of MSL source text (no include paths), for
+    a device that compiles the source itself (Apple's Metal). Raises MslError for
+    source the generator rejects."""
     with tempfile.TemporaryDirectory(prefix="metalrt-msl-") as d:
         path = os.path.join(d, "shader.metal")
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(source)
-        f = SourceFile(preprocess(path))
-        program = msl_parse.parse(f)
-        msl_restrictions.check(f.masked, f.where)
-        msl_rewrite.rewrite(f, program)
-        registered = msl_parse.registered(program, path)
-    kernels = {host: {p.index: p.type for p in k.params if p.kind == "buffer"}
-               for host, _, k, _ in registered}
-    return {fc.index: fc.type for fc in program.constants.values()}, kernels
+        return translate(path, "shared")[1]
 
 
 def function_constant_types(source: str) -> dict[int, str]:
     """``{index: declared MSL type}`` of the ``constant T name [[function_constant(i)]];``
     declarations of MSL source text (see describe)."""
-    return describe(source)[0]
+    return {int(i): t for i, t in describe(source)["function_constants"].items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,13 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output")
     parser.add_argument("--mode", choices=("builtin", "shared"), default="builtin")
     parser.add_argument("--depfile")
+    parser.add_argument("--reflection", help="also write the reflection (msl_emit.reflection) "
+                        "as JSON to this file")
     parser.add_argument("--cxx", help="C++ compiler whose preprocessor runs (default $CXX or c++)")
     parser.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
     parser.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
     args = parser.parse_args(argv)
     defines = dict((d.split("=", 1) + [None])[:2] for d in args.defines)
     try:
-        text, files = generate(args.source, args.mode, defines, args.include_dirs, args.cxx)
+        text, reflection, files = translate(args.source, args.mode, defines, args.include_dirs,
+                                            args.cxx)
     except MslError as e:
         print(e, file=sys.stderr)
         return 1
@@ -127,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
     os.replace(tmp, args.output)
+    if args.reflection:
+        with open(args.reflection, "w", encoding="utf-8") as fh:
+            json.dump(reflection, fh)
     if args.depfile:
         with open(args.depfile, "w", encoding="utf-8") as fh:
             deps = " ".join(p.replace(" ", "\\ ") for p in files)
