@@ -107,17 +107,6 @@ void SetKernelToolchain(const KernelToolchain& toolchain) {
   Toolchain() = toolchain;
 }
 
-}  // namespace metalrt::sim
-
-namespace metalrt {
-void SetShaderToolchain(const std::string& python, const std::string& generator,
-                        const std::string& shim_dir) {
-  sim::SetKernelToolchain({python, generator, shim_dir});
-}
-}  // namespace metalrt
-
-namespace metalrt::sim {
-
 KernelToolchain GetKernelToolchain() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return Toolchain();
@@ -201,3 +190,13 @@ KernelModule BuildKernelModule(const std::string& source) {
 }
 
 }  // namespace metalrt::sim
+
+namespace metalrt {
+
+// metalrt/shader.h: the public name of the toolchain setting.
+void SetShaderToolchain(const std::string& python, const std::string& generator,
+                        const std::string& shim_dir) {
+  sim::SetKernelToolchain({python, generator, shim_dir});
+}
+
+}  // namespace metalrt
