@@ -51,6 +51,11 @@ class GpuLibrary {
   // Pipeline for kernel `name` specialised with `constants`; cached by the library,
   // valid for its lifetime. Throws std::invalid_argument for an unknown kernel.
   virtual GpuPipeline& pipeline(const std::string& name, const FunctionConstants& constants = {}) = 0;
+  // The MSL generator's reflection of a library compiled at run time (JSON: declared
+  // parameter and function-constant types, struct sizes; see
+  // python/metalrt/_sim/msl_emit.py), written by the build that made it. Empty where
+  // the device compiles the source itself (Apple's Metal) and for default libraries.
+  virtual std::string reflection() const { return {}; }
 };
 
 class GpuComputeEncoder {

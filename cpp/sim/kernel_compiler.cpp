@@ -1,5 +1,7 @@
 #include "sim/kernel_compiler.h"
 
+#include "metalrt/shader.h"
+
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -110,7 +112,7 @@ KernelToolchain GetKernelToolchain() {
   return Toolchain();
 }
 
-std::string BuildKernelModule(const std::string& source) {
+KernelModule BuildKernelModule(const std::string& source) {
   const KernelToolchain tc = GetKernelToolchain();
   if (tc.generator.empty() || !Exists(tc.generator) || !Exists(tc.shim_dir + "/sim_module.h"))
     throw std::runtime_error("[compile_library] the MSL generator or shim headers are missing ('" +
@@ -134,7 +136,9 @@ std::string BuildKernelModule(const std::string& source) {
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   const std::string dir = CacheDir() + "/" + hex;
   const std::string module = dir + "/module.so";
-  if (Exists(module)) return module;
+  const std::string reflection = dir + "/reflection.json";
+  // The reflection is written before the module: a key directory with a module has both.
+  if (Exists(module)) return {module, ReadFile(reflection)};
 
   // Built in a scratch directory of its own, renamed to the key's when complete, so a
   // failed or interrupted build leaves nothing under the key for a later run to trust
@@ -153,13 +157,14 @@ std::string BuildKernelModule(const std::string& source) {
   } remove_scratch{scratch};
   const std::string metal = scratch + "/shader.metal";
   const std::string cpp = scratch + "/shader.cpp";
+  const std::string reflected = scratch + "/reflection.json";
   {
     std::ofstream out(metal, std::ios::binary);
     out << source;
   }
   std::string output;
   if (Run(Quote(tc.python) + " " + Quote(tc.generator) + " " + Quote(metal) + " " + Quote(cpp) +
-              " --mode shared",
+              " --mode shared --reflection " + Quote(reflected),
           output) != 0)
     throw std::runtime_error("[compile_library] " + output);
   const std::string built = scratch + "/module.so";
@@ -181,7 +186,17 @@ std::string BuildKernelModule(const std::string& source) {
       throw std::runtime_error("[compile_library] cannot move the built kernel to " + dir + ": " +
                                std::strerror(errno));
   }
-  return module;
+  return {module, ReadFile(reflection)};
 }
 
 }  // namespace metalrt::sim
+
+namespace metalrt {
+
+// metalrt/shader.h: the public name of the toolchain setting.
+void SetShaderToolchain(const std::string& python, const std::string& generator,
+                        const std::string& shim_dir) {
+  sim::SetKernelToolchain({python, generator, shim_dir});
+}
+
+}  // namespace metalrt

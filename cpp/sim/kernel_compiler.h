@@ -1,6 +1,6 @@
 // Builds MSL source into a loadable module at run time: the generator
-// (python/metalrt/_sim/msl_to_cpp.py) turns it into C++, the system C++ compiler
-// (`$CXX`, else `c++`) into a shared object. Once per source: results are cached
+// (python/metalrt/_sim/msl_to_cpp.py) turns it into C++ and its reflection, the
+// system C++ compiler (`$CXX`, else `c++`) into a shared object. Once per source: results are cached
 // by a hash of the source, the generator, the shim headers and the compiler
 // command, under $METALRT_CACHE_DIR/kernels or ~/.cache/metalrt/kernels.
 #pragma once
@@ -19,9 +19,16 @@ struct KernelToolchain {
 void SetKernelToolchain(const KernelToolchain& toolchain);
 KernelToolchain GetKernelToolchain();
 
-// Path of the shared object for `source`, building it if needed. Throws
+// A built module: the shared object's path and the generator's reflection of the
+// source (JSON, kept beside the shared object), from the one generator run.
+struct KernelModule {
+  std::string path;
+  std::string reflection;
+};
+
+// The module for `source`, building it if needed. Throws
 // std::runtime_error("[compile_library] ...") with the generator's or the
 // compiler's message (which names shader.metal:line) on failure.
-std::string BuildKernelModule(const std::string& source);
+KernelModule BuildKernelModule(const std::string& source);
 
 }  // namespace metalrt::sim

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include "sim/threadgroup.h"
 
@@ -70,7 +71,8 @@ SimPipeline::SimPipeline(const KernelInfo& kernel, const ModuleInfo& module,
 uint32_t SimPipeline::max_total_threads_per_threadgroup() const { return kMaxThreadsPerThreadgroup; }
 uint32_t SimPipeline::thread_execution_width() const { return kSimdWidth; }
 
-SimLibrary::SimLibrary(std::vector<const ModuleInfo*> modules) {
+SimLibrary::SimLibrary(std::vector<const ModuleInfo*> modules, std::string reflection)
+    : reflection_(std::move(reflection)) {
   for (const ModuleInfo* m : modules) {
     for (uint32_t i = 0; i < m->num_kernels; ++i) {
       const KernelInfo& k = m->kernels[i];

@@ -40,8 +40,10 @@ class SimPipeline : public gpu::GpuPipeline {
 class SimLibrary : public gpu::GpuLibrary {
  public:
   // Throws std::runtime_error if two modules define the same kernel name.
-  explicit SimLibrary(std::vector<const ModuleInfo*> modules);
+  // `reflection`: the generator's, for a module built by compile_library.
+  explicit SimLibrary(std::vector<const ModuleInfo*> modules, std::string reflection = {});
   std::vector<std::string> function_names() const override;
+  std::string reflection() const override { return reflection_; }
   gpu::GpuPipeline& pipeline(const std::string& name,
                              const gpu::FunctionConstants& constants = {}) override;
 
@@ -51,6 +53,7 @@ class SimLibrary : public gpu::GpuLibrary {
     const ModuleInfo* module;
   };
   std::map<std::string, Kernel> kernels_;
+  std::string reflection_;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<SimPipeline>> pipelines_;   // by name + constants
 };

@@ -61,10 +61,12 @@ class SimDevice : public gpu::GpuDevice {
   }
 
   std::shared_ptr<gpu::GpuLibrary> compile_library(const std::string& source) override {
-    const std::string path = BuildKernelModule(source);
+    const KernelModule built = BuildKernelModule(source);
     std::lock_guard<std::mutex> lock(mutex_);
-    auto& library = compiled_[path];
-    if (!library) library = std::make_shared<SimLibrary>(std::vector<const ModuleInfo*>{LoadSharedModule(path)});
+    auto& library = compiled_[built.path];
+    if (!library)
+      library = std::make_shared<SimLibrary>(std::vector<const ModuleInfo*>{LoadSharedModule(built.path)},
+                                             built.reflection);
     return library;
   }
 

@@ -2,7 +2,8 @@
 kernel_compiler.cpp): a build is made in a scratch directory and renamed to its key
 when complete, so a failed build (the generator's or the C++ compiler's) leaves
 nothing a later run trusts or trips on; the key's directory of a completed build holds
-the source and the module, and one left without a module is rebuilt."""
+the source, the module and the generator's reflection, and one left without a module
+is rebuilt."""
 import os
 
 import numpy as np
@@ -51,7 +52,7 @@ def test_a_failed_compile_leaves_nothing_and_the_next_build_works(tmp_path, monk
     monkeypatch.setenv("CXX", cxx)
     np.testing.assert_array_equal(run_twice(metalrt.compile_shader(TWICE)), 2 * np.arange(8))
     [key] = list(kernels.iterdir())
-    assert sorted(p.name for p in key.iterdir()) == ["module.so", "shader.metal"]
+    assert sorted(p.name for p in key.iterdir()) == ["module.so", "reflection.json", "shader.metal"]
 
 
 def test_a_source_the_generator_rejects_leaves_nothing(kernels):
@@ -66,4 +67,4 @@ def test_a_key_directory_without_its_module_is_rebuilt(kernels):
     (key / "module.so").unlink()   # what an interrupted build used to leave
     np.testing.assert_array_equal(run_twice(metalrt.compile_shader(TWICE)), 2 * np.arange(8))
     assert sorted(p.name for p in kernels.iterdir()) == [key.name]
-    assert sorted(p.name for p in key.iterdir()) == ["module.so", "shader.metal"]
+    assert sorted(p.name for p in key.iterdir()) == ["module.so", "reflection.json", "shader.metal"]

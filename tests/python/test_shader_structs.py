@@ -1,9 +1,9 @@
 """Struct sizes compile_shader checks ``bytes`` arguments against
-(metalrt.shader.structs), laid out by MSL 3.1's rules (§2.1-2.3, Table 2.2): vectors
+(metalrt._sim.msl_structs), laid out by MSL 3.1's rules (§2.1-2.3, Table 2.2): vectors
 aligned to their size with 3 components taking 4, packed vectors to their scalar,
 matrices as column vectors, arrays, nested structs, typedef'd structs as ggml writes
 them; a struct with a member that cannot be laid out is left unknown (unchecked)."""
-from metalrt.shader.structs import struct_sizes
+from metalrt._sim.msl_structs import struct_sizes
 
 SOURCE = """
 struct Plain { int n; float mul; float add; int unused; };   // 16

@@ -1,6 +1,6 @@
 """Rewrites of MSL syntax that Apple's (clang-based) compiler accepts and the C++
 compiler of the simulated device (g++) does not, each into the C++ that means the
-same. They run on the preprocessed source (msl_to_cpp._File: ``text``, ``masked``,
+same. They run on the preprocessed source (msl_file.SourceFile: ``text``, ``masked``,
 ``replace``, ``blank``, ``error``), before the other rewrites.
 
 * ``const constant T x`` / ``constant const T x``: the ``constant`` address space

@@ -1,6 +1,6 @@
 """Text helpers of the MSL generator: masking comments, literals and directives out
-of the way (positions and newlines kept), bracket matching, splitting at top-level
-commas, and reading attribute lists."""
+of the way (positions and newlines kept), bracket matching, statement starts,
+splitting at top-level commas, reading attribute lists, and C string escapes."""
 from __future__ import annotations
 
 import re
@@ -98,3 +98,36 @@ def attribute_items(body: str) -> list[tuple[str, str]]:
 def blank_attributes(masked: str) -> str:
     """``masked`` with every ``[[...]]`` replaced by spaces (newlines kept)."""
     return re.sub(r"\[\[.*?\]\]", lambda m: re.sub(r"[^\n]", " ", m.group()), masked, flags=re.S)
+
+
+def statement_start(masked: str, pos: int) -> int:
+    """Start of the statement containing ``pos`` (after the previous ; { or })."""
+    i = pos - 1
+    depth = 0
+    while i >= 0:
+        c = masked[i]
+        if c in ")]":
+            depth += 1
+        elif c in "([":
+            if depth == 0:
+                return i + 1
+            depth -= 1
+        elif c in ";{}" and depth == 0:
+            return i + 1
+        i -= 1
+    return 0
+
+
+def previous_char(masked: str, pos: int) -> str:
+    """The last non-space character before ``pos``, or "\\0" at the start of the text.
+    No slicing: a preprocessed source with all its headers is large, and this runs
+    once per keyword."""
+    i = pos - 1
+    while i >= 0 and masked[i].isspace():
+        i -= 1
+    return masked[i] if i >= 0 else "\0"
+
+
+def c_string(s: str) -> str:
+    """``s`` escaped for a C string literal."""
+    return s.replace("\\", "\\\\").replace('"', '\\"')

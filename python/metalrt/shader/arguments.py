@@ -9,18 +9,18 @@ import re
 
 import numpy as np
 
+from .._sim.msl_structs import SCALAR_SIZES
 from ..tensor import check_int_range
 
-# MSL scalar types: numpy type (None: numpy has none, e.g. bfloat) and byte size.
-_SCALARS = {"bool": (np.bool_, 1), "char": (np.int8, 1), "int8_t": (np.int8, 1),
-            "uchar": (np.uint8, 1), "uint8_t": (np.uint8, 1), "short": (np.int16, 2),
-            "int16_t": (np.int16, 2), "ushort": (np.uint16, 2), "uint16_t": (np.uint16, 2),
-            "half": (np.float16, 2), "bfloat": (None, 2), "int": (np.int32, 4),
-            "int32_t": (np.int32, 4), "uint": (np.uint32, 4), "uint32_t": (np.uint32, 4),
-            "float": (np.float32, 4), "long": (np.int64, 8), "int64_t": (np.int64, 8),
-            "ulong": (np.uint64, 8), "uint64_t": (np.uint64, 8), "size_t": (np.uint64, 8),
-            "ptrdiff_t": (np.int64, 8)}
-SCALAR_SIZES = {name: size for name, (_, size) in _SCALARS.items()}
+# The numpy type of each MSL scalar type (None: numpy has none, e.g. bfloat), with
+# its byte size.
+_NUMPY_TYPES = {"bool": np.bool_, "char": np.int8, "int8_t": np.int8, "uchar": np.uint8,
+                "uint8_t": np.uint8, "short": np.int16, "int16_t": np.int16, "ushort": np.uint16,
+                "uint16_t": np.uint16, "half": np.float16, "bfloat": None, "int": np.int32,
+                "int32_t": np.int32, "uint": np.uint32, "uint32_t": np.uint32,
+                "float": np.float32, "long": np.int64, "int64_t": np.int64, "ulong": np.uint64,
+                "uint64_t": np.uint64, "size_t": np.uint64, "ptrdiff_t": np.int64}
+_SCALARS = {name: (_NUMPY_TYPES[name], size) for name, size in SCALAR_SIZES.items()}
 # Apple: setBytes is for data smaller than 4 KB; larger data goes in a buffer.
 MAX_BYTES = 4096
 
@@ -70,7 +70,7 @@ def from_python(value, target: type, what: str) -> np.generic:
 def bind_argument(kernel: str, i: int, value, declared: str | None,
                   structs: dict[str, int] | None = None) -> bytes:
     """The bytes a non-tensor argument ``i`` binds, checked against the declared type
-    (``structs``: the source's struct sizes, ``structs.struct_sizes``).
+    (``structs``: the source's struct sizes from the generator's reflection).
 
     Raises:
         TypeError: the parameter is not in the constant address space (it takes a

@@ -5,7 +5,8 @@ its kernels on Metal tensors.
     lib.my_kernel(x, y, np.uint32(n), threads=(n, 1, 1), group_size=(256, 1, 1))
 
 On an Apple GPU the source is compiled by Metal; on the simulated Metal device it
-is translated to C++ (``metalrt/_sim/msl_to_cpp.py``) and built by the system C++
+is translated to C++ (``metalrt/_sim/msl_to_cpp.py``, whose one parse also gives the
+reflection this module binds Python values by) and built by the system C++
 compiler (``$CXX`` or ``c++``; without one compile_shader raises RuntimeError saying
 what to install) once per source, cached by content hash under
 ``$METALRT_CACHE_DIR/kernels`` (default ``~/.cache/metalrt/kernels``). Dispatches
@@ -16,6 +17,7 @@ Shading Language Specification and Metal's ``dispatchThreads`` /
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -28,7 +30,6 @@ from .._sim.msl_to_cpp import MslError, describe
 from ..tensor import is_int
 from .arguments import bind_argument, from_python
 from .source import build_source
-from .structs import struct_sizes
 
 # numpy scalar types a function constant may take, with FunctionConstant::Type codes
 # (cpp/gpu/gpu_device.h: kBool, kInt16, kUInt16, kInt32, kUInt32, kFloat, kHalf).
@@ -105,11 +106,21 @@ def compile_shader(source: str, *, defines=None, headers=None) -> "ShaderLibrary
     full = build_source(source, defines, headers)
     _use_installed_toolchain()
     native = _metalrt._compile_shader(full)
+    return ShaderLibrary(native, _reflection(native, full))
+
+
+def _reflection(native, source: str) -> dict:
+    """The generator's reflection of ``source`` (msl_emit.reflection): on the simulated
+    device, the one its build of the library wrote; on Apple's Metal, which compiles
+    the source itself, the generator's parse run here, or nothing for source only
+    Metal understands (Python values then use the defaults and go unchecked)."""
+    text = native.reflection()
+    if text:
+        return json.loads(text)
     try:
-        constants, kernels = describe(full)
+        return describe(source)
     except MslError:
-        constants, kernels = {}, {}   # only Metal understands it: Python values use the defaults
-    return ShaderLibrary(native, constants, kernels, struct_sizes(full))
+        return {"function_constants": {}, "kernels": {}, "structs": {}}
 
 
 def _threadgroup_memory(kernel: str, lengths) -> list[tuple[int, int]]:
@@ -266,13 +277,16 @@ class ShaderLibrary:
     names of template instantiations that are not identifiers are reached with
     ``lib["name"]``."""
 
-    def __init__(self, native, constant_types: dict[int, str], kernel_params: dict[str, dict[int, str]],
-                 struct_sizes: dict[str, int]):
+    def __init__(self, native, reflection: dict):
         self._native = native
-        self._struct_sizes = struct_sizes       # struct name -> sizeof (MSL layout)
         self._names = tuple(native.function_names())
-        self._constant_types = constant_types   # function-constant index -> declared MSL type
-        self._kernel_params = kernel_params     # kernel -> buffer index -> declared parameter type
+        # struct name -> sizeof (MSL layout)
+        self._struct_sizes: dict[str, int] = reflection["structs"]
+        # function-constant index -> declared MSL type
+        self._constant_types = {int(i): t for i, t in reflection["function_constants"].items()}
+        # kernel -> buffer index -> declared parameter type
+        self._kernel_params = {kernel: {int(i): t for i, t in params.items()}
+                               for kernel, params in reflection["kernels"].items()}
 
     @property
     def function_names(self) -> tuple[str, ...]:

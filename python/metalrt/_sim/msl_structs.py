@@ -1,5 +1,5 @@
-"""Byte sizes of the plain structs an MSL source declares, so that compile_shader can
-refuse a ``bytes`` argument shorter than its ``constant Struct&`` parameter (the kernel
+"""Byte sizes of the plain structs an MSL source declares (part of the generator's
+reflection, ``msl_emit.reflection``), so that compile_shader can refuse a ``bytes`` argument shorter than its ``constant Struct&`` parameter (the kernel
 would read past what setBytes copied).
 
 Laid out as MSL 3.1 §2.1-2.3 and Table 2.2 say: a scalar or vector is aligned to its
@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import re
 
-from .arguments import SCALAR_SIZES
+# MSL scalar types and their byte sizes (MSL 3.1 §2.1, Table 2.1).
+SCALAR_SIZES = {"bool": 1, "char": 1, "int8_t": 1, "uchar": 1, "uint8_t": 1, "short": 2,
+                "int16_t": 2, "ushort": 2, "uint16_t": 2, "half": 2, "bfloat": 2, "int": 4,
+                "int32_t": 4, "uint": 4, "uint32_t": 4, "float": 4, "long": 8, "int64_t": 8,
+                "ulong": 8, "uint64_t": 8, "size_t": 8, "ptrdiff_t": 8}
 
 _OPEN = re.compile(r"\b(typedef\s+)?struct\b\s*(\w+)?\s*\{")
 _MEMBER = re.compile(r"(?:const\s+)?(\w+)\s+(\w+(?:\s*\[\s*\d+\s*\])?(?:\s*,\s*\w+(?:\s*\[\s*\d+\s*\])?)*)")
