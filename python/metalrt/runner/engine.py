@@ -62,8 +62,7 @@ class Engine:
     (``decode_plans.DecodePlans``) instead of running the model op by op. The plans
     stay with the cache (``cache.decode_plans``), so the next engine over the same
     model and cache replays them instead of recording its own (a recording runs the
-    step op by op: ~5 ms against a ~3.3 ms replay for the default model on the CPU, for
-    each of a key's two phases). When every
+    step op by op, for each of a key's two phases: docs/generation.md). When every
     request of it is greedy (no logprobs, no penalty), no request is waiting and none
     reaches max_tokens with this token, the next step is committed on the device's ids
     before this step's ids are read; its tokens are returned by the next ``step()``,
