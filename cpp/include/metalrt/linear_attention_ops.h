@@ -18,7 +18,8 @@
 namespace metalrt::ops {
 
 struct CausalConv1dParams { bool silu; };
-// Causal depthwise conv1d with a carried state (Qwen3-Next's conv1d over [q | k | v]).
+// Causal depthwise conv1d with a carried state (Qwen3-Next's conv1d over [q | k | v];
+// transformers' torch_causal_conv1d_update generalised to many tokens).
 // x [T, C] float; weight [C, K] in x's dtype (nn.Conv1d's [C, 1, K] squeezed);
 // conv_state [S, C, K-1] in x's dtype, updated in place. For request r, xpad is its
 // K-1 state columns followed by its tokens, and
@@ -31,7 +32,8 @@ Tensor CausalConv1d(const Tensor& x, const Tensor& weight, const Tensor& conv_st
                     const Tensor& query_start, const Tensor& state_slots, bool silu,
                     const OptTensor& out = std::nullopt);
 
-// The gates of a GDN layer, per value head, in f32 whatever the dtypes:
+// The gates of a GDN layer, per value head, in f32 whatever the dtypes (as transformers:
+// "if the model is loaded in fp16, without the .float() here, A might be -inf"):
 //   g = -exp(A_log) * softplus(a + dt_bias), softplus(x) = x > 20 ? x : log1p(exp(x))
 //   beta = sigmoid(b) = 1 / (1 + exp(-b))
 // a, b [T, Hv] one float dtype; A_log, dt_bias [Hv] one float dtype (f32 or a's).
@@ -50,7 +52,10 @@ struct GatedDeltaRuleParams {
   float scale;
   DeltaRuleMode mode;
 };
-// The gated delta rule over the batch, state carried per request. mixed_qkv
+// The gated delta rule over the batch, state carried per request (transformers'
+// torch_recurrent_gated_delta_rule and torch_chunk_gated_delta_rule with
+// use_qk_l2norm_in_kernel=True; the chunked form carries the state across chunks).
+// mixed_qkv
 // [T, 2*Hk*Dk + Hv*Dv] float (the conv output: q of every k head, then k, then v, head
 // major); g, beta float32 [T, Hv] (GdnGating); state float32 [S, Hv, Dk, Dv], read as
 // the initial state of each request's slot and updated in place. Hv must be a multiple

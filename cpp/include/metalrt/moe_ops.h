@@ -1,6 +1,8 @@
 // Entry points of the mixture-of-experts (MoE) and gate ops of the hybrid Qwen3-Next /
 // Qwen3.5 / Qwen3-MoE families (math: transformers 5.24, Qwen3NextRMSNormGated,
-// Qwen3NextAttention's output gate, Qwen3MoeSparseMoeBlock / Qwen3NextSparseMoeBlock).
+// Qwen3NextAttention's output gate, Qwen3MoeSparseMoeBlock / Qwen3NextSparseMoeBlock:
+// softmax in f32, topk, optional renormalisation; the model casts the routing weights
+// to its hidden dtype).
 // Conventions as in ops.h: std::invalid_argument "[op] ..." for shapes and values,
 // metalrt::TypeError for dtypes; "float" is f32, f16 or bf16, computed in f32.
 #pragma once
@@ -34,10 +36,12 @@ Tensor SigmoidMul(const Tensor& x, const Tensor& gate, const std::optional<Tenso
 // ---- MoE --------------------------------------------------------------------------
 struct MoeRouterParams { int64_t top_k; bool renormalize; };
 // logits [T, E] float -> (weights float32 [T, k], ids int32 [T, k]). Softmax over E in
-// f32 (max-subtracted; a NaN logit counts as -inf; when +inf logits exist they share the
-// mass equally); ids are the k largest logits in descending order, ties to the lower
-// index, distinct and in [0, E); weights their probabilities, divided by their sum iff
-// renormalize. A row with no logit above -inf gives ids 0 .. k-1 with weight 0.
+// f32 (max-subtracted; a NaN logit counts as -inf, so garbage or padded rows still get
+// valid ids, unlike vllm-project/vllm#39391, sgl-project/sglang#30079; when +inf logits
+// exist they share the mass equally); ids are the k largest logits in descending
+// order, ties to the lower index, distinct and in [0, E); weights their probabilities,
+// divided by their sum iff renormalize (HF `norm_topk_prob`; Qwen3.5-MoE always
+// renormalises). A row with no logit above -inf gives ids 0 .. k-1 with weight 0.
 // 1 <= top_k <= E. out_weights / out_ids: optional outputs of those shapes and dtypes.
 std::tuple<Tensor, Tensor> MoeRouter(const Tensor& logits, int64_t top_k, bool renormalize,
                                      const std::optional<Tensor>& out_weights = std::nullopt,
@@ -51,7 +55,8 @@ struct MoeMatmulParams {
   QuantizedTensor w;
 };
 // y[t, j] = x_tj . W_e^T with e = expert_ids[t, j] and W_e rows e*N .. e*N+N-1 of w
-// [E*N, K] (the GGUF 3-D expert tensor layout): x [T, K] (x_tj = x[t] for every slot)
+// [E*N, K] (the GGUF 3-D expert tensor layout, so one `ffn_*_exps` tensor is one
+// QuantizedTensor without a copy): x [T, K] (x_tj = x[t] for every slot)
 // or [T, k, K] (x_tj = x[t, j]), float; w float in x's dtype, or quantized (any
 // QuantFormat); expert_ids int32 [T, k]. -> [T, k, N] in x's dtype, accumulated in f32.
 // Only the selected experts' rows are read. An id outside [0, E) raises on the CPU; on

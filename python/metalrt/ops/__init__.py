@@ -1,6 +1,10 @@
 """metalrt ops, one module per op family. Every op runs on the device of its Tensor
 arguments; numpy arrays and lists are copied there first (to the CPU when no argument
-is a Tensor). Results are Tensors on that device."""
+is a Tensor). Index arguments (ids, positions, slots, lengths) given as lists of
+Python ints become the op's integer dtype, range-checked; a numpy array must already
+have it. Results are Tensors on that device. An op's math is written once, in the C++
+header its docstring names (cpp/include/metalrt/ops.h, moe_ops.h,
+linear_attention_ops.h); the docstring says what Python accepts and returns."""
 from .attention import paged_attention
 from .elementwise import add, cast, gelu, mul, relu, silu_and_mul
 from .layout import embedding, qkv_split, reshape_and_cache

@@ -1,6 +1,5 @@
-"""Elementwise ops, activations and dtype casts. Arithmetic inputs are float (float32,
-float16, bfloat16), computed in float32, stored in the input's dtype (round to nearest
-even)."""
+"""Elementwise ops, activations and dtype casts (math: cpp/include/metalrt/ops.h,
+"elementwise"). Arithmetic inputs are float (float32, float16, bfloat16)."""
 from __future__ import annotations
 
 from .._metalrt import Tensor
@@ -9,10 +8,12 @@ from ..tensor import dtype_name
 from ._args import out_tensor, tensors
 
 _BINARY_DOC = """
-    a: float tensor of any shape; b: a's shape, or a trailing suffix of it (broadcast
-    over the leading dims, e.g. a bias [N] with a of [T, N]), a's dtype; out:
-    optional, a's shape and dtype; may be a itself (in place), must not otherwise
-    overlap a or b. Returns a's shape and dtype on the inputs' device.
+
+    a: float Tensor or array of any shape; b: a's shape, or a trailing suffix of it
+    (broadcast over the leading dims, e.g. a bias [N] with a of [T, N]), a's dtype; out:
+    optional Tensor, a's shape and dtype; may be a itself (in place), must not otherwise
+    overlap a or b. Arrays and lists go to the Tensors' device (else the CPU). Returns
+    a's shape and dtype.
 
     Raises ValueError for shapes that do not broadcast, overlapping out or tensors on
     different devices; TypeError for non-float or mismatched dtypes or non-array
@@ -20,9 +21,12 @@ _BINARY_DOC = """
     """
 
 _UNARY_DOC = """
-    x: float tensor of any shape; out: optional, x's shape and dtype, not overlapping x.
-    Returns x's shape and dtype. Raises ValueError for a wrong out or tensors on
-    different devices; TypeError for non-float dtypes or non-array arguments.
+
+    x: float Tensor or array of any shape; out: optional Tensor, x's shape and dtype, not
+    overlapping x. A numpy array or list is copied to the CPU. Returns x's shape and dtype.
+
+    Raises ValueError for a wrong out or tensors on different devices; TypeError for
+    non-float dtypes or non-array arguments.
     """
 
 
@@ -52,19 +56,20 @@ def gelu(x, out=None) -> Tensor:
     return _unary("gelu", x, out)
 
 
-add.__doc__ = "Elementwise a + b." + _BINARY_DOC
-mul.__doc__ = "Elementwise a * b." + _BINARY_DOC
-relu.__doc__ = "ReLU: max(x, 0) (Nair & Hinton 2010)." + _UNARY_DOC
+add.__doc__ = "Elementwise a + b. Math: ops.h ``Add``." + _BINARY_DOC
+mul.__doc__ = "Elementwise a * b. Math: ops.h ``Mul``." + _BINARY_DOC
+relu.__doc__ = "ReLU: max(x, 0) (Nair & Hinton 2010). Math: ops.h ``Relu``." + _UNARY_DOC
 gelu.__doc__ = ("GELU, tanh approximation (Hendrycks & Gimpel 2016, \"Gaussian Error Linear\n"
-                "    Units\"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))." + _UNARY_DOC)
+                "    Units\"). Math: ops.h ``Gelu``." + _UNARY_DOC)
 
 
 def silu_and_mul(x, out=None) -> Tensor:
     """SwiGLU on a merged gate|up projection (Shazeer 2020, "GLU Variants Improve
-    Transformer"): x [..., 2n] -> silu(x[..., :n]) * x[..., n:], [..., n], where
-    silu(g) = g / (1 + exp(-g)).
+    Transformer"): x [..., 2n] -> [..., n]. Math: ops.h ``SiluAndMul``.
 
-    x: float, last dim even; out: optional [..., n] in x's dtype, not overlapping x.
+    x: float Tensor or array (copied to the CPU), last dim even; out: optional Tensor
+    [..., n] in x's dtype, not overlapping x. Returns [..., n] in x's dtype.
+
     Raises ValueError for an odd last dim, a wrong out or tensors on different devices;
     TypeError for non-float dtypes or non-array arguments.
     """
@@ -72,12 +77,14 @@ def silu_and_mul(x, out=None) -> Tensor:
 
 
 def cast(x, dtype, out=None) -> Tensor:
-    """Converts x to `dtype` (a name from metalrt.DTYPES or a numpy dtype): floats round
-    to nearest even (IEEE 754 roundTiesToEven), float -> int truncates toward zero;
-    values out of the target's range give an unspecified (but defined) result.
+    """Converts x to `dtype` (round to nearest even; float -> int truncates). Math:
+    ops.h ``Cast``.
 
-    x: any dtype and shape; out: optional, x's shape with dtype `dtype`, not overlapping
-    x. Returns a new tensor on x's device.
+    x: Tensor or array of any dtype and shape; dtype: a name from metalrt.DTYPES or a
+    numpy dtype; out: optional Tensor, x's shape with dtype `dtype`, not overlapping x.
+    A numpy array or list is copied to the CPU first. Returns a new Tensor on x's
+    device.
+
     Raises TypeError for an unknown dtype or a non-array x; ValueError for a wrong out
     or tensors on different devices.
     """

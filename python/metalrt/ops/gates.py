@@ -1,7 +1,7 @@
 """The gates of the hybrid Gated-DeltaNet / full-attention layers (Qwen3-Next, Qwen3.5):
 the gated RMSNorm of the linear-attention output and the sigmoid output gate of the
-full-attention layers. Math as transformers 5.24 (qwen3_next Qwen3NextRMSNormGated,
-Qwen3NextAttention), computed in float32."""
+full-attention layers, as transformers 5.24 computes them (math:
+cpp/include/metalrt/moe_ops.h, "gates")."""
 from __future__ import annotations
 
 from .._metalrt import Tensor
@@ -10,14 +10,14 @@ from ._args import integer, out_pair, out_tensor, real, tensors
 
 
 def gated_rms_norm(x, z, weight, eps=1e-6, out=None) -> Tensor:
-    """Gated RMSNorm (HF RMSNormGated): per row of the last dim,
-    n = x * rsqrt(mean(x^2) + eps) rounded to x's dtype, p = weight * n rounded to x's
-    dtype, y = p * silu(z) (silu(z) = z / (1 + exp(-z)) in float32) rounded to x's
-    dtype. The weight is used as is (not 1 + weight).
+    """Gated RMSNorm (HF RMSNormGated): rms_norm(x) * weight * silu(z), the weight used
+    as is (not 1 + weight). Math: moe_ops.h ``GatedRmsNorm``.
 
-    x, z: float [..., D] (the GDN output as [T * Hv, Dv]), one shape and dtype;
-    weight: [D] in x's dtype; eps: >= 0; out: optional, x's shape and dtype, not
-    overlapping the inputs. Returns [..., D] in x's dtype.
+    x, z: float [..., D] (the GDN output as [T * Hv, Dv]), one shape and dtype; weight:
+    [D] in x's dtype; eps: real >= 0 (default 1e-6); out: optional Tensor, x's shape and
+    dtype, not overlapping the inputs. Arrays and lists go to the Tensors' device (else
+    the CPU). Returns [..., D] in x's dtype.
+
     Raises ValueError for mismatched shapes (naming z or weight), a negative eps or
     tensors on different devices; TypeError for dtypes or non-array arguments.
     """
@@ -27,15 +27,18 @@ def gated_rms_norm(x, z, weight, eps=1e-6, out=None) -> Tensor:
 
 
 def gated_query_split(q_gate, num_heads, head_dim, out=None) -> tuple:
-    """Splits the q_proj output of a hybrid full-attention layer, laid out per head as
-    head_dim query values then head_dim gate values (Qwen3NextAttention), into
-    q [T, num_heads, head_dim] and gate [T, num_heads * head_dim], new contiguous
-    tensors in q_gate's dtype (bit-exact copies).
+    """Splits the q_proj output of a hybrid full-attention layer (per head: head_dim
+    query values, then head_dim gate values) into q and gate. Math: moe_ops.h
+    ``GatedQuerySplit``.
 
-    q_gate: float [T, num_heads * 2 * head_dim]; out: optional (q, gate) Tensors of
-    those shapes and q_gate's dtype. Raises ValueError when the width is not
-    num_heads * 2 * head_dim, a count is < 1 or an out has the wrong shape; TypeError
-    for non-int counts or a non-float q_gate.
+    q_gate: float [T, num_heads * 2 * head_dim] (an array or list is copied to the CPU);
+    num_heads, head_dim: ints; out: optional (q, gate) tuple of Tensors (either may be
+    None) of the result shapes and q_gate's dtype. Returns new contiguous Tensors (q
+    [T, num_heads, head_dim], gate [T, num_heads * head_dim]) in q_gate's dtype.
+
+    Raises ValueError when the width is not num_heads * 2 * head_dim, a count is < 1 or
+    an out has the wrong shape; TypeError for non-int counts, a non-float q_gate or an
+    out that is not such a tuple.
     """
     op = "gated_query_split"
     (q_gate,) = tensors(op, q_gate=q_gate)
@@ -45,11 +48,13 @@ def gated_query_split(q_gate, num_heads, head_dim, out=None) -> tuple:
 
 
 def sigmoid_mul(x, gate, out=None) -> Tensor:
-    """x * sigmoid(gate) elementwise (the attention output gate), in float32 with
-    sigmoid(g) = 1 / (1 + exp(-g)), rounded once to x's dtype.
+    """x * sigmoid(gate) elementwise (the attention output gate). Math: moe_ops.h
+    ``SigmoidMul``.
 
-    x, gate: float, one shape and dtype; out: optional, x's shape and dtype; it may be x
-    itself (in place) but may not otherwise overlap the inputs.
+    x, gate: float, one shape and dtype; out: optional Tensor, x's shape and dtype; it
+    may be x itself (in place) but may not otherwise overlap the inputs. Arrays and
+    lists go to the Tensors' device (else the CPU). Returns x's shape and dtype.
+
     Raises ValueError for mismatched shapes or devices; TypeError for dtypes.
     """
     op = "sigmoid_mul"

@@ -1,5 +1,5 @@
-"""Gathers and layout ops: token embedding lookup, QKV split, paged KV-cache write.
-All are exact copies of elements (bit-exact on every device)."""
+"""Gathers and layout ops: token embedding lookup, QKV split, paged KV-cache write
+(math: cpp/include/metalrt/ops.h, "gathers and layout"; bit-exact on every device)."""
 from __future__ import annotations
 
 from .._metalrt import Tensor
@@ -8,11 +8,12 @@ from ._args import integer, out_tensor, tensors
 
 
 def embedding(weight, ids, out=None) -> Tensor:
-    """Row gather: out[t] = weight[ids[t]].
+    """Row gather: out[t] = weight[ids[t]]. Math: ops.h ``Embedding``.
 
-    weight: [V, D], any dtype; ids: int32 [T] (a list of Python ints is converted to
-    int32; a numpy array must already be int32); out: optional [T, D] with weight's
-    dtype. Returns [T, D] in weight's dtype on the inputs' device.
+    weight: [V, D], any dtype; ids: int32 [T] (a list of Python ints becomes int32,
+    range-checked; a numpy array must already be int32); out: optional Tensor [T, D] in
+    weight's dtype. Arrays and lists go to the Tensors' device (else the CPU). Returns
+    [T, D] in weight's dtype.
 
     Raises ValueError for ranks, shapes, ids outside [0, V) (or, as Python ints, outside
     int32) or tensors on different devices; TypeError when ids is not int32 or an
@@ -23,9 +24,12 @@ def embedding(weight, ids, out=None) -> Tensor:
 
 
 def qkv_split(qkv, q_width, k_width, v_width) -> tuple:
-    """Splits a fused QKV projection output [T, q_width + k_width + v_width] (any
-    dtype) into new contiguous tensors q [T, q_width], k [T, k_width], v [T, v_width]
-    (widths in elements, e.g. heads * head_dim; they may differ, as with GQA).
+    """Splits a fused QKV projection output into q, k, v. Math: ops.h ``QkvSplit``.
+
+    qkv: [T, q_width + k_width + v_width], any dtype (an array or list is copied to the
+    CPU); q_width, k_width, v_width: ints, in elements (e.g. heads * head_dim; they may
+    differ, as with GQA). Returns new contiguous Tensors (q [T, q_width], k
+    [T, k_width], v [T, v_width]) in qkv's dtype.
 
     Raises ValueError when the widths are not positive or do not sum to qkv's last
     dimension, or qkv is not 2-D; TypeError for non-int widths or a non-array qkv.
@@ -38,14 +42,14 @@ def qkv_split(qkv, q_width, k_width, v_width) -> tuple:
 
 def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
     """Writes the K/V rows of new tokens into a paged KV cache, in place (vLLM's
-    `reshape_and_cache`, Kwon et al. 2023, "Efficient Memory Management for Large
-    Language Model Serving with PagedAttention").
+    `reshape_and_cache`, Kwon et al. 2023, PagedAttention). Math: ops.h
+    ``ReshapeAndCache``.
 
-    key, value: [T, kv_heads, head_dim]; key_cache, value_cache: [num_blocks,
-    block_size, kv_heads, head_dim], same dtype as key; slot_mapping: int64 [T] (vLLM's
-    dtype; a list of Python ints is converted to int64, a numpy array must already be
-    int64) — token t goes to block slot // block_size, row slot % block_size. A slot < 0
-    is padding and is skipped. Returns None.
+    key, value: [T, kv_heads, head_dim]; key_cache, value_cache:
+    [num_blocks, block_size, kv_heads, head_dim], key's dtype; slot_mapping: int64 [T],
+    slot < 0 skipped (vLLM's dtype: a list of Python ints becomes int64, range-checked;
+    a numpy array must already be int64). Arrays and lists go to the Tensors' device
+    (else the CPU). Returns None.
 
     Raises ValueError for shape mismatches, slots beyond the cache or tensors on
     different devices; TypeError for dtype mismatches (slot_mapping must be int64).

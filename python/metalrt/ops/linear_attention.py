@@ -1,12 +1,11 @@
 """Gated-DeltaNet linear attention (Yang, Kautz & Hatamizadeh 2024, "Gated Delta
 Networks"), the recurrent layers of Qwen3-Next and Qwen3.5, computed as transformers
-5.24 does (models/qwen3_next/modeling_qwen3_next.py).
+5.24 does (math and the varlen batching of query_start / state_slots:
+cpp/include/metalrt/linear_attention_ops.h; docs/linear-attention.md).
 
-Batching follows vLLM's varlen ops: the tokens of R requests are concatenated (T in
-all); query_start int32 [R + 1] gives request r the rows query_start[r] ..
-query_start[r+1] - 1; each request's recurrent state lives in a pool at slot
-state_slots[r] (int32 [R], distinct). Both are read on the host when the op is called,
-so they must be written by the host (lists of Python ints are converted to int32)."""
+query_start int32 [R + 1] and state_slots int32 [R] are read on the host when the op
+is called, so they must be written by the host; lists of Python ints become int32
+(range-checked), numpy arrays must already be int32."""
 from __future__ import annotations
 
 from .._metalrt import Tensor
@@ -20,17 +19,15 @@ _MODES = {"recurrent": 0, "chunked": 1, "auto": 2}
 def causal_conv1d(x, weight, conv_state, query_start, state_slots, *, activation="silu",
                   out=None) -> Tensor:
     """Causal depthwise conv1d over each request's tokens with a carried state (the
-    conv1d of a GDN layer over its [q | k | v] channels; transformers'
-    torch_causal_conv1d_update generalised to many tokens).
+    conv1d of a GDN layer over its [q | k | v] channels). Math: linear_attention_ops.h
+    ``CausalConv1d``.
 
     x: [T, C] float (f32/f16/bf16); weight: [C, K] in x's dtype (nn.Conv1d's [C, 1, K]
-    squeezed); conv_state: [S, C, K-1] in x's dtype, updated in place; activation:
-    "silu" or None. With xpad = request r's K-1 state columns followed by its tokens,
-    y[t, c] = act(sum_j weight[c, j] * xpad[t + j, c]) in float32. Afterwards slot
-    state_slots[r] holds the last K-1 columns of xpad (pre-conv inputs, older state
-    included when the request had fewer than K-1 tokens); a request with no token keeps
-    its state. Returns y [T, C] in x's dtype. On Metal, one-token requests run the
-    decode kernel.
+    squeezed); conv_state: [S, C, K-1] in x's dtype, updated in place; query_start:
+    int32 [R + 1]; state_slots: int32 [R]; activation: "silu" (default) or None,
+    keyword-only; out: optional Tensor [T, C] in x's dtype, not overlapping the inputs.
+    Arrays and lists go to the Tensors' device (else the CPU). Returns y [T, C] in x's
+    dtype.
 
     Raises ValueError for shapes (a weight or state whose channels differ from x's),
     query_start not running from 0 to T, a slot outside the pool or used twice, tensors
@@ -46,14 +43,14 @@ def causal_conv1d(x, weight, conv_state, query_start, state_slots, *, activation
 
 
 def gdn_gating(a, b, A_log, dt_bias) -> tuple[Tensor, Tensor]:
-    """The per-token gates of a GDN layer, in float32 whatever the input dtypes (as
-    transformers computes them: "if the model is loaded in fp16, without the .float()
-    here, A might be -inf"):
-    g = -exp(A_log) * softplus(a + dt_bias) (softplus(x) = x if x > 20 else
-    log1p(exp(x))), beta = sigmoid(b).
+    """The per-token gates of a GDN layer, in float32 whatever the input dtypes: g =
+    -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b). Math: linear_attention_ops.h
+    ``GdnGating``.
 
     a, b: [T, Hv] float, one dtype; A_log, dt_bias: [Hv], one dtype, float32 or a's.
-    Returns (g, beta), both float32 [T, Hv].
+    Arrays and lists go to the Tensors' device (else the CPU). Returns (g, beta), both
+    float32 [T, Hv].
+
     Raises ValueError for shapes; TypeError for dtypes or non-array arguments.
     """
     op = "gdn_gating"
@@ -64,26 +61,24 @@ def gated_delta_rule(mixed_qkv, g, beta, state, query_start, state_slots, *, num
                      head_k_dim, num_v_heads, head_v_dim, scale=None, mode="auto",
                      out=None) -> Tensor:
     """The gated delta rule over a batch of requests, each continuing from its pooled
-    state (transformers' torch_recurrent_gated_delta_rule and
-    torch_chunk_gated_delta_rule with use_qk_l2norm_in_kernel=True).
+    state: per token S = exp(g) S; S += k (beta (v - S^T k))^T; o = S^T (scale q), q and
+    k L2-normalised. Math: linear_attention_ops.h ``GatedDeltaRule``.
 
-    mixed_qkv: [T, 2*Hk*Dk + Hv*Dv] float, the conv output: q of every key head, then k,
-    then v, head-major (Hk = num_k_heads, Dk = head_k_dim, Hv = num_v_heads, Dv =
-    head_v_dim; Hv a multiple of Hk, value head h reads key head h // (Hv // Hk));
-    g, beta: float32 [T, Hv] (gdn_gating); state: float32 [S, Hv, Dk, Dv], each
-    request's slot read as its initial state and updated in place; scale: q's scale,
-    default Dk ** -0.5; mode: "recurrent" (one step per token), "chunked" (chunks of 64
-    tokens, the state carried across chunks) or "auto" (recurrent for one-token
-    requests, chunked otherwise) — equal to f32 rounding.
-    q and k are L2-normalised in float32 (x * rsqrt(sum(x^2) + 1e-6)), then per token
-    S = exp(g) S; S += k (beta (v - S^T k))^T; o = S^T (scale q).
-    Returns o [T, Hv, Dv] in mixed_qkv's dtype.
+    mixed_qkv: [T, 2*Hk*Dk + Hv*Dv] float, the conv output (q, then k, then v, head
+    major); g, beta: float32 [T, Hv] (gdn_gating); state: float32 [S, Hv, Dk, Dv],
+    updated in place; query_start: int32 [R + 1]; state_slots: int32 [R]. Keyword-only:
+    num_k_heads (Hk), head_k_dim (Dk), num_v_heads (Hv, a multiple of Hk), head_v_dim
+    (Dv): ints; scale: real, default Dk ** -0.5; mode: "recurrent" (one step per token),
+    "chunked" (chunks of 64 tokens) or "auto" (the default: recurrent for one-token
+    requests, chunked otherwise), equal to f32 rounding; out: optional Tensor
+    [T, Hv, Dv] in mixed_qkv's dtype. Arrays and lists go to the Tensors' device (else
+    the CPU). Returns o [T, Hv, Dv] in mixed_qkv's dtype.
 
-    Raises ValueError for head counts that do not divide, a channel count of mixed_qkv
-    that does not match the heads, a state of the wrong shape, query_start not running
-    from 0 to T, a slot outside the pool or used twice, an unknown mode, tensors on
-    different devices; TypeError for dtypes (the state, g and beta must be float32) or
-    non-array arguments.
+    Raises ValueError for head counts that do not divide, a head_k_dim < 1, a channel
+    count of mixed_qkv that does not match the heads, a state of the wrong shape,
+    query_start not running from 0 to T, a slot outside the pool or used twice, an
+    unknown mode, tensors on different devices; TypeError for dtypes (the state, g and
+    beta must be float32), non-int head counts or non-array arguments.
     """
     op = "gated_delta_rule"
     if mode not in _MODES:

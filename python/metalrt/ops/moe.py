@@ -1,8 +1,8 @@
 """Mixture-of-experts (MoE) ops: the router (softmax + top-k), the expert matmul that
 reads only the selected experts' weights (float or quantized), and the weighted combine
-with the optional gated shared expert. Math as transformers 5.24's
-Qwen3MoeSparseMoeBlock / Qwen3NextSparseMoeBlock (softmax in float32, topk, optional
-renormalisation); the model casts the routing weights to its hidden dtype."""
+with the optional gated shared expert, as transformers 5.24's Qwen3MoeSparseMoeBlock /
+Qwen3NextSparseMoeBlock compute them (math: cpp/include/metalrt/moe_ops.h, "MoE";
+Metal: cpp/gpu/moe.cpp)."""
 from __future__ import annotations
 
 from .._metalrt import QuantizedTensor, Tensor
@@ -11,19 +11,18 @@ from ._args import flag, integer, out_pair, out_tensor, tensors
 
 
 def moe_router(logits, top_k, *, renormalize, out=None) -> tuple:
-    """Routes each token to its top_k experts: (weights, ids).
+    """Routes each token to its top_k experts: softmax over the experts in float32, then
+    top-k (NaN logits count as -inf). Math: moe_ops.h ``MoeRouter``.
 
-    logits: float [T, E] (the router `mlp.gate` output). Softmax over E in float32
-    (max-subtracted); a NaN logit counts as -inf (garbage or padded rows still get valid
-    ids, unlike vllm-project/vllm#39391, sgl-project/sglang#30079); +inf logits share
-    the mass equally. ids: int32 [T, top_k], the experts of the top_k largest logits in
-    descending order, ties to the lower index — distinct and in [0, E); a row without a
-    logit above -inf gives ids 0 .. top_k-1 with weight 0. weights: float32 [T, top_k],
-    the softmax probabilities of those experts, divided by their sum when renormalize
-    (HF `norm_topk_prob`; Qwen3.5-MoE always renormalises). out: optional (weights, ids)
-    Tensors to write.
+    logits: float [T, E] (the router `mlp.gate` output; an array or list is copied to
+    the CPU); top_k: int in [1, E]; renormalize: bool, keyword-only (HF
+    `norm_topk_prob`); out: optional (weights, ids) tuple of Tensors (either may be
+    None) to write. Returns (weights float32 [T, top_k], ids int32 [T, top_k]), ids in
+    descending logit order.
+
     Raises ValueError when top_k is not in [1, E], logits is not 2-D or an out has the
-    wrong shape; TypeError for a non-float logits or a non-bool renormalize.
+    wrong shape; TypeError for a non-float logits, a non-int top_k or a non-bool
+    renormalize.
     """
     op = "moe_router"
     (logits,) = tensors(op, logits=logits)
@@ -33,20 +32,21 @@ def moe_router(logits, top_k, *, renormalize, out=None) -> tuple:
 
 
 def moe_matmul_bt(x, w, expert_ids, *, num_experts, out=None) -> Tensor:
-    """The experts' linear layers: y[t, j] = x_tj @ W_e^T with e = expert_ids[t, j].
+    """The experts' linear layers: y[t, j] = x_tj @ W_e^T with e = expert_ids[t, j],
+    reading only the selected experts' rows. Math: moe_ops.h ``MoeMatmulBT``.
 
-    w: [E * N, K], expert e's weight rows e*N .. e*N + N - 1 (the layout of a GGUF
-    `ffn_*_exps` tensor, so one such tensor is one QuantizedTensor without a copy): a
-    float Tensor in x's dtype, or a QuantizedTensor of any format. x: float [T, K] (the
-    same row for every slot) or [T, k, K] (one row per slot); expert_ids: int32 [T, k];
-    num_experts: E. Returns [T, k, N] in x's dtype, accumulated in float32. Only the
-    selected experts' rows are read; on Metal a batch (T > 1) groups the (token, slot)
-    pairs by expert.
+    x: float [T, K] (the same row for every slot) or [T, k, K] (one row per slot); w:
+    [E * N, K], expert e's rows e*N .. e*N + N - 1 (a GGUF `ffn_*_exps` tensor): a float
+    Tensor or array in x's dtype, or a QuantizedTensor of any format; expert_ids: int32
+    [T, k] (a list of Python ints becomes int32; a numpy array must be int32);
+    num_experts: int E, keyword-only; out: optional Tensor [T, k, N] in x's dtype.
+    Arrays and lists go to the Tensors' device (else the CPU). Returns [T, k, N] in x's
+    dtype.
+
     Raises ValueError when num_experts does not divide w's rows, shapes do not match
-    (naming x or expert_ids), or — on the CPU — an id is outside [0, E). On Metal the
-    ids stay on the device (the host cannot read them without a wait): the kernels never
-    read out of bounds and write a NaN row for such an id, so it is never silent.
-    TypeError for expert_ids not int32, or dtypes that do not match.
+    (naming x or expert_ids), or — on the CPU — an id is outside [0, E) (on Metal such
+    an id gives a NaN row, never silent); TypeError for expert_ids not int32, or dtypes
+    that do not match.
     """
     op = "moe_matmul_bt"
     ids = {"expert_ids": "int32"}
@@ -59,14 +59,16 @@ def moe_matmul_bt(x, w, expert_ids, *, num_experts, out=None) -> Tensor:
 
 
 def moe_combine(y, weights, *, shared=None, shared_gate=None, out=None) -> Tensor:
-    """out[t] = sum_j weights[t, j] * y[t, j] (+ sigmoid(shared_gate[t, 0]) * shared[t]),
-    accumulated in float32 in slot order, rounded once to y's dtype. Without
-    shared_gate, shared is added as is.
+    """out[t] = sum_j weights[t, j] * y[t, j] (+ sigmoid(shared_gate[t, 0]) * shared[t];
+    without shared_gate, + shared[t]). Math: moe_ops.h ``MoeCombine``.
 
     y: float [T, k, N] (moe_matmul_bt's output after the down projection); weights:
     float32 [T, k] (moe_router's); shared: optional [T, N], y's dtype (the shared
     expert's output); shared_gate: optional [T, 1], y's dtype (shared_expert_gate's
-    output, before the sigmoid). Returns [T, N].
+    output, before the sigmoid); both keyword-only, None for absent; out: optional
+    Tensor [T, N] in y's dtype. Arrays and lists go to the Tensors' device (else the
+    CPU). Returns [T, N] in y's dtype.
+
     Raises ValueError for shapes or shared_gate without shared; TypeError for dtypes.
     """
     op = "moe_combine"

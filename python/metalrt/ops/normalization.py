@@ -1,5 +1,5 @@
-"""Normalisation over the last dimension: LayerNorm, RMSNorm, softmax. Statistics are
-accumulated in float32; outputs have the input's dtype."""
+"""Normalisation over the last dimension: LayerNorm, RMSNorm, softmax (math:
+cpp/include/metalrt/ops.h, "normalisation"). Outputs have the input's dtype."""
 from __future__ import annotations
 
 from .._metalrt import Tensor
@@ -8,11 +8,14 @@ from ._args import out_tensor, real, tensors
 
 
 def layer_norm(x, weight, bias=None, eps=1e-5, out=None) -> Tensor:
-    """LayerNorm (Ba, Kiros & Hinton 2016): (x - mean) / sqrt(var + eps) * weight + bias
-    over the last dim, with the biased variance (divided by N).
+    """LayerNorm (Ba, Kiros & Hinton 2016) over the last dim, biased variance. Math:
+    ops.h ``LayerNorm``.
 
-    x: float [..., N]; weight, bias: [N] in x's dtype (bias may be None); eps: >= 0;
-    out: optional, x's shape and dtype, not overlapping the inputs.
+    x: float [..., N] (f32/f16/bf16); weight, bias: [N] in x's dtype (bias None: no
+    bias); eps: real >= 0 (default 1e-5); out: optional Tensor, x's shape and dtype, not
+    overlapping the inputs. Arrays and lists go to the Tensors' device (else the CPU).
+    Returns x's shape and dtype.
+
     Raises ValueError for shapes, a negative or non-finite eps, overlap or tensors on
     different devices; TypeError for dtypes or non-array arguments.
     """
@@ -22,12 +25,14 @@ def layer_norm(x, weight, bias=None, eps=1e-5, out=None) -> Tensor:
 
 
 def rms_norm(x, weight, eps=1e-6, out=None) -> Tensor:
-    """RMSNorm (Zhang & Sennrich 2019, "Root Mean Square Layer Normalization"):
-    x / sqrt(mean(x^2) + eps) * weight over the last dim (ops.h ``RmsNorm``; a (1 + w)
-    norm passes 1 + w, ``models/norms.py``).
+    """RMSNorm (Zhang & Sennrich 2019, "Root Mean Square Layer Normalization") over the
+    last dim. Math: ops.h ``RmsNorm``.
 
-    x: float [..., N]; weight: [N] in x's dtype; eps: >= 0; out: optional, x's shape and
-    dtype, not overlapping the inputs.
+    x: float [..., N] (f32/f16/bf16); weight: [N] in x's dtype (a (1 + w) norm passes
+    1 + w, ``models/norms.py``); eps: real >= 0 (default 1e-6); out: optional Tensor, x's
+    shape and dtype, not overlapping the inputs. Arrays and lists go to the Tensors'
+    device (else the CPU). Returns x's shape and dtype.
+
     Raises ValueError for shapes (e.g. "[rms_norm] weight must have shape [576], got
     [512]"), a negative eps, overlap or tensors on different devices; TypeError for
     dtypes or non-array arguments.
@@ -38,11 +43,14 @@ def rms_norm(x, weight, eps=1e-6, out=None) -> Tensor:
 
 
 def softmax(x, out=None) -> Tensor:
-    """Softmax over the last dim, max-subtracted for stability: exp(x - max) / sum.
+    """Softmax over the last dim, max-subtracted. Math: ops.h ``Softmax``.
 
-    x: float [..., N]; out: optional, x's shape and dtype, not overlapping x.
-    Raises ValueError for a scalar x, overlap or tensors on different devices;
-    TypeError for non-float dtypes or non-array arguments.
+    x: float [..., N] (f32/f16/bf16; an array or list is copied to the CPU); out:
+    optional Tensor, x's shape and dtype, not overlapping x. Returns x's shape and
+    dtype.
+
+    Raises ValueError for a scalar x, overlap or tensors on different devices; TypeError
+    for non-float dtypes or non-array arguments.
     """
     op = "softmax"
     (x,) = tensors(op, x=x)

@@ -1,6 +1,6 @@
 """Quantized weights: GGUF block types (Q4_0 ... Q6_K) and MLX affine, kept in their
-file's layout, with the ops that use them without a float copy (docs/quantization.md).
-"""
+file's layout, with the ops that use them without a float copy (layouts:
+cpp/include/metalrt/quantized.h; math: ops.h, "quantized weights"; docs/quantization.md)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,18 +14,18 @@ from ._args import integer, out_tensor, tensors
 
 def quantized_tensor(format: str, shape, data, scales=None, biases=None, *, bits=None,
                      group_size=None, device=None) -> QuantizedTensor:
-    """A quantized weight of `shape` (N, K), validated.
+    """A quantized weight of `shape` (N, K), validated. Layouts: quantized.h.
 
     format: a GGUF block type ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k",
-    "q6_k": the table of cpp/core/quantized_tensor.cpp) or "affine". GGUF formats: data uint8 [N, K / block * block_bytes], each
-    row's blocks byte for byte as in the file (ggml-common.h); no scales or biases.
-    "affine" (MLX): data uint32 [N, K * bits / 32] (codes LSB first, a contiguous
-    bitstream per row), scales and biases [N, K / group_size] float32/float16/bfloat16,
-    bits in {2, 3, 4, 5, 6, 8}, group_size in {32, 64, 128}; w = scales * q + biases.
-    data/scales/biases: metalrt Tensors, or numpy arrays, which are wrapped without a
-    copy (asarray(copy=False): an np.memmap view stays a view of the file, kept alive by
-    the weight; bfloat16 scales as uint16 bit patterns). device: where numpy arrays go
-    (default: the device of a Tensor argument, else "cpu").
+    "q6_k": the table of cpp/core/quantized_tensor.cpp) or "affine". GGUF formats: data
+    uint8 [N, K / block * block_bytes], each row's blocks byte for byte as in the file;
+    no scales or biases. "affine" (MLX): data uint32 [N, K * bits / 32], scales and
+    biases [N, K / group_size] float32/float16/bfloat16, bits in {2, 3, 4, 5, 6, 8},
+    group_size in {32, 64, 128}. data/scales/biases: metalrt Tensors, or numpy arrays,
+    which are wrapped without a copy (asarray(copy=False): an np.memmap view stays a
+    view of the file, kept alive by the weight; bfloat16 scales as uint16 bit patterns).
+    device: where numpy arrays go (default: the device of a Tensor argument, else
+    "cpu"). Returns a QuantizedTensor.
 
     Raises ValueError naming what was expected for an unknown format, bits (e.g. 7),
     group_size (e.g. 48), K not divisible by the block or group, data of the wrong shape
@@ -73,28 +73,47 @@ def _weight(op: str, w) -> QuantizedTensor:
 
 
 def dequantize(w, dtype="float32", out=None) -> Tensor:
-    """w: QuantizedTensor [N, K] -> [N, K] Tensor of `dtype` (float32, float16 or
-    bfloat16) on w's device. Each weight is computed in float32 exactly as
-    gguf.quants.dequantize (GGUF) or scales * q + biases (MLX affine) computes it, then
-    rounded once to `dtype`. TypeError for a non-float dtype or a w that is not a
-    QuantizedTensor; ValueError for a wrong out."""
+    """The float weights of a QuantizedTensor. Math: ops.h ``Dequantize``.
+
+    w: QuantizedTensor [N, K]; dtype: "float32" (default), "float16" or "bfloat16" (a
+    name or numpy dtype); out: optional Tensor [N, K] of `dtype`. Returns [N, K] of
+    `dtype` on w's device.
+
+    Raises TypeError for a non-float dtype or a w that is not a QuantizedTensor;
+    ValueError for a wrong out.
+    """
     return _native.dequantize(_weight("dequantize", w), dtype_name(dtype), out=out_tensor("dequantize", out))
 
 
 def quantized_matmul_bt(x, w, out=None) -> Tensor:
-    """x [M, K] float (f32/f16/bf16) @ dequantize(w)^T -> [M, N] in x's dtype: a linear
-    layer with a quantized weight in nn.Linear layout, accumulated in float32 without a
-    float copy of w. ValueError when x has not K columns or lives on another device;
-    TypeError for a non-float x."""
+    """A linear layer with a quantized weight in nn.Linear layout: x @ dequantize(w)^T.
+    Math: ops.h ``QuantizedMatmulBT``.
+
+    x: [M, K] float (f32/f16/bf16; an array or list is copied to the CPU); w:
+    QuantizedTensor [N, K]; out: optional Tensor [M, N] in x's dtype. Returns [M, N] in
+    x's dtype.
+
+    Raises ValueError when x has not K columns or lives on another device; TypeError for
+    a non-float x or a w that is not a QuantizedTensor.
+    """
     w = _weight("quantized_matmul_bt", w)
     (x,) = tensors("quantized_matmul_bt", x=x)
     return _native.quantized_matmul_bt(x, w, out=out_tensor("quantized_matmul_bt", out))
 
 
 def quantized_embedding(ids, w, dtype="float32", out=None) -> Tensor:
-    """ids int32 [T] -> [T, K] of `dtype`: rows ids[t] of dequantize(w), dequantizing
-    only the rows asked for. ValueError for an id outside [0, N) wherever the host can
-    read the ids (one that reaches a kernel anyway gives a zero row)."""
+    """Rows ids[t] of dequantize(w), dequantizing only the rows asked for. Math: ops.h
+    ``QuantizedEmbedding``.
+
+    ids: int32 [T] (a list of Python ints becomes int32, range-checked; a numpy array
+    must be int32; copied to the CPU unless a Tensor); w: QuantizedTensor [N, K]; dtype:
+    "float32" (default), "float16" or "bfloat16"; out: optional Tensor [T, K] of
+    `dtype`. Returns [T, K] of `dtype`.
+
+    Raises ValueError for an id outside [0, N) wherever the host can read the ids (one
+    that reaches a kernel anyway gives a zero row); TypeError for non-int32 ids or a w
+    that is not a QuantizedTensor.
+    """
     w = _weight("quantized_embedding", w)
     (ids,) = tensors("quantized_embedding", index_dtypes={"ids": "int32"}, ids=ids)
     return _native.quantized_embedding(ids, w, dtype_name(dtype),
