@@ -8,7 +8,9 @@ tests/run.sh starts it in the background at the lowest CPU priority once the whe
 is installed, so that it uses what the C++ gates and pytest leave of the CPU; a test
 that needs a fixture still being made waits for it (cache_lock), and pytest runs the
 tests that use these fixtures last (conftest.py). Every fixture is built even when
-one fails; the exit status is 1 if any did, and tests/run.sh fails the run then.
+one fails; the exit status is 1 if any did, and tests/run.sh fails the run then. A new
+fixture that takes more than seconds to make belongs here too (in MODULES and steps()),
+behind a cache_lock like the others.
 
     python tests/python/build_fixtures.py
 """
