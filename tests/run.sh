@@ -16,7 +16,14 @@ report_phases() {
   phase ""
   echo "== wall time per phase (total ${SECONDS} s)"
   for i in "${!phase_names[@]}"; do printf '%6d s  %s\n' "${phase_seconds[$i]}" "${phase_names[$i]}"; done
+  if [ -n "$fixtures_pid" ]; then
+    # Still building: the run failed before it was waited for.
+    if [ -z "$fixtures_waited" ]; then kill -- -"$fixtures_pid" 2>/dev/null || true; fi
+    echo "== the fixtures built in the background meanwhile (${fixtures_log}):"
+    grep '^build_fixtures:' "$fixtures_log" || true
+  fi
 }
+fixtures_pid=""; fixtures_waited=""; fixtures_log=build/fixtures.log
 trap report_phases EXIT
 
 phase "system packages, workflow lint, Objective-C++ check"
@@ -61,6 +68,15 @@ wheel=(build/wheel/metalrt-*.whl)
 python3 -m pip install -q --force-reinstall --no-deps "${wheel[0]}"
 python3 -m pip install -q "${wheel[0]}[test]"
 
+# The slow fixtures of the pytest gates (the peers venv with its llama.cpp source build,
+# the quantized and MoE files, ggml's kernel libraries) are built from here on in the
+# background, at the lowest CPU priority: in the time the gates below leave the CPU
+# idle (downloads, links, the single-threaded stretches of pytest). A test that needs
+# one waits for it; a fixture that cannot be built fails the run (after pytest).
+# setsid: its own process group, so an early exit stops its pip and compilers too.
+(cd tests/python && exec setsid nice -n 19 python3 build_fixtures.py) >"$fixtures_log" 2>&1 &
+fixtures_pid=$!
+
 phase "C++ gates: build"
 cmake -S . -B build/tests -G Ninja -DMETALRT_BUILD_TESTS=ON -DMETALRT_BUILD_PYTHON=OFF >/dev/null
 cmake --build build/tests
@@ -85,6 +101,13 @@ cmake --build build/tests-noblas
 # Run pytest outside the source tree so the installed package is the one tested.
 phase "pytest"
 (cd tests/python && python3 -m pytest -q -p no:cacheprovider .)
+phase "background fixture build: the rest of it"
+fixtures_waited=1
+if ! wait "$fixtures_pid"; then
+  echo "== building the fixtures failed (tests/python/build_fixtures.py):"
+  cat "$fixtures_log"
+  exit 1
+fi
 # The CPU ops that split work over the pool, and generation, at forced thread counts.
 thread_smoke_set=(test_matmul.py test_quantized.py test_paged_attention.py test_reshape_and_cache.py
   test_fused_ops.py test_rms_norm.py test_silu_and_mul.py test_kv_cache.py test_moe.py test_generation.py

@@ -5,6 +5,7 @@ Import them with `from conftest import ...` (pytest puts this folder on sys.path
 import numpy as np
 import pytest
 
+import build_fixtures
 import metalrt
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -145,3 +146,15 @@ def assert_same_bytes(metal_tensor, cpu_tensor):
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param
+
+
+def pytest_collection_modifyitems(items):
+    """Tests run in the order build_fixtures.py makes what they use (a stable sort:
+    the order is kept within each rank), so that the tests on its later, slower
+    fixtures come last while tests/run.sh builds them in the background. Rank 0, that
+    of the first fixtures (made in seconds), is that of the tests that use none."""
+    def rank(item):
+        module = getattr(item, "module", None)
+        used = vars(module).values() if module else ()
+        return max((i for i, m in enumerate(build_fixtures.MODULES) if m in used), default=0)
+    items.sort(key=rank)

@@ -20,6 +20,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+import cache_lock
+import metalrt
 from metalrt.default_model import cache_dir
 
 VERSION = "0.3.36"
@@ -34,6 +36,8 @@ _HEADERS = (_ROOT + "ggml-metal/ggml-metal-impl.h", _ROOT + "ggml-common.h")
 # only set on GPUs with the Metal 4 tensor API (its MetalPerformancePrimitives path is
 # not part of MSL's standard library and is out of scope here).
 DEFINES = {"GGML_METAL_HAS_BF16": "1"}
+# The compiler of the coverage gate (test_msl_coverage.py says why g++).
+CXX = "g++"
 # The kernels/*.metal that ggml compiles into libraries (ggml-metal/CMakeLists.txt);
 # fa_common.metal and fa_vec_common.metal are only included by the fa_* files.
 INCLUDED_ONLY = ("fa_common.metal", "fa_vec_common.metal")
@@ -85,9 +89,10 @@ def source_dir() -> Path:
     ggml-common.h side by side, fetched on first use. Raises GgmlSourceError (with
     pip's last words, or the hash mismatch) when it cannot be fetched."""
     target = cache_dir() / "ggml-metal" / VERSION
-    if not (target / "ggml-metal-impl.h").exists():
-        with tempfile.TemporaryDirectory(prefix="metalrt-ggml-") as tmp:
-            _extract(_download(Path(tmp)), target)
+    with cache_lock.held(f"ggml-metal/{VERSION}"):
+        if not (target / "ggml-metal-impl.h").exists():
+            with tempfile.TemporaryDirectory(prefix="metalrt-ggml-") as tmp:
+                _extract(_download(Path(tmp)), target)
     return target
 
 
@@ -99,3 +104,9 @@ def headers(directory: Path) -> dict[str, str]:
 def kernel_files(directory: Path) -> list[Path]:
     """The kernel libraries ggml builds: every ``*.metal`` but the included-only ones."""
     return [p for p in sorted(directory.glob("*.metal")) if p.name not in INCLUDED_ONLY]
+
+
+def compile_library(directory: Path, name: str):
+    """ggml's library ``name``, compiled by ``$CXX`` (the callers set it to CXX)."""
+    return metalrt.compile_shader((directory / f"{name}.metal").read_text(),
+                                  defines=DEFINES, headers=headers(directory))

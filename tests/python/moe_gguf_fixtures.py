@@ -19,6 +19,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+import cache_lock
 import ggml_metal_source
 import quant_fixtures
 import tiny_hybrid
@@ -47,19 +48,20 @@ Q8_0 = 7   # llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0
 def converter_dir() -> Path:
     """llama.cpp's converter (the script, conversion/ and gguf-py/) from the sdist."""
     target = cache_dir() / "llama-cpp-convert" / ggml_metal_source.VERSION
-    if not (target / "convert_hf_to_gguf.py").exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="metalrt-convert-") as tmp:
-            sdist = ggml_metal_source._download(Path(tmp))
-            with tarfile.open(sdist) as tar:
-                members = [m for m in tar.getmembers() if m.name.startswith(_CONVERTER) and any(
-                    m.name[len(_CONVERTER):].startswith(p)
-                    for p in ("convert_hf_to_gguf.py", "conversion/", "gguf-py/"))]
-                tar.extractall(tmp, members=members, filter="data")
-            partial = Path(tempfile.mkdtemp(dir=target.parent))
-            shutil.rmtree(partial)
-            shutil.copytree(Path(tmp) / _CONVERTER, partial)
-            os.replace(partial, target)
+    with cache_lock.held(f"llama-cpp-convert/{ggml_metal_source.VERSION}"):
+        if not (target / "convert_hf_to_gguf.py").exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix="metalrt-convert-") as tmp:
+                sdist = ggml_metal_source._download(Path(tmp))
+                with tarfile.open(sdist) as tar:
+                    members = [m for m in tar.getmembers() if m.name.startswith(_CONVERTER) and any(
+                        m.name[len(_CONVERTER):].startswith(p)
+                        for p in ("convert_hf_to_gguf.py", "conversion/", "gguf-py/"))]
+                    tar.extractall(tmp, members=members, filter="data")
+                partial = Path(tempfile.mkdtemp(dir=target.parent))
+                shutil.rmtree(partial)
+                shutil.copytree(Path(tmp) / _CONVERTER, partial)
+                os.replace(partial, target)
     return target
 
 
@@ -82,8 +84,15 @@ def fixture(name: str) -> dict[str, Path]:
     digest = hashlib.sha256(json.dumps(CONFIGS[name], sort_keys=True).encode()).hexdigest()[:12]
     final = cache_dir() / "moe-gguf-fixtures" / f"{name}-{digest}"
     paths = {"hf": final / "hf", "f32": final / "f32.gguf", "q8_0": final / "q8_0.gguf"}
-    if final.exists():
-        return paths
+    with cache_lock.held(f"{final.parent.name}/{final.name}"):
+        if not final.exists():
+            _make(name, final)
+    return paths
+
+
+def _make(name: str, final: Path) -> None:
+    """Writes the fixture into a temporary sibling of ``final``, renamed into place
+    when complete."""
     final.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(dir=final.parent))
     try:
@@ -102,4 +111,3 @@ def fixture(name: str) -> dict[str, Path]:
         os.replace(partial, final)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-    return paths

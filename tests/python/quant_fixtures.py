@@ -19,6 +19,7 @@ the reason.
 """
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -29,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import cache_lock  # noqa: E402
 from bench import peers  # noqa: E402
 from metalrt.default_model import cache_dir, default_model_path  # noqa: E402
 
@@ -105,15 +107,18 @@ def fixture_dir() -> Path:
     return cache_dir() / "quant-fixtures"
 
 
+@functools.lru_cache(maxsize=None)
 def _peer_python(peer: str) -> str:
     """The peers venv's python once ``peer`` imports there, installed by the bench's
-    installer when it does not (once per machine; llama-cpp-python builds llama.cpp)."""
+    installer when it does not (once per machine; llama-cpp-python builds llama.cpp).
+    Checked once per process, under the venv's lock: one pip at a time writes there."""
     venv = peers.default_venv()
-    if not peers.availability(venv, [peer])[peer]["available"]:
-        peers.install(venv, [peer])
-        status = peers.availability(venv, [peer])[peer]
-        if not status["available"]:
-            raise FixtureUnavailable(f"[quant_fixtures] {peer} is needed: {status['reason']}")
+    with cache_lock.held(venv.name):
+        if not peers.availability(venv, [peer])[peer]["available"]:
+            peers.install(venv, [peer])
+            status = peers.availability(venv, [peer])[peer]
+            if not status["available"]:
+                raise FixtureUnavailable(f"[quant_fixtures] {peer} is needed: {status['reason']}")
     return str(peers.python_of(venv))
 
 
@@ -127,11 +132,14 @@ def _run(python: str, code_or_module, *args, cwd=None) -> None:
                            f"{peers.last_words(proc.stderr or proc.stdout, 8)}")
 
 
+@functools.lru_cache(maxsize=None)
 def hf_export() -> Path:
     """The default model as a float Hugging Face directory (``bench.export_hf``, kept
-    while it matches its stamp)."""
-    hf = cache_dir() / "quant-fixtures" / "hf-export"
-    _run(_peer_python(peers.EXPORTER), ":bench.export_hf", default_model_path(), hf, cwd=ROOT)
+    while it matches its stamp; checked once per process)."""
+    python = _peer_python(peers.EXPORTER)
+    with cache_lock.held("quant-fixtures/hf-export"):
+        hf = cache_dir() / "quant-fixtures" / "hf-export"
+        _run(python, ":bench.export_hf", default_model_path(), hf, cwd=ROOT)
     return hf
 
 
@@ -162,16 +170,17 @@ def fixture(name: str) -> tuple[Path, dict]:
     directory renamed into place when complete, so a killed run leaves nothing
     half-made). Raises FixtureUnavailable when the peers venv lacks its tool."""
     final = fixture_dir() / name
-    if not (final / REFERENCE).exists():
-        final.parent.mkdir(parents=True, exist_ok=True)
-        partial = Path(tempfile.mkdtemp(prefix=name + ".partial-", dir=final.parent))
-        try:
-            _make(name, partial)
-            if final.exists():
-                shutil.rmtree(final)
-            partial.rename(final)
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
+    with cache_lock.held(f"{final.parent.name}/{name}"):
+        if not (final / REFERENCE).exists():
+            final.parent.mkdir(parents=True, exist_ok=True)
+            partial = Path(tempfile.mkdtemp(prefix=name + ".partial-", dir=final.parent))
+            try:
+                _make(name, partial)
+                if final.exists():
+                    shutil.rmtree(final)
+                partial.rename(final)
+            finally:
+                shutil.rmtree(partial, ignore_errors=True)
     model = final / (f"{name}.gguf" if name in GGUF_FTYPES else "model")
     return model, json.loads((final / REFERENCE).read_text())
 

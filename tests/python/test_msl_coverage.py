@@ -26,6 +26,7 @@ import pytest
 
 import metalrt
 import ggml_metal_source as ggml
+from ggml_metal_source import CXX, compile_library
 
 pytestmark = pytest.mark.skipif(not metalrt.is_available("metal"), reason="no Metal device")
 
@@ -38,18 +39,11 @@ LIBRARIES = (
     "mul_mm", "mul_mv", "norm", "pool", "quantize", "reduce", "rope", "softmax",
     "solve_tri", "ssm", "tri", "unary", "upscale", "wkv")
 ORDERS = ("forward", "shuffle:7")
-CXX = "g++"
 
 
 @pytest.fixture(scope="module")
 def source() -> Path:
     return ggml.source_dir()
-
-
-def compile_library(directory: Path, name: str):
-    """ggml's library ``name``, compiled by ``$CXX`` (the callers set it to CXX)."""
-    return metalrt.compile_shader((directory / f"{name}.metal").read_text(),
-                                  defines=ggml.DEFINES, headers=ggml.headers(directory))
 
 
 def test_the_fetched_library_is_the_pinned_one(source):

@@ -1,6 +1,7 @@
-"""Smoke test of ``python -m bench.serving --quick``: one client against metalrt serve
-(and llama.cpp's server when the peers' venv has it, else a row with the reason); its
-JSON holds positive figures. No speed is asserted."""
+"""Smoke test of ``python -m bench.serving --quick``: one client against metalrt serve,
+and a llama.cpp row with the reason it is not measured (the test's peers venv is
+empty: timing llama.cpp's server is the bench's own job, not a gate's); its JSON holds
+positive figures. No speed is asserted."""
 import json
 import subprocess
 import sys
@@ -11,7 +12,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_quick_serving_bench_json(tmp_path):
     out = tmp_path / "results"
-    proc = subprocess.run([sys.executable, "-m", "bench.serving", "--quick", "--out-dir", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "bench.serving", "--quick", "--out-dir", str(out),
+                           "--peers-venv", str(tmp_path / "no-peers")],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     [path] = list(out.glob("serving-*.json"))
@@ -23,6 +25,4 @@ def test_quick_serving_bench_json(tmp_path):
     assert (level["clients"], level["requests"]) == (1, 2)
     assert level["requests_per_s"] > 0 and 0 < level["ttft_s"]["min"] <= level["ttft_s"]["max"]
     peer = rows["llama.cpp"]
-    assert peer["levels"] or peer["reason"]      # measured, or says why not
-    for level in peer["levels"]:
-        assert level["requests_per_s"] > 0
+    assert not peer["levels"] and peer["reason"].startswith("not installed"), peer

@@ -14,12 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
+import cache_lock
 from metalrt.default_model import cache_dir
 from tiny_hf import VOCAB, save_tokenizer
 
@@ -85,8 +85,13 @@ def randomize(model, seed: int) -> None:
 def path(name: str) -> Path:
     """The saved model ``name`` (built on first use; the write is atomic)."""
     directory = _directory(name)
-    if directory.exists():
-        return directory
+    with cache_lock.held(f"{directory.parent.name}/{directory.name}"):
+        if not directory.exists():
+            _save(name, directory)
+    return directory
+
+
+def _save(name: str, directory: Path) -> None:
     import torch
     import transformers as tf
 
@@ -98,11 +103,7 @@ def path(name: str) -> Path:
     tmp = tempfile.mkdtemp(dir=directory.parent)
     model.save_pretrained(tmp, safe_serialization=True)
     save_tokenizer(tmp)
-    try:
-        os.rename(tmp, directory)
-    except OSError:     # another process saved it first
-        shutil.rmtree(tmp)
-    return directory
+    os.rename(tmp, directory)
 
 
 def reference(name: str):
