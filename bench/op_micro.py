@@ -33,7 +33,7 @@ from . import gdn_micro, quantized_micro
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 576, 9, 3, 64, 1536, 49152
 BLOCK = 16
-FAST_ATTENTION = "cpu_fast_paged_attention"   # cpp/cpu/fast/decode_attention.cpp
+FAST_ATTENTION = "cpu_fast_paged_attention"   # cpp/cpu/fast/attention/decode_attention.cpp
 PROJECTIONS = {"qkv": (HIDDEN + 2 * KV_HEADS * HEAD_DIM, HIDDEN), "o_proj": (HIDDEN, HIDDEN),
                "gate_up": (2 * FFN, HIDDEN), "down": (HIDDEN, FFN), "lm_head": (VOCAB, HIDDEN)}
 

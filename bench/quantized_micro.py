@@ -22,7 +22,7 @@ from metalrt import ops
 # format -> (values per block, bytes per block) for the GGUF formats timed here.
 _BLOCKS = {"q4_1": (32, 20), "q8_0": (32, 34)}
 FAST_PROVIDER = "cpu_fast_quantized_matmul_bt"
-GEMV_MAX_ROWS = 16   # cpp/cpu/fast/matmul_dispatch.h kGemvMaxRows: the fast GEMV's rows
+GEMV_MAX_ROWS = 16   # cpp/cpu/fast/gemv/matmul_dispatch.h kGemvMaxRows: the fast GEMV's rows
 FORMATS = ("q4_1", "q8_0", "affine4g64")
 
 

@@ -1,4 +1,4 @@
-# BLAS for the CPU device's prefill GEMM (cpp/cpu/fast/blas): Accelerate on Apple,
+# BLAS for the CPU device's prefill GEMM (cpp/cpu/fast/prefill/blas): Accelerate on Apple,
 # OpenBLAS from the scipy-openblas32 wheel elsewhere (a build requirement and a run-time
 # dependency in pyproject.toml, loaded at run time). Without one the build still succeeds: the fast GEMM
 # sources are left out and the CPU oracle serves every matmul.
@@ -36,7 +36,7 @@ elseif(METALRT_BLAS STREQUAL "openblas" OR METALRT_BLAS STREQUAL "auto")
   endif()
   if(Python_EXECUTABLE AND METALRT_OPENBLAS_FOUND EQUAL 0)
     # The wheel's own CMake package, for its header only: the library is dlopen-ed at
-    # run time (cpp/cpu/fast/blas/sgemm.cpp), since where pip puts scipy_openblas32
+    # run time (cpp/cpu/fast/prefill/blas/sgemm.cpp), since where pip puts scipy_openblas32
     # relative to metalrt varies (another site directory in a --system-site-packages
     # venv); `import metalrt` loads it by the path the package reports
     # (python/metalrt/_blas.py), and without it the oracle serves. Executables built
@@ -56,7 +56,7 @@ elseif(NOT METALRT_BLAS STREQUAL "off")
 endif()
 
 if(NOT METALRT_BLAS_NAME STREQUAL "none")
-  file(GLOB METALRT_BLAS_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/fast/blas/*.cpp)
+  file(GLOB METALRT_BLAS_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/fast/prefill/blas/*.cpp)
   target_sources(metalrt_core PRIVATE ${METALRT_BLAS_SOURCES})
   string(TOUPPER "${METALRT_BLAS_NAME}" METALRT_BLAS_UPPER)
   target_compile_definitions(metalrt_core PRIVATE METALRT_BLAS_${METALRT_BLAS_UPPER}=1)

@@ -1,5 +1,5 @@
 // The RoPE oracle's two steps (cpu/rope.cpp), shared with the fast fused provider
-// (cpu/fast/qkv_rope_cache.cpp) so both compute the same bytes by one definition.
+// (cpu/fast/rowwise/qkv_rope_cache.cpp) so both compute the same bytes by one definition.
 #pragma once
 #include <cstdint>
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "bind.h"
-#include "cpu/fast/cpu_features.h"
-#include "cpu/fast/prefill_gemm.h"
+#include "cpu/fast/simd/cpu_features.h"
+#include "cpu/fast/prefill/prefill_gemm.h"
 #include "cpu/parallel.h"
 #include "gpu/gpu_device.h"
 #include "gpu/metal_backend.h"

@@ -1,7 +1,7 @@
 """Loads the OpenBLAS of the CPU prefill GEMM before the extension needs it.
 
 The extension does not link ``libscipy_openblas.so``: it dlopens it by soname at the
-first prefill matmul (``cpp/cpu/fast/blas/sgemm.cpp``), which finds the copy loaded
+first prefill matmul (``cpp/cpu/fast/prefill/blas/sgemm.cpp``), which finds the copy loaded
 here from wherever pip installed the ``scipy_openblas32`` package (a venv made with
 ``--system-site-packages`` may hold metalrt and scipy_openblas32 in different site
 directories, so no path relative to the extension is reliable). Without the package,

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "cpu/fast/cpu_features.h"
-#include "cpu/fast/prefill_gemm.h"
+#include "cpu/fast/simd/cpu_features.h"
+#include "cpu/fast/prefill/prefill_gemm.h"
 #include "op_cases.h"
 
 namespace metalrt::testing {

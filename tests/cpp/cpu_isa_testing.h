@@ -2,7 +2,7 @@
 #pragma once
 #include <vector>
 
-#include "cpu/fast/cpu_features.h"
+#include "cpu/fast/simd/cpu_features.h"
 
 namespace metalrt::testing {
 

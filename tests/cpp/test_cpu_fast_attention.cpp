@@ -1,4 +1,4 @@
-// Gates of the CPU device's prefill attention providers (cpp/cpu/fast/blas/paged_attention.cpp)
+// Gates of the CPU device's prefill attention providers (cpp/cpu/fast/prefill/blas/paged_attention.cpp)
 // in the op-case table: against the oracle (the providers disabled) at the default
 // model's geometry (9 heads, 3 kv heads, head_dim 64) for 128- and 512-token prefills,
 // a chunked prefill and a mixed batch, and at boundary shapes (head_dim 1/33/96, query
@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/fast/cpu_features.h"
+#include "cpu/fast/simd/cpu_features.h"
 #include "cpu_bf16_testing.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"

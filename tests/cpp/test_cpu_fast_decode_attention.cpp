@@ -1,4 +1,4 @@
-// Gates of the CPU device's fast paged attention (cpp/cpu/fast/decode_attention.cpp) in
+// Gates of the CPU device's fast paged attention (cpp/cpu/fast/attention/decode_attention.cpp) in
 // the op-case table: against the oracle (the fast providers disabled) for decode
 // batches at the default model's geometry (9 heads, 3 kv heads, head_dim 64, blocks of
 // 16) with contexts 1, 15/16/17, 31/32/33 and 63/64/65 (cache-block, 16-key score tile
@@ -15,8 +15,8 @@
 #include <cstring>
 #include <utility>
 
-#include "cpu/fast/attention_kernels.h"
-#include "cpu/fast/cpu_features.h"
+#include "cpu/fast/attention/attention_kernels.h"
+#include "cpu/fast/simd/cpu_features.h"
 #include "cpu_isa_testing.h"
 #include "cpu/parallel.h"
 #include "metalrt/op_registry.h"

@@ -1,4 +1,4 @@
-// Gates of the CPU device's BLAS prefill GEMM (cpp/cpu/fast/blas): matmul, matmul_bt and
+// Gates of the CPU device's BLAS prefill GEMM (cpp/cpu/fast/prefill/blas): matmul, matmul_bt and
 // quantized_matmul_bt for m above the GEMV's rows, against the oracle (the same call
 // with the provider disabled) in the op-case table, at the default model's shapes
 // (K = 576, 1536; N = 576, 1536, 49,152) and boundary shapes (m = 17, 33, 128, 512; odd
@@ -32,11 +32,11 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "cpu/fast/cpu_features.h"
+#include "cpu/fast/simd/cpu_features.h"
 #include "cpu_bf16_testing.h"
-#include "cpu/fast/gemm_bf16.h"
-#include "cpu/fast/matmul_dispatch.h"
-#include "cpu/fast/prefill_gemm.h"
+#include "cpu/fast/prefill/gemm_bf16.h"
+#include "cpu/fast/gemv/matmul_dispatch.h"
+#include "cpu/fast/prefill/prefill_gemm.h"
 #include "cpu/parallel.h"
 #include "cpu/quantized_blocks.h"
 #include "metalrt/op_registry.h"

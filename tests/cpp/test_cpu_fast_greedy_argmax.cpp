@@ -1,4 +1,4 @@
-// Gates of the CPU device's fast greedy_argmax (cpp/cpu/fast/greedy_argmax.cpp), bit-exact
+// Gates of the CPU device's fast greedy_argmax (cpp/cpu/fast/rowwise/greedy_argmax.cpp), bit-exact
 // against the oracle (the provider disabled): the default model's vocabulary (49,152),
 // the 16-lane and 2,048-element block edges (1, 15, 16, 17, 33, 2047, 2048, 2049, 4099),
 // f32/f16/bf16 logits, and rows built to catch a wrong tie or NaN rule: ties (the lowest

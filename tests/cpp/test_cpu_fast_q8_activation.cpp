@@ -1,4 +1,4 @@
-// The activation quantization of the fast quantized GEMV (cpu/fast/q8_activation.h):
+// The activation quantization of the fast quantized GEMV (cpu/fast/gemv/q8_activation.h):
 // the scalar definition's error bound per value, its special cases, and the AVX-512
 // version byte-identical to it on the same inputs.
 #include <doctest/doctest.h>
@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "cpu/fast/cpu_features.h"
-#include "cpu/fast/q8_activation.h"
+#include "cpu/fast/simd/cpu_features.h"
+#include "cpu/fast/gemv/q8_activation.h"
 
 using namespace metalrt::cpu::fast;
 

@@ -1,4 +1,4 @@
-// Gates of the CPU device's fast qkv_rope_cache (cpp/cpu/fast/qkv_rope_cache.cpp): in the
+// Gates of the CPU device's fast qkv_rope_cache (cpp/cpu/fast/rowwise/qkv_rope_cache.cpp): in the
 // op-case table, bit-exact against the oracle (the composition of the CPU qkv_split,
 // rope and reshape_and_cache) at the default model's decode and prefill shapes (9 q
 // heads, 3 kv heads, head_dim 64, interleaved and NeoX), Qwen3's (head_dim 128, GQA 2),

@@ -15,10 +15,10 @@
 #include <cstdlib>
 #include <limits>
 
-#include "cpu/fast/cpu_features.h"
+#include "cpu/fast/simd/cpu_features.h"
 #include "cpu_isa_testing.h"
-#include "cpu/fast/matmul_dispatch.h"
-#include "cpu/fast/prefill_gemm.h"
+#include "cpu/fast/gemv/matmul_dispatch.h"
+#include "cpu/fast/prefill/prefill_gemm.h"
 #include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
@@ -122,7 +122,7 @@ TEST_CASE("cpu fast quantized_matmul_bt: m above kGemvMaxRows and a NaN x are de
   ResetProviderStats();
   ops::QuantizedMatmulBT(x, w, Poisoned({m, 40}, DType::kF32));
   ProviderStats stats = GetProviderStats("quantized_matmul_bt", DeviceType::kCPU);
-  // Past the GEMV's rows the prefill GEMM (cpp/cpu/fast/blas: bf16, else the sgemm) serves
+  // Past the GEMV's rows the prefill GEMM (cpp/cpu/fast/prefill/blas: bf16, else the sgemm) serves
   // where the build has a BLAS; both decline the m = 1 call below too.
   const bool blas = std::strcmp(METALRT_BLAS_NAME, "none") != 0;
   const bool bf16 = cpu::fast::PrefillGemmIsBf16(true);

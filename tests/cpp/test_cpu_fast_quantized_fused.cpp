@@ -1,4 +1,4 @@
-// Gates of the fast CPU fused quantized GEMVs (cpp/cpu/fast/quantized_gemv_fused.cpp:
+// Gates of the fast CPU fused quantized GEMVs (cpp/cpu/fast/gemv/quantized_gemv_fused.cpp:
 // cpu_fast_quantized_matmul_bt_{concat,add,swiglu}) in the op-case table against the
 // oracles' compositions (one quantized_matmul_bt per weight, then add or
 // silu_and_mul), NaN-poisoned outputs, the provider stats proving the fast provider

@@ -1,4 +1,4 @@
-// Gates of the CPU device's fast rms_norm (cpp/cpu/fast/rms_norm.cpp): op cases against
+// Gates of the CPU device's fast rms_norm (cpp/cpu/fast/rowwise/rms_norm.cpp): op cases against
 // the oracle (the provider disabled) at the default model's width (576: one decode row,
 // 7 rows, and 130 prefill rows that split over the threads), the 16-lane tail widths
 // (1, 15, 16, 17, 33) and a wide odd row (4099); x (and the weight, which has x's dtype)

@@ -1,4 +1,4 @@
-// Gates of the CPU device's fast silu_and_mul (cpp/cpu/fast/silu_and_mul.cpp, its
+// Gates of the CPU device's fast silu_and_mul (cpp/cpu/fast/rowwise/silu_and_mul.cpp, its
 // AVX-512 row in exp_avx512.cpp): op cases against the oracle (the provider disabled)
 // at the default model's widths (n = 1536 at m = 1, 7, 33, 512 rows) and boundary widths
 // (n = 1, 15, 16, 17, 33: the 16-lane tail mask), gate in [-20, 20]; then the edges of
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <limits>
 
-#include "cpu/fast/cpu_features.h"
+#include "cpu/fast/simd/cpu_features.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
 #include "op_cases.h"

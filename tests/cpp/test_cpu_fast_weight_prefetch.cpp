@@ -1,4 +1,4 @@
-// Gates of the GEMV weight prefetch (cpu/fast/weight_prefetch.h): the spans a call's
+// Gates of the GEMV weight prefetch (cpu/fast/gemv/weight_prefetch.h): the spans a call's
 // chunks read first, and the successor it learns: the reads of the call that came
 // after this one last time are what the idle threads fetch while it runs.
 #include <doctest/doctest.h>
@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/fast/weight_prefetch.h"
+#include "cpu/fast/gemv/weight_prefetch.h"
 #include "metalrt/quantized.h"
 
 using namespace metalrt;

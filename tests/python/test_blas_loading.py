@@ -1,5 +1,5 @@
 """Gates of how `import metalrt` finds the OpenBLAS of the CPU prefill GEMM
-(python/metalrt/_blas.py, cpp/cpu/fast/blas/sgemm.cpp) in install layouts other than
+(python/metalrt/_blas.py, cpp/cpu/fast/prefill/blas/sgemm.cpp) in install layouts other than
 "metalrt and scipy_openblas32 side by side in one site-packages".
 
 Each runs a fresh interpreter on a copy of the installed metalrt package in a temporary

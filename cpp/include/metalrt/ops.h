@@ -102,7 +102,7 @@ struct QuantizedGemvRowsRegistrar {
 
 // Whether the CPU counts a weight as coarse: quantized, or bfloat16. Its own rounding
 // error is then at least bf16's, so the CPU's prefill GEMM may round operands to bf16
-// (cpu/fast/prefill_gemm.h); a model asks it of its q/k/v weights for PagedAttention's
+// (cpu/fast/prefill/prefill_gemm.h); a model asks it of its q/k/v weights for PagedAttention's
 // coarse_projections.
 inline bool IsCoarseWeight(const Tensor& weight) { return weight.dtype() == DType::kBF16; }
 inline bool IsCoarseWeight(const QuantizedTensor&) { return true; }
@@ -163,7 +163,7 @@ struct PagedAttentionParams {
 // quantized or bf16 weights; the CPU then runs a prefill's Q.K^T and W.V on its bf16
 // GEMM (q, k, the softmax weights W and v rounded to bf16, f32 sums, as torch's bf16
 // SDPA) wherever it runs such weights' GEMMs on it (PrefillGemmIsBf16(true),
-// cpu/fast/prefill_gemm.h: by default on CPUs with AVX-512 BF16); false, only where
+// cpu/fast/prefill/prefill_gemm.h: by default on CPUs with AVX-512 BF16); false, only where
 // every weight's is (METALRT_CPU_GEMM=bf16). Decode batches (the tokens the CPU's f32
 // GEMV serves) and other devices ignore it.
 Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,

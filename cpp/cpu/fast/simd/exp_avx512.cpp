@@ -1,0 +1,79 @@
+// The AVX-512 exp rows (exp_avx512.h). Internal linkage for everything but the entry
+// points, so no AVX-512 code is shared with the rest of the binary.
+#include "cpu/fast/simd/exp_avx512.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "cpu/fast/simd/exp_poly.h"
+
+namespace metalrt::cpu::fast {
+namespace {
+
+// exp(x) for 16 lanes (exp_avx512.h: Cephes expf's reduction and polynomial).
+__m512 Exp(__m512 x) {
+  // Past +-100 the result is inf or 0 whatever x; the clamp keeps j finite (a NaN x
+  // becomes 100, and the NaN returns through gate).
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(100.0f)), _mm512_set1_ps(-100.0f));
+  const __m512 j = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(ExpPoly::kLog2e)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(j, _mm512_set1_ps(ExpPoly::kLn2Hi), x);
+  r = _mm512_fnmadd_ps(j, _mm512_set1_ps(ExpPoly::kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(ExpPoly::kP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ExpPoly::kP[i]));
+  const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(e, j);
+}
+
+__m512 Swiglu(__m512 g, __m512 u) {
+  const __m512 denominator = _mm512_add_ps(_mm512_set1_ps(1.0f), Exp(_mm512_sub_ps(_mm512_setzero_ps(), g)));
+  return _mm512_mul_ps(_mm512_div_ps(g, denominator), u);
+}
+
+}  // namespace
+
+void SiluAndMulRowAvx512(const float* gate, const float* up, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, Swiglu(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
+  if (i < n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(out + i, mask,
+                          Swiglu(_mm512_maskz_loadu_ps(mask, gate + i), _mm512_maskz_loadu_ps(mask, up + i)));
+  }
+}
+
+float ExpShiftedRowAvx512(float* s, int64_t n, float shift) {
+  const __m512 m = _mm512_set1_ps(shift);
+  __m512 sum = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512 w = Exp(_mm512_sub_ps(_mm512_loadu_ps(s + j), m));
+    _mm512_storeu_ps(s + j, w);
+    sum = _mm512_add_ps(sum, w);
+  }
+  if (j < n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 w = Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + j), m));
+    _mm512_mask_storeu_ps(s + j, mask, w);
+    sum = _mm512_mask_add_ps(sum, mask, sum, w);
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, sum);
+  float total = 0.0f;
+  for (float lane : lanes) total += lane;
+  return total;
+}
+
+}  // namespace metalrt::cpu::fast
+#else
+#include <stdexcept>
+
+// Off x86 no caller selects the AVX-512 rows; these only satisfy the linker.
+namespace metalrt::cpu::fast {
+namespace {
+[[noreturn]] void NoKernel() { throw std::logic_error("the AVX-512 exp rows exist only on x86-64"); }
+}  // namespace
+void SiluAndMulRowAvx512(const float*, const float*, int64_t, float*) { NoKernel(); }
+float ExpShiftedRowAvx512(float*, int64_t, float) { NoKernel(); }
+}  // namespace metalrt::cpu::fast
+#endif
