@@ -73,6 +73,26 @@ void RegisterProvider(const OpId& op, DeviceType device, const std::string& name
   });
 }
 
+std::string ProviderName(const OpId& op, DeviceType device, ProviderTier tier) {
+  const bool cpu = device == DeviceType::kCPU;
+  if (cpu == (tier == ProviderTier::kNative))
+    throw std::logic_error("provider of " + op + ": the native tier is a GPU device's, the others the CPU's");
+  const char* infix = "";
+  switch (tier) {
+    case ProviderTier::kFast: infix = "fast_"; break;
+    case ProviderTier::kPrefill: infix = "blas_"; break;
+    case ProviderTier::kPrefillBf16: infix = "bf16_"; break;
+    case ProviderTier::kOracle:
+    case ProviderTier::kNative: break;
+  }
+  return std::string(DeviceTypeName(device)) + "_" + infix + op;
+}
+
+void RegisterProvider(const OpId& op, DeviceType device, ProviderTier tier, ProviderFn fn) {
+  // The tier's rank in the enum is its priority: the order ProviderTier documents.
+  RegisterProvider(op, device, ProviderName(op, device, tier), static_cast<int>(tier), fn);
+}
+
 bool OpRegistered(const OpId& op, DeviceType device) {
   Registry& r = TheRegistry();
   std::lock_guard<std::mutex> lock(r.mutex);

@@ -1,7 +1,8 @@
 # BLAS for the CPU device's prefill GEMM (cpp/cpu/fast/prefill/blas): Accelerate on Apple,
 # OpenBLAS from the scipy-openblas32 wheel elsewhere (a build requirement and a run-time
-# dependency in pyproject.toml, loaded at run time). Without one the build still succeeds: the fast GEMM
-# sources are left out and the CPU oracle serves every matmul.
+# dependency in pyproject.toml, loaded at run time). Without one the build still succeeds: the f32 sgemm
+# providers are left out, the bf16 GEMM (cpp/cpu/fast/prefill, ours) still serves where
+# the CPU has AVX-512 BF16 and the CPU oracle serves the rest.
 #
 #   METALRT_BLAS=auto        Accelerate on Apple, else scipy-openblas32 when the Python
 #                            interpreter can import it, else none (the default)

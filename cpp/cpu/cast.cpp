@@ -116,6 +116,6 @@ bool CpuCast(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("cast", DeviceType::kCPU, "cpu_cast", 0, CpuCast);
+METALRT_REGISTER_OP_PROVIDER("cast", DeviceType::kCPU, ProviderTier::kOracle, CpuCast);
 
 }  // namespace metalrt::cpu

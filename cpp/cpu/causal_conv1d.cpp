@@ -56,6 +56,6 @@ bool CpuCausalConv1d(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("causal_conv1d", DeviceType::kCPU, "cpu_causal_conv1d", 0, CpuCausalConv1d);
+METALRT_REGISTER_OP_PROVIDER("causal_conv1d", DeviceType::kCPU, ProviderTier::kOracle, CpuCausalConv1d);
 
 }  // namespace metalrt::cpu

@@ -76,9 +76,9 @@ bool CpuGelu(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("add", DeviceType::kCPU, "cpu_add", 0, CpuAdd);
-METALRT_REGISTER_PROVIDER("mul", DeviceType::kCPU, "cpu_mul", 0, CpuMul);
-METALRT_REGISTER_PROVIDER("relu", DeviceType::kCPU, "cpu_relu", 0, CpuRelu);
-METALRT_REGISTER_PROVIDER("gelu", DeviceType::kCPU, "cpu_gelu", 0, CpuGelu);
+METALRT_REGISTER_OP_PROVIDER("add", DeviceType::kCPU, ProviderTier::kOracle, CpuAdd);
+METALRT_REGISTER_OP_PROVIDER("mul", DeviceType::kCPU, ProviderTier::kOracle, CpuMul);
+METALRT_REGISTER_OP_PROVIDER("relu", DeviceType::kCPU, ProviderTier::kOracle, CpuRelu);
+METALRT_REGISTER_OP_PROVIDER("gelu", DeviceType::kCPU, ProviderTier::kOracle, CpuGelu);
 
 }  // namespace metalrt::cpu

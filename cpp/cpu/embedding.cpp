@@ -33,7 +33,7 @@ bool Embedding(const OpCall& call) {
   return true;
 }
 
-METALRT_REGISTER_PROVIDER("embedding", DeviceType::kCPU, "cpu_embedding", 0, Embedding);
+METALRT_REGISTER_OP_PROVIDER("embedding", DeviceType::kCPU, ProviderTier::kOracle, Embedding);
 
 }  // namespace
 }  // namespace metalrt::cpu

@@ -108,7 +108,7 @@ void RecurrentDeltaRule(const DeltaRuleRows& rows, float* state, float* o) {
   }
 }
 
-METALRT_REGISTER_PROVIDER("gated_delta_rule", DeviceType::kCPU, "cpu_gated_delta_rule", 0,
-                          CpuGatedDeltaRule);
+METALRT_REGISTER_OP_PROVIDER("gated_delta_rule", DeviceType::kCPU, ProviderTier::kOracle,
+                             CpuGatedDeltaRule);
 
 }  // namespace metalrt::cpu

@@ -87,8 +87,8 @@ bool CpuSigmoidMul(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("gated_rms_norm", DeviceType::kCPU, "cpu_gated_rms_norm", 0, CpuGatedRmsNorm);
-METALRT_REGISTER_PROVIDER("gated_query_split", DeviceType::kCPU, "cpu_gated_query_split", 0, CpuGatedQuerySplit);
-METALRT_REGISTER_PROVIDER("sigmoid_mul", DeviceType::kCPU, "cpu_sigmoid_mul", 0, CpuSigmoidMul);
+METALRT_REGISTER_OP_PROVIDER("gated_rms_norm", DeviceType::kCPU, ProviderTier::kOracle, CpuGatedRmsNorm);
+METALRT_REGISTER_OP_PROVIDER("gated_query_split", DeviceType::kCPU, ProviderTier::kOracle, CpuGatedQuerySplit);
+METALRT_REGISTER_OP_PROVIDER("sigmoid_mul", DeviceType::kCPU, ProviderTier::kOracle, CpuSigmoidMul);
 
 }  // namespace metalrt::cpu

@@ -34,6 +34,6 @@ bool CpuGdnGating(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("gdn_gating", DeviceType::kCPU, "cpu_gdn_gating", 0, CpuGdnGating);
+METALRT_REGISTER_OP_PROVIDER("gdn_gating", DeviceType::kCPU, ProviderTier::kOracle, CpuGdnGating);
 
 }  // namespace metalrt::cpu

@@ -27,7 +27,7 @@ bool GreedyArgmax(const OpCall& call) {
   return true;
 }
 
-METALRT_REGISTER_PROVIDER("greedy_argmax", DeviceType::kCPU, "cpu_greedy_argmax", 0, GreedyArgmax);
+METALRT_REGISTER_OP_PROVIDER("greedy_argmax", DeviceType::kCPU, ProviderTier::kOracle, GreedyArgmax);
 
 }  // namespace
 }  // namespace metalrt::cpu

@@ -30,6 +30,6 @@ bool CpuLayerNorm(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("layer_norm", DeviceType::kCPU, "cpu_layer_norm", 0, CpuLayerNorm);
+METALRT_REGISTER_OP_PROVIDER("layer_norm", DeviceType::kCPU, ProviderTier::kOracle, CpuLayerNorm);
 
 }  // namespace metalrt::cpu

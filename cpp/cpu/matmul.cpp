@@ -116,7 +116,7 @@ bool CpuMatmulBT(const OpCall& call) { return Gemm(call, PackRowsBT); }
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("matmul", DeviceType::kCPU, "cpu_matmul", 0, CpuMatmul);
-METALRT_REGISTER_PROVIDER("matmul_bt", DeviceType::kCPU, "cpu_matmul_bt", 0, CpuMatmulBT);
+METALRT_REGISTER_OP_PROVIDER("matmul", DeviceType::kCPU, ProviderTier::kOracle, CpuMatmul);
+METALRT_REGISTER_OP_PROVIDER("matmul_bt", DeviceType::kCPU, ProviderTier::kOracle, CpuMatmulBT);
 
 }  // namespace metalrt::cpu

@@ -133,8 +133,8 @@ bool CpuMoeCombine(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("moe_router", DeviceType::kCPU, "cpu_moe_router", 0, CpuMoeRouter);
-METALRT_REGISTER_PROVIDER("moe_matmul_bt", DeviceType::kCPU, "cpu_moe_matmul_bt", 0, CpuMoeMatmulBT);
-METALRT_REGISTER_PROVIDER("moe_combine", DeviceType::kCPU, "cpu_moe_combine", 0, CpuMoeCombine);
+METALRT_REGISTER_OP_PROVIDER("moe_router", DeviceType::kCPU, ProviderTier::kOracle, CpuMoeRouter);
+METALRT_REGISTER_OP_PROVIDER("moe_matmul_bt", DeviceType::kCPU, ProviderTier::kOracle, CpuMoeMatmulBT);
+METALRT_REGISTER_OP_PROVIDER("moe_combine", DeviceType::kCPU, ProviderTier::kOracle, CpuMoeCombine);
 
 }  // namespace metalrt::cpu

@@ -96,8 +96,8 @@ bool PagedAttention(const OpCall& call) {
   return true;
 }
 
-METALRT_REGISTER_PROVIDER("paged_attention", DeviceType::kCPU, "cpu_paged_attention", 0,
-                          PagedAttention);
+METALRT_REGISTER_OP_PROVIDER("paged_attention", DeviceType::kCPU, ProviderTier::kOracle,
+                             PagedAttention);
 
 }  // namespace
 }  // namespace metalrt::cpu

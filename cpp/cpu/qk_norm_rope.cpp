@@ -18,7 +18,7 @@ bool QkNormRope(const OpCall& call) {
   return true;
 }
 
-METALRT_REGISTER_PROVIDER("qk_norm_rope", DeviceType::kCPU, "cpu_qk_norm_rope", 0, QkNormRope);
+METALRT_REGISTER_OP_PROVIDER("qk_norm_rope", DeviceType::kCPU, ProviderTier::kOracle, QkNormRope);
 
 }  // namespace
 }  // namespace metalrt::cpu

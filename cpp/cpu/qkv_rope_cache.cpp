@@ -26,6 +26,6 @@ bool QkvRopeCache(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("qkv_rope_cache", DeviceType::kCPU, "cpu_qkv_rope_cache", 0, QkvRopeCache);
+METALRT_REGISTER_OP_PROVIDER("qkv_rope_cache", DeviceType::kCPU, ProviderTier::kOracle, QkvRopeCache);
 
 }  // namespace metalrt::cpu

@@ -25,7 +25,7 @@ bool QkvSplit(const OpCall& call) {
   return true;
 }
 
-METALRT_REGISTER_PROVIDER("qkv_split", DeviceType::kCPU, "cpu_qkv_split", 0, QkvSplit);
+METALRT_REGISTER_OP_PROVIDER("qkv_split", DeviceType::kCPU, ProviderTier::kOracle, QkvSplit);
 
 }  // namespace
 }  // namespace metalrt::cpu

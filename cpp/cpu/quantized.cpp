@@ -60,11 +60,11 @@ bool QuantizedEmbedding(const OpCall& call) {
   return true;
 }
 
-METALRT_REGISTER_PROVIDER("dequantize", DeviceType::kCPU, "cpu_dequantize", 0, Dequantize);
-METALRT_REGISTER_PROVIDER("quantized_matmul_bt", DeviceType::kCPU, "cpu_quantized_matmul_bt", 0,
-                          QuantizedMatmulBT);
-METALRT_REGISTER_PROVIDER("quantized_embedding", DeviceType::kCPU, "cpu_quantized_embedding", 0,
-                          QuantizedEmbedding);
+METALRT_REGISTER_OP_PROVIDER("dequantize", DeviceType::kCPU, ProviderTier::kOracle, Dequantize);
+METALRT_REGISTER_OP_PROVIDER("quantized_matmul_bt", DeviceType::kCPU, ProviderTier::kOracle,
+                             QuantizedMatmulBT);
+METALRT_REGISTER_OP_PROVIDER("quantized_embedding", DeviceType::kCPU, ProviderTier::kOracle,
+                             QuantizedEmbedding);
 
 }  // namespace
 }  // namespace metalrt::cpu

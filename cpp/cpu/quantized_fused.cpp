@@ -6,11 +6,11 @@
 
 namespace metalrt::cpu {
 
-METALRT_REGISTER_PROVIDER("quantized_matmul_bt_add", DeviceType::kCPU, "cpu_quantized_matmul_bt_add", 0,
-                          ops::detail::ComposeQuantizedMatmulBTAdd);
-METALRT_REGISTER_PROVIDER("quantized_matmul_bt_swiglu", DeviceType::kCPU, "cpu_quantized_matmul_bt_swiglu", 0,
-                          ops::detail::ComposeQuantizedMatmulBTSwiglu);
-METALRT_REGISTER_PROVIDER("quantized_matmul_bt_concat", DeviceType::kCPU, "cpu_quantized_matmul_bt_concat", 0,
-                          ops::detail::ComposeQuantizedMatmulBTConcat);
+METALRT_REGISTER_OP_PROVIDER("quantized_matmul_bt_add", DeviceType::kCPU, ProviderTier::kOracle,
+                             ops::detail::ComposeQuantizedMatmulBTAdd);
+METALRT_REGISTER_OP_PROVIDER("quantized_matmul_bt_swiglu", DeviceType::kCPU, ProviderTier::kOracle,
+                             ops::detail::ComposeQuantizedMatmulBTSwiglu);
+METALRT_REGISTER_OP_PROVIDER("quantized_matmul_bt_concat", DeviceType::kCPU, ProviderTier::kOracle,
+                             ops::detail::ComposeQuantizedMatmulBTConcat);
 
 }  // namespace metalrt::cpu

@@ -29,8 +29,8 @@ bool ReshapeAndCache(const OpCall& call) {
   return true;
 }
 
-METALRT_REGISTER_PROVIDER("reshape_and_cache", DeviceType::kCPU, "cpu_reshape_and_cache", 0,
-                          ReshapeAndCache);
+METALRT_REGISTER_OP_PROVIDER("reshape_and_cache", DeviceType::kCPU, ProviderTier::kOracle,
+                             ReshapeAndCache);
 
 }  // namespace
 }  // namespace metalrt::cpu

@@ -24,6 +24,6 @@ bool CpuRmsNorm(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("rms_norm", DeviceType::kCPU, "cpu_rms_norm", 0, CpuRmsNorm);
+METALRT_REGISTER_OP_PROVIDER("rms_norm", DeviceType::kCPU, ProviderTier::kOracle, CpuRmsNorm);
 
 }  // namespace metalrt::cpu

@@ -103,13 +103,13 @@ bool RopeFromCache(const OpCall& call) {
   return true;
 }
 
-METALRT_REGISTER_PROVIDER("rope_neox", DeviceType::kCPU, "cpu_rope_neox", 0, Rope<true>);
-METALRT_REGISTER_PROVIDER("rope_interleaved", DeviceType::kCPU, "cpu_rope_interleaved", 0,
-                          Rope<false>);
-METALRT_REGISTER_PROVIDER("rope_cos_sin_cache", DeviceType::kCPU, "cpu_rope_cos_sin_cache", 0,
-                          RopeCosSinCache);
-METALRT_REGISTER_PROVIDER("rope_from_cache", DeviceType::kCPU, "cpu_rope_from_cache", 0,
-                          RopeFromCache);
+METALRT_REGISTER_OP_PROVIDER("rope_neox", DeviceType::kCPU, ProviderTier::kOracle, Rope<true>);
+METALRT_REGISTER_OP_PROVIDER("rope_interleaved", DeviceType::kCPU, ProviderTier::kOracle,
+                             Rope<false>);
+METALRT_REGISTER_OP_PROVIDER("rope_cos_sin_cache", DeviceType::kCPU, ProviderTier::kOracle,
+                             RopeCosSinCache);
+METALRT_REGISTER_OP_PROVIDER("rope_from_cache", DeviceType::kCPU, ProviderTier::kOracle,
+                             RopeFromCache);
 
 }  // namespace
 }  // namespace metalrt::cpu

@@ -31,6 +31,6 @@ bool CpuSiluAndMul(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("silu_and_mul", DeviceType::kCPU, "cpu_silu_and_mul", 0, CpuSiluAndMul);
+METALRT_REGISTER_OP_PROVIDER("silu_and_mul", DeviceType::kCPU, ProviderTier::kOracle, CpuSiluAndMul);
 
 }  // namespace metalrt::cpu

@@ -25,6 +25,6 @@ bool CpuSoftmax(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("softmax", DeviceType::kCPU, "cpu_softmax", 0, CpuSoftmax);
+METALRT_REGISTER_OP_PROVIDER("softmax", DeviceType::kCPU, ProviderTier::kOracle, CpuSoftmax);
 
 }  // namespace metalrt::cpu

@@ -25,6 +25,6 @@ bool MetalCast(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("cast", DeviceType::kMETAL, "metal_cast", 10, MetalCast);
+METALRT_REGISTER_OP_PROVIDER("cast", DeviceType::kMETAL, ProviderTier::kNative, MetalCast);
 
 }  // namespace metalrt::gpu

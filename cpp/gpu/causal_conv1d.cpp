@@ -42,7 +42,7 @@ bool MetalCausalConv1d(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("causal_conv1d", DeviceType::kMETAL, "metal_causal_conv1d", 10,
-                          MetalCausalConv1d);
+METALRT_REGISTER_OP_PROVIDER("causal_conv1d", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalCausalConv1d);
 
 }  // namespace metalrt::gpu

@@ -45,9 +45,9 @@ constexpr char kGelu[] = "gelu";
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("add", DeviceType::kMETAL, "metal_add", 10, Binary<kAdd>);
-METALRT_REGISTER_PROVIDER("mul", DeviceType::kMETAL, "metal_mul", 10, Binary<kMul>);
-METALRT_REGISTER_PROVIDER("relu", DeviceType::kMETAL, "metal_relu", 10, Unary<kRelu>);
-METALRT_REGISTER_PROVIDER("gelu", DeviceType::kMETAL, "metal_gelu", 10, Unary<kGelu>);
+METALRT_REGISTER_OP_PROVIDER("add", DeviceType::kMETAL, ProviderTier::kNative, Binary<kAdd>);
+METALRT_REGISTER_OP_PROVIDER("mul", DeviceType::kMETAL, ProviderTier::kNative, Binary<kMul>);
+METALRT_REGISTER_OP_PROVIDER("relu", DeviceType::kMETAL, ProviderTier::kNative, Unary<kRelu>);
+METALRT_REGISTER_OP_PROVIDER("gelu", DeviceType::kMETAL, ProviderTier::kNative, Unary<kGelu>);
 
 }  // namespace metalrt::gpu

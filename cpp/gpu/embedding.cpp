@@ -28,6 +28,6 @@ bool MetalEmbedding(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("embedding", DeviceType::kMETAL, "metal_embedding", 10, MetalEmbedding);
+METALRT_REGISTER_OP_PROVIDER("embedding", DeviceType::kMETAL, ProviderTier::kNative, MetalEmbedding);
 
 }  // namespace metalrt::gpu

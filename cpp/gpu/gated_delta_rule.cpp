@@ -50,7 +50,7 @@ bool MetalGatedDeltaRule(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("gated_delta_rule", DeviceType::kMETAL, "metal_gated_delta_rule", 10,
-                          MetalGatedDeltaRule);
+METALRT_REGISTER_OP_PROVIDER("gated_delta_rule", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalGatedDeltaRule);
 
 }  // namespace metalrt::gpu

@@ -57,9 +57,9 @@ bool MetalSigmoidMul(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("gated_rms_norm", DeviceType::kMETAL, "metal_gated_rms_norm", 10, MetalGatedRmsNorm);
-METALRT_REGISTER_PROVIDER("gated_query_split", DeviceType::kMETAL, "metal_gated_query_split", 10,
-                          MetalGatedQuerySplit);
-METALRT_REGISTER_PROVIDER("sigmoid_mul", DeviceType::kMETAL, "metal_sigmoid_mul", 10, MetalSigmoidMul);
+METALRT_REGISTER_OP_PROVIDER("gated_rms_norm", DeviceType::kMETAL, ProviderTier::kNative, MetalGatedRmsNorm);
+METALRT_REGISTER_OP_PROVIDER("gated_query_split", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalGatedQuerySplit);
+METALRT_REGISTER_OP_PROVIDER("sigmoid_mul", DeviceType::kMETAL, ProviderTier::kNative, MetalSigmoidMul);
 
 }  // namespace metalrt::gpu

@@ -24,6 +24,6 @@ bool MetalGdnGating(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("gdn_gating", DeviceType::kMETAL, "metal_gdn_gating", 10, MetalGdnGating);
+METALRT_REGISTER_OP_PROVIDER("gdn_gating", DeviceType::kMETAL, ProviderTier::kNative, MetalGdnGating);
 
 }  // namespace metalrt::gpu

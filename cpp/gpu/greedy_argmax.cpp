@@ -22,7 +22,7 @@ bool MetalGreedyArgmax(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("greedy_argmax", DeviceType::kMETAL, "metal_greedy_argmax", 10,
-                          MetalGreedyArgmax);
+METALRT_REGISTER_OP_PROVIDER("greedy_argmax", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalGreedyArgmax);
 
 }  // namespace metalrt::gpu

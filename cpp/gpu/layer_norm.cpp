@@ -28,6 +28,6 @@ bool MetalLayerNorm(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("layer_norm", DeviceType::kMETAL, "metal_layer_norm", 10, MetalLayerNorm);
+METALRT_REGISTER_OP_PROVIDER("layer_norm", DeviceType::kMETAL, ProviderTier::kNative, MetalLayerNorm);
 
 }  // namespace metalrt::gpu

@@ -49,7 +49,7 @@ bool MetalMatmul(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("matmul_bt", DeviceType::kMETAL, "metal_matmul_bt", 10, MetalMatmul<true>);
-METALRT_REGISTER_PROVIDER("matmul", DeviceType::kMETAL, "metal_matmul", 10, MetalMatmul<false>);
+METALRT_REGISTER_OP_PROVIDER("matmul_bt", DeviceType::kMETAL, ProviderTier::kNative, MetalMatmul<true>);
+METALRT_REGISTER_OP_PROVIDER("matmul", DeviceType::kMETAL, ProviderTier::kNative, MetalMatmul<false>);
 
 }  // namespace metalrt::gpu

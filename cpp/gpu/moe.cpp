@@ -126,8 +126,8 @@ bool MetalMoeCombine(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("moe_router", DeviceType::kMETAL, "metal_moe_router", 10, MetalMoeRouter);
-METALRT_REGISTER_PROVIDER("moe_matmul_bt", DeviceType::kMETAL, "metal_moe_matmul_bt", 10, MetalMoeMatmulBT);
-METALRT_REGISTER_PROVIDER("moe_combine", DeviceType::kMETAL, "metal_moe_combine", 10, MetalMoeCombine);
+METALRT_REGISTER_OP_PROVIDER("moe_router", DeviceType::kMETAL, ProviderTier::kNative, MetalMoeRouter);
+METALRT_REGISTER_OP_PROVIDER("moe_matmul_bt", DeviceType::kMETAL, ProviderTier::kNative, MetalMoeMatmulBT);
+METALRT_REGISTER_OP_PROVIDER("moe_combine", DeviceType::kMETAL, ProviderTier::kNative, MetalMoeCombine);
 
 }  // namespace metalrt::gpu

@@ -105,7 +105,7 @@ bool MetalPagedAttention(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("paged_attention", DeviceType::kMETAL, "metal_paged_attention", 10,
-                          MetalPagedAttention);
+METALRT_REGISTER_OP_PROVIDER("paged_attention", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalPagedAttention);
 
 }  // namespace metalrt::gpu

@@ -40,7 +40,7 @@ bool MetalQkNormRope(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("qk_norm_rope", DeviceType::kMETAL, "metal_qk_norm_rope", 10,
-                          MetalQkNormRope);
+METALRT_REGISTER_OP_PROVIDER("qk_norm_rope", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalQkNormRope);
 
 }  // namespace metalrt::gpu

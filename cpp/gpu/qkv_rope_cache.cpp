@@ -35,6 +35,6 @@ bool MetalQkvRopeCache(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("qkv_rope_cache", DeviceType::kMETAL, "metal_qkv_rope_cache", 10, MetalQkvRopeCache);
+METALRT_REGISTER_OP_PROVIDER("qkv_rope_cache", DeviceType::kMETAL, ProviderTier::kNative, MetalQkvRopeCache);
 
 }  // namespace metalrt::gpu

@@ -30,6 +30,6 @@ bool MetalQkvSplit(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("qkv_split", DeviceType::kMETAL, "metal_qkv_split", 10, MetalQkvSplit);
+METALRT_REGISTER_OP_PROVIDER("qkv_split", DeviceType::kMETAL, ProviderTier::kNative, MetalQkvSplit);
 
 }  // namespace metalrt::gpu

@@ -154,16 +154,16 @@ bool MetalQuantizedEmbedding(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("quantized_matmul_bt", DeviceType::kMETAL, "metal_quantized_matmul_bt", 10,
-                          MetalQuantizedMatmulBT);
-METALRT_REGISTER_PROVIDER("quantized_matmul_bt_add", DeviceType::kMETAL, "metal_quantized_matmul_bt_add", 10,
-                          MetalQuantizedMatmulBTAdd);
-METALRT_REGISTER_PROVIDER("quantized_matmul_bt_swiglu", DeviceType::kMETAL, "metal_quantized_matmul_bt_swiglu", 10,
-                          MetalQuantizedMatmulBTSwiglu);
-METALRT_REGISTER_PROVIDER("quantized_matmul_bt_concat", DeviceType::kMETAL, "metal_quantized_matmul_bt_concat", 10,
-                          MetalQuantizedMatmulBTConcat);
-METALRT_REGISTER_PROVIDER("dequantize", DeviceType::kMETAL, "metal_dequantize", 10, MetalDequantize);
-METALRT_REGISTER_PROVIDER("quantized_embedding", DeviceType::kMETAL, "metal_quantized_embedding", 10,
-                          MetalQuantizedEmbedding);
+METALRT_REGISTER_OP_PROVIDER("quantized_matmul_bt", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalQuantizedMatmulBT);
+METALRT_REGISTER_OP_PROVIDER("quantized_matmul_bt_add", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalQuantizedMatmulBTAdd);
+METALRT_REGISTER_OP_PROVIDER("quantized_matmul_bt_swiglu", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalQuantizedMatmulBTSwiglu);
+METALRT_REGISTER_OP_PROVIDER("quantized_matmul_bt_concat", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalQuantizedMatmulBTConcat);
+METALRT_REGISTER_OP_PROVIDER("dequantize", DeviceType::kMETAL, ProviderTier::kNative, MetalDequantize);
+METALRT_REGISTER_OP_PROVIDER("quantized_embedding", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalQuantizedEmbedding);
 
 }  // namespace metalrt::gpu

@@ -30,7 +30,7 @@ bool MetalReshapeAndCache(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("reshape_and_cache", DeviceType::kMETAL, "metal_reshape_and_cache", 10,
-                          MetalReshapeAndCache);
+METALRT_REGISTER_OP_PROVIDER("reshape_and_cache", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalReshapeAndCache);
 
 }  // namespace metalrt::gpu

@@ -24,6 +24,6 @@ bool MetalRmsNorm(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("rms_norm", DeviceType::kMETAL, "metal_rms_norm", 10, MetalRmsNorm);
+METALRT_REGISTER_OP_PROVIDER("rms_norm", DeviceType::kMETAL, ProviderTier::kNative, MetalRmsNorm);
 
 }  // namespace metalrt::gpu

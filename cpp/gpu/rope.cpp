@@ -71,12 +71,12 @@ bool MetalRopeFromCache(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("rope_neox", DeviceType::kMETAL, "metal_rope_neox", 10, MetalRope<true>);
-METALRT_REGISTER_PROVIDER("rope_interleaved", DeviceType::kMETAL, "metal_rope_interleaved", 10,
-                          MetalRope<false>);
-METALRT_REGISTER_PROVIDER("rope_cos_sin_cache", DeviceType::kMETAL, "metal_rope_cos_sin_cache", 10,
-                          MetalRopeCosSinCache);
-METALRT_REGISTER_PROVIDER("rope_from_cache", DeviceType::kMETAL, "metal_rope_from_cache", 10,
-                          MetalRopeFromCache);
+METALRT_REGISTER_OP_PROVIDER("rope_neox", DeviceType::kMETAL, ProviderTier::kNative, MetalRope<true>);
+METALRT_REGISTER_OP_PROVIDER("rope_interleaved", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalRope<false>);
+METALRT_REGISTER_OP_PROVIDER("rope_cos_sin_cache", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalRopeCosSinCache);
+METALRT_REGISTER_OP_PROVIDER("rope_from_cache", DeviceType::kMETAL, ProviderTier::kNative,
+                             MetalRopeFromCache);
 
 }  // namespace metalrt::gpu

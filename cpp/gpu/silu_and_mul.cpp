@@ -24,6 +24,6 @@ bool MetalSiluAndMul(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("silu_and_mul", DeviceType::kMETAL, "metal_silu_and_mul", 10, MetalSiluAndMul);
+METALRT_REGISTER_OP_PROVIDER("silu_and_mul", DeviceType::kMETAL, ProviderTier::kNative, MetalSiluAndMul);
 
 }  // namespace metalrt::gpu

@@ -21,6 +21,6 @@ bool MetalSoftmax(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("softmax", DeviceType::kMETAL, "metal_softmax", 10, MetalSoftmax);
+METALRT_REGISTER_OP_PROVIDER("softmax", DeviceType::kMETAL, ProviderTier::kNative, MetalSoftmax);
 
 }  // namespace metalrt::gpu

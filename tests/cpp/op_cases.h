@@ -32,8 +32,10 @@
 //   bar.rel * |ref| + bar.abs + max_rel * max|ref|, and that the reference holds no NaN.
 // * The profiler saw every kernel of `kernels` dispatch exactly as often as it is
 //   listed (once, for a name listed once; a CPU case lists none), and the provider
-//   stats show `provider` served every call of `op` on the case's device with no
-//   declines (but the case's `declines`) and no reference-tier run.
+//   stats show `provider` served every call of `op` on the case's device, each call
+//   declined once by every provider tried ahead of it (ListProviders' order, gated by
+//   "op registry: ... tiers" in test_op_registry.cpp) and by no other, with no
+//   reference-tier run.
 //
 // Run one case: METALRT_OP_CASE=<substring of its name> ./build/tests/metalrt_tests -tc='op cases*'
 #pragma once
@@ -64,9 +66,6 @@ struct OpCase {
   std::string op;
   std::string provider;
   DeviceType device = DeviceType::kMETAL;   // the device under test
-  // Declines the call meets before `provider` serves it: a fast CPU provider that owns
-  // other sizes tried first (the GEMV ahead of the BLAS GEMM for quantized_matmul_bt).
-  uint64_t declines = 0;
   std::vector<std::string> kernels;
   std::vector<Tensor> inputs;
   std::vector<TensorSpec> outputs;

@@ -1,4 +1,4 @@
-// Gates of the CPU device's prefill attention providers (cpp/cpu/fast/prefill/blas/paged_attention.cpp)
+// Gates of the CPU device's prefill attention providers (cpp/cpu/fast/prefill/*paged_attention*)
 // in the op-case table: against the oracle (the providers disabled) at the default
 // model's geometry (9 heads, 3 kv heads, head_dim 64) for 128- and 512-token prefills,
 // a chunked prefill and a mixed batch, and at boundary shapes (head_dim 1/33/96, query
@@ -68,7 +68,6 @@ OpCase MakeCase(const AttentionCase& a, DType dtype, uint32_t seed, PrefillGemm 
   c.name = std::string("paged_attention/") + DTypeName(dtype) + "/" + a.name + (bf16 ? "/cpu_bf16" : "/cpu_blas");
   c.op = "paged_attention";
   c.provider = bf16 ? kBf16Provider : kProvider;
-  c.declines = bf16 ? 0 : 1;   // the bf16 provider, tried first, declines under f32
   c.device = DeviceType::kCPU;
   c.inputs = {bt.query, bt.key_cache, bt.value_cache, bt.block_tables, bt.seq_lens, bt.query_start_loc};
   c.outputs = {{bt.query.shape(), dtype}};
@@ -92,12 +91,14 @@ OpCase MakeCase(const AttentionCase& a, DType dtype, uint32_t seed, PrefillGemm 
 
 METALRT_OP_CASES(cpu_fast_attention_cases) {
   std::vector<OpCase> cases;
-  if (!kHaveBlas) return cases;
   uint32_t seed = 1400;
-  for (const AttentionCase& a : kCases) cases.push_back(MakeCase(a, DType::kF32, seed += 10, PrefillGemm::kF32));
-  for (DType dtype : {DType::kF16, DType::kBF16})
-    for (const AttentionCase& a : {kCases[2], kCases[6]})
-      cases.push_back(MakeCase(a, dtype, seed += 10, PrefillGemm::kF32));
+  // The f32 sgemms where the build has a BLAS; the bf16 products (ours) on every build.
+  if (kHaveBlas) {
+    for (const AttentionCase& a : kCases) cases.push_back(MakeCase(a, DType::kF32, seed += 10, PrefillGemm::kF32));
+    for (DType dtype : {DType::kF16, DType::kBF16})
+      for (const AttentionCase& a : {kCases[2], kCases[6]})
+        cases.push_back(MakeCase(a, dtype, seed += 10, PrefillGemm::kF32));
+  }
   if (!cpu::fast::CpuHasAvx512Bf16()) return cases;
   std::vector<OpCase> bf16;
   const auto tokens = [](const AttentionCase& a) {
@@ -138,7 +139,7 @@ TEST_CASE("cpu fast attention: decode-only batches are declined; a prefill gets 
         const ProviderStats stats = GetProviderStats("paged_attention", DeviceType::kCPU);
         CHECK(stats.calls == 1);
         const bool bf16 = gemm_rows && (gemm == "bf16" || (gemm == "auto" && coarse && has_bf16));
-        if (kHaveBlas && prefill) CHECK(stats.last_selected == (bf16 ? kBf16Provider : kProvider));
+        if (prefill && (bf16 || kHaveBlas)) CHECK(stats.last_selected == (bf16 ? kBf16Provider : kProvider));
         else CHECK((stats.last_selected != kProvider && stats.last_selected != kBf16Provider));
       }
     }

@@ -30,9 +30,16 @@ using namespace metalrt::testing;
 namespace {
 
 constexpr const char* kProvider = "cpu_fast_paged_attention";
-// The prefill providers of BLAS builds: the f32 sgemms and the bf16 products.
-constexpr const char* kPrefillProviders[] = {"cpu_blas_paged_attention", "cpu_bf16_paged_attention"};
+// The prefill providers: the bf16 products, and the f32 sgemms of BLAS builds.
+constexpr const char* kBf16Provider = "cpu_bf16_paged_attention";
+constexpr const char* kBlasProvider = "cpu_blas_paged_attention";
 constexpr bool kHaveBlas = std::strcmp(METALRT_BLAS_NAME, "none") != 0;
+
+// Turns the prefill providers the build has off or on.
+void SetPrefillProvidersEnabled(bool enabled) {
+  SetProviderEnabled(kBf16Provider, enabled);
+  if (kHaveBlas) SetProviderEnabled(kBlasProvider, enabled);
+}
 
 const std::vector<AttentionCase> kDecodeCases = {
     {"smollm2/ctx1", 9, 3, 64, 16, {{1, 1}}},
@@ -58,7 +65,6 @@ OpCase MakeCase(const AttentionCase& a, DType dtype, int threads, uint32_t seed)
   c.name = std::string("paged_attention/") + DTypeName(dtype) + "/" + a.name + "/cpu_fast_t" + std::to_string(threads);
   c.op = "paged_attention";
   c.provider = kProvider;
-  c.declines = kHaveBlas ? 2 : 0;   // the BLAS build's two prefill providers decline a decode batch
   c.device = DeviceType::kCPU;
   c.inputs = {bt.query, bt.key_cache, bt.value_cache, bt.block_tables, bt.seq_lens, bt.query_start_loc};
   c.outputs = {{bt.query.shape(), dtype}};
@@ -118,12 +124,11 @@ TEST_CASE("cpu fast decode attention: the 2-thread cases run two threads and giv
   }
 }
 
-TEST_CASE("cpu fast decode attention: prefill and mixed batches without the BLAS provider meet the bar") {
-  // The BLAS build's prefill providers take batches holding a prefill; without them this
-  // provider serves them, so they are gated here with those turned off (a build without a
-  // BLAS has no such providers to turn off).
-  if (kHaveBlas)
-    for (const char* name : kPrefillProviders) SetProviderEnabled(name, false);
+TEST_CASE("cpu fast decode attention: prefill and mixed batches without the prefill providers meet the bar") {
+  // The prefill providers take batches holding a prefill (the bf16 products where the
+  // CPU runs them, the BLAS build's sgemms); without them this provider serves them, so
+  // they are gated here with those turned off.
+  SetPrefillProvidersEnabled(false);
   for (const Lens& lens : {Lens{{128, 128}}, Lens{{100, 300}, {1, 33}}, Lens{{31, 31}, {0, 5}, {65, 70}}}) {
     AttentionGeometry g{9, 3, 64, 16, 0, 0};
     const std::vector<AttentionRequest> reqs = ShuffledRequests(lens, g, 9);
@@ -140,8 +145,7 @@ TEST_CASE("cpu fast decode attention: prefill and mixed batches without the BLAS
     CHECK(worst < 1e-5);
     CHECK(Nmse(fast.values, AttentionReference(bt, reqs, g, 0.125)) < 1e-10);
   }
-  if (kHaveBlas)
-    for (const char* name : kPrefillProviders) SetProviderEnabled(name, true);
+  SetPrefillProvidersEnabled(true);
 }
 
 TEST_CASE("cpu fast decode attention: every kernel this CPU can run meets the bar (METALRT_CPU_ISA)") {

@@ -74,8 +74,6 @@ void SetBars(OpCase& c, DType dtype, PrefillGemm gemm) {
 void UseGemm(OpCase& c, const std::string& op, PrefillGemm gemm) {
   const char* name = cpu::fast::PrefillGemmName(gemm);
   c.provider = (gemm == PrefillGemm::kBf16 ? "cpu_bf16_" : "cpu_blas_") + op;
-  // The bf16 provider is tried first (matmul has none).
-  if (gemm == PrefillGemm::kF32 && op != "matmul") ++c.declines;
   RunUnder(c, "METALRT_CPU_GEMM", name);
 }
 
@@ -106,7 +104,6 @@ OpCase QuantizedCase(const WeightSpec& s, int64_t m, int64_t k, int64_t n, DType
                               [s, n, k](const Inputs& in, const Tensor& out) {
                                 ops::QuantizedMatmulBT(in[0], WeightOf(s, n, k, in, 1), out);
                               });
-  c.declines = 1;   // the GEMV, tried first, owns m <= kGemvMaxRows only
   c.kernels.clear();
   UseGemm(c, "quantized_matmul_bt", gemm);
   SetBars(c, dtype, gemm);
@@ -124,7 +121,6 @@ OpCase SwigluCase(QuantFormat f, int64_t m, int64_t k, int64_t inner, uint32_t s
                               [s, inner, k](const Inputs& in, const Tensor& out) {
                                 ops::QuantizedMatmulBTSwiglu(in[0], WeightOf(s, 2 * inner, k, in, 1), out);
                               });
-  c.declines = 1;   // the fused GEMV, which owns m <= kGemvMaxRows only
   c.kernels.clear();
   UseGemm(c, "quantized_matmul_bt_swiglu", PrefillGemm::kBf16);
   SetBars(c, DType::kF32, PrefillGemm::kBf16);
@@ -135,7 +131,6 @@ OpCase SwigluCase(QuantFormat f, int64_t m, int64_t k, int64_t inner, uint32_t s
 
 METALRT_OP_CASES(cpu_fast_gemm_cases) {
   std::vector<OpCase> cases;
-  if (!kHaveBlas) return cases;
   uint32_t seed = 14200;
   auto next = [&seed] { return seed += 7; };
   for (bool bt : {true, false}) {
@@ -174,6 +169,8 @@ METALRT_OP_CASES(cpu_fast_gemm_cases) {
     cases.push_back(QuantizedCase(s, 33, 768, 13, DType::kF32, next()));
     ++variant;
   }
+  // The sgemm's cases need a BLAS build; the bf16 GEMM's (ours) run on every build.
+  if (!kHaveBlas) cases.clear();
   if (!cpu::fast::CpuHasAvx512Bf16()) return cases;
   // The bf16 GEMM: the model's shapes (K = 576, 1536; N = 192, 576, 3072 at prefills of
   // 128 and 512 tokens, the vocabulary's 49,152) and boundaries (m = 17, 33: edge tiles
@@ -223,18 +220,27 @@ Tensor RandomF32(const Shape& shape, uint32_t seed) {
 
 }  // namespace
 
-TEST_CASE("cpu fast gemm: the BLAS providers are tried ahead of the oracle, or absent without a BLAS") {
-  const auto bt = ListProviders("matmul_bt", DeviceType::kCPU);
-  const auto quantized = ListProviders("quantized_matmul_bt", DeviceType::kCPU);
-  const bool listed = std::count(bt.begin(), bt.end(), "cpu_blas_matmul_bt") == 1;
-  CHECK(listed == kHaveBlas);
-  CHECK((std::count(quantized.begin(), quantized.end(), "cpu_blas_quantized_matmul_bt") == 1) == kHaveBlas);
-  if (kHaveBlas) {
-    const auto pos = [](const std::vector<std::string>& v, const std::string& name) {
-      return std::find(v.begin(), v.end(), name) - v.begin();
-    };
-    CHECK(pos(bt, "cpu_blas_matmul_bt") < pos(bt, "cpu_matmul_bt"));
-    CHECK(pos(quantized, "cpu_blas_quantized_matmul_bt") < pos(quantized, "cpu_quantized_matmul_bt"));
+TEST_CASE("cpu providers: each op's tiers are tried prefill-bf16, prefill (BLAS builds), fast, oracle") {
+  // ProviderTier's order (metalrt/op_registry.h): the prefill tiers decline what is not a
+  // prefill, the fast tier's decode kernels decline what they do not own, the oracle
+  // serves everything. The op cases count their declines by this order.
+  const auto tiers = [](const std::string& op, std::vector<std::string> infixes) {
+    std::vector<std::string> names;
+    for (const std::string& infix : infixes)
+      if (infix != "blas_" || kHaveBlas) names.push_back("cpu_" + infix + op);
+    return names;
+  };
+  const std::vector<std::pair<std::string, std::vector<std::string>>> orders = {
+      {"matmul", {"blas_", ""}},
+      {"matmul_bt", {"bf16_", "blas_", ""}},
+      {"quantized_matmul_bt", {"bf16_", "blas_", "fast_", ""}},
+      {"quantized_matmul_bt_swiglu", {"bf16_", "fast_", ""}},
+      {"paged_attention", {"bf16_", "blas_", "fast_", ""}},
+      {"rms_norm", {"fast_", ""}},
+  };
+  for (const auto& [op, infixes] : orders) {
+    CAPTURE(op);
+    CHECK(ListProviders(op, DeviceType::kCPU) == tiers(op, infixes));
   }
 }
 
@@ -260,10 +266,10 @@ TEST_CASE("cpu fast gemm: a prefill-sized matmul_bt is served by the selected GE
     unsetenv("METALRT_CPU_GEMM");
     const ProviderStats stats = GetProviderStats("matmul_bt", DeviceType::kCPU);
     const bool bf16 = gemm == PrefillGemm::kBf16;
-    CHECK(stats.last_selected == (!kHaveBlas ? "cpu_matmul_bt" : bf16 ? "cpu_bf16_matmul_bt" : "cpu_blas_matmul_bt"));
+    CHECK(stats.last_selected == (bf16 ? "cpu_bf16_matmul_bt" : kHaveBlas ? "cpu_blas_matmul_bt" : "cpu_matmul_bt"));
     CHECK(stats.calls == 1);
-    CHECK(stats.declines == (kHaveBlas && !bf16 ? 1u : 0u));   // the bf16 GEMM, tried first
-    CHECK(Nmse(ReadFloat(out), ref) <= (bf16 && kHaveBlas ? kBf16Nmse : 1e-10));
+    CHECK(stats.declines == (bf16 ? 0u : 1u));   // the bf16 GEMM, tried first
+    CHECK(Nmse(ReadFloat(out), ref) <= (bf16 ? kBf16Nmse : 1e-10));
   }
 }
 
@@ -295,16 +301,15 @@ TEST_CASE("cpu fast gemm: METALRT_CPU_GEMM chooses f32, bf16 or auto; unset is a
 }
 
 TEST_CASE("cpu fast gemm: with the prefill GEMMs disabled the oracle serves") {
-  if (!kHaveBlas) return;   // nothing to disable: the gate above shows the oracle serving
   const Tensor x = RandomF32({40, 64}, 3);
   const WeightSpec s{QuantFormat::kQ4_1};
   const std::vector<Tensor> w = RandomWeight(s, 8, 64, 4);
   SetProviderEnabled("cpu_bf16_quantized_matmul_bt", false);
-  SetProviderEnabled("cpu_blas_quantized_matmul_bt", false);
+  if (kHaveBlas) SetProviderEnabled("cpu_blas_quantized_matmul_bt", false);
   ResetProviderStats();
   const Tensor out = Poisoned({40, 8}, DType::kF32);
   ops::QuantizedMatmulBT(x, WeightOf(s, 8, 64, w, 0), out);
-  SetProviderEnabled("cpu_blas_quantized_matmul_bt", true);
+  if (kHaveBlas) SetProviderEnabled("cpu_blas_quantized_matmul_bt", true);
   SetProviderEnabled("cpu_bf16_quantized_matmul_bt", true);
   const ProviderStats stats = GetProviderStats("quantized_matmul_bt", DeviceType::kCPU);
   CHECK(stats.last_selected == "cpu_quantized_matmul_bt");
@@ -314,7 +319,6 @@ TEST_CASE("cpu fast gemm: with the prefill GEMMs disabled the oracle serves") {
 }
 
 TEST_CASE("cpu fast gemm: decode-sized m (up to kGemvMaxRows) is declined to the GEMV or the oracle") {
-  if (!kHaveBlas) return;   // no provider to decline
   for (int64_t m : {int64_t{1}, cpu::fast::kGemvMaxRows}) {
     CAPTURE(m);
     const Tensor a = RandomF32({m, 32}, 5), b = RandomF32({8, 32}, 6);
@@ -350,7 +354,7 @@ TEST_CASE("cpu fast gemm: Q4_0, Q4_1 and Q8_0 decode straight to bf16 as the ora
 }
 
 TEST_CASE("cpu fast gemm: the bf16 GEMM and its SwiGLU epilogue give the same bytes on 1 and 2 threads") {
-  if (!kHaveBlas || !cpu::fast::CpuHasAvx512Bf16()) return;
+  if (!cpu::fast::CpuHasAvx512Bf16()) return;
   const WeightSpec s{QuantFormat::kQ4_1};
   const int64_t m = 33, k = 576, n = 260;   // 260 rows: partial panels of both providers
   const Tensor x = RandomF32({m, k}, 31);

@@ -1,6 +1,7 @@
 # The fast CPU providers (cpp/cpu/fast), a folder a concept: gemv/ (decode-sized quantized
-# products), attention/ (the decode attention), prefill/ (the GEMMs of m > kGemvMaxRows; its
-# blas/ part is added by cpp/cpu/blas.cmake when a BLAS is found), rowwise/ (the per-row ops
+# products), attention/ (the decode attention), prefill/ (the GEMMs and attention of m > kGemvMaxRows:
+# the bf16 GEMM always, its prefill/blas/ part, the f32 sgemm, added by cpp/cpu/blas.cmake
+# when a BLAS is found), rowwise/ (the per-row ops
 # of a decode step) and simd/ (which instruction sets the CPU runs, and the vector exp).
 file(GLOB METALRT_FAST_SOURCES CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_LIST_DIR}/gemv/*.cpp

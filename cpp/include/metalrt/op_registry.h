@@ -3,7 +3,9 @@
 // A provider is a function that runs one op on one device, or declines (returns
 // false) when it cannot handle the call (e.g. a dtype it has no kernel for); the
 // next provider is then tried. Providers are ordered by descending priority, then
-// by name, so the order never depends on static-initialisation order.
+// by name, so the order never depends on static-initialisation order. The runtime's
+// providers are registered by tier (ProviderTier), which gives both the priority and
+// the name; each provider declines by its own thresholds what a lower tier serves.
 //
 // Reference tier: on a unified-memory device (Metal on Apple silicon) an op with no
 // native provider, or whose native providers all decline, runs on the CPU provider
@@ -44,8 +46,26 @@ struct ProviderStats {
   uint64_t reference_hits = 0; // runs served by the CPU reference tier
 };
 
+// What a provider is, tried in this order on the CPU (highest first). The prefill tiers
+// take products of more than kGemvMaxRows rows (cpp/cpu/fast/gemv/matmul_dispatch.h)
+// and batches holding a prefill, and decline the rest, so they go ahead of the fast tier,
+// whose decode providers serve what they decline; the oracle serves everything last.
+enum class ProviderTier {
+  kOracle,       // "cpu_<op>": the numerical reference (cpp/cpu)
+  kFast,         // "cpu_fast_<op>": decode-sized SIMD kernels (cpp/cpu/fast)
+  kPrefill,      // "cpu_blas_<op>": the f32 BLAS prefill GEMMs (cpp/cpu/fast/prefill/blas)
+  kPrefillBf16,  // "cpu_bf16_<op>": the bf16/AMX prefill GEMMs (cpp/cpu/fast/prefill)
+  kNative,       // "metal_<op>": a GPU device's own kernels (cpp/gpu)
+};
+
+// The name of the tier's provider of `op` on `device` (e.g. "cpu_fast_rms_norm").
+// std::logic_error for kNative on the CPU or a CPU tier on another device.
+std::string ProviderName(const OpId& op, DeviceType device, ProviderTier tier);
+
 void RegisterProvider(const OpId& op, DeviceType device, const std::string& name,
                       int priority, ProviderFn fn);
+// Registers `fn` as the tier's provider of `op`, named by ProviderName.
+void RegisterProvider(const OpId& op, DeviceType device, ProviderTier tier, ProviderFn fn);
 // True when a native provider (not the reference tier) is registered.
 bool OpRegistered(const OpId& op, DeviceType device);
 // Runs the op on `device`; throws std::runtime_error when no provider accepts.
@@ -98,13 +118,23 @@ struct ProviderRegistrar {
                     ProviderFn fn) {
     RegisterProvider(op, device, name, priority, fn);
   }
+  ProviderRegistrar(const OpId& op, DeviceType device, ProviderTier tier, ProviderFn fn) {
+    RegisterProvider(op, device, tier, fn);
+  }
 };
 
 #define METALRT_CONCAT_INNER(a, b) a##b
 #define METALRT_CONCAT(a, b) METALRT_CONCAT_INNER(a, b)
-// Registers `fn` as provider `name` of `op` on `device` at static-init time.
+// Registers `fn` as provider `name` of `op` on `device` at static-init time, at a
+// priority of its own (providers outside the tiers: the gates' test providers).
 #define METALRT_REGISTER_PROVIDER(op, device, name, priority, fn)              \
   static ::metalrt::ProviderRegistrar METALRT_CONCAT(metalrt_provider_, __LINE__)( \
       op, device, name, priority, fn)
+// Registers `fn` as the `tier` (ProviderTier::k...) provider of `op` on `device` at
+// static-init time, e.g. METALRT_REGISTER_OP_PROVIDER("rms_norm", DeviceType::kCPU,
+// ProviderTier::kFast, FastRmsNorm) registers "cpu_fast_rms_norm".
+#define METALRT_REGISTER_OP_PROVIDER(op, device, tier, fn)                     \
+  static ::metalrt::ProviderRegistrar METALRT_CONCAT(metalrt_provider_, __LINE__)( \
+      op, device, ::metalrt::tier, fn)
 
 }  // namespace metalrt

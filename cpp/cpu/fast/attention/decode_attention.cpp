@@ -1,6 +1,6 @@
-// The fast CPU paged attention: what a decode step runs (the BLAS provider,
-// prefill/blas/paged_attention.cpp, takes batches holding a prefill ahead of it; without a BLAS
-// this one serves those too). The oracle (cpu/paged_attention.cpp) gathers every
+// The fast CPU paged attention: what a decode step runs (the prefill attention,
+// prefill/paged_attention_bf16.cpp and prefill/blas/paged_attention.cpp, takes batches
+// holding a prefill ahead of it; where neither serves, this one serves those too). The oracle (cpu/paged_attention.cpp) gathers every
 // request's whole context into f32 scratch per call and splits the work by (token,
 // head) alone; here keys and values are read in place through the block table, and the
 // work is split into items of (token, chunk of kChunkKeys context positions) so a
@@ -206,7 +206,7 @@ bool FastPagedAttention(const OpCall& call) {
 
 }  // namespace
 
-// Behind the BLAS prefill attention (10), ahead of the oracle (0).
-METALRT_REGISTER_PROVIDER("paged_attention", DeviceType::kCPU, "cpu_fast_paged_attention", 5, FastPagedAttention);
+// Behind the prefill attentions, which take the batches holding a prefill they serve.
+METALRT_REGISTER_OP_PROVIDER("paged_attention", DeviceType::kCPU, ProviderTier::kFast, FastPagedAttention);
 
 }  // namespace metalrt::cpu::fast

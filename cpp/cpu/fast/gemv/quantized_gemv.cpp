@@ -30,8 +30,8 @@ bool FastQuantizedMatmulBT(const OpCall& call) {
   return true;
 }
 
-METALRT_REGISTER_PROVIDER("quantized_matmul_bt", DeviceType::kCPU, "cpu_fast_quantized_matmul_bt", 5,
-                          FastQuantizedMatmulBT);
+METALRT_REGISTER_OP_PROVIDER("quantized_matmul_bt", DeviceType::kCPU, ProviderTier::kFast,
+                             FastQuantizedMatmulBT);
 
 }  // namespace
 }  // namespace metalrt::cpu::fast

@@ -126,12 +126,11 @@ bool FastSwiglu(const OpCall& call) {
   return true;
 }
 
-// Priority 5, as the plain GEMV: ahead of the oracles' compositions (0).
-METALRT_REGISTER_PROVIDER("quantized_matmul_bt_concat", DeviceType::kCPU, "cpu_fast_quantized_matmul_bt_concat", 5,
-                          FastConcat);
-METALRT_REGISTER_PROVIDER("quantized_matmul_bt_add", DeviceType::kCPU, "cpu_fast_quantized_matmul_bt_add", 5, FastAdd);
-METALRT_REGISTER_PROVIDER("quantized_matmul_bt_swiglu", DeviceType::kCPU, "cpu_fast_quantized_matmul_bt_swiglu", 5,
-                          FastSwiglu);
+METALRT_REGISTER_OP_PROVIDER("quantized_matmul_bt_concat", DeviceType::kCPU, ProviderTier::kFast,
+                             FastConcat);
+METALRT_REGISTER_OP_PROVIDER("quantized_matmul_bt_add", DeviceType::kCPU, ProviderTier::kFast, FastAdd);
+METALRT_REGISTER_OP_PROVIDER("quantized_matmul_bt_swiglu", DeviceType::kCPU, ProviderTier::kFast,
+                             FastSwiglu);
 
 }  // namespace
 }  // namespace metalrt::cpu::fast

@@ -6,7 +6,7 @@
 // (an f32 or f16 matmul keeps its bar). The bf16 GEMM runs on AMX tiles where the CPU
 // has them (METALRT_CPU_AMX), else on AVX-512 BF16: the same rounded operands and f32
 // sums, in another order. A prefill's attention products follow the GEMMs of the q/k/v
-// projections (PrefillGemmIsBf16 of their weights' coarseness: prefill/blas/paged_attention.cpp).
+// projections (PrefillGemmIsBf16 of their weights' coarseness: prefill/paged_attention_bf16.cpp).
 #pragma once
 
 namespace metalrt::cpu::fast {

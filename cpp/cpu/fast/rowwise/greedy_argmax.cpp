@@ -103,6 +103,6 @@ bool FastGreedyArgmax(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("greedy_argmax", DeviceType::kCPU, "cpu_fast_greedy_argmax", 5, FastGreedyArgmax);
+METALRT_REGISTER_OP_PROVIDER("greedy_argmax", DeviceType::kCPU, ProviderTier::kFast, FastGreedyArgmax);
 
 }  // namespace metalrt::cpu::fast

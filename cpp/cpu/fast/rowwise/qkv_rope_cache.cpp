@@ -85,7 +85,6 @@ bool FastQkvRopeCache(const OpCall& call) {
 
 }  // namespace
 
-// Ahead of the oracle's composition (0).
-METALRT_REGISTER_PROVIDER("qkv_rope_cache", DeviceType::kCPU, "cpu_fast_qkv_rope_cache", 5, FastQkvRopeCache);
+METALRT_REGISTER_OP_PROVIDER("qkv_rope_cache", DeviceType::kCPU, ProviderTier::kFast, FastQkvRopeCache);
 
 }  // namespace metalrt::cpu::fast

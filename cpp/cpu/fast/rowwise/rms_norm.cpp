@@ -71,6 +71,6 @@ bool FastRmsNorm(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("rms_norm", DeviceType::kCPU, "cpu_fast_rms_norm", 5, FastRmsNorm);
+METALRT_REGISTER_OP_PROVIDER("rms_norm", DeviceType::kCPU, ProviderTier::kFast, FastRmsNorm);
 
 }  // namespace metalrt::cpu::fast

@@ -30,6 +30,6 @@ bool FastSiluAndMul(const OpCall& call) {
 
 }  // namespace
 
-METALRT_REGISTER_PROVIDER("silu_and_mul", DeviceType::kCPU, "cpu_fast_silu_and_mul", 5, FastSiluAndMul);
+METALRT_REGISTER_OP_PROVIDER("silu_and_mul", DeviceType::kCPU, ProviderTier::kFast, FastSiluAndMul);
 
 }  // namespace metalrt::cpu::fast

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "cpu/fast/prefill/blas/tiled_gemm.h"
+#include "cpu/fast/prefill/tiled_gemm.h"
 #include "cpu/fast/simd/exp_avx512.h"
 #include "cpu/fast/prefill/gemm_bf16.h"
 #include "cpu/parallel.h"
@@ -27,7 +27,7 @@ bool Bf16QuantizedGemmSwiglu(const OpCall& call) {
   const QuantizedTensor& w = call.param<QuantizedTensor>();
   const Tensor& out = call.outputs[0];
   const int64_t m = x.dim(0), k = w.cols, inner = w.rows / 2;
-  if (!GemmServes(m, w.rows, k) || !Bf16GemmServes(k, ops::IsCoarseWeight(w)) || x.dtype() != DType::kF32 ||
+  if (!PrefillGemmServes(m, w.rows, k) || !Bf16GemmServes(k, ops::IsCoarseWeight(w)) || x.dtype() != DType::kF32 ||
       out.dtype() != DType::kF32)
     return false;
   if (!DequantizesToBf16(w)) return false;   // AVX-512 code: asked only once bf16 serves
@@ -53,8 +53,8 @@ bool Bf16QuantizedGemmSwiglu(const OpCall& call) {
 
 }  // namespace
 
-// After the fused GEMV (5), which owns m <= kGemvMaxRows; ahead of the composition (0).
-METALRT_REGISTER_PROVIDER("quantized_matmul_bt_swiglu", DeviceType::kCPU, "cpu_bf16_quantized_matmul_bt_swiglu", 4,
-                          Bf16QuantizedGemmSwiglu);
+// Declines m <= kGemvMaxRows, the fused GEMV's (tried after it).
+METALRT_REGISTER_OP_PROVIDER("quantized_matmul_bt_swiglu", DeviceType::kCPU, ProviderTier::kPrefillBf16,
+                             Bf16QuantizedGemmSwiglu);
 
 }  // namespace metalrt::cpu::fast

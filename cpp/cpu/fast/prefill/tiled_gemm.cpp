@@ -1,8 +1,7 @@
-#include "cpu/fast/prefill/blas/tiled_gemm.h"
+#include "cpu/fast/prefill/tiled_gemm.h"
 
 #include <algorithm>
 
-#include "cpu/fast/prefill/blas/sgemm.h"
 #include "cpu/fast/prefill/gemm_bf16.h"
 #include "cpu/fast/gemv/matmul_dispatch.h"
 #include "cpu/float_rows.h"
@@ -26,10 +25,7 @@ int64_t PanelColumns(int64_t n, int64_t threads) {
 
 }  // namespace
 
-bool GemmServes(int64_t m, int64_t n, int64_t k) {
-  return m > kGemvMaxRows && n >= 1 && k >= 1 && m <= kSgemmMaxDim && n <= kSgemmMaxDim && k <= kSgemmMaxDim &&
-         BlasAvailable();
-}
+bool PrefillGemmServes(int64_t m, int64_t n, int64_t k) { return m > kGemvMaxRows && n >= 1 && k >= 1; }
 
 bool Bf16GemmServes(int64_t k, bool coarse_weight) { return k % 2 == 0 && PrefillGemmIsBf16(coarse_weight); }
 
@@ -53,7 +49,8 @@ const uint32_t* PackedBf16(const float* a, int64_t m, int64_t k) {
 }
 
 void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& panel, const Tensor& out,
-               bool bf16, const Bf16PanelFn& bf16_panel) {
+               F32Gemm f32_gemm, const Bf16PanelFn& bf16_panel) {
+  const bool bf16 = f32_gemm == nullptr;
   const int64_t width = PanelColumns(n, ParallelThreadCount());
   const int64_t panels = (n + width - 1) / width;
   const bool direct = out.dtype() == DType::kF32;   // the GEMM writes straight into out
@@ -78,7 +75,7 @@ void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& p
         gemm_bf16(packed, m, k, rows_bf16.data(), count, c, ldc);
       } else {
         const Panel w = panel(n0, count, scratch.data());
-        Sgemm(m, count, k, a, k, w.data, w.ld, w.transposed, c, ldc);
+        f32_gemm(m, count, k, a, k, w.data, w.ld, w.transposed, c, ldc);
       }
       if (direct) continue;
       for (int64_t row = 0; row < m; ++row)

@@ -1,7 +1,8 @@
 // The prefill GEMM driver shared by the BLAS and bf16 providers: out = A . W for a
 // weight W that arrives as f32 panels of output columns (a float weight's own rows,
-// converted f16/bf16 rows, or dequantized quantized rows), one sgemm or bf16 GEMM
-// (cpp/cpu/fast/prefill/gemm_bf16.h) per panel.
+// converted f16/bf16 rows, or dequantized quantized rows), one f32 GEMM (the BLAS
+// sgemm, prefill/blas/sgemm.h) or bf16 GEMM (gemm_bf16.h) per panel. Built with or
+// without a BLAS: the bf16 GEMM is ours.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -26,13 +27,17 @@ using PanelFn = std::function<Panel(int64_t n0, int64_t count, float* scratch)>;
 // (count rows of K) straight from the weight, skipping the f32 panel and its rounding.
 using Bf16PanelFn = std::function<void(int64_t n0, int64_t count, uint16_t* rows)>;
 
-// True when the BLAS GEMM should serve an [m, k] x [k, n] product: m above the GEMV's
-// rows (cpp/cpu/fast/gemv/matmul_dispatch.h), every size within the BLAS's int range and
-// the BLAS loaded.
-bool GemmServes(int64_t m, int64_t n, int64_t k);
+// The f32 product of one panel, with Sgemm's arguments (prefill/blas/sgemm.h):
+// C[m, n] (row stride ldc) = A[m, k] (row stride lda) . op(B), on the calling thread.
+using F32Gemm = void (*)(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                         int64_t ldb, bool b_transposed, float* c, int64_t ldc);
 
-// True when the bf16 GEMM should serve a product with GemmServes's sizes: k is even
-// (its pairs of k) and PrefillGemmIsBf16(coarse_weight).
+// True when a prefill GEMM should serve an [m, k] x [k, n] product: m above the GEMV's
+// rows (cpp/cpu/fast/gemv/matmul_dispatch.h) and no size 0.
+bool PrefillGemmServes(int64_t m, int64_t n, int64_t k);
+
+// True when the bf16 GEMM should serve a product PrefillGemmServes: k is even (its
+// pairs of k) and PrefillGemmIsBf16(coarse_weight).
 bool Bf16GemmServes(int64_t k, bool coarse_weight);
 
 // A's rows as f32: a's own memory when it is f32, else converted into `scratch`.
@@ -43,12 +48,12 @@ const float* RowsF32(const Tensor& a, std::vector<float>& scratch);
 const uint32_t* PackedBf16(const float* a, int64_t m, int64_t k);
 
 // out[m, n] (contiguous f32, f16 or bf16) = a[m, k] . W. Panels of up to 128 columns
-// are split over ParallelFor's threads; each thread fills its panel and runs a
-// single-threaded sgemm (bf16 false) or bf16 GEMM (a is rounded and packed once, each
-// panel rounded to bf16 rows; the panels must be `transposed`) on it, so the panel is
+// are split over ParallelFor's threads; each thread fills its panel and runs
+// `f32_gemm` on it or, when that is null, the bf16 GEMM (a is rounded and packed once,
+// each panel rounded to bf16 rows; the panels must be `transposed`), so the panel is
 // reused by all m rows while in cache. Scratch is per thread and kept between calls.
 // `bf16_panel`, when set, replaces `panel` for the bf16 GEMM.
 void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& panel, const Tensor& out,
-               bool bf16, const Bf16PanelFn& bf16_panel = nullptr);
+               F32Gemm f32_gemm, const Bf16PanelFn& bf16_panel = nullptr);
 
 }  // namespace metalrt::cpu::fast

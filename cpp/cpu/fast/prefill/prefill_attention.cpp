@@ -1,0 +1,80 @@
+#include "cpu/fast/prefill/prefill_attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "cpu/fast/simd/exp_avx512.h"
+#include "cpu/float_rows.h"
+#include "metalrt/ops.h"
+
+namespace metalrt::cpu::fast::prefill_attention {
+namespace {
+
+// max(s[0 .. n)), NaN ignored as std::max ignores it, -inf for n = 0. Sixteen running
+// maxima: one chain of dependent max latencies was most of this op's own time.
+float RowMax(const float* s, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, -INFINITY);
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int64_t i = 0; i < kLanes; ++i) lanes[i] = std::max(lanes[i], s[j + i]);
+  for (; j < n; ++j) lanes[0] = std::max(lanes[0], s[j]);
+  return *std::max_element(lanes, lanes + kLanes);
+}
+
+}  // namespace
+
+float SoftmaxWeights(float* s, int64_t n_keys, int64_t last, bool vector_exp) {
+  const float m = RowMax(s, last + 1);
+  float l = 0.0f;
+  if (vector_exp && std::isfinite(m)) {
+    l = ExpShiftedRowAvx512(s, last + 1, m);
+  } else {
+    for (int64_t j = 0; j <= last; ++j) {
+      s[j] = std::exp(s[j] - m);
+      l += s[j];
+    }
+  }
+  std::fill(s + last + 1, s + n_keys, 0.0f);
+  return l;
+}
+
+void LoadScaledQueries(const OpCall& call, const Request& r, int64_t g, int64_t i0, int64_t i1,
+                       std::vector<float>& q) {
+  const Tensor& query = call.inputs[0];
+  const int64_t heads = query.dim(1), head_dim = query.dim(2), group = heads / call.inputs[1].dim(2);
+  q.resize(static_cast<size_t>((i1 - i0) * group * head_dim));
+  for (int64_t i = i0; i < i1; ++i)
+    LoadRowF32(query.data(), query.dtype(), ((r.first_row + i) * heads + g * group) * head_dim,
+               group * head_dim, q.data() + (i - i0) * group * head_dim);
+  const float scale = call.param<ops::PagedAttentionParams>().scale;
+  for (float& x : q) x *= scale;
+}
+
+void StoreBlock(const OpCall& call, const Request& r, int64_t g, int64_t i0, int64_t i1, const float* o,
+                bool transposed, const std::vector<float>& l) {
+  const Tensor& out = call.outputs[0];
+  const int64_t heads = out.dim(1), head_dim = out.dim(2), group = heads / call.inputs[1].dim(2);
+  const int64_t rows = (i1 - i0) * group;
+  static thread_local std::vector<float> row_values;
+  row_values.resize(static_cast<size_t>(group * head_dim));
+  for (int64_t i = i0; i < i1; ++i) {
+    for (int64_t h = 0; h < group; ++h) {
+      const int64_t row = (i - i0) * group + h;
+      for (int64_t d = 0; d < head_dim; ++d)
+        row_values[h * head_dim + d] = (transposed ? o[d * rows + row] : o[row * head_dim + d]) / l[row];
+    }
+    StoreRowF32(out.data(), out.dtype(), ((r.first_row + i) * heads + g * group) * head_dim, group * head_dim,
+                row_values.data());
+  }
+}
+
+bool HasPrefill(const OpCall& call) {
+  const int32_t* query_start_loc = call.inputs[5].data_as<int32_t>();
+  for (int64_t b = 0; b < call.inputs[3].dim(0); ++b)
+    if (query_start_loc[b + 1] - query_start_loc[b] > 1) return true;
+  return false;
+}
+
+}  // namespace metalrt::cpu::fast::prefill_attention
