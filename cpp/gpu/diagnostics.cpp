@@ -1,0 +1,20 @@
+// metalrt/diagnostics.h: the Metal backend's part.
+#include "metalrt/diagnostics.h"
+
+#include "gpu/metal_backend.h"
+
+namespace metalrt {
+
+MetalLimits GetMetalLimits() {
+  gpu::GpuDevice& device = gpu::ActiveMetalBackend().device();
+  // Metal reports the thread limit per pipeline: that of a kernel with no threadgroup
+  // memory is the device's.
+  gpu::GpuPipeline& pipeline = device.default_library().pipeline("add_f32");
+  MetalLimits limits;
+  limits.max_threadgroup_memory_bytes = device.max_threadgroup_memory_length();
+  limits.max_threads_per_threadgroup = pipeline.max_total_threads_per_threadgroup();
+  limits.simd_width = pipeline.thread_execution_width();
+  return limits;
+}
+
+}  // namespace metalrt
