@@ -1,6 +1,8 @@
 // metalrt/diagnostics.h: the Metal backend's part.
 #include "metalrt/diagnostics.h"
 
+#include <algorithm>
+
 #include "gpu/metal_backend.h"
 
 namespace metalrt {
@@ -15,6 +17,17 @@ MetalLimits GetMetalLimits() {
   limits.max_threads_per_threadgroup = pipeline.max_total_threads_per_threadgroup();
   limits.simd_width = pipeline.thread_execution_width();
   return limits;
+}
+
+MetalLibraryInfo GetMetalLibraryInfo() {
+  gpu::MetalBackend& backend = gpu::ActiveMetalBackend();
+  MetalLibraryInfo info;
+  info.device = backend.name();
+  info.selection = backend.selection();
+  info.library = backend.device().default_library_origin();
+  info.kernels = backend.device().default_library().function_names();
+  std::sort(info.kernels.begin(), info.kernels.end());
+  return info;
 }
 
 }  // namespace metalrt

@@ -51,6 +51,7 @@ class MetalBackend final : public Backend {
   std::shared_ptr<void> AdoptExternal(void* data, size_t bytes, std::shared_ptr<void> keep_alive) override;
   bool UnifiedMemory() const override { return device_->has_unified_memory(); }
   std::string Capability() const override { return device_->gpu_family(); }
+  bool Simulated() const override { return device_->is_simulated(); }
   std::vector<DType> SupportedDTypes() const override {
     return {DType::kBF16, DType::kF16, DType::kF32};
   }

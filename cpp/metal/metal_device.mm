@@ -28,8 +28,8 @@
 
 #include "gpu/device_selection.h"
 #include "gpu/gpu_device.h"
-#include "metal/embedded_kernel_sources.h"
 #include "metal/metal_compile_options.h"
+#include "metalrt/kernel_sources.h"
 
 namespace metalrt::metal {
 namespace {

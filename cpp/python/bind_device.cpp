@@ -2,10 +2,11 @@
 #include "bind.h"
 
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
-#include "gpu/metal_backend.h"
-#include "metal/embedded_kernel_sources.h"
 #include "metalrt/device.h"
+#include "metalrt/diagnostics.h"
+#include "metalrt/kernel_sources.h"
 
 namespace metalrt::python {
 
@@ -38,7 +39,7 @@ void BindDevice(nb::module_& m) {
           info["capability"] = backend.Capability();
           info["dtypes"] = dtypes;
           info["graph_capture"] = backend.SupportsGraphCapture();
-          info["simulated"] = type == DeviceType::kMETAL && gpu::ActiveMetalBackend().device().is_simulated();
+          info["simulated"] = backend.Simulated();
           return info;
         },
         nb::arg("device"),
@@ -48,22 +49,17 @@ void BindDevice(nb::module_& m) {
         "Raises ValueError for an unknown device name, RuntimeError when unavailable.");
   m.def("metal_library_info",
         [] {
-          gpu::MetalBackend& backend = gpu::ActiveMetalBackend();
-          std::string origin;
-          nb::list kernels;
+          MetalLibraryInfo library;
           {
             // Loading may compile the embedded kernel sources (seconds).
             nb::gil_scoped_release release;
-            origin = backend.device().default_library_origin();
+            library = GetMetalLibraryInfo();
           }
-          for (const std::string& name : backend.device().default_library().function_names())
-            kernels.append(name);
-          kernels.sort();
           nb::dict info;
-          info["device"] = backend.name();
-          info["selection"] = backend.selection();
-          info["library"] = origin;
-          info["kernels"] = kernels;
+          info["device"] = library.device;
+          info["selection"] = library.selection;
+          info["library"] = library.library;
+          info["kernels"] = library.kernels;
           return info;
         },
         "Which device serves \"metal\" and where its kernels come from, loading them first:\n"
@@ -77,7 +73,7 @@ void BindDevice(nb::module_& m) {
   m.def("embedded_kernel_sources",
         [] {
           nb::dict sources;
-          for (const metal::EmbeddedKernelSource& k : metal::EmbeddedKernelSources())
+          for (const EmbeddedKernelSource& k : EmbeddedKernelSources())
             sources[k.file.c_str()] = k.source;
           return sources;
         },

@@ -65,6 +65,8 @@ class Backend {
   virtual bool UnifiedMemory() const = 0;
   // Device capability, e.g. "cpu" or an Apple GPU family ("apple9").
   virtual std::string Capability() const = 0;
+  // True for the simulated Metal device (kernels run as C++ on the CPU, for testing).
+  virtual bool Simulated() const { return false; }
   // Dtypes the device computes in, preferred first.
   virtual std::vector<DType> SupportedDTypes() const = 0;
   // Graph capture (record a sequence of ops, replay it). Default: unsupported;

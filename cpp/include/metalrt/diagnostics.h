@@ -43,4 +43,20 @@ struct MetalLimits {
 // loaded.
 MetalLimits GetMetalLimits();
 
+struct MetalLibraryInfo {
+  std::string device;      // the name of the device serving "metal"
+  // Why it serves: "native: <GPU>", "sim: native unavailable: <reason>" or the
+  // METALRT_METAL override.
+  std::string selection;
+  // Where its kernels come from: "metallib at <path>", "compiled at run time from
+  // embedded sources in <s> s" or the simulated device's compiled-in kernels.
+  std::string library;
+  std::vector<std::string> kernels;   // sorted
+};
+
+// Loads the kernels first: seconds where they are compiled at run time.
+// std::runtime_error when no Metal device is available or the kernels cannot be
+// loaded or compiled.
+MetalLibraryInfo GetMetalLibraryInfo();
+
 }  // namespace metalrt

@@ -7,13 +7,14 @@
 #include <string>
 #include <vector>
 
-namespace metalrt::metal {
+namespace metalrt {
 
 struct EmbeddedKernelSource {
   std::string file;     // "rms_norm.metal"
   std::string source;   // MSL, compilable on its own
 };
 
+// In file-name order.
 const std::vector<EmbeddedKernelSource>& EmbeddedKernelSources();
 
-}  // namespace metalrt::metal
+}  // namespace metalrt
