@@ -5,6 +5,8 @@
 #include <cstring>
 #include <iterator>
 
+#include "gpu/metal_backend.h"
+
 namespace metalrt::gpu {
 
 Profiler::Profiler() {
@@ -22,7 +24,7 @@ void Profiler::Reset() {
 }
 
 void Profiler::PushEventLocked(ProfileEvent event) {
-  if (events_.size() == kMaxEvents) events_.pop_front();
+  if (events_.size() == metal_profiler::kMaxEvents) events_.pop_front();
   events_.push_back(std::move(event));
 }
 
@@ -116,3 +118,26 @@ uint64_t Profiler::allocated_bytes() const {
 }
 
 }  // namespace metalrt::gpu
+
+// metalrt/profiler.h: the process's Metal backend's profiler.
+namespace metalrt::metal_profiler {
+namespace {
+gpu::Profiler& TheProfiler() { return gpu::ActiveMetalBackend().profiler(); }
+}  // namespace
+
+void Enable(bool on) { TheProfiler().Enable(on); }
+bool Enabled() { return TheProfiler().enabled(); }
+void Reset() { TheProfiler().Reset(); }
+std::vector<ProfileRow> Rows() { return TheProfiler().Rows(); }
+std::vector<ProfileEvent> Events() { return TheProfiler().Events(); }
+uint64_t Commits() { return TheProfiler().commits(); }
+uint64_t Waits() { return TheProfiler().waits(); }
+uint64_t Allocations() { return TheProfiler().allocations(); }
+uint64_t AllocatedBytes() { return TheProfiler().allocated_bytes(); }
+
+void Mark(const std::string& label) {
+  gpu::Profiler& profiler = TheProfiler();
+  if (profiler.enabled()) profiler.RecordMark(label);
+}
+
+}  // namespace metalrt::metal_profiler

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "bind.h"
-#include "gpu/metal_backend.h"
 #include "metalrt/errors.h"
 #include "metalrt/plan.h"
+#include "metalrt/profiler.h"
 #include "metalrt/tensor.h"
 
 namespace metalrt::python {
@@ -73,10 +73,7 @@ nb::object ReadOutput(const Tensor& t) {
 // With the Metal profiler on, a replay's start is a mark in its event log, so the log
 // shows each step's commits against the host's waits.
 void Replay(Plan& plan) {
-  if (plan.device() == DeviceType::kMETAL) {
-    gpu::Profiler& profiler = gpu::ActiveMetalBackend().profiler();
-    if (profiler.enabled()) profiler.RecordMark("replay");
-  }
+  if (plan.device() == DeviceType::kMETAL) metal_profiler::Mark("replay");
   nb::gil_scoped_release release;
   plan.Replay();
 }

@@ -6,14 +6,13 @@
 #include <cstdio>
 
 #include "bind.h"
-#include "gpu/metal_backend.h"
+#include "metalrt/device.h"
+#include "metalrt/profiler.h"
 
 namespace metalrt::python {
 namespace {
 
-metalrt::gpu::Profiler& TheProfiler() { return metalrt::gpu::ActiveMetalBackend().profiler(); }
-
-nb::dict RowToDict(const metalrt::gpu::ProfileRow& row) {
+nb::dict RowToDict(const ProfileRow& row) {
   nb::dict d;
   d["name"] = row.name;
   d["dispatches"] = row.dispatches;
@@ -34,9 +33,8 @@ nb::dict RowToDict(const metalrt::gpu::ProfileRow& row) {
 
 // ("commit", cause) | ("wait", "") | ("read", address) | ("mark", label), as
 // profiler.events() documents; the address spelt as Python's hex(tensor.data_ptr()).
-nb::tuple EventToTuple(const metalrt::gpu::ProfileEvent& e) {
-  using Kind = metalrt::gpu::ProfileEvent::Kind;
-  using Cause = metalrt::gpu::CommitCause;
+nb::tuple EventToTuple(const ProfileEvent& e) {
+  using Kind = ProfileEvent::Kind;
   if (e.kind == Kind::kWait) return nb::make_tuple("wait", "");
   if (e.kind == Kind::kRead) {
     char address[2 + 2 * sizeof(uintptr_t) + 1];
@@ -44,7 +42,8 @@ nb::tuple EventToTuple(const metalrt::gpu::ProfileEvent& e) {
     return nb::make_tuple("read", address);
   }
   if (e.kind == Kind::kMark) return nb::make_tuple("mark", e.label);
-  const char* cause = e.cause == Cause::kCap ? "cap" : e.cause == Cause::kFlush ? "flush" : "synchronize";
+  const char* cause =
+      e.cause == CommitCause::kCap ? "cap" : e.cause == CommitCause::kFlush ? "flush" : "synchronize";
   return nb::make_tuple("commit", cause);
 }
 
@@ -53,21 +52,21 @@ nb::tuple EventToTuple(const metalrt::gpu::ProfileEvent& e) {
 void BindProfiler(nb::module_& m) {
   using namespace nb::literals;
   nb::module_ p = m.def_submodule("profiler", "Profile counters of the Metal backend");
-  p.def("enable", [](bool on) { TheProfiler().Enable(on); }, "on"_a = true);
-  p.def("enabled", [] { return TheProfiler().enabled(); });
-  p.def("reset", [] { TheProfiler().Reset(); });
+  p.def("enable", &metal_profiler::Enable, "on"_a = true);
+  p.def("enabled", &metal_profiler::Enabled);
+  p.def("reset", &metal_profiler::Reset);
   p.def("rows", [] {
     nb::list rows;
-    for (const auto& row : TheProfiler().Rows()) rows.append(RowToDict(row));
+    for (const auto& row : metal_profiler::Rows()) rows.append(RowToDict(row));
     return rows;
   });
-  p.def("commits", [] { return TheProfiler().commits(); });
-  p.def("waits", [] { return TheProfiler().waits(); });
-  p.def("allocations", [] { return TheProfiler().allocations(); });
-  p.def("allocated_bytes", [] { return TheProfiler().allocated_bytes(); });
+  p.def("commits", &metal_profiler::Commits);
+  p.def("waits", &metal_profiler::Waits);
+  p.def("allocations", &metal_profiler::Allocations);
+  p.def("allocated_bytes", &metal_profiler::AllocatedBytes);
   p.def("events", [] {
     nb::list events;
-    for (const auto& e : TheProfiler().Events()) events.append(EventToTuple(e));
+    for (const auto& e : metal_profiler::Events()) events.append(EventToTuple(e));
     return events;
   });
 
@@ -75,8 +74,7 @@ void BindProfiler(nb::module_& m) {
       "flush",
       [](const std::string& device) {
         // The CPU backend runs synchronously: nothing to commit.
-        if (metalrt::DeviceTypeFromName(device) == metalrt::DeviceType::kMETAL)
-          metalrt::gpu::ActiveMetalBackend().Flush();
+        if (DeviceTypeFromName(device) == DeviceType::kMETAL) GetBackend(DeviceType::kMETAL).Flush();
       },
       "device"_a = "metal",
       "flush(device='metal')\n\nCommits the device's pending GPU work without waiting for it "

@@ -33,20 +33,20 @@ inline std::vector<double> ReadMetal(const Tensor& t) {
 
 // Dispatch counts per kernel name recorded while `body` runs (profiler on, then off).
 template <typename F>
-std::vector<gpu::ProfileRow> ProfiledRows(F&& body) {
+std::vector<ProfileRow> ProfiledRows(F&& body) {
   gpu::Profiler& profiler = gpu::ActiveMetalBackend().profiler();
   profiler.Reset();
   profiler.Enable(true);
   body();
   gpu::ActiveMetalBackend().Synchronize();
   profiler.Enable(false);
-  std::vector<gpu::ProfileRow> rows = profiler.Rows();
+  std::vector<ProfileRow> rows = profiler.Rows();
   profiler.Reset();
   return rows;
 }
 
-inline uint64_t Dispatches(const std::vector<gpu::ProfileRow>& rows, const std::string& kernel) {
-  for (const gpu::ProfileRow& row : rows)
+inline uint64_t Dispatches(const std::vector<ProfileRow>& rows, const std::string& kernel) {
+  for (const ProfileRow& row : rows)
     if (row.name == kernel) return row.dispatches;
   return 0;
 }

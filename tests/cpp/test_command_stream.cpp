@@ -114,7 +114,7 @@ TEST_CASE("batching: the profiler counts every commit under its cause: cap, flus
   m.Write(x, std::vector<float>(8, 1.0f));
   // {commits, at the cap, at a flush, at a synchronize, host waits} of the total row.
   auto counts = [&] {
-    const gpu::ProfileRow row = m->profiler().Rows().back();
+    const ProfileRow row = m->profiler().Rows().back();
     REQUIRE(row.name == "total");
     return std::vector<uint64_t>{row.commits, row.commits_at_cap, row.commits_at_flush,
                                  row.commits_at_synchronize, row.waits};

@@ -271,9 +271,9 @@ TEST_CASE("metal paged_attention: split-KV decode grids at contexts 128, 1,024 a
     const auto rows = ProfiledRows([&] { out = AttendOnMetal(bt, 0.125f); });
     const bool split = e.per_kv_head > 1;
     const std::string first = split ? "paged_attention_decode_split_f16" : "paged_attention_decode_f16";
-    const gpu::ProfileRow* attend = nullptr;
-    const gpu::ProfileRow* merge = nullptr;
-    for (const gpu::ProfileRow& row : rows) {
+    const ProfileRow* attend = nullptr;
+    const ProfileRow* merge = nullptr;
+    for (const ProfileRow& row : rows) {
       if (row.name == first) attend = &row;
       if (row.name == "paged_attention_decode_merge_f16") merge = &row;
     }
@@ -330,8 +330,8 @@ TEST_CASE("metal paged_attention: prefill runs one threadgroup per (query tile, 
     Tensor out;
     const auto rows = ProfiledRows([&] { out = AttendOnMetal(bt, 0.125f); });
     const uint32_t tiles = static_cast<uint32_t>((45 + e.query_tile - 1) / e.query_tile + (7 + e.query_tile - 1) / e.query_tile);
-    const gpu::ProfileRow* prefill = nullptr;
-    for (const gpu::ProfileRow& row : rows)
+    const ProfileRow* prefill = nullptr;
+    for (const ProfileRow& row : rows)
       if (row.name == "paged_attention_prefill_f16") prefill = &row;
     REQUIRE(prefill != nullptr);
     CHECK(prefill->dispatches == 1);

@@ -189,8 +189,8 @@ TEST_CASE("metal quantized fused GEMVs: bit-exact with the unfused Metal composi
 }
 
 // The threadgroups of `kernel`'s last dispatch along x (the profiler's grid).
-uint32_t GridX(const std::vector<gpu::ProfileRow>& rows, const std::string& kernel) {
-  for (const gpu::ProfileRow& row : rows)
+uint32_t GridX(const std::vector<ProfileRow>& rows, const std::string& kernel) {
+  for (const ProfileRow& row : rows)
     if (row.name == kernel) return row.last_grid[0];
   return 0;
 }

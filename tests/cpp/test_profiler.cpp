@@ -16,7 +16,7 @@ using metalrt::testing::Fill;
 using metalrt::testing::MetalFixture;
 
 namespace {
-const gpu::ProfileRow& Row(const std::vector<gpu::ProfileRow>& rows, const std::string& name) {
+const ProfileRow& Row(const std::vector<ProfileRow>& rows, const std::string& name) {
   for (const auto& r : rows)
     if (r.name == name) return r;
   FAIL("no profile row " << name);
@@ -51,7 +51,7 @@ TEST_CASE("profiler on: a row per kernel name and a total row") {
   CHECK(rows[2].name == "total");
   CHECK(Row(rows, "affine_f32").dispatches == 3);
   CHECK(Row(rows, "fill_f32").dispatches == 2);
-  const gpu::ProfileRow& total = Row(rows, "total");
+  const ProfileRow& total = Row(rows, "total");
   CHECK(total.dispatches == 5);
   CHECK(total.commits == 3);   // cap 2: 2 + 2 + 1
   CHECK(total.waits == 1);     // one Synchronize
@@ -68,7 +68,7 @@ TEST_CASE("profiler on: GPU-busy time fits inside the wait when work is committe
   Tensor x = m.Floats({100000});
   for (int k = 0; k < 8; ++k) Fill(*m, x, static_cast<float>(k));
   m->Synchronize();
-  const gpu::ProfileRow total = m->profiler().Rows().back();
+  const ProfileRow total = m->profiler().Rows().back();
   CHECK(total.commits == 1);
   CHECK(total.gpu_seconds > 0);
   CHECK(total.gpu_seconds <= total.wait_seconds);
@@ -92,7 +92,7 @@ TEST_CASE("profiler: reset forgets rows and keeps the enabled state; METALRT_PRO
   launch.input(0, x).output(1, x).bytes(2, metalrt::testing::AffineArgs{8, 1, 1}).threads({8, 1, 1}, {8, 1, 1});
   m->Synchronize();
   const auto late_rows = m->profiler().Rows();
-  const gpu::ProfileRow& late = Row(late_rows, "affine_f32");
+  const ProfileRow& late = Row(late_rows, "affine_f32");
   CHECK(late.dispatches == 1);
   CHECK(late.encode_seconds == 0.0);
 
@@ -104,7 +104,7 @@ TEST_CASE("profiler: reset forgets rows and keeps the enabled state; METALRT_PRO
 }
 
 TEST_CASE("profiler events: each host read of Metal memory is logged after its wait, waited for or not") {
-  using Kind = gpu::ProfileEvent::Kind;
+  using Kind = ProfileEvent::Kind;
   MetalFixture m;
   m->profiler().Enable(true);
   Tensor a = m.Floats({64});
@@ -120,7 +120,7 @@ TEST_CASE("profiler events: each host read of Metal memory is logged after its w
   Affine(*m, a, b, 1.0f, 1.0f);
   CHECK(m.Read(b)[5] == 3.0f);                // Copy to the host: a synchronize, then the read
   std::vector<std::pair<Kind, uintptr_t>> got;
-  for (const gpu::ProfileEvent& e : m->profiler().Events()) got.emplace_back(e.kind, e.address);
+  for (const ProfileEvent& e : m->profiler().Events()) got.emplace_back(e.kind, e.address);
   const std::vector<std::pair<Kind, uintptr_t>> expected = {
       {Kind::kCommit, 0}, {Kind::kWait, 0}, {Kind::kRead, address(a, 0)}, {Kind::kRead, address(a, 16)},
       {Kind::kCommit, 0}, {Kind::kWait, 0}, {Kind::kRead, address(b, 0)}};
