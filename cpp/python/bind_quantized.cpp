@@ -15,7 +15,6 @@
 #include "metalrt/errors.h"
 #include "metalrt/ops.h"
 #include "metalrt/quantized.h"
-#include "quantized_args.h"
 
 namespace metalrt::python {
 namespace {
