@@ -9,7 +9,8 @@ import numpy as np
 import metalrt
 from metalrt import ops
 
-from ..cache import PagedKVLayer, StepInputs
+from ..cache import BLOCK_SIZE, PagedKVLayer, StepInputs
+from ..cache.layout import expect_kind, expect_rows
 from .config_values import config_bool, config_float
 from .layers import Linear
 
@@ -130,6 +131,14 @@ class Attention:
         # Projections whose GEMMs the CPU runs on bf16 (coarse weights): the attention's
         # products then follow them (their q, k and v already carry bf16's error).
         self.coarse_projections = all(ops.is_coarse_weight(p.weight) for p in self.qkv)
+
+    def check_cache(self, cache, dtype: str, device: str, where: str) -> None:
+        """TypeError unless ``cache`` is a ``PagedKVLayer``; ValueError unless its keys and
+        values are rows [16, kv_heads, head_dim] of ``dtype`` on ``device``."""
+        expect_kind(cache, PagedKVLayer, where)
+        for name in ("keys", "values"):
+            expect_rows(getattr(cache, name), name, (BLOCK_SIZE, self.kv_heads, self.head_dim),
+                        dtype, device, where)
 
     def merged_qkv(self, x):
         """The q | k | v projection [tokens, (heads + 2 kv_heads) head_dim] in one

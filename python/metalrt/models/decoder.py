@@ -86,6 +86,21 @@ class CausalLM:
         logits = linear(self.lm_head)(self.final_norm(h))
         return as_float32(logits) if float32_logits else logits
 
+    def check_cache(self, cache: ModelCache) -> None:
+        """Raises unless ``cache`` holds, for every layer, the cache its mixer reads:
+        ValueError for another layer count or geometry, dtype or device (a cache made for
+        another model, which would run silently wrong where the shapes fit), TypeError for
+        another kind of layer cache (a hybrid's state pools for a KV layer)."""
+        if not isinstance(cache, ModelCache):
+            raise TypeError(f"[{self.arch}] expected a ModelCache (model.new_cache), got "
+                            f"{type(cache).__name__}")
+        if len(cache.layers) != self.num_layers:
+            raise ValueError(f"[{self.arch}] the cache has {len(cache.layers)} layers, the model "
+                             f"{self.num_layers} (a cache made for another model?)")
+        for i, (layer, layer_cache) in enumerate(zip(self.layers, cache.layers)):
+            layer.attention.check_cache(layer_cache, self.dtype, self.device,
+                                        f"{self.arch} layer {i}")
+
     def new_cache(self, num_blocks: int) -> ModelCache:
         """A cache of ``num_blocks`` KV blocks for every layer (all attention layers)."""
         return ModelCache(paged_kv_layers(self.num_layers, num_blocks, self.num_kv_heads,

@@ -24,6 +24,7 @@ import metalrt
 from metalrt import ops
 
 from ..cache import RecurrentLayer, StepInputs
+from ..cache.layout import expect_kind, expect_rows
 from .config_values import config_int
 from .layers import Linear
 from .weights import Weights
@@ -84,6 +85,16 @@ class GatedDeltaNet:
                                                   np.float32), device=w.device)
         self.norm_weight = w.load(p + "norm.weight", (shape.v_dim,))
         self.out_proj = Linear.load(w, [p + "out_proj"], [hidden], shape.value_dim, False)
+
+    def check_cache(self, cache, dtype: str, device: str, where: str) -> None:
+        """TypeError unless ``cache`` is a ``RecurrentLayer``; ValueError unless its conv
+        state is rows [conv_dim, conv_width - 1] of ``dtype`` and its delta-rule state rows
+        [v_heads, k_dim, v_dim] of float32, both on ``device``."""
+        s = self.shape
+        expect_kind(cache, RecurrentLayer, where)
+        expect_rows(cache.conv, "conv", (s.conv_dim, s.conv_width - 1), dtype, device, where)
+        expect_rows(cache.recurrent, "recurrent", (s.v_heads, s.k_dim, s.v_dim), "float32",
+                    device, where)
 
     def project(self, x):
         s = self.shape

@@ -72,10 +72,12 @@ class Engine:
 
     def __init__(self, model, cache: ModelCache, max_batched_tokens: int = 512,
                  prefix_caching: bool = False, decode_plans: bool = True):
+        model.check_cache(cache)
         if cache.in_use:
             raise ValueError("[engine] the KV cache is already held by another engine")
         self.model, self.cache = model, cache
         cache.in_use = True
+        self.closed = False
         slots = BlockAllocator(cache.num_state_slots, "state slot") if cache.num_state_slots else None
         self.scheduler = Scheduler(BlockAllocator(cache.num_blocks), max_batched_tokens,
                                    prefix_caching and cache.supports_prefix_caching, slots)
@@ -91,6 +93,7 @@ class Engine:
 
     def add_request(self, prompt: Iterable[int], params: SamplingParams, max_tokens: int,
                     eos_ids: Iterable[int] = ()) -> Request:
+        self._check_open()
         ids = [int(t) for t in prompt]
         # Checked here, not in the step: an id outside the embedding would fail the
         # shared forward step, and with it every other request batched into it.
@@ -117,6 +120,7 @@ class Engine:
     def step(self) -> List[TokenOutput]:
         """One forward pass over everything scheduled; returns the sampled tokens (none
         when the step only advanced prompt chunks)."""
+        self._check_open()
         if self._inflight is not None:
             run, requests = self._inflight
             self._inflight = None
@@ -220,11 +224,22 @@ class Engine:
             ids = self.plans.read_ids(run)
         return self._sample(rows, host_logits, ids)
 
+    def _check_open(self) -> None:
+        # A closed engine's cache may be held by the next engine: using it would write
+        # into that engine's blocks.
+        if self.closed:
+            raise RuntimeError("[engine] this engine is closed (its cache is released); "
+                               "make a new Engine")
+
     def close(self) -> None:
-        """Aborts what is left and releases the cache (its decode plans stay with it)."""
+        """Aborts what is left and releases the cache (its decode plans stay with it).
+        A second call does nothing: the cache may be another engine's by then."""
+        if self.closed:
+            return
         for request in list(self.scheduler.running) + list(self.scheduler.waiting):
             self.abort(request)
         if self._inflight is not None:   # finish it: the next engine reuses its plan's tensors
             self.plans.read_ids(self._inflight[0])
             self._inflight = None
         self.cache.in_use = False
+        self.closed = True
