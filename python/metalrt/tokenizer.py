@@ -55,6 +55,15 @@ def _byte_level_pre_tokenizer(pre: str, source: str) -> pre_tokenizers.PreTokeni
                      f"{', '.join(_GPT2_PRE + _DIGITS_FIRST_PRE + tuple(_SPLIT_PRE))}")
 
 
+def _bpe(source: str, **kwargs) -> tokenizers.Tokenizer:
+    """A BPE tokenizer; the ValueError naming ``source`` for a vocabulary or merges the
+    library refuses (it raises a bare Exception)."""
+    try:
+        return tokenizers.Tokenizer(models.BPE(**kwargs))
+    except Exception as e:   # tokenizers' own errors are Exception itself
+        raise ValueError(f"[tokenizer] {source}: {e}") from None
+
+
 def _require(metadata: Mapping[str, Any], key: str, source: str) -> Any:
     if key not in metadata:
         raise ValueError(f"[tokenizer] {source}: missing metadata key '{key}'")
@@ -64,8 +73,8 @@ def _require(metadata: Mapping[str, Any], key: str, source: str) -> Any:
 def _byte_level_bpe(metadata: Mapping[str, Any], tokens: Sequence[str], source: str) -> tokenizers.Tokenizer:
     """GPT-2 style byte-level BPE: the GGUF's merges, its ``tokenizer.ggml.pre`` splits."""
     merges = [tuple(m.split(" ", 1)) for m in _require(metadata, "tokenizer.ggml.merges", source)]
-    backend = tokenizers.Tokenizer(models.BPE(
-        vocab={tok: i for i, tok in enumerate(tokens)}, merges=merges, fuse_unk=False))
+    backend = _bpe(source, vocab={tok: i for i, tok in enumerate(tokens)}, merges=merges,
+                   fuse_unk=False)
     backend.pre_tokenizer = _byte_level_pre_tokenizer(
         metadata.get("tokenizer.ggml.pre", "default"), source)
     backend.decoder = decoders.ByteLevel()
@@ -105,11 +114,10 @@ def _sentencepiece_bpe(metadata: Mapping[str, Any], tokens: Sequence[str], sourc
                          f"({len(tokens)})")
     unknown = metadata.get("tokenizer.ggml.unknown_token_id",
                            next((i for i, t in enumerate(types) if t == _TOKEN_UNKNOWN), None))
-    backend = tokenizers.Tokenizer(models.BPE(
-        vocab={tok: i for i, tok in enumerate(tokens)},
-        merges=_sentencepiece_merges(tokens, scores, types),
-        unk_token=tokens[unknown] if unknown is not None else None,
-        byte_fallback=_TOKEN_BYTE in types, fuse_unk=True))
+    backend = _bpe(source, vocab={tok: i for i, tok in enumerate(tokens)},
+                   merges=_sentencepiece_merges(tokens, scores, types),
+                   unk_token=tokens[unknown] if unknown is not None else None,
+                   byte_fallback=_TOKEN_BYTE in types, fuse_unk=True)
     space_prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", True))
     escape = normalizers.Replace(" ", _SPM_SPACE)
     backend.normalizer = (normalizers.Sequence([normalizers.Prepend(_SPM_SPACE), escape])
@@ -205,12 +213,15 @@ class Tokenizer:
         """A Hugging Face model directory: ``tokenizer.json``, plus ``tokenizer_config.json``
         (bos/eos tokens, ``chat_template``), ``chat_template.jinja``, and the eos ids of
         ``config.json`` / ``generation_config.json``. Raises ValueError when
-        ``tokenizer.json`` is missing."""
+        ``tokenizer.json`` is missing or the library cannot read it."""
         directory = os.fspath(directory)
         path = os.path.join(directory, "tokenizer.json")
         if not os.path.exists(path):
             raise ValueError(f"[tokenizer] {directory}: missing tokenizer.json")
-        backend = tokenizers.Tokenizer.from_file(path)
+        try:
+            backend = tokenizers.Tokenizer.from_file(path)
+        except Exception as e:   # tokenizers' own errors are Exception itself
+            raise ValueError(f"[tokenizer] {path}: {e}") from None
         tok_config = _read_json(os.path.join(directory, "tokenizer_config.json"))
         config = _read_json(os.path.join(directory, "config.json"))
         gen_config = _read_json(os.path.join(directory, "generation_config.json"))

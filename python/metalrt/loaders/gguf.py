@@ -233,7 +233,17 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
         "mlp_bias": False,
         "rope_interleaved": ARCHITECTURES[arch].permuted_qk,
     }
+    # RoPE scaling is passed on for the model to apply or refuse (rope_parameters):
+    # dropped, a YaRN or linear file would run as plain RoPE.
+    scaling = meta.get(f"{arch}.rope.scaling.type", "none")
+    if scaling != "none":
+        config["rope_scaling"] = {"rope_type": scaling,
+                                  "factor": meta.get(f"{arch}.rope.scaling.factor")}
     count = lambda key, default=None: _count(gf, key, default)  # noqa: E731
+    if not ARCHITECTURES[arch].hybrid and count(f"{arch}.rope.dimension_count", head_dim) != head_dim:
+        raise ValueError(f"[gguf] {gf.path}: {arch}.rope.dimension_count is "
+                         f"{count(f'{arch}.rope.dimension_count')}, expected head_dim {head_dim} "
+                         f"(partial RoPE is read for the hybrid architectures only)")
     if moe:
         config.update(moe_config(arch, count, meta))
     if ARCHITECTURES[arch].hybrid:

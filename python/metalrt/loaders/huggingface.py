@@ -31,9 +31,12 @@ def _read_config(directory: str) -> dict[str, Any]:
         raise ValueError(f"[huggingface] {directory}: missing config.json")
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            config = json.load(f)
     except json.JSONDecodeError as e:
         raise ValueError(f"[huggingface] {path}: not valid JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"[huggingface] {path}: expected a JSON object, got {type(config).__name__}")
+    return config
 
 
 def safetensors_files(directory: str) -> list[str]:

@@ -15,6 +15,10 @@ from .config_values import config_bool, config_float
 from .layers import Linear
 
 
+# The parameters of rope_type "llama3" (transformers' _compute_llama3_parameters).
+_LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
 def rope_parameters(config: Mapping, arch: str) -> Tuple[float, Mapping]:
     """(rope theta, scaling parameters) from either transformers' v5 ``rope_parameters``
     or the older ``rope_theta`` / ``rope_scaling`` keys; scaling is {} for plain RoPE."""
@@ -28,7 +32,14 @@ def rope_parameters(config: Mapping, arch: str) -> Tuple[float, Mapping]:
     if rope_type != "llama3":
         raise ValueError(f"[{arch}] unsupported RoPE scaling '{rope_type}' "
                          "(supported: default, llama3)")
-    return theta, params
+    # Read here, at load: a missing or malformed value would otherwise be a KeyError or
+    # NaN frequencies (factor 0) at the first forward pass.
+    where = f"{arch} rope_scaling"
+    scaling = {key: config_float(params, key, where) for key in _LLAMA3_KEYS}
+    if scaling["high_freq_factor"] <= scaling["low_freq_factor"]:
+        raise ValueError(f"[{where}] config 'high_freq_factor' ({scaling['high_freq_factor']}) "
+                         f"must be greater than 'low_freq_factor' ({scaling['low_freq_factor']})")
+    return theta, scaling
 
 
 def llama3_inv_freq(theta: float, rotary_dim: int, scaling: Mapping) -> np.ndarray:

@@ -32,6 +32,9 @@ class LlamaModel(CausalLM):
         hidden, heads, kv_heads, head_dim = shape.hidden, shape.heads, shape.kv_heads, shape.head_dim
         vocab = shape.vocab
         eps = config_float(config, "rms_norm_eps", arch, 1e-6)
+        if config.get("hidden_act", "silu") != "silu":   # the gated MLP is SwiGLU
+            raise ValueError(f"[{arch}] unsupported hidden_act {config.get('hidden_act')!r} "
+                             "(supported: silu)")
         super().__init__(config, device, dtype, shape)
 
         w = Weights(weights, device, dtype, arch)

@@ -31,6 +31,11 @@ class Weights:
         if tuple(tensor.shape) != tuple(shape):
             raise ValueError(f"[{self.arch}] tensor '{name}' has shape {list(tensor.shape)}, "
                              f"expected {list(shape)}")
+        # An integer or bool tensor would be cast to float silently (a uint16 one is not
+        # bf16's bits: BF16 tensors are widened by the loader).
+        if host_weights.is_float(tensor) and np.asarray(tensor).dtype.kind != "f":
+            raise TypeError(f"[{self.arch}] tensor '{name}' is {np.asarray(tensor).dtype}; "
+                            f"expected a floating-point weight (F32, F16 or BF16)")
         return tensor
 
     def float_host(self, name: str, shape: Sequence[int]) -> np.ndarray:

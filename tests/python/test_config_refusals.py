@@ -1,0 +1,112 @@
+"""Configs and weights that loaded before but ran wrong (or failed at the first forward
+pass with a KeyError) are refused at load with a ValueError/TypeError naming them."""
+import json
+
+import numpy as np
+import pytest
+
+import metalrt
+import tiny_hf
+from tiny_models import TinyLlama, write_llama_gguf
+from metalrt.models import build_model
+
+
+@pytest.fixture(scope="module")
+def llama3_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("llama3")
+    tiny_hf.build("llama3", directory)
+    return directory
+
+
+def with_config(directory, tmp_path, **changes):
+    config = json.loads((directory / "config.json").read_text())
+    config.update(changes)
+    out = tmp_path / "model"
+    out.mkdir()
+    for f in directory.iterdir():
+        (out / f.name).symlink_to(f)
+    (out / "config.json").unlink()
+    (out / "config.json").write_text(json.dumps(config))
+    return str(out)
+
+
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"factor": None}, r"\[llama rope_scaling\] config lacks 'factor'"),
+    ({"factor": 0.0}, r"'factor' must be a finite number > 0, got 0.0"),
+    ({"factor": -8.0}, r"'factor' must be a finite number > 0"),
+    ({"factor": "8"}, r"'factor' must be a number, got str"),
+    ({"high_freq_factor": 1.0}, r"'high_freq_factor' \(1.0\) must be greater than 'low_freq_factor' \(1.0\)"),
+])
+def test_a_malformed_llama3_rope_scaling_is_refused_at_load(llama3_dir, tmp_path, change, message):
+    params = {k: v for k, v in {**LLAMA3, **change}.items() if v is not None}
+    with pytest.raises(ValueError, match=message):
+        metalrt.load(with_config(llama3_dir, tmp_path, rope_parameters=params), device="cpu")
+
+
+def test_the_llama3_rope_scaling_still_loads(llama3_dir, tmp_path):
+    model, _ = metalrt.load(with_config(llama3_dir, tmp_path, rope_parameters=LLAMA3), device="cpu")
+    assert np.isfinite(model.logits([1, 2, 3])).all()
+
+
+def test_an_unsupported_hidden_act_is_refused():
+    with pytest.raises(ValueError, match=r"\[llama\] unsupported hidden_act 'gelu' \(supported: silu\)"):
+        build_model({**tiny_hf.configs()["llama"].to_dict(), "hidden_act": "gelu"}, {}, "cpu")
+
+
+def test_a_config_that_is_not_an_object_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"config.json: expected a JSON object, got list"):
+        metalrt.load(str(tmp_path), device="cpu")
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint16, np.bool_])
+def test_an_integer_weight_is_refused_not_cast(dtype):
+    config = tiny_hf.configs()["llama"].to_dict()
+    embed = np.zeros((tiny_hf.VOCAB, config["hidden_size"]), dtype)
+    with pytest.raises(TypeError, match=r"tensor 'model.embed_tokens.weight' is .*expected a floating-point weight"):
+        build_model(config, {"model.embed_tokens.weight": embed}, "cpu")
+
+
+@pytest.mark.parametrize("metadata, message", [
+    ({"llama.rope.scaling.type": "yarn"}, r"unsupported RoPE scaling 'yarn' \(supported: default, llama3\)"),
+    ({"llama.rope.scaling.type": "linear"}, r"unsupported RoPE scaling 'linear'"),
+    ({"llama.rope.dimension_count": 8}, r"llama.rope.dimension_count is 8, expected head_dim"),
+])
+def test_gguf_rope_metadata_is_applied_or_refused_not_dropped(tmp_path, metadata, message):
+    path = tmp_path / "m.gguf"
+    write_llama_gguf(path, TinyLlama(), metadata=metadata)
+    with pytest.raises(ValueError, match=message):
+        metalrt.load(str(path), device="cpu")
+
+
+def test_a_gguf_whose_rope_dimension_is_head_dim_loads(tmp_path):
+    model = TinyLlama()
+    path = tmp_path / "m.gguf"
+    write_llama_gguf(path, model, metadata={"llama.rope.dimension_count": model.head_dim})
+    assert np.isfinite(metalrt.load(str(path), device="cpu")[0].logits([1, 2, 3])).all()
+
+
+def test_a_tokenizer_json_the_library_refuses_is_a_value_error(llama3_dir, tmp_path):
+    directory = with_config(llama3_dir, tmp_path)
+    target = tmp_path / "model" / "tokenizer.json"
+    target.unlink()
+    target.write_text("{}")
+    with pytest.raises(ValueError, match=r"\[tokenizer\] .*tokenizer.json: "):
+        metalrt.load(directory, device="cpu")
+
+
+def test_gguf_merges_the_library_refuses_are_a_value_error(tmp_path):
+    path = tmp_path / "m.gguf"
+    write_llama_gguf(path, TinyLlama())
+    data = bytearray(path.read_bytes())
+    # A merge naming a token outside the vocabulary: "Ġ t" -> "Ġ \x01" keeps the length.
+    at = data.find("Ġ t".encode())
+    assert at > 0
+    data[at + len("Ġ ".encode())] = 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"\[tokenizer\] .*m.gguf"):
+        metalrt.load(str(path), device="cpu")
