@@ -110,3 +110,15 @@ def test_gguf_merges_the_library_refuses_are_a_value_error(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(ValueError, match=r"\[tokenizer\] .*m.gguf"):
         metalrt.load(str(path), device="cpu")
+
+
+@pytest.mark.parametrize("index, message", [
+    ("{}", r"model.safetensors.index.json: expected a 'weight_map' object of tensor name -> file name, got NoneType"),
+    ('{"weight_map": {"a": 1}}', r"expected a 'weight_map' object"),
+    ("{", r"model.safetensors.index.json: not valid JSON"),
+])
+def test_a_malformed_safetensors_index_is_refused(llama3_dir, tmp_path, index, message):
+    directory = with_config(llama3_dir, tmp_path)
+    (tmp_path / "model" / "model.safetensors.index.json").write_text(index)
+    with pytest.raises(ValueError, match=message):
+        metalrt.load(directory, device="cpu")

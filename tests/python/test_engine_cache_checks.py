@@ -79,3 +79,22 @@ def test_a_closed_engine_refuses_work_and_a_second_close_keeps_the_next_engines_
         Engine(model, cache)
     second.close()
     assert not cache.in_use
+
+
+@pytest.mark.parametrize("prompt, eos, bad", [([1, 2.7], (), "2.7"), ([1, 2], ["a"], "'a'"),
+                                              ([1, True], (), "True")])
+def test_token_ids_that_are_not_ints_are_refused_not_truncated(model, prompt, eos, bad):
+    engine = Engine(model, model.new_cache(4))
+    try:
+        with pytest.raises(TypeError, match=f"must be int token ids, got {bad}"):
+            engine.add_request(prompt, SamplingParams(), 4, eos_ids=eos)
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("value", [2.5, "8", None])
+def test_max_batched_tokens_must_be_an_int(model, value):
+    cache = model.new_cache(4)
+    with pytest.raises(TypeError, match="max_batched_tokens must be an int"):
+        Engine(model, cache, max_batched_tokens=value)
+    assert not cache.in_use   # refused before it was taken

@@ -25,26 +25,32 @@ _INDEX = "model.safetensors.index.json"
 _SINGLE = "model.safetensors"
 
 
+def _read_json_object(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"[huggingface] {path}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"[huggingface] {path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
 def _read_config(directory: str) -> dict[str, Any]:
     path = os.path.join(directory, "config.json")
     if not os.path.exists(path):
         raise ValueError(f"[huggingface] {directory}: missing config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"[huggingface] {path}: not valid JSON ({e})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"[huggingface] {path}: expected a JSON object, got {type(config).__name__}")
-    return config
+    return _read_json_object(path)
 
 
 def safetensors_files(directory: str) -> list[str]:
     """The weight files of a model directory, in the index's order when sharded."""
     index = os.path.join(directory, _INDEX)
     if os.path.exists(index):
-        with open(index, encoding="utf-8") as f:
-            weight_map = json.load(f)["weight_map"]
+        weight_map = _read_json_object(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
+            raise ValueError(f"[huggingface] {index}: expected a 'weight_map' object of tensor "
+                             f"name -> file name, got {type(weight_map).__name__}")
         return [os.path.join(directory, name) for name in dict.fromkeys(weight_map.values())]
     files = sorted(n for n in os.listdir(directory) if n.endswith(".safetensors"))
     if not files:

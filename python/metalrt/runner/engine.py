@@ -12,6 +12,7 @@ from metalrt import ops
 
 from ..cache import BlockAllocator, ModelCache, StepBuffers, build_step
 from ..models.logits import as_float32
+from ..tensor import is_int
 from .decode_plans import DecodePlans, DecodeRun
 from .request import Request
 from .sampling import SamplingParams
@@ -75,12 +76,13 @@ class Engine:
         model.check_cache(cache)
         if cache.in_use:
             raise ValueError("[engine] the KV cache is already held by another engine")
-        self.model, self.cache = model, cache
-        cache.in_use = True
-        self.closed = False
         slots = BlockAllocator(cache.num_state_slots, "state slot") if cache.num_state_slots else None
         self.scheduler = Scheduler(BlockAllocator(cache.num_blocks), max_batched_tokens,
                                    prefix_caching and cache.supports_prefix_caching, slots)
+        # Taken once every argument is accepted: a refused engine leaves it free.
+        self.model, self.cache = model, cache
+        cache.in_use = True
+        self.closed = False
         self.inputs = StepBuffers(model.device)
         self.stats = EngineStats()
         self._ids = count()
@@ -94,7 +96,11 @@ class Engine:
     def add_request(self, prompt: Iterable[int], params: SamplingParams, max_tokens: int,
                     eos_ids: Iterable[int] = ()) -> Request:
         self._check_open()
-        ids = [int(t) for t in prompt]
+        ids, eos = list(prompt), list(eos_ids)
+        if not all(is_int(t) for t in ids + eos):
+            raise TypeError("[engine] prompt and eos_ids must be int token ids, got "
+                            f"{next(t for t in ids + eos if not is_int(t))!r}")
+        ids = [int(t) for t in ids]
         # Checked here, not in the step: an id outside the embedding would fail the
         # shared forward step, and with it every other request batched into it.
         vocab = self.model.vocab_size
@@ -103,7 +109,7 @@ class Engine:
             raise ValueError(f"[engine] prompt token id {bad} is outside the model's "
                              f"vocabulary [0, {vocab})")
         request = Request(next(self._ids), ids, params, max_tokens,
-                          frozenset(int(t) for t in eos_ids))
+                          frozenset(int(t) for t in eos))
         self.scheduler.add(request)
         return request
 

@@ -21,6 +21,7 @@ from collections import deque
 from typing import Deque, List, Optional, Tuple
 
 from ..cache import BLOCK_SIZE, BlockAllocator, OutOfBlocksError, ScheduledChunk, blocks_for
+from ..tensor import is_int
 from .prefix_cache import ROOT_KEY, BlockPool, block_key, prefix_keys
 from .request import Request
 
@@ -28,6 +29,9 @@ from .request import Request
 class Scheduler:
     def __init__(self, allocator: BlockAllocator, max_batched_tokens: int = 512,
                  prefix_caching: bool = False, state_slots: Optional[BlockAllocator] = None):
+        if not is_int(max_batched_tokens):
+            raise TypeError(f"[scheduler] max_batched_tokens must be an int, got "
+                            f"{type(max_batched_tokens).__name__} {max_batched_tokens!r}")
         if max_batched_tokens < 1:
             raise ValueError(f"[scheduler] max_batched_tokens must be >= 1, got {max_batched_tokens}")
         self.allocator = allocator
