@@ -122,3 +122,29 @@ def test_a_malformed_safetensors_index_is_refused(llama3_dir, tmp_path, index, m
     (tmp_path / "model" / "model.safetensors.index.json").write_text(index)
     with pytest.raises(ValueError, match=message):
         metalrt.load(directory, device="cpu")
+
+
+
+@pytest.fixture(scope="module")
+def phi3_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("phi3")
+    tiny_hf.build("phi3", directory)
+    return directory
+
+
+def test_phi3_context_stops_at_its_sliding_window(phi3_dir, tmp_path):
+    # Attention past the window is not implemented: within it, full attention is the same.
+    model, tokenizer = metalrt.load(with_config(phi3_dir, tmp_path, sliding_window=40), device="cpu")
+    assert model.context_length == 40
+    with pytest.raises(ValueError, match="the model's context length is 40"):
+        metalrt.generate(model, tokenizer, list(range(1, 41)), max_tokens=8)
+
+
+@pytest.mark.parametrize("factor, error", [(float("nan"), "must be a finite number > 0"),
+                                           ("0.5", "must be a number, got str"),
+                                           (0.01, "expected a positive even number <= head_dim")])
+def test_a_bad_partial_rotary_factor_is_refused(phi3_dir, tmp_path, factor, error):
+    rope = json.loads((phi3_dir / "config.json").read_text())["rope_parameters"]
+    directory = with_config(phi3_dir, tmp_path, rope_parameters={**rope, "partial_rotary_factor": factor})
+    with pytest.raises(ValueError, match=error):
+        metalrt.load(directory, device="cpu")

@@ -1,6 +1,6 @@
 """Model parity with Hugging Face transformers on the CPU: randomly initialised Llama
 (GQA, tied; and Llama 3.1 RoPE scaling), Qwen3 (head_dim 128, q/k norm), Qwen2 (QKV
-bias, untied) and OPT, saved as safetensors and loaded with metalrt.load."""
+bias, untied), OPT and Phi-3 (merged qkv/gate_up; partial RoPE), saved as safetensors and loaded with metalrt.load."""
 import numpy as np
 import pytest
 
@@ -10,7 +10,7 @@ from metalrt.models import build_model
 import tiny_hf
 import torch  # test dependency (the "test" extra)
 
-ARCHS = ["llama", "llama3", "qwen3", "qwen2", "opt"]
+ARCHS = ["llama", "llama3", "qwen3", "qwen2", "opt", "phi3", "phi3_partial"]
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -46,7 +46,7 @@ def test_greedy_tokens_match_transformers(pair):
 
 
 def test_architecture_registry_errors():
-    with pytest.raises(ValueError, match=r"unknown architecture 'mamba' \(supported: llama, opt, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next\)"):
+    with pytest.raises(ValueError, match=r"unknown architecture 'mamba' \(supported: llama, opt, phi3, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next\)"):
         build_model({"model_type": "mamba"}, {}, "cpu")
     config = tiny_hf.configs()["qwen2"].to_dict()
     with pytest.raises(ValueError, match=r"^\[qwen2\] missing tensor 'model.embed_tokens.weight'"):

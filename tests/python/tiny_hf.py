@@ -29,6 +29,10 @@ def configs():
                                 initializer_range=0.08),
         "qwen2": tf.Qwen2Config(**common, hidden_size=64, intermediate_size=96, num_attention_heads=4,
                                 num_key_value_heads=2, tie_word_embeddings=False, initializer_range=0.08),
+        # Merged qkv_proj and gate_up_proj, untied; Phi-4-mini's partial RoPE.
+        "phi3": tf.Phi3Config(**llama, tie_word_embeddings=False),
+        "phi3_partial": tf.Phi3Config(**llama, tie_word_embeddings=False, rope_parameters={
+            "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75}),
         "opt": tf.OPTConfig(**common, hidden_size=64, ffn_dim=96, num_attention_heads=4,
                             word_embed_proj_dim=64, init_std=0.08),
     }

@@ -42,6 +42,19 @@ def rope_parameters(config: Mapping, arch: str) -> Tuple[float, Mapping]:
     return theta, scaling
 
 
+def partial_rotary_dim(config: Mapping, head_dim: int, arch: str, default: float) -> int:
+    """``head_dim * partial_rotary_factor`` (from ``rope_parameters`` or the top level,
+    ``default`` when neither gives it): the leading features RoPE rotates. ValueError
+    unless the factor is a number > 0 giving an even count in [2, head_dim]."""
+    params = {**config, **(config.get("rope_parameters") or {})}
+    factor = config_float(params, "partial_rotary_factor", arch, default)
+    rotary = int(head_dim * factor)
+    if rotary < 2 or rotary % 2 or rotary > head_dim:
+        raise ValueError(f"[{arch}] head_dim {head_dim} x partial_rotary_factor {factor} gives "
+                         f"rotary dim {rotary}; expected a positive even number <= head_dim")
+    return rotary
+
+
 def llama3_inv_freq(theta: float, rotary_dim: int, scaling: Mapping) -> np.ndarray:
     """Llama 3.1 frequency scaling (Meta's reference): wavelengths longer than
     original_context / low_freq_factor are divided by ``factor``, shorter than

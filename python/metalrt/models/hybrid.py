@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import List, Mapping
 
 from ..cache import ModelCache, RecurrentLayer, paged_kv_layers
-from .attention import Rope
+from .attention import Rope, partial_rotary_dim
 from .config_values import config_bool, config_float, config_int
 from .decoder import CausalLM, PreNormLayer
 from .gated_attention import GatedAttention
@@ -25,18 +25,6 @@ from .weights import Weights
 # Request state slots of a cache made without an explicit count (batch_generate and
 # the server): concurrent requests beyond it wait for a slot.
 DEFAULT_STATE_SLOTS = 16
-
-
-def partial_rotary_dim(config: Mapping, head_dim: int, arch: str) -> int:
-    """``head_dim * partial_rotary_factor`` (from ``rope_parameters`` or the top level,
-    default 0.25), which must be even and positive."""
-    factor = (config.get("rope_parameters") or {}).get("partial_rotary_factor",
-                                                        config.get("partial_rotary_factor", 0.25))
-    rotary = int(head_dim * float(factor))
-    if rotary < 2 or rotary % 2 or rotary > head_dim:
-        raise ValueError(f"[{arch}] head_dim {head_dim} x partial_rotary_factor {factor} gives "
-                         f"rotary dim {rotary}; expected a positive even number <= head_dim")
-    return rotary
 
 
 class HybridModel(CausalLM):
@@ -69,7 +57,7 @@ class HybridModel(CausalLM):
         sparse = self.sparse_layers(text)
         w = Weights(self.qwen3_5_layout(weights, prefix, self.layer_types, self.gdn), device,
                     dtype, arch)
-        self.rope = Rope(text, partial_rotary_dim(text, head_dim, arch), device, arch)
+        self.rope = Rope(text, partial_rotary_dim(text, head_dim, arch, 0.25), device, arch)
         if self.rope.inv_freq is not None:
             raise ValueError(f"[{arch}] RoPE scaling is not supported")
         self.embed_tokens = Embedding.load(w, prefix + "embed_tokens.weight", vocab, hidden)

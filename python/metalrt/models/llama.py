@@ -41,13 +41,11 @@ class LlamaModel(CausalLM):
         self.embed_tokens = Embedding.load(w, "model.embed_tokens.weight", vocab, hidden)
         qkv_bias = config_bool(config, "attention_bias", arch, self.qkv_bias_default)
         mlp_bias = config_bool(config, "mlp_bias", arch, False)
-        self.rope = Rope(config, head_dim, device, arch)
+        self.rope = Rope(config, self.rotary_dim(config, head_dim), device, arch)
         self.layers = []
         for i in range(shape.num_layers):
             p = f"model.layers.{i}."
-            qkv = Linear.load_split(
-                w, [p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"],
-                [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], hidden, qkv_bias)
+            qkv = self.qkv_projections(w, p, heads * head_dim, kv_heads * head_dim, hidden, qkv_bias)
             out = Linear.load(w, [p + "self_attn.o_proj"], [hidden], heads * head_dim,
                               qkv_bias and self.out_bias_follows_qkv)
             attention = Attention(qkv, out, heads, kv_heads, head_dim,
@@ -67,6 +65,20 @@ class LlamaModel(CausalLM):
         """The MLP of layer ``index`` (Qwen3-MoE puts sparse MoE blocks here)."""
         return dense_mlp(w, prefix + "mlp.", hidden, config_int(config, "intermediate_size", self.arch),
                          bias)
+
+    def rotary_dim(self, config, head_dim: int) -> int:
+        """The leading features of a head that RoPE rotates: all of them (Phi-3 reads
+        ``partial_rotary_factor``)."""
+        return head_dim
+
+    def qkv_projections(self, w: Weights, prefix: str, q_rows: int, kv_rows: int, hidden: int,
+                        bias: bool):
+        """One layer's Q, K and V projections for ``Attention`` (q_rows = heads x
+        head_dim, kv_rows = kv_heads x head_dim): three stored tensors, or the one merged
+        projection a family stores (Phi-3)."""
+        return Linear.load_split(
+            w, [prefix + "self_attn.q_proj", prefix + "self_attn.k_proj", prefix + "self_attn.v_proj"],
+            [q_rows, kv_rows, kv_rows], hidden, bias)
 
     def positional(self, config, w: Weights, prefix: str, head_dim: int, eps: float):
         """Position encoding of one layer: shared RoPE (Qwen3 adds q/k norms)."""
