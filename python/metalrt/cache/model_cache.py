@@ -38,6 +38,16 @@ class ModelCache:
         no layer keeps state that cannot be rolled back to a prefix."""
         return all(layer.shares_prefixes for layer in self.layers)
 
+    def snapshot(self, slot: int) -> list:
+        """Host copies of request slot ``slot`` of every layer with per-request state (to
+        ``restore`` when the tokens after this point are rolled back)."""
+        return [layer.snapshot(slot) for layer in self._stateful]
+
+    def restore(self, slot: int, snapshot: list) -> None:
+        """Writes a ``snapshot`` (of any slot) back into request slot ``slot``."""
+        for layer, state in zip(self._stateful, snapshot):
+            layer.restore(slot, state)
+
     def reset(self, slot: int) -> None:
         """Zeroes request slot ``slot`` of every layer with per-request state."""
         for layer in self._stateful:

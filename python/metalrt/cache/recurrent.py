@@ -41,10 +41,25 @@ class RecurrentLayer:
 
     def reset(self, slot: int) -> None:
         """Zeroes slot ``slot`` of both pools (a new request starts from no history)."""
+        self.restore(slot, (self._zero_conv, self._zero_state))
+
+    def snapshot(self, slot: int):
+        """(conv, recurrent): host copies of slot ``slot`` of both pools, [1, ...] each,
+        exact (the element type ``copy_from`` takes back: float32 holds a bfloat16
+        exactly)."""
+        self._check(slot)
+        return self.conv[slot:slot + 1].numpy(), self.recurrent[slot:slot + 1].numpy()
+
+    def restore(self, slot: int, state) -> None:
+        """Writes (conv, recurrent) host rows (a ``snapshot``) into slot ``slot``."""
+        self._check(slot)
+        conv, recurrent = state
+        self.conv[slot:slot + 1].copy_from(conv)
+        self.recurrent[slot:slot + 1].copy_from(recurrent)
+
+    def _check(self, slot: int) -> None:
         if not 0 <= slot < self.num_slots:
             raise ValueError(f"[recurrent_state] slot {slot} is outside [0, {self.num_slots})")
-        self.conv[slot:slot + 1].copy_from(self._zero_conv)
-        self.recurrent[slot:slot + 1].copy_from(self._zero_state)
 
 
 @functools.lru_cache(maxsize=8)

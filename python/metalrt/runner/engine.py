@@ -10,13 +10,15 @@ import numpy as np
 
 from metalrt import ops
 
-from ..cache import BlockAllocator, ModelCache, StepBuffers, build_step
+from ..cache import BLOCK_SIZE, BlockAllocator, ModelCache, ScheduledChunk, StepBuffers, build_step
 from ..models.logits import as_float32
 from ..tensor import is_int
 from .decode_plans import DecodePlans, DecodeRun
+from .draft_model import DraftModelDrafter, check_draft_model
 from .request import Request
 from .sampling import SamplingParams
 from .scheduler import Scheduler
+from .speculative import SpeculativeConfig, accept, prompt_lookup
 
 
 @dataclass
@@ -34,6 +36,10 @@ class EngineStats:
     plan_replays: int = 0      # decode steps replayed from a plan
     pipelined_steps: int = 0   # decode steps committed before the previous one's ids were read
     discarded_tokens: int = 0  # ids of pipelined steps whose request had already finished
+    verify_steps: int = 0      # request-steps that verified drafted tokens (speculation)
+    draft_tokens: int = 0      # tokens drafted for them
+    accepted_tokens: int = 0   # drafted tokens the target kept
+    state_reruns: int = 0      # request-steps re-run from a recurrent-state snapshot
 
 
 @dataclass(frozen=True)
@@ -69,13 +75,29 @@ class Engine:
     before this step's ids are read; its tokens are returned by the next ``step()``,
     and the row of a request that finished meanwhile (eos, abort) is discarded, never
     emitted. Other sampling reads the logits each step, as without plans.
+
+    ``speculative`` (a ``speculative.SpeculativeConfig``): the decode step of a request
+    added with ``speculative=True`` (the default) feeds the tokens a drafter proposes
+    after its last token, and keeps those the target's logits confirm
+    (``speculative.accept``) plus one of the target's own; rejected positions are
+    rolled back: their KV rows lie past the sequence's length (overwritten, never read),
+    and a layer's recurrent state is restored from a snapshot taken before the step and
+    the kept tokens run again. Such a step runs op by op, beside plain decodes and
+    prefills of other requests; a step in which nothing was drafted replays its plan.
+    Raises ValueError for a num_draft_tokens a verify step cannot hold (above
+    max_batched_tokens - 1 or the cache's tokens - 1), a draft model that cannot draft
+    for ``model`` (``draft_model.check_draft_model``) and "mtp" for a model without a
+    multi-token-prediction head.
     """
 
     def __init__(self, model, cache: ModelCache, max_batched_tokens: int = 512,
-                 prefix_caching: bool = False, decode_plans: bool = True):
+                 prefix_caching: bool = False, decode_plans: bool = True,
+                 speculative: Optional[SpeculativeConfig] = None):
         model.check_cache(cache)
         if cache.in_use:
             raise ValueError("[engine] the KV cache is already held by another engine")
+        self.drafter = self._drafter(model, cache, max_batched_tokens, speculative)
+        self.speculative = speculative
         slots = BlockAllocator(cache.num_state_slots, "state slot") if cache.num_state_slots else None
         self.scheduler = Scheduler(BlockAllocator(cache.num_blocks), max_batched_tokens,
                                    prefix_caching and cache.supports_prefix_caching, slots)
@@ -93,8 +115,35 @@ class Engine:
         # The pipelined step in flight and its requests, in row order.
         self._inflight: Optional[Tuple[DecodeRun, List[Request]]] = None
 
+    @staticmethod
+    def _drafter(model, cache: ModelCache, max_batched_tokens, speculative):
+        """The draft-model drafter of ``speculative`` (None for the other methods), once
+        the config is one this engine can run."""
+        if speculative is None:
+            return None
+        if not isinstance(speculative, SpeculativeConfig):
+            raise TypeError("[engine] speculative must be a SpeculativeConfig, got "
+                            f"{type(speculative).__name__}")
+        k, room = speculative.num_draft_tokens, cache.num_blocks * BLOCK_SIZE
+        if is_int(max_batched_tokens) and k + 1 > max_batched_tokens:
+            raise ValueError(f"[speculative] num_draft_tokens {k} does not fit a step: a verify "
+                             f"step feeds k + 1 tokens and max_batched_tokens is "
+                             f"{max_batched_tokens}")
+        if k + 1 > room:
+            raise ValueError(f"[speculative] num_draft_tokens {k} is above the KV cache's room: "
+                             f"it holds {room} tokens, a verify step writes k + 1")
+        if speculative.method == "mtp" and getattr(model, "mtp", None) is None:
+            raise ValueError(f"[speculative] 'mtp' needs a multi-token-prediction head; this "
+                             f"{model.arch} model has none (no mtp.* tensors)")
+        if speculative.method != "draft":
+            return None
+        check_draft_model(speculative.draft_model, model)
+        return DraftModelDrafter(speculative.draft_model, cache.num_blocks)
+
     def add_request(self, prompt: Iterable[int], params: SamplingParams, max_tokens: int,
-                    eos_ids: Iterable[int] = ()) -> Request:
+                    eos_ids: Iterable[int] = (), speculative: bool = True) -> Request:
+        """Queues a request of ``max_tokens`` tokens after ``prompt``; with the engine's
+        ``speculative`` config and ``speculative`` True, its decode steps speculate."""
         self._check_open()
         ids, eos = list(prompt), list(eos_ids)
         if not all(is_int(t) for t in ids + eos):
@@ -109,7 +158,8 @@ class Engine:
             raise ValueError(f"[engine] prompt token id {bad} is outside the model's "
                              f"vocabulary [0, {vocab})")
         request = Request(next(self._ids), ids, params, max_tokens,
-                          frozenset(int(t) for t in eos))
+                          frozenset(int(t) for t in eos),
+                          speculative=bool(speculative) and self.speculative is not None)
         self.scheduler.add(request)
         return request
 
@@ -135,6 +185,7 @@ class Engine:
                 self.scheduler.advance(request, 1)
             self._count_step(len(requests))
             return self._decode_outputs(run, requests, live)
+        self._propose()
         scheduled = self.scheduler.schedule()
         for request, chunk in scheduled:
             if chunk.start == request.num_cached_tokens:   # the request's first chunk
@@ -155,6 +206,8 @@ class Engine:
                 self.scheduler.advance(request, 1)
             self._count_step(len(requests))
             return self._decode_outputs(run, requests, requests)
+        snapshots = {id(r): self.cache.snapshot(r.state_slot) for r, _ in scheduled
+                     if r.draft and self.cache.num_state_slots}
         # The model's dtype: greedy_argmax reads float16/bfloat16 logits directly, and
         # only a request that samples from the logits pays for the float32 cast.
         logits = self.model.forward(
@@ -163,16 +216,87 @@ class Engine:
         self.stats.steps += 1
         self.stats.max_batch_size = max(self.stats.max_batch_size, len(scheduled))
         for request, chunk in scheduled:
-            self.scheduler.advance(request, len(chunk.token_ids))
-        sampling = [r for r, c in scheduled if c.logits == "last"]
+            if not request.draft:
+                self.scheduler.advance(request, len(chunk.token_ids))
+        sampling = [(r, c) for r, c in scheduled if c.logits != "none"]
         if not sampling:
             return []
-        on_host = any(r.params.needs_logits for r in sampling)
+        on_host = any(r.params.needs_logits for r, _ in sampling)
         host_logits = as_float32(logits).numpy() if on_host else None
         device_ids = None
-        if not all(r.params.needs_logits for r in sampling):
+        if not all(r.params.needs_logits for r, _ in sampling):
             device_ids = ops.greedy_argmax(logits).numpy()
-        return self._sample(list(enumerate(sampling)), host_logits, device_ids)
+        rows, verified, row = [], [], 0
+        for request, chunk in sampling:
+            if request.draft:
+                verified.append((request, row))
+                row += len(chunk.token_ids)
+            else:
+                rows.append((row, request))
+                row += 1
+        outputs = self._sample(rows, host_logits, device_ids)
+        return outputs + self._verify(verified, host_logits, device_ids, snapshots)
+
+    def _propose(self) -> None:
+        """Sets the draft of every speculating request in decode: up to
+        num_draft_tokens, fewer where its max_tokens or the step's token budget ends."""
+        if self.speculative is None:
+            return
+        running = self.scheduler.running
+        decodes = [r for r in running if len(r.tokens) - r.num_computed == 1]
+        budget = self.scheduler.max_batched_tokens - len(decodes)
+        wanted = []
+        for request in decodes:
+            request.draft = []
+            k = min(self.speculative.num_draft_tokens, request.max_tokens - len(request.output) - 1,
+                    budget)
+            if request.speculative and k > 0:
+                wanted.append((request, k))
+                budget -= k
+        cfg = self.speculative
+        if self.drafter is not None:
+            self.drafter.release_others([r.request_id for r in running])
+            drafts = self.drafter.propose(wanted) if wanted else []
+        else:
+            drafts = [prompt_lookup(r.tokens, k, cfg.ngram_min, cfg.ngram_max) for r, k in wanted]
+        for (request, _), draft in zip(wanted, drafts):
+            request.draft = draft
+
+    def _verify(self, verified, host_logits, device_ids, snapshots) -> List[TokenOutput]:
+        """The tokens of the requests whose step verified a draft (``verified``: (request,
+        first logits row) pairs); rolls each back to its last kept token."""
+        outputs, reruns, done = [], [], []
+        for request, row in verified:
+            draft, request.draft = request.draft, []
+            rows = slice(row, row + len(draft) + 1)
+            pairs = accept(request, draft, None if host_logits is None else host_logits[rows],
+                           None if device_ids is None else device_ids[rows])
+            kept = len(pairs) - 1
+            self.stats.verify_steps += 1
+            self.stats.draft_tokens += len(draft)
+            self.stats.accepted_tokens += kept
+            start = request.num_computed
+            for token, logprobs in pairs:
+                request.append(token)
+                self.stats.generated_tokens += 1
+                outputs.append(TokenOutput(request, token, logprobs, request.finish_reason))
+                if request.finished:
+                    break
+            if kept < len(draft) and id(request) in snapshots and not request.finished:
+                # The state went on through the rejected drafts: back to before the step,
+                # then the kept tokens again.
+                self.cache.restore(request.state_slot, snapshots[id(request)])
+                reruns.append(ScheduledChunk(request.tokens[start:start + kept + 1], start,
+                                             request.blocks, "none", request.state_slot))
+            done.append((request, kept + 1))
+        if reruns:
+            self.model.forward(build_step(reruns, self.model.device, self.inputs), self.cache)
+            self.stats.state_reruns += len(reruns)
+        for request, n in done:
+            self.scheduler.advance(request, n)
+            if request.finished:
+                self.scheduler.finish(request)
+        return outputs
 
     def _sample(self, rows, host_logits, device_ids) -> List[TokenOutput]:
         """The tokens of (row, request) pairs: sampled from ``host_logits[row]`` for a
@@ -206,8 +330,8 @@ class Engine:
         """The next step is these requests' decodes whatever this step samples, short
         of an eos: all greedy, none waiting to join, none at max_tokens after it."""
         return (not self.scheduler.waiting and self.scheduler.running == requests
-                and all(not r.params.needs_logits and len(r.output) + 2 <= r.max_tokens
-                        for r in requests))
+                and all(not r.params.needs_logits and not r.speculative
+                        and len(r.output) + 2 <= r.max_tokens for r in requests))
 
     def _decode_outputs(self, run: DecodeRun, requests: List[Request],
                         live: List[Request]) -> List[TokenOutput]:

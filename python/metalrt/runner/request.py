@@ -13,7 +13,9 @@ class Request:
     it are fed in the next step (the prompt, or the last sampled token).
     ``num_cached_tokens``: prompt tokens found in the prefix cache at admission (not
     prefilled); ``block_keys``: prefix keys of the request's full blocks so far;
-    ``state_slot``: its recurrent-state slot while running (hybrid models), else None."""
+    ``state_slot``: its recurrent-state slot while running (hybrid models), else None;
+    ``speculative``: its decode steps verify drafted tokens (the engine's
+    ``speculative`` config); ``draft``: the tokens drafted for its next step."""
 
     request_id: int
     prompt: List[int]
@@ -27,6 +29,8 @@ class Request:
     block_keys: List[bytes] = field(default_factory=list)
     state_slot: Optional[int] = None
     finish_reason: Optional[str] = None
+    speculative: bool = False
+    draft: List[int] = field(default_factory=list)
 
     def __post_init__(self):
         if not self.prompt:

@@ -139,19 +139,46 @@ class Sampler:
         window = context[len(context) - p.repetition_context_size:] if p.repetition_context_size else []
         return apply_repetition_penalty(logits, window, p.repetition_penalty)
 
+    def weights(self, logprobs: np.ndarray) -> np.ndarray:
+        """float64 [V] unnormalised sampling weights of a non-greedy request: the filters
+        (top-k, top-p, min-p) on ``logprobs``, then the temperature; 0 for a removed token."""
+        p = self.params
+        keep = top_k_mask(logprobs, p.top_k) & top_p_mask(logprobs, p.top_p) \
+            & min_p_mask(logprobs, p.min_p)
+        scaled = np.where(keep, logprobs.astype(np.float64) / p.temp, -np.inf)
+        return np.exp(scaled - scaled.max())
+
+    def _draw(self, weights: np.ndarray) -> int:
+        cdf = np.cumsum(weights)
+        token = int(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right"))
+        return min(token, len(cdf) - 1)
+
     def sample(self, logits: np.ndarray, context: Sequence[int]):
         """(token id, logprobs float32 [V] or None) for one row of logits [V];
         ``context`` is prompt + output so far (for the repetition penalty)."""
         p = self.params
         logprobs = log_softmax(self.penalised(logits, context))
+        token = int(np.argmax(logprobs)) if p.greedy else self._draw(self.weights(logprobs))
+        return token, (logprobs if p.logprobs else None)
+
+    def verify(self, logits: np.ndarray, context: Sequence[int], draft: int):
+        """(token id, logprobs or None) at a position where a drafter proposed ``draft``
+        (a deterministic proposal: its draft distribution q is one-hot at ``draft``).
+        Greedy: the argmax, as ``sample``. Otherwise speculative rejection sampling
+        (Leviathan et al. 2023; Chen et al. 2023) with that q: ``draft`` is accepted
+        with probability p(draft), else a token is drawn from p with ``draft`` removed
+        (the normalised residual max(0, p - q)), so the token is distributed as p, the
+        distribution ``sample`` draws from. The caller stops verifying at the first
+        token that differs from its draft."""
+        p = self.params
         if p.greedy:
-            token = int(np.argmax(logprobs))
+            return self.sample(logits, context)
+        logprobs = log_softmax(self.penalised(logits, context))
+        weights = self.weights(logprobs)
+        total = weights.sum()
+        if self.rng.random() * total < weights[draft]:
+            token = int(draft)
         else:
-            keep = top_k_mask(logprobs, p.top_k) & top_p_mask(logprobs, p.top_p) \
-                & min_p_mask(logprobs, p.min_p)
-            scaled = np.where(keep, logprobs.astype(np.float64) / p.temp, -np.inf)
-            probs = np.exp(scaled - scaled.max())
-            cdf = np.cumsum(probs)
-            token = int(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right"))
-            token = min(token, len(cdf) - 1)
+            weights[draft] = 0.0
+            token = self._draw(weights)
         return token, (logprobs if p.logprobs else None)

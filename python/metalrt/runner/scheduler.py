@@ -1,6 +1,7 @@
 """Chooses the work of each forward step (continuous batching, as vLLM does).
 
-Every step first gives each running request in decode its one token, then spends
+Every step first gives each running request in decode its one token (and the tokens
+drafted for it, when it speculates: ``speculative``), then spends
 the remaining token budget on prompts: a running prefill continues, then waiting
 requests are admitted while the budget and free cache blocks allow. A prompt longer
 than the budget is prefilled in chunks over several steps. A request is admitted
@@ -72,7 +73,7 @@ class Scheduler:
         scheduled = []
         for request in decodes:
             scheduled.append((request, self._chunk(request, 1)))
-        budget -= len(decodes)
+            budget -= 1 + len(request.draft)
         for request in prefills:
             if budget <= 0:
                 break
@@ -116,8 +117,13 @@ class Scheduler:
 
     @staticmethod
     def _chunk(request: Request, n: int) -> ScheduledChunk:
+        """The request's next ``n`` tokens; a decode with a draft also feeds the drafted
+        tokens, with logits at every row (the target's prediction after each)."""
         start = request.num_computed
         tokens = request.tokens
         last = start + n == len(tokens)
+        if last and request.draft:
+            return ScheduledChunk(tokens[start:] + request.draft, start, request.blocks, "all",
+                                  request.state_slot or 0)
         return ScheduledChunk(tokens[start:start + n], start, request.blocks,
                               "last" if last else "none", request.state_slot or 0)

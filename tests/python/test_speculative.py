@@ -1,0 +1,181 @@
+"""Speculative decoding in the engine (``runner.speculative``): prompt lookup and a draft
+model, verified in one forward step of the target. Greedy output equals plain decoding
+(single and batched, requests with and without speculation in one step, with and
+without decode plans, chunked prefill, CPU and the simulated Metal device); sampled
+output keeps the target's distribution (chi-square over seeded draws); bad settings
+are refused."""
+import numpy as np
+import pytest
+from scipy import stats
+
+import metalrt
+import tiny_hf
+from conftest import DEVICES
+from metalrt.cache import blocks_for
+from metalrt.runner import Engine, SamplingParams
+from metalrt.runner.sampling import Sampler, log_softmax
+from metalrt.runner.speculative import SpeculativeConfig, prompt_lookup
+from tiny_models import TinyLlama, write_llama_gguf
+
+PROMPTS = [tiny_hf.prompt(n, seed) for seed, n in enumerate([5, 17, 40, 3])]
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("spec")
+    for name in ("llama", "qwen2"):
+        tiny_hf.build(name, root / name)
+    return root
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def models(request, dirs):
+    """(target, another model of the same vocabulary) on one device."""
+    return tuple(metalrt.load(str(dirs / name), device=request.param)[0]
+                 for name in ("llama", "qwen2"))
+
+
+def run(model, prompts, spec=None, max_tokens=24, params=SamplingParams(), plans=True,
+        max_batched_tokens=512, speculating=lambda i: True):
+    blocks = sum(blocks_for(len(p) + max_tokens) for p in prompts)
+    engine = Engine(model, model.new_cache(blocks), max_batched_tokens, decode_plans=plans,
+                    speculative=spec)
+    try:
+        requests = [engine.add_request(p, params, max_tokens, speculative=speculating(i))
+                    for i, p in enumerate(prompts)]
+        while engine.has_work:
+            engine.step()
+        return [r.output for r in requests], engine.stats
+    finally:
+        engine.close()
+
+
+def test_prompt_lookup_proposes_what_followed_the_latest_match():
+    tokens = [1, 2, 3, 9, 1, 2, 3, 8, 7, 5, 1, 2, 3]
+    assert prompt_lookup(tokens, 2, 1, 3) == [8, 7]        # latest [1, 2, 3] is at 4
+    assert prompt_lookup(tokens, 9, 1, 3) == [8, 7, 5, 1, 2, 3]
+    assert prompt_lookup([4, 5, 6, 5], 3, 1, 3) == [6, 5]  # only the 1-gram [5] recurs
+    assert prompt_lookup([4, 5, 6, 5], 3, 2, 3) == []
+    assert prompt_lookup([7], 3, 1, 3) == []
+
+
+def configs(models):
+    target, other = models
+    return {"ngram": SpeculativeConfig("ngram", 4),
+            "self-draft": SpeculativeConfig("draft", 3, draft_model=target),
+            "other-draft": SpeculativeConfig("draft", 5, draft_model=other)}
+
+
+@pytest.mark.parametrize("name", ["ngram", "self-draft", "other-draft"])
+def test_greedy_output_equals_plain_decoding_single_and_batched(models, name):
+    target = models[0]
+    spec = configs(models)[name]
+    plain, _ = run(target, PROMPTS)
+    combos = [(True, 512), (False, 8)] if target.device == "cpu" else [(True, 512)]
+    for plans, budget in combos:
+        # Batched: requests 0 and 2 speculate, 1 and 3 decode plainly in the same steps.
+        got, stats = run(target, PROMPTS, spec, plans=plans, max_batched_tokens=budget,
+                         speculating=lambda i: i % 2 == 0)
+        assert got == plain
+        assert stats.verify_steps > 0 and stats.draft_tokens >= stats.accepted_tokens
+        alone, _ = run(target, PROMPTS[2:3], spec, plans=plans, max_batched_tokens=budget)
+        assert alone == plain[2:3]
+    if name == "self-draft":
+        # The target as its own draft: every drafted token is the target's (acceptance 1).
+        assert stats.accepted_tokens == stats.draft_tokens
+    if name == "other-draft":
+        assert stats.accepted_tokens < stats.draft_tokens   # rejections were rolled back
+
+
+def test_greedy_with_logprobs_and_penalty_equals_plain(models):
+    target = models[0]
+    params = SamplingParams(repetition_penalty=1.3, logprobs=True)
+    plain, _ = run(target, PROMPTS[:2], params=params)
+    got, stats = run(target, PROMPTS[:2], SpeculativeConfig("draft", 4, draft_model=models[1]),
+                     params=params)
+    assert got == plain and stats.verify_steps > 0
+
+
+def test_verify_draws_the_target_distribution():
+    """Sampler.verify with a one-hot draft, many seeded draws: chi-square against the
+    tempered, top-k-filtered softmax, for a likely and an unlikely draft."""
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 2, 12).astype(np.float32)
+    params = dict(temp=0.8, top_k=8)
+    lp = log_softmax(logits).astype(np.float64)
+    keep = np.argsort(-lp)[:8]
+    expected = np.zeros(12)
+    expected[keep] = np.exp(lp[keep] / 0.8)
+    expected /= expected.sum()
+    n = 20000
+    for draft in (int(keep[0]), int(keep[7])):
+        counts = np.zeros(12)
+        for seed in range(n):
+            token, _ = Sampler(SamplingParams(seed=seed, **params)).verify(logits, [], draft)
+            counts[token] += 1
+        assert counts[expected == 0].sum() == 0
+        chi2 = ((counts[keep] - n * expected[keep]) ** 2 / (n * expected[keep])).sum()
+        assert stats.chi2.sf(chi2, len(keep) - 1) > 1e-3
+
+
+def test_sampled_speculative_decoding_matches_the_target_distribution(dirs):
+    """End to end on the tiny model: 3000 seeded requests with the model as its own
+    draft (its greedy token is drafted, so verify accepts and rejects). The second token
+    given the first is compared with the target's top-k softmax after prompt + first
+    token (model.logits), by a chi-square over every first token seen often enough. (On
+    the CPU: sampling is host code whatever the device; the device's part is the greedy
+    gate.)"""
+    target = metalrt.load(str(dirs / "llama"), device="cpu")[0]
+    prompt, k, temp, n = tiny_hf.prompt(12, 3), 6, 1.0, 3000
+    spec = SpeculativeConfig("draft", 2, draft_model=target)
+    engine = Engine(target, target.new_cache(n * blocks_for(len(prompt) + 3)), 512,
+                    speculative=spec)
+    try:
+        requests = [engine.add_request(prompt, SamplingParams(temp=temp, top_k=k, seed=s), 3)
+                    for s in range(n)]
+        while engine.has_work:
+            engine.step()
+        st = engine.stats
+    finally:
+        engine.close()
+    assert 0 < st.accepted_tokens < st.draft_tokens
+    pairs = np.array([r.output[:2] for r in requests])
+    chi2, dof = 0.0, 0
+    for first in np.unique(pairs[:, 0]):
+        seconds = pairs[pairs[:, 0] == first, 1]
+        if len(seconds) < 200:
+            continue
+        lp = log_softmax(target.logits(prompt + [int(first)])[-1]).astype(np.float64)
+        top = np.argsort(-lp)[:k]
+        p = np.exp(lp[top] / temp)
+        p /= p.sum()
+        counts = np.array([(seconds == t).sum() for t in top])
+        assert counts.sum() == len(seconds)               # nothing outside the top-k
+        chi2 += ((counts - len(seconds) * p) ** 2 / (len(seconds) * p)).sum()
+        dof += k - 1
+    assert dof >= 2 * (k - 1)
+    assert stats.chi2.sf(chi2, dof) > 1e-3
+
+
+def test_bad_settings_are_refused(models, tmp_path):
+    target = models[0]
+    cache = target.new_cache(2)
+    with pytest.raises(ValueError, match=r"^\[speculative\] num_draft_tokens must be >= 1"):
+        SpeculativeConfig("ngram", 0)
+    with pytest.raises(ValueError, match=r"^\[speculative\] method must be one of"):
+        SpeculativeConfig("eagle", 2)
+    with pytest.raises(ValueError, match=r"above the KV cache's room: it holds 32 tokens"):
+        Engine(target, cache, speculative=SpeculativeConfig("ngram", 32))
+    with pytest.raises(ValueError, match=r"does not fit a step.*max_batched_tokens is 4"):
+        Engine(target, cache, 4, speculative=SpeculativeConfig("ngram", 4))
+    with pytest.raises(ValueError, match=r"'mtp' needs a multi-token-prediction head; this "
+                                         r"llama model has none"):
+        Engine(target, cache, speculative=SpeculativeConfig("mtp", 2))
+    other_vocab = tmp_path / "other.gguf"
+    write_llama_gguf(other_vocab, TinyLlama())
+    draft = metalrt.load(str(other_vocab), device=target.device)[0]
+    assert draft.vocab_size != target.vocab_size
+    with pytest.raises(ValueError, match=rf"draft model has a vocabulary of {draft.vocab_size} "
+                                         rf"tokens, the target {target.vocab_size}"):
+        Engine(target, cache, speculative=SpeculativeConfig("draft", 2, draft_model=draft))
+    assert not cache.in_use                 # a refused engine leaves the cache free
