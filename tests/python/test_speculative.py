@@ -179,3 +179,32 @@ def test_bad_settings_are_refused(models, tmp_path):
                                          rf"tokens, the target {target.vocab_size}"):
         Engine(target, cache, speculative=SpeculativeConfig("draft", 2, draft_model=draft))
     assert not cache.in_use                 # a refused engine leaves the cache free
+
+
+@pytest.mark.parametrize("arch", ["qwen3_next", "qwen3_5"])
+def test_hybrid_greedy_output_equals_plain_decoding(arch, dirs, monkeypatch):
+    """Hybrid Gated-DeltaNet twins: a rejected draft restores the request's conv and
+    delta-rule state from the snapshot before the step and re-runs the kept tokens.
+    Prompt lookup and a draft model, then a drafter that knows the plain output and
+    corrupts every third token (so steps keep some drafts and reject the rest)."""
+    import tiny_hybrid
+    from metalrt.runner import engine as engine_module
+
+    target = metalrt.load(str(tiny_hybrid.path(arch)), device="cpu")[0]
+    other = metalrt.load(str(dirs / "qwen2"), device="cpu")[0]
+    prompts = [tiny_hybrid.prompt(n, n) for n in (9, 20, 4)]
+    plain, _ = run(target, prompts)
+    for spec in (SpeculativeConfig("ngram", 3), SpeculativeConfig("draft", 4, draft_model=other)):
+        got, stats = run(target, prompts, spec, speculating=lambda i: i != 1)
+        assert got == plain and stats.state_reruns > 0
+
+    def knowing(tokens, k, *_):
+        i = next(i for i, p in enumerate(prompts) if tokens[:len(p)] == p)
+        done = len(tokens) - len(prompts[i])
+        future = plain[i][done:done + k]
+        return [(t + 1) % tiny_hf.VOCAB if (done + j) % 3 == 2 else t for j, t in enumerate(future)]
+
+    monkeypatch.setattr(engine_module, "prompt_lookup", knowing)
+    got, stats = run(target, prompts, SpeculativeConfig("ngram", 4), speculating=lambda i: i != 1)
+    assert got == plain
+    assert 0 < stats.accepted_tokens < stats.draft_tokens and stats.state_reruns > 0
