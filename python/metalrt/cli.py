@@ -70,6 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where the model runs: auto picks Metal on an Apple GPU, else the CPU; "
                           "'metal' on other machines is the simulated device (slow: for "
                           "testing kernels, not for speed) (default: %(default)s)")
+    gen.add_argument("--spec-type", choices=("ngram", "draft", "mtp"), default=None,
+                     help="speculative decoding: 'ngram' drafts by prompt lookup, 'draft' with "
+                          "--draft-model, 'mtp' with the model's multi-token-prediction head; "
+                          "greedy output is unchanged, sampling keeps its distribution "
+                          "(default: none, or 'draft' with --draft-model)")
+    gen.add_argument("--draft-model", metavar="PATH", default=None,
+                     help="a smaller model with the same tokenizer that drafts tokens for "
+                          "--spec-type draft")
+    gen.add_argument("--num-draft-tokens", type=int, default=4, metavar="K",
+                     help="tokens drafted per verify step (default: %(default)s)")
     gen.add_argument("--chat", action="store_true",
                      help="wrap the prompt as a user message in the model's chat template")
     gen.set_defaults(run=_generate)
@@ -108,6 +118,13 @@ def _generate(args: argparse.Namespace) -> int:
         # METALRT_CPU_THREADS / METALRT_CPU_ISA are read at the first op that needs
         # them, after the text's header is out: a bad one is refused here instead.
         metalrt._metalrt._cpu_facts()
+    draft = None
+    if args.draft_model is not None:
+        draft, draft_tokenizer = metalrt.load(args.draft_model, device=args.device)
+        if draft_tokenizer.vocab_size != tokenizer.vocab_size:
+            raise ValueError(f"[speculative] the draft model's tokenizer has "
+                             f"{draft_tokenizer.vocab_size} tokens, the model's "
+                             f"{tokenizer.vocab_size}: a draft model must share the tokenizer")
     prompt = args.prompt
     if args.chat:
         text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
@@ -117,7 +134,9 @@ def _generate(args: argparse.Namespace) -> int:
     metalrt.generate(model, tokenizer, prompt, max_tokens=args.max_tokens, verbose=True,
                      temp=args.temp, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
                      repetition_penalty=args.repetition_penalty,
-                     repetition_context_size=args.repetition_context_size, seed=args.seed)
+                     repetition_context_size=args.repetition_context_size, seed=args.seed,
+                     spec_type=args.spec_type, draft_model=draft,
+                     num_draft_tokens=args.num_draft_tokens)
     return 0
 
 

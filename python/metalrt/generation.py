@@ -20,10 +20,11 @@ import numpy as np
 
 import metalrt
 
-from .cache import blocks_for
+from .cache import BLOCK_SIZE, blocks_for
 from .loaders import load_model_files
 from .models import CausalLM, build_model
 from .runner import Engine, SamplingParams
+from .runner.speculative import SpeculativeConfig
 from .runner.stopping import TextStream
 from .tensor import check_int_range, is_int
 
@@ -134,17 +135,36 @@ def token_budget(model: CausalLM, ids: Sequence[int], max_tokens: int) -> int:
     return min(max_tokens, context - len(ids))
 
 
+def speculative_config(model: CausalLM, spec_type: Optional[str], draft_model,
+                       num_draft_tokens: int, max_batched_tokens: int,
+                       cache_tokens: int) -> Optional[SpeculativeConfig]:
+    """The engine's speculation for the generation keywords: ``spec_type`` "ngram" |
+    "draft" | "mtp" (None: "draft" when a ``draft_model`` is given, else no speculation),
+    ``num_draft_tokens`` per verify step. ValueError / TypeError as
+    ``SpeculativeConfig`` and ``Engine`` raise them (a draft of another vocabulary, "mtp"
+    on a model without MTP tensors, a num_draft_tokens above the room of a step of
+    ``max_batched_tokens`` or of the ``cache_tokens`` generation's cache), checked before
+    any output."""
+    if spec_type is None and draft_model is None:
+        return None
+    config = SpeculativeConfig(spec_type or "draft", num_draft_tokens, draft_model)
+    Engine.check_speculative(model, config)
+    Engine.check_room(num_draft_tokens, max_batched_tokens, cache_tokens)
+    return config
+
+
 def _engine(model: CausalLM, prompts: Sequence[Sequence[int]], budgets: Sequence[int],
-            max_batched_tokens: int) -> Engine:
+            max_batched_tokens: int, speculative: Optional[SpeculativeConfig] = None) -> Engine:
     blocks = sum(blocks_for(len(p) + b) for p, b in zip(prompts, budgets))
-    return Engine(model, model.kv_cache(blocks), max_batched_tokens)
+    return Engine(model, model.kv_cache(blocks), max_batched_tokens, speculative=speculative)
 
 
 def stream_generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int = 100, *,
                     temp: float = 0.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
                     repetition_penalty: float = 1.0, repetition_context_size: int = 20,
                     seed: Optional[int] = None, stop: Union[str, Sequence[str], None] = None,
-                    logprobs: bool = False, max_batched_tokens: int = 512
+                    logprobs: bool = False, max_batched_tokens: int = 512,
+                    spec_type: Optional[str] = None, draft_model=None, num_draft_tokens: int = 4
                     ) -> Iterator[GenerationResponse]:
     """Generates up to ``max_tokens`` tokens after ``prompt``, yielding one
     GenerationResponse per token; the last has ``finish_reason`` set. The prompt is
@@ -155,7 +175,9 @@ def stream_generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int 
 
     The arguments are checked when ``stream_generate`` is called, before it returns the
     iterator (mlx-lm checks them at the first ``next``), so a bad setting fails before
-    any output. Raises ValueError for an empty prompt, a prompt id outside int32, a
+    any output. Speculative decoding (``spec_type``, ``draft_model``,
+    ``num_draft_tokens``: ``speculative_config``) changes the speed, not the greedy
+    output nor the sampled distribution. Raises ValueError for an empty prompt, a prompt id outside int32, a
     prompt as long as the context, max_tokens < 1 or out-of-range sampling arguments, and
     TypeError for a max_tokens or sampling argument of the wrong type; OutOfBlocksError
     cannot occur (the cache is sized for the request).
@@ -164,15 +186,18 @@ def stream_generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int 
     params = SamplingParams(temp, top_p, top_k, min_p, repetition_penalty,
                             repetition_context_size, seed, logprobs)
     budget = token_budget(model, ids, max_tokens)
+    spec = speculative_config(model, spec_type, draft_model, num_draft_tokens, max_batched_tokens,
+                              blocks_for(len(ids) + budget) * BLOCK_SIZE)
     return _stream(model, tokenizer, ids, params, budget, TextStream(tokenizer, stop),
-                   max_batched_tokens)
+                   max_batched_tokens, spec)
 
 
 def _stream(model: CausalLM, tokenizer, ids: List[int], params: SamplingParams, budget: int,
-            text: TextStream, max_batched_tokens: int) -> Iterator[GenerationResponse]:
+            text: TextStream, max_batched_tokens: int,
+            spec: Optional[SpeculativeConfig]) -> Iterator[GenerationResponse]:
     """The generator behind ``stream_generate``; its KV cache is allocated at the first
     ``next`` and freed when the generator ends or is closed."""
-    engine = _engine(model, [ids], [budget], max_batched_tokens)
+    engine = _engine(model, [ids], [budget], max_batched_tokens, spec)
     try:
         request = engine.add_request(ids, params, budget, tokenizer.eos_token_ids)
         start = time.perf_counter()
@@ -226,7 +251,9 @@ def batch_generate(model: CausalLM, tokenizer, prompts: Sequence[Prompt], max_to
                    temp: float = 0.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
                    repetition_penalty: float = 1.0, repetition_context_size: int = 20,
                    seed: Optional[int] = None, stop: Union[str, Sequence[str], None] = None,
-                   max_batched_tokens: int = 512, verbose: bool = False) -> List[str]:
+                   max_batched_tokens: int = 512, verbose: bool = False,
+                   spec_type: Optional[str] = None, draft_model=None,
+                   num_draft_tokens: int = 4) -> List[str]:
     """Generates for all ``prompts`` together (prefill and decode of different prompts
     share forward steps) and returns one text per prompt, in order. With a seed,
     prompt i samples with seed + i, so it draws what it would draw alone with that
@@ -240,7 +267,10 @@ def batch_generate(model: CausalLM, tokenizer, prompts: Sequence[Prompt], max_to
         raise ValueError("[batch_generate] prompts is empty")
     all_ids = [prompt_ids(tokenizer, p) for p in prompts]
     budgets = [token_budget(model, ids, max_tokens) for ids in all_ids]
-    engine = _engine(model, all_ids, budgets, max_batched_tokens)
+    spec = speculative_config(model, spec_type, draft_model, num_draft_tokens, max_batched_tokens,
+                              sum(blocks_for(len(p) + b) for p, b in zip(all_ids, budgets))
+                              * BLOCK_SIZE)
+    engine = _engine(model, all_ids, budgets, max_batched_tokens, spec)
     try:
         requests, streams, texts = [], [], [[] for _ in all_ids]
         for i, ids in enumerate(all_ids):

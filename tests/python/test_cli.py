@@ -84,7 +84,9 @@ def test_generate_passes_every_setting(fake):
     assert fake.calls["generate"] == ("Once", dict(max_tokens=5, verbose=True, temp=0.7,
                                                    top_p=0.9, top_k=40, min_p=0.05,
                                                    repetition_penalty=1.3,
-                                                   repetition_context_size=64, seed=3))
+                                                   repetition_context_size=64, seed=3,
+                                                   spec_type=None, draft_model=None,
+                                                   num_draft_tokens=4))
 
 
 def test_generate_chat_sends_template_token_ids(fake):

@@ -208,3 +208,37 @@ def test_hybrid_greedy_output_equals_plain_decoding(arch, dirs, monkeypatch):
     got, stats = run(target, prompts, SpeculativeConfig("ngram", 4), speculating=lambda i: i != 1)
     assert got == plain
     assert 0 < stats.accepted_tokens < stats.draft_tokens and stats.state_reruns > 0
+
+
+def test_generate_and_the_cli_speculate_with_the_same_text(dirs, tmp_path, capsys):
+    from metalrt import cli
+
+    model, tokenizer = metalrt.load(str(dirs / "llama"), device="cpu")
+    draft = metalrt.load(str(dirs / "qwen2"), device="cpu")[0]
+    prompt = PROMPTS[2]
+    plain = metalrt.generate(model, tokenizer, prompt, max_tokens=20)
+    assert metalrt.generate(model, tokenizer, prompt, max_tokens=20, spec_type="ngram") == plain
+    assert metalrt.generate(model, tokenizer, prompt, max_tokens=20, draft_model=draft) == plain
+    assert metalrt.batch_generate(model, tokenizer, PROMPTS, max_tokens=20, spec_type="ngram",
+                                  num_draft_tokens=2) == \
+        metalrt.batch_generate(model, tokenizer, PROMPTS, max_tokens=20)
+    with pytest.raises(ValueError, match=r"above the KV cache's room: it holds 64 tokens"):
+        metalrt.stream_generate(model, tokenizer, prompt, max_tokens=20, spec_type="ngram",
+                                num_draft_tokens=64)
+    text = tokenizer.decode(prompt)
+    base = ["generate", "--model", str(dirs / "llama"), "--prompt", text, "--max-tokens", "20",
+            "--device", "cpu"]
+    assert cli.main(base) == 0
+    plain_out = capsys.readouterr().out.split("Prompt:")[0]
+    assert cli.main(base + ["--draft-model", str(dirs / "qwen2"), "--num-draft-tokens", "3"]) == 0
+    assert capsys.readouterr().out.split("Prompt:")[0] == plain_out
+    other_vocab = tmp_path / "other.gguf"
+    write_llama_gguf(other_vocab, TinyLlama())
+    for extra, message in ((["--spec-type", "ngram", "--num-draft-tokens", "0"],
+                            "num_draft_tokens must be >= 1, got 0"),
+                           (["--spec-type", "mtp"], "'mtp' needs a multi-token-prediction head"),
+                           (["--draft-model", str(other_vocab)],
+                            "a draft model must share the tokenizer")):
+        assert cli.main(base + extra) == 1
+        captured = capsys.readouterr()
+        assert captured.out == "" and message in captured.err

@@ -116,28 +116,42 @@ class Engine:
         self._inflight: Optional[Tuple[DecodeRun, List[Request]]] = None
 
     @staticmethod
-    def _drafter(model, cache: ModelCache, max_batched_tokens, speculative):
-        """The draft-model drafter of ``speculative`` (None for the other methods), once
-        the config is one this engine can run."""
-        if speculative is None:
-            return None
+    def check_speculative(model, speculative: SpeculativeConfig) -> None:
+        """Raises unless ``model`` can run ``speculative``: TypeError for a config that is
+        not a SpeculativeConfig, ValueError for "mtp" on a model without a
+        multi-token-prediction head or a draft model that cannot draft for it."""
         if not isinstance(speculative, SpeculativeConfig):
             raise TypeError("[engine] speculative must be a SpeculativeConfig, got "
                             f"{type(speculative).__name__}")
-        k, room = speculative.num_draft_tokens, cache.num_blocks * BLOCK_SIZE
+        if speculative.method == "mtp" and getattr(model, "mtp", None) is None:
+            raise ValueError(f"[speculative] 'mtp' needs a multi-token-prediction head; this "
+                             f"{model.arch} model has none (no mtp.* tensors)")
+        if speculative.method == "draft":
+            check_draft_model(speculative.draft_model, model)
+
+    @staticmethod
+    def check_room(k: int, max_batched_tokens, cache_tokens: int) -> None:
+        """ValueError unless a verify step of ``k`` drafted tokens (k + 1 fed) fits a
+        step of ``max_batched_tokens`` and a cache of ``cache_tokens`` tokens."""
         if is_int(max_batched_tokens) and k + 1 > max_batched_tokens:
             raise ValueError(f"[speculative] num_draft_tokens {k} does not fit a step: a verify "
                              f"step feeds k + 1 tokens and max_batched_tokens is "
                              f"{max_batched_tokens}")
-        if k + 1 > room:
+        if k + 1 > cache_tokens:
             raise ValueError(f"[speculative] num_draft_tokens {k} is above the KV cache's room: "
-                             f"it holds {room} tokens, a verify step writes k + 1")
-        if speculative.method == "mtp" and getattr(model, "mtp", None) is None:
-            raise ValueError(f"[speculative] 'mtp' needs a multi-token-prediction head; this "
-                             f"{model.arch} model has none (no mtp.* tensors)")
+                             f"it holds {cache_tokens} tokens, a verify step writes k + 1")
+
+    @classmethod
+    def _drafter(cls, model, cache: ModelCache, max_batched_tokens, speculative):
+        """The draft-model drafter of ``speculative`` (None for the other methods), once
+        the config is one this engine can run."""
+        if speculative is None:
+            return None
+        cls.check_speculative(model, speculative)
+        cls.check_room(speculative.num_draft_tokens, max_batched_tokens,
+                       cache.num_blocks * BLOCK_SIZE)
         if speculative.method != "draft":
             return None
-        check_draft_model(speculative.draft_model, model)
         return DraftModelDrafter(speculative.draft_model, cache.num_blocks)
 
     def add_request(self, prompt: Iterable[int], params: SamplingParams, max_tokens: int,
