@@ -82,10 +82,10 @@ class EngineLoop:
     0, a request is refused while another one waits)."""
 
     def __init__(self, model, tokenizer, num_blocks: int, max_batched_tokens: int = 512,
-                 max_queued: int = 64, prefix_caching: bool = True):
+                 max_queued: int = 64, prefix_caching: bool = True, speculative=None):
         self.model, self.tokenizer = model, tokenizer
         self.engine = Engine(model, model.kv_cache(num_blocks), max_batched_tokens,
-                             prefix_caching)
+                             prefix_caching, speculative=speculative)
         self.max_queued = max_queued
         self._wake = threading.Condition()
         self._inbox: List[Generation] = []
@@ -188,11 +188,14 @@ class EngineLoop:
             return
         for out in outputs:
             request = out.request
-            generation = self._active[request]
+            # A verify step gives a request several tokens: a stop string in one ends it.
+            generation = self._active.get(request)
+            if generation is None:
+                continue
             text, stopped = self._texts[request].add(out.token, out.finish_reason is not None)
             if stopped:
                 self.engine.abort(request, "stop")
-            reason = request.finish_reason
+            reason = request.finish_reason if stopped else out.finish_reason
             generation.push(Event(
                 text=text, token=out.token, finish_reason=reason,
                 logprobs=self._logprobs(out.token, out.logprobs, generation.top_logprobs),

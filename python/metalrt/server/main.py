@@ -39,6 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
                         help="do not reuse the KV cache of repeated prompt prefixes")
+    parser.add_argument("--spec-type", choices=("ngram", "draft", "mtp"), default=None,
+                        help="speculative decoding, as for `metalrt generate` (default: none, "
+                             "or 'draft' with --draft-model)")
+    parser.add_argument("--draft-model", metavar="PATH", default=None,
+                        help="a smaller model with the same tokenizer that drafts tokens")
+    parser.add_argument("--num-draft-tokens", type=int, default=4, metavar="K",
+                        help="tokens drafted per verify step (default: %(default)s)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"),
                         help="uvicorn's log level (default: %(default)s)")
@@ -54,7 +61,8 @@ def model_id(path: Optional[str]) -> str:
 
 def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens: int = 8192,
               max_batched_tokens: int = 512, max_queue: int = 64, max_tokens: int = 512,
-              prefix_cache: bool = True):
+              prefix_cache: bool = True, spec_type: Optional[str] = None,
+              draft_model: Optional[str] = None, num_draft_tokens: int = 4):
     """Loads the model and returns the FastAPI application serving it (its engine loop
     stops when the application shuts down). The settings are those of ``metalrt serve``;
     this is also the builder a host such as Ray Serve calls in each replica
@@ -66,13 +74,18 @@ def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens
             raise ValueError(f"[serve] --{name.replace('_', '-')} must be >= {least}, got {value}")
     import metalrt
 
-    from ..cache import blocks_for
+    from ..cache import BLOCK_SIZE, blocks_for
     from .app import create_app
     from .engine_loop import EngineLoop
 
+    from ..generation import speculative_config
+
     loaded, tokenizer = metalrt.load(model, device=device)
+    draft = None if draft_model is None else metalrt.load(draft_model, device=device)[0]
+    spec = speculative_config(loaded, spec_type, draft, num_draft_tokens, max_batched_tokens,
+                              blocks_for(kv_cache_tokens) * BLOCK_SIZE)
     loop = EngineLoop(loaded, tokenizer, blocks_for(kv_cache_tokens), max_batched_tokens,
-                      max_queue, prefix_cache)
+                      max_queue, prefix_cache, spec)
     return create_app(loop, model_id(model), max_tokens)
 
 
@@ -104,6 +117,7 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     _check_can_listen(args.host, args.port)
     app = build_app(args.model, args.device, args.kv_cache_tokens, args.max_batched_tokens,
-                    args.max_queue, args.max_tokens, args.prefix_cache)
+                    args.max_queue, args.max_tokens, args.prefix_cache, args.spec_type,
+                    args.draft_model, args.num_draft_tokens)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
