@@ -2,7 +2,7 @@
 ``tiny_hybrid``, CPU and Metal): a state slot is taken at admission and freed on
 finish and abort; with fewer slots than requests the rest wait (back-pressure) and
 still get what they get alone; a reused slot starts from zero state; prefix caching
-is off for these models (the GDN state cannot be rolled back to a prefix)."""
+resumes from checkpoints of the GDN state at block boundaries."""
 import numpy as np
 import pytest
 
@@ -79,13 +79,42 @@ def test_abort_frees_the_slot_and_the_next_request_starts_from_zero_state(model)
     assert got == alone(model, second)
 
 
-def test_prefix_caching_is_off_for_hybrid_models(model):
-    prompt = tiny_hybrid.prompt(40, 3)
+def test_hybrid_prefix_cache_resumes_from_the_last_checkpointed_boundary(model):
+    """A second request sharing a 200-token prefix restores the state checkpointed at
+    block boundary 192 (prompt chunks of 64 end at 64, 128, 192) and prefills only the
+    tokens after it, with the output it gets without the cache."""
+    shared = tiny_hybrid.prompt(200, 3)
+    first, second = shared + tiny_hybrid.prompt(20, 4), shared + tiny_hybrid.prompt(9, 5)
     engine = Engine(model, model.new_cache(64), max_batched_tokens=64, prefix_caching=True)
     try:
-        got = run(engine, [prompt, prompt])
-        assert engine.stats.prompt_tokens_cached == 0
-        assert not engine.cache.supports_prefix_caching and not engine.scheduler.pool.caching
+        assert not engine.cache.supports_prefix_caching and engine.scheduler.pool.caching
+        got = [run(engine, [first])[0]]
+        computed = engine.stats.prompt_tokens_computed
+        checkpoints = engine.scheduler.checkpoints
+        # 64, 128, 192 and the first prompt's last boundary before its last token (208).
+        assert len(checkpoints) == 4
+        state_bytes = sum(l.conv[0:1].nbytes + l.recurrent[0:1].nbytes
+                          for l in engine.cache.layers if l.num_slots)
+        assert checkpoints.nbytes == 4 * state_bytes
+        got.append(run(engine, [second])[0])
+        assert engine.stats.prompt_tokens_cached == 192
+        assert engine.stats.prompt_tokens_computed - computed == len(second) - 192
     finally:
         engine.close()
-    assert got == [alone(model, prompt)] * 2
+    assert got == [alone(model, first), alone(model, second)]
+
+
+def test_hybrid_prefix_cache_under_eviction_keeps_outputs_correct(model):
+    """One checkpoint kept and a cache of few blocks: prefixes lose their checkpoints
+    and their blocks to later requests, and every output stays what it is alone."""
+    prompts = [tiny_hybrid.prompt(40, s) + tiny_hybrid.prompt(n, s + 10) for s, n in
+               ((1, 3), (1, 5), (2, 7), (2, 2), (1, 4))]
+    engine = Engine(model, model.new_cache(12, num_slots=2), max_batched_tokens=16,
+                    prefix_caching=True, state_checkpoints=1)
+    try:
+        got = [run(engine, [p])[0] for p in prompts]
+        assert len(engine.scheduler.checkpoints) == 1
+        assert engine.stats.prompt_tokens_cached > 0
+    finally:
+        engine.close()
+    assert got == [alone(model, p) for p in prompts]

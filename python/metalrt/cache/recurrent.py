@@ -19,9 +19,9 @@ import metalrt
 
 class RecurrentLayer:
     """One GDN layer's cache: the ``conv`` and ``recurrent`` (delta-rule) state pools of
-    ``num_slots`` requests. The state cannot be rolled back to an earlier position, so
-    a prompt prefix cannot be reused from another request's KV blocks: a model with such
-    a layer runs without prefix caching."""
+    ``num_slots`` requests. The state cannot be rebuilt from another request's KV
+    blocks, so a prompt prefix is shared through host copies of a slot (``snapshot``,
+    ``restore``: the runner's state checkpoints) rather than through the blocks."""
 
     shares_prefixes = False
 

@@ -19,6 +19,7 @@ from .request import Request
 from .sampling import SamplingParams
 from .scheduler import Scheduler
 from .speculative import SpeculativeConfig, accept, prompt_lookup
+from .state_checkpoints import StateCheckpoints
 
 
 @dataclass
@@ -60,8 +61,9 @@ class Engine:
     ``ops.greedy_argmax`` on the device, so a step reads back only int32 ids; the
     logits come to the host only for rows that sample, penalise or report logprobs.
     ``prefix_caching``: requests reuse the cached K/V of a prompt prefix that earlier
-    requests computed (see ``prefix_cache``); ignored for a cache that does not support
-    it (a layer's recurrent state cannot be rolled back to a prefix). A cache with
+    requests computed (see ``prefix_cache``); for a model with recurrent state (hybrid),
+    up to the prefix's last block boundary whose state was checkpointed, at most
+    ``state_checkpoints`` of them kept (``state_checkpoints``). A cache with
     per-request state gives every running request a state slot, zeroed before its
     first chunk.
 
@@ -92,15 +94,20 @@ class Engine:
 
     def __init__(self, model, cache: ModelCache, max_batched_tokens: int = 512,
                  prefix_caching: bool = False, decode_plans: bool = True,
-                 speculative: Optional[SpeculativeConfig] = None):
+                 speculative: Optional[SpeculativeConfig] = None, state_checkpoints: int = 64):
         model.check_cache(cache)
         if cache.in_use:
             raise ValueError("[engine] the KV cache is already held by another engine")
         self.drafter = self._drafter(model, cache, max_batched_tokens, speculative)
         self.speculative = speculative
         slots = BlockAllocator(cache.num_state_slots, "state slot") if cache.num_state_slots else None
+        # A hybrid model's prefixes are shared through checkpoints of its recurrent state.
+        checkpoints = StateCheckpoints(state_checkpoints) \
+            if prefix_caching and not cache.supports_prefix_caching and slots else None
         self.scheduler = Scheduler(BlockAllocator(cache.num_blocks), max_batched_tokens,
-                                   prefix_caching and cache.supports_prefix_caching, slots)
+                                   prefix_caching and (cache.supports_prefix_caching
+                                                       or checkpoints is not None),
+                                   slots, checkpoints)
         # Taken once every argument is accepted: a refused engine leaves it free.
         self.model, self.cache = model, cache
         cache.in_use = True
@@ -205,7 +212,11 @@ class Engine:
             if chunk.start == request.num_cached_tokens:   # the request's first chunk
                 self.stats.prompt_tokens_cached += request.num_cached_tokens
                 if request.state_slot is not None:
-                    self.cache.reset(request.state_slot)
+                    if request.restore_state is not None:
+                        self.cache.restore(request.state_slot, request.restore_state)
+                        request.restore_state = None
+                    else:
+                        self.cache.reset(request.state_slot)
             self.stats.prompt_tokens_computed += max(
                 0, min(len(request.prompt), chunk.start + len(chunk.token_ids)) - chunk.start)
         if self.plans is not None and scheduled and all(
@@ -232,6 +243,7 @@ class Engine:
         for request, chunk in scheduled:
             if not request.draft:
                 self.scheduler.advance(request, len(chunk.token_ids))
+                self._checkpoint(request)
         sampling = [(r, c) for r, c in scheduled if c.logits != "none"]
         if not sampling:
             return []
@@ -250,6 +262,18 @@ class Engine:
                 row += 1
         outputs = self._sample(rows, host_logits, device_ids)
         return outputs + self._verify(verified, host_logits, device_ids, snapshots)
+
+    def _checkpoint(self, request: Request) -> None:
+        """Keeps the request's recurrent state when its prompt chunk ended at a block
+        boundary (hybrid prefix caching: ``state_checkpoints``)."""
+        checkpoints = self.scheduler.checkpoints
+        end = request.num_computed
+        if checkpoints is None or end % BLOCK_SIZE or end >= len(request.prompt) or \
+                len(request.block_keys) < end // BLOCK_SIZE:
+            return
+        key = request.block_keys[end // BLOCK_SIZE - 1]
+        if key not in checkpoints:
+            checkpoints.put(key, self.cache.snapshot(request.state_slot))
 
     def _propose(self) -> None:
         """Sets the draft of every speculating request in decode: up to

@@ -52,6 +52,7 @@ class BlockPool:
         self._by_key: Dict[bytes, int] = {}      # key -> cached block
         self._key_of: Dict[int, bytes] = {}      # cached block -> key
         self._evictable: "OrderedDict[int, None]" = OrderedDict()   # LRU first
+        self.on_evict = None    # called with the key of an evicted block (state checkpoints)
 
     @property
     def num_blocks(self) -> int:
@@ -95,7 +96,10 @@ class BlockPool:
         new = self.allocator.allocate(from_free)
         for _ in range(count - from_free):
             block, _ = self._evictable.popitem(last=False)
-            del self._by_key[self._key_of.pop(block)]
+            key = self._key_of.pop(block)
+            del self._by_key[key]
+            if self.on_evict is not None:
+                self.on_evict(key)
             new.append(block)
         for block in new:
             self._refs[block] = 1

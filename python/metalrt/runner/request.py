@@ -31,6 +31,7 @@ class Request:
     finish_reason: Optional[str] = None
     speculative: bool = False
     draft: List[int] = field(default_factory=list)
+    restore_state: Optional[list] = None   # the checkpoint its cached prefix ends with
 
     def __post_init__(self):
         if not self.prompt:

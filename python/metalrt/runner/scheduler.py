@@ -14,7 +14,10 @@ like blocks).
 
 With ``prefix_caching``, an admitted request first takes the cached blocks of its
 prompt's longest cached prefix (``prefix_cache``) and prefills only the rest; every
-block it fills completely is then cached for later requests.
+block it fills completely is then cached for later requests. For a model with
+recurrent state (``checkpoints``, ``state_checkpoints``) the prefix is cut back to its
+last block that has a state checkpoint, restored into the request's slot, and prompt
+chunks end at block boundaries so that their state can be checkpointed there.
 """
 from __future__ import annotations
 
@@ -24,12 +27,14 @@ from typing import Deque, List, Optional, Tuple
 from ..cache import BLOCK_SIZE, BlockAllocator, OutOfBlocksError, ScheduledChunk, blocks_for
 from ..tensor import is_int
 from .prefix_cache import ROOT_KEY, BlockPool, block_key, prefix_keys
+from .state_checkpoints import StateCheckpoints
 from .request import Request
 
 
 class Scheduler:
     def __init__(self, allocator: BlockAllocator, max_batched_tokens: int = 512,
-                 prefix_caching: bool = False, state_slots: Optional[BlockAllocator] = None):
+                 prefix_caching: bool = False, state_slots: Optional[BlockAllocator] = None,
+                 checkpoints: Optional[StateCheckpoints] = None):
         if not is_int(max_batched_tokens):
             raise TypeError(f"[scheduler] max_batched_tokens must be an int, got "
                             f"{type(max_batched_tokens).__name__} {max_batched_tokens!r}")
@@ -39,6 +44,10 @@ class Scheduler:
         self.pool = BlockPool(allocator, prefix_caching)
         self.max_batched_tokens = max_batched_tokens
         self.state_slots = state_slots
+        # Hybrid models: a cached prefix is usable up to its last state checkpoint.
+        self.checkpoints = checkpoints if prefix_caching else None
+        if self.checkpoints is not None:
+            self.pool.on_evict = self.checkpoints.drop
         self.waiting: Deque[Request] = deque()
         self.running: List[Request] = []
 
@@ -77,7 +86,7 @@ class Scheduler:
         for request in prefills:
             if budget <= 0:
                 break
-            n = min(budget, len(request.tokens) - request.num_computed)
+            n = self._aligned(request, min(budget, len(request.tokens) - request.num_computed))
             scheduled.append((request, self._chunk(request, n)))
             budget -= n
         while self.waiting and budget > 0:
@@ -85,6 +94,9 @@ class Scheduler:
             # The last prompt token is always computed: its logits give the first token.
             keys = prefix_keys(request.prompt[:-1]) if self.pool.caching else []
             cached = self.pool.match(keys)
+            if self.checkpoints is not None:
+                while cached and keys[len(cached) - 1] not in self.checkpoints:
+                    cached = cached[:-1]
             needed = blocks_for(request.max_cached_tokens) - len(cached)
             if needed > self.pool.available_for(cached) or (
                     self.state_slots is not None and self.state_slots.num_free == 0):
@@ -95,8 +107,10 @@ class Scheduler:
             request.blocks = self.pool.acquire(cached, needed)
             request.block_keys = keys[:len(cached)]
             request.num_computed = request.num_cached_tokens = len(cached) * BLOCK_SIZE
+            if self.checkpoints is not None and cached:
+                request.restore_state = self.checkpoints.get(keys[len(cached) - 1])
             self.running.append(request)
-            n = min(budget, len(request.prompt) - request.num_computed)
+            n = self._aligned(request, min(budget, len(request.prompt) - request.num_computed))
             scheduled.append((request, self._chunk(request, n)))
             budget -= n
         return scheduled
@@ -114,6 +128,20 @@ class Scheduler:
             key = block_key(parent, tokens[i * BLOCK_SIZE:(i + 1) * BLOCK_SIZE])
             request.block_keys.append(key)
             self.pool.register(request.blocks[i], key)
+
+    def _aligned(self, request: Request, n: int) -> int:
+        """With state checkpoints, a prompt chunk of ``n`` tokens shortened to end at a
+        block boundary (where its state is checkpointed): at the prompt's last boundary
+        before its last token, else at the chunk's last boundary when it has one."""
+        if self.checkpoints is None:
+            return n
+        start, end = request.num_computed, request.num_computed + n
+        last = (len(request.prompt) - 1) // BLOCK_SIZE * BLOCK_SIZE
+        if start < last < end:
+            return last - start
+        if end < len(request.prompt) and end // BLOCK_SIZE * BLOCK_SIZE > start:
+            return end // BLOCK_SIZE * BLOCK_SIZE - start
+        return n
 
     @staticmethod
     def _chunk(request: Request, n: int) -> ScheduledChunk:
