@@ -181,8 +181,9 @@ def test_bad_settings_are_refused(models, tmp_path):
     assert not cache.in_use                 # a refused engine leaves the cache free
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("arch", ["qwen3_next", "qwen3_5"])
-def test_hybrid_greedy_output_equals_plain_decoding(arch, dirs, monkeypatch):
+def test_hybrid_greedy_output_equals_plain_decoding(arch, device, dirs, monkeypatch):
     """Hybrid Gated-DeltaNet twins: a rejected draft restores the request's conv and
     delta-rule state from the snapshot before the step and re-runs the kept tokens.
     Prompt lookup and a draft model, then a drafter that knows the plain output and
@@ -190,8 +191,8 @@ def test_hybrid_greedy_output_equals_plain_decoding(arch, dirs, monkeypatch):
     import tiny_hybrid
     from metalrt.runner import engine as engine_module
 
-    target = metalrt.load(str(tiny_hybrid.path(arch)), device="cpu")[0]
-    other = metalrt.load(str(dirs / "qwen2"), device="cpu")[0]
+    target = metalrt.load(str(tiny_hybrid.path(arch)), device=device)[0]
+    other = metalrt.load(str(dirs / "qwen2"), device=device)[0]
     prompts = [tiny_hybrid.prompt(n, n) for n in (9, 20, 4)]
     plain, _ = run(target, prompts)
     for spec in (SpeculativeConfig("ngram", 3), SpeculativeConfig("draft", 4, draft_model=other)):
