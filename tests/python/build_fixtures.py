@@ -21,13 +21,14 @@ import sys
 import time
 import traceback
 
+import family_gguf_fixtures
 import ggml_metal_source
 import moe_gguf_fixtures
 import quant_fixtures
 import tiny_hybrid
 
 # The modules whose fixtures are built here, in the order pytest reaches them.
-MODULES = (tiny_hybrid, moe_gguf_fixtures, ggml_metal_source, quant_fixtures)
+MODULES = (tiny_hybrid, moe_gguf_fixtures, family_gguf_fixtures, ggml_metal_source, quant_fixtures)
 
 
 def _ggml_corpus() -> None:
@@ -42,6 +43,8 @@ def steps():
     yield from ((f"hybrid {n}", lambda n=n: tiny_hybrid.path(n)) for n in tiny_hybrid.CONFIGS)
     yield from ((f"moe gguf {n}", lambda n=n: moe_gguf_fixtures.fixture(n))
                 for n in moe_gguf_fixtures.CONFIGS)
+    yield from ((f"family gguf {n}", lambda n=n: family_gguf_fixtures.fixture(n))
+                for n in family_gguf_fixtures.CONFIGS)
     yield "ggml kernel libraries", _ggml_corpus
     quantized = dict.fromkeys((*quant_fixtures.FIXTURES, *quant_fixtures.REAL_FILE_GGUFS))
     yield from ((f"quantized {n}", lambda n=n: quant_fixtures.fixture(n)) for n in quantized)

@@ -65,11 +65,11 @@ def converter_dir() -> Path:
     return target
 
 
-def _hf_model(name: str, directory: Path) -> None:
+def _hf_model(spec, directory: Path) -> None:
     import torch
     import transformers as tf
 
-    cls, kwargs, _ = CONFIGS[name]
+    cls, kwargs, _ = spec
     torch.manual_seed(15)
     model = tf.AutoModelForCausalLM.from_config(getattr(tf, cls)(**kwargs)).eval()
     tiny_hybrid.randomize(model, 16)
@@ -81,16 +81,22 @@ def _hf_model(name: str, directory: Path) -> None:
 
 def fixture(name: str) -> dict[str, Path]:
     """{"hf": the Hugging Face directory, "f32": its GGUF, "q8_0": that quantized}."""
-    digest = hashlib.sha256(json.dumps(CONFIGS[name], sort_keys=True).encode()).hexdigest()[:12]
+    return converted(name, CONFIGS[name])
+
+
+def converted(name: str, spec) -> dict[str, Path]:
+    """The fixture of any (transformers config class, its arguments, converter flags):
+    {"hf": the Hugging Face directory, "f32": its GGUF, "q8_0": that quantized}."""
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     final = cache_dir() / "moe-gguf-fixtures" / f"{name}-{digest}"
     paths = {"hf": final / "hf", "f32": final / "f32.gguf", "q8_0": final / "q8_0.gguf"}
     with cache_lock.held(f"{final.parent.name}/{final.name}"):
         if not final.exists():
-            _make(name, final)
+            _make(spec, final)
     return paths
 
 
-def _make(name: str, final: Path) -> None:
+def _make(spec, final: Path) -> None:
     """Writes the fixture into a temporary sibling of ``final``, renamed into place
     when complete."""
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -98,11 +104,11 @@ def _make(name: str, final: Path) -> None:
     try:
         hf = partial / "hf"
         hf.mkdir()
-        _hf_model(name, hf)
+        _hf_model(spec, hf)
         converter = converter_dir()
         env = dict(os.environ, PYTHONPATH=str(converter / "gguf-py"))
         proc = subprocess.run(["nice", "-n", "10", sys.executable, "convert_hf_to_gguf.py",
-                               str(hf), "--outfile", str(partial / "f32.gguf"), "--outtype", "f32", *CONFIGS[name][2]],
+                               str(hf), "--outfile", str(partial / "f32.gguf"), "--outtype", "f32", *spec[2]],
                               cwd=converter, env=env, capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"[moe_gguf_fixtures] convert_hf_to_gguf.py exited "

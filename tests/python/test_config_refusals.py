@@ -72,8 +72,10 @@ def test_an_integer_weight_is_refused_not_cast(dtype):
 
 
 @pytest.mark.parametrize("metadata, message", [
-    ({"llama.rope.scaling.type": "yarn"}, r"unsupported RoPE scaling 'yarn' \(supported: default, llama3\)"),
-    ({"llama.rope.scaling.type": "linear"}, r"unsupported RoPE scaling 'linear'"),
+    ({"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4},
+     r"\[llama rope_scaling\] config lacks 'original_max_position_embeddings'"),
+    ({"llama.rope.scaling.type": "linear"}, r"\[llama rope_scaling\] config lacks 'factor'"),
+    ({"llama.rope.scaling.type": "su"}, r"unsupported RoPE scaling 'su' \(supported: default, linear, llama3, yarn, longrope\)"),
     ({"llama.rope.dimension_count": 8}, r"llama.rope.dimension_count is 8, expected head_dim"),
 ])
 def test_gguf_rope_metadata_is_applied_or_refused_not_dropped(tmp_path, metadata, message):
@@ -148,3 +150,18 @@ def test_a_bad_partial_rotary_factor_is_refused(phi3_dir, tmp_path, factor, erro
     directory = with_config(phi3_dir, tmp_path, rope_parameters={**rope, "partial_rotary_factor": factor})
     with pytest.raises(ValueError, match=error):
         metalrt.load(directory, device="cpu")
+
+
+def test_phi3_longrope_is_refused_until_decode_switches_factors(tmp_path):
+    directory = tmp_path / "phi3"
+    directory.mkdir()
+    tiny_hf.build("phi3", directory)
+    pairs = tiny_hf.configs()["phi3"].head_dim // 2
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * pairs,
+            "long_factor": [2.0] * pairs, "original_max_position_embeddings": 64}
+    with pytest.raises(ValueError, match=r"\[phi3\] rope_scaling 'longrope' .* not supported yet"):
+        metalrt.load(with_config(directory, tmp_path, rope_parameters=rope), device="cpu")
+    rope["long_factor"] = [2.0] * (pairs - 1)
+    (tmp_path / "x").mkdir()
+    with pytest.raises(ValueError, match=r"config 'long_factor' has 7 values, expected 8"):
+        metalrt.load(with_config(directory, tmp_path / "x", rope_parameters=rope), device="cpu")

@@ -235,10 +235,18 @@ def test_wrong_q_rows(tmp_path):
 
 
 def test_tensor_not_in_the_architecture(tmp_path):
-    extra = {"rope_freqs.weight": np.ones(8, np.float32)}  # Llama 3.1 RoPE scaling factors
+    extra = {"blk.0.attn_q_norm.weight": np.ones(16, np.float32)}  # Qwen3's, not Llama's
     write_llama_gguf(tmp_path / "r.gguf", TinyLlama(layers=1), extra=extra)
-    with pytest.raises(ValueError, match=r"r\.gguf: tensor 'rope_freqs\.weight' is not part of "
-                                         r"a llama model with 1 layers"):
+    with pytest.raises(ValueError, match=r"r\.gguf: tensor 'blk\.0\.attn_q_norm\.weight' is not "
+                                         r"part of a llama model with 1 layers"):
+        load_model_files(tmp_path / "r.gguf")
+
+
+def test_rope_freqs_of_the_wrong_length(tmp_path):
+    # Llama 3.1 files: one RoPE factor per rotary pair (head_dim 16: 8).
+    extra = {"rope_freqs.weight": np.ones(7, np.float32)}
+    write_llama_gguf(tmp_path / "r.gguf", TinyLlama(layers=1), extra=extra)
+    with pytest.raises(ValueError, match=r"r\.gguf: tensor 'rope_freqs\.weight' must have shape \[8\], got \[7\]"):
         load_model_files(tmp_path / "r.gguf")
 
 

@@ -16,6 +16,13 @@ def configs():
                   bos_token_id=None, eos_token_id=None, pad_token_id=None)
     llama = dict(common, hidden_size=96, intermediate_size=160, num_attention_heads=6,
                  num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5, initializer_range=0.08)
+    qwen3 = dict(common, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=128, tie_word_embeddings=False,
+                 initializer_range=0.08)
+    qwen2 = dict(common, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                 num_key_value_heads=2, tie_word_embeddings=False, initializer_range=0.08)
+    yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+            "original_max_position_embeddings": 32}
     return {
         # GQA 6:2, tied embeddings.
         "llama": tf.LlamaConfig(**llama, tie_word_embeddings=True, rope_theta=1e5),
@@ -24,11 +31,15 @@ def configs():
         "llama3": tf.LlamaConfig(**llama, tie_word_embeddings=True, rope_parameters={
             "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
-        "qwen3": tf.Qwen3Config(**common, hidden_size=64, intermediate_size=96, num_attention_heads=4,
-                                num_key_value_heads=2, head_dim=128, tie_word_embeddings=False,
-                                initializer_range=0.08),
-        "qwen2": tf.Qwen2Config(**common, hidden_size=64, intermediate_size=96, num_attention_heads=4,
-                                num_key_value_heads=2, tie_word_embeddings=False, initializer_range=0.08),
+        # Linear position interpolation (Mistral/CodeLlama-style long context).
+        "llama_linear": tf.LlamaConfig(**llama, tie_word_embeddings=True, rope_parameters={
+            "rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}),
+        "qwen3": tf.Qwen3Config(**qwen3),
+        "qwen2": tf.Qwen2Config(**qwen2),
+        # Qwen's long-context recipe with the original context below the prompts, so the
+        # interpolated band and the attention factor (0.1 ln 4 + 1) bite.
+        "qwen3_yarn": tf.Qwen3Config(**qwen3, rope_parameters=yarn),
+        "qwen2_yarn": tf.Qwen2Config(**qwen2, rope_parameters=yarn),
         # Merged qkv_proj and gate_up_proj, untied; Phi-4-mini's partial RoPE.
         "phi3": tf.Phi3Config(**llama, tie_word_embeddings=False),
         "phi3_partial": tf.Phi3Config(**llama, tie_word_embeddings=False, rope_parameters={

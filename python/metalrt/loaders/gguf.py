@@ -3,7 +3,8 @@ the file: block types as ``QuantizedWeight`` (their block bytes, views of the on
 memory mapping of the file), F32 and F16 as numpy views in their own dtype, BF16
 widened to float32.
 
-Architectures: Llama (SmolLM2, Llama 3.0), Qwen2 (Q/K/V biases), Qwen3 (per-head Q/K
+Architectures: Llama (SmolLM2, Llama 3.x: ``rope_freqs.weight``, llama.cpp's table of
+per-frequency RoPE factors, is read as ``rope_freqs.weight``), Qwen2 (Q/K/V biases), Qwen3 (per-head Q/K
 RMSNorm), Qwen3-MoE (``qwen3moe``: stacked expert tensors, see ``gguf_moe``), Qwen3-Next
 (``qwen3next``: Gated-DeltaNet layers, see ``gguf_hybrid``). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
 Llama GGUF files store the Q/K projection rows permuted for interleaved (GPT-J) RoPE —
@@ -57,6 +58,7 @@ _GLOBAL_NAMES = {
     "token_embd": "model.embed_tokens",
     "output_norm": "model.norm",
     "output": "lm_head",
+    "rope_freqs": "rope_freqs",   # Llama 3.1 files: llama.cpp's per-frequency RoPE factors
 }
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -189,6 +191,11 @@ def _float32_value(x: float) -> float:
     return float(str(np.float32(x)))
 
 
+_YARN_KEYS = {"original_context_length": "original_max_position_embeddings",
+              "yarn_attn_factor": "attention_factor", "yarn_beta_fast": "beta_fast",
+              "yarn_beta_slow": "beta_slow"}
+
+
 def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
     """Hugging Face ``config.json`` keys from the GGUF metadata (``general.*``,
     ``<arch>.*``, ``tokenizer.ggml.*``). Raises ValueError for an unknown architecture,
@@ -239,6 +246,10 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
     if scaling != "none":
         config["rope_scaling"] = {"rope_type": scaling,
                                   "factor": meta.get(f"{arch}.rope.scaling.factor")}
+        # YaRN's keys as the converter writes them (llama.cpp's YaRN is transformers').
+        for key, hf_key in _YARN_KEYS.items():
+            if f"{arch}.rope.scaling.{key}" in meta:
+                config["rope_scaling"][hf_key] = meta[f"{arch}.rope.scaling.{key}"]
     count = lambda key, default=None: _count(gf, key, default)  # noqa: E731
     if not ARCHITECTURES[arch].hybrid and count(f"{arch}.rope.dimension_count", head_dim) != head_dim:
         raise ValueError(f"[gguf] {gf.path}: {arch}.rope.dimension_count is "
@@ -278,6 +289,8 @@ def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
         layer.update(moe_layer_shapes(config))
     if arch.hybrid:
         return _hybrid_shapes(config, shapes, layer)
+    if config.get("rope_freqs"):
+        shapes["rope_freqs.weight"] = (d // 2,)
     for i in range(config["num_hidden_layers"]):
         shapes.update({f"blk.{i}.{name}": shape for name, shape in layer.items()})
     return shapes
@@ -313,7 +326,7 @@ def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], GGUFTensors, GGU
     """
     gf = GGUFFile(path)
     config = config_from_metadata(gf)
-    shapes = expected_shapes(config)
+    shapes = expected_shapes({**config, "rope_freqs": "rope_freqs.weight" in gf.tensors})
     for name, shape in shapes.items():
         if name not in gf.tensors:
             raise ValueError(f"[gguf] {gf.path}: missing tensor '{name}' (expected for a "

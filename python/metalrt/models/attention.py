@@ -1,8 +1,7 @@
 """Rotary position embedding and paged self-attention with grouped-query heads."""
 from __future__ import annotations
 
-import math
-from typing import Callable, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -11,74 +10,23 @@ from metalrt import ops
 
 from ..cache import BLOCK_SIZE, PagedKVLayer, StepInputs
 from ..cache.layout import expect_kind, expect_rows
-from .config_values import config_bool, config_float
 from .layers import Linear
-
-
-# The parameters of rope_type "llama3" (transformers' _compute_llama3_parameters).
-_LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-
-
-def rope_parameters(config: Mapping, arch: str) -> Tuple[float, Mapping]:
-    """(rope theta, scaling parameters) from either transformers' v5 ``rope_parameters``
-    or the older ``rope_theta`` / ``rope_scaling`` keys; scaling is {} for plain RoPE."""
-    params = dict(config.get("rope_scaling") or {})
-    params.update(config.get("rope_parameters") or {})
-    theta = config_float(params, "rope_theta", arch, config_float(config, "rope_theta", arch, 10000.0))
-    params.pop("rope_theta", None)
-    rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type == "default":
-        return theta, {}
-    if rope_type != "llama3":
-        raise ValueError(f"[{arch}] unsupported RoPE scaling '{rope_type}' "
-                         "(supported: default, llama3)")
-    # Read here, at load: a missing or malformed value would otherwise be a KeyError or
-    # NaN frequencies (factor 0) at the first forward pass.
-    where = f"{arch} rope_scaling"
-    scaling = {key: config_float(params, key, where) for key in _LLAMA3_KEYS}
-    if scaling["high_freq_factor"] <= scaling["low_freq_factor"]:
-        raise ValueError(f"[{where}] config 'high_freq_factor' ({scaling['high_freq_factor']}) "
-                         f"must be greater than 'low_freq_factor' ({scaling['low_freq_factor']})")
-    return theta, scaling
-
-
-def partial_rotary_dim(config: Mapping, head_dim: int, arch: str, default: float) -> int:
-    """``head_dim * partial_rotary_factor`` (from ``rope_parameters`` or the top level,
-    ``default`` when neither gives it): the leading features RoPE rotates. ValueError
-    unless the factor is a number > 0 giving an even count in [2, head_dim]."""
-    params = {**config, **(config.get("rope_parameters") or {})}
-    factor = config_float(params, "partial_rotary_factor", arch, default)
-    rotary = int(head_dim * factor)
-    if rotary < 2 or rotary % 2 or rotary > head_dim:
-        raise ValueError(f"[{arch}] head_dim {head_dim} x partial_rotary_factor {factor} gives "
-                         f"rotary dim {rotary}; expected a positive even number <= head_dim")
-    return rotary
-
-
-def llama3_inv_freq(theta: float, rotary_dim: int, scaling: Mapping) -> np.ndarray:
-    """Llama 3.1 frequency scaling (Meta's reference): wavelengths longer than
-    original_context / low_freq_factor are divided by ``factor``, shorter than
-    original_context / high_freq_factor kept, and the band between interpolated."""
-    inv_freq = theta ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
-    factor = float(scaling["factor"])
-    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
-    context = float(scaling["original_max_position_embeddings"])
-    wavelen = 2 * math.pi / inv_freq
-    smooth = np.clip((context / wavelen - low) / (high - low), 0.0, 1.0)
-    return (1 - smooth) * inv_freq / factor + smooth * inv_freq
+from .rope import RopeFrequencies
 
 
 class Rope:
-    """Rotary embedding of q and k (Su et al. 2021): NeoX (half-split) pairs as the
-    Hugging Face Llama family applies it, or interleaved (GPT-J) pairs when the config
-    says ``rope_interleaved`` (Llama GGUF files, whose Q/K rows are stored permuted for
-    it; see ``loaders/gguf.py``). Plain RoPE rotates a step of up to
-    ``STEP_TABLE_MIN_TOKENS`` tokens with ``ops.rope_neox`` / ``ops.rope_interleaved``; a
-    larger step builds its tokens' cos|sin rows once (``ops.rope_cos_sin_cache``) and
-    every layer rotates q and k from them (``ops.rope_from_cache``, the same bits), so the
-    layers do not evaluate the same cos and sin again (docs/cpu.md). Llama 3 scaled
-    frequencies go through a cos|sin table built on the host for the positions of
-    ``position_bucket`` and ``ops.rope_from_cache``."""
+    """Rotary embedding of q and k (Su et al. 2021) with the frequencies of a
+    ``RopeFrequencies`` (``rope.py``: every variant): NeoX (half-split) pairs as the
+    Hugging Face Llama family applies it, or interleaved (GPT-J) pairs with ``neox``
+    False (Llama GGUF files, whose Q/K rows are stored permuted for it; see
+    ``loaders/gguf.py``). Plain RoPE rotates a step of up to ``STEP_TABLE_MIN_TOKENS``
+    tokens with ``ops.rope_neox`` / ``ops.rope_interleaved``; a larger step builds its
+    tokens' cos|sin rows once (``ops.rope_cos_sin_cache``) and every layer rotates q and
+    k from them (``ops.rope_from_cache``, the same bits), so the layers do not evaluate
+    the same cos and sin again (docs/cpu.md). Scaled frequencies (``scaled``: any other
+    variant) go through a cos|sin table built on the host for the positions of
+    ``position_bucket``, cos and sin multiplied by the attention factor, and
+    ``ops.rope_from_cache``."""
 
     # A step of more tokens builds its cos|sin rows once for every layer.
     STEP_TABLE_MIN_TOKENS = 8
@@ -93,21 +41,25 @@ class Rope:
         reads the table, so the plans are keyed by it (runner/decode_plans.py)."""
         return max(cls.TABLE_MIN_BUCKET, int(max_position).bit_length())
 
-    def __init__(self, config: Mapping, rotary_dim: int, device: str, arch: str):
-        self.base, scaling = rope_parameters(config, arch)
-        self.rotary_dim, self.device = rotary_dim, device
-        self.neox = not config_bool(config, "rope_interleaved", arch, False)
-        self.inv_freq = llama3_inv_freq(self.base, rotary_dim, scaling) if scaling else None
-        self.table, self.table_rows = None, 0
+    def __init__(self, freqs: RopeFrequencies, neox: bool, device: str):
+        self.freqs, self.neox, self.device = freqs, neox, device
+        self.base, self.rotary_dim = freqs.base, freqs.rotary_dim
+        self.scaled = not freqs.plain
+        self.tables = {}
 
     def cos_sin_table(self, max_position: int) -> "metalrt.Tensor":
-        if max_position >= self.table_rows:
-            rows = 1 << self.position_bucket(max_position)
-            angles = np.arange(rows, dtype=np.float64)[:, None] * self.inv_freq[None, :]
-            table = np.concatenate([np.cos(angles), np.sin(angles)], axis=1)
-            self.table = metalrt.asarray(table.astype(np.float32), device=self.device)
-            self.table_rows = rows
-        return self.table
+        """float32 [2**position_bucket(max_position), rotary_dim]: cos | sin of every
+        position of the bucket, times the attention factor (LongRoPE: of the factor set
+        that ``max_position`` selects)."""
+        inv_freq = self.freqs.inv_freq_for(max_position)
+        rows = 1 << self.position_bucket(max_position)
+        key = id(inv_freq)
+        if key not in self.tables or self.tables[key].shape[0] < rows:
+            angles = np.arange(rows, dtype=np.float64)[:, None] * inv_freq[None, :]
+            table = self.freqs.attention_factor * np.concatenate([np.cos(angles), np.sin(angles)],
+                                                                 axis=1)
+            self.tables[key] = metalrt.asarray(table.astype(np.float32), device=self.device)
+        return self.tables[key]
 
     def rows_of_step(self, step: StepInputs):
         """(cos|sin rows of the step's tokens float32 [T, rotary_dim], int32 [T]
@@ -122,7 +74,7 @@ class Rope:
 
     def __call__(self, q, k, step: StepInputs):
         # In place: q and k are fresh outputs of the projection (or of qkv_split).
-        if self.inv_freq is not None:
+        if self.scaled:
             table, rows = self.cos_sin_table(step.max_position), step.positions
         elif q.shape[0] > self.STEP_TABLE_MIN_TOKENS:
             table, rows = self.rows_of_step(step)
@@ -193,7 +145,7 @@ class Attention:
         tokens = x.shape[0]
         key_cache, value_cache = cache.keys, cache.values
         rope = self.positional
-        qkv = self.merged_qkv(x) if isinstance(rope, Rope) and rope.inv_freq is None else None
+        qkv = self.merged_qkv(x) if isinstance(rope, Rope) and not rope.scaled else None
         if qkv is not None:
             # Split, RoPE of q and k and the cache write in one op (byte for byte the same).
             q = ops.qkv_rope_cache(qkv, step.positions, key_cache, value_cache,

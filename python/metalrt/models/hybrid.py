@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import List, Mapping
 
 from ..cache import ModelCache, RecurrentLayer, paged_kv_layers
-from .attention import Rope, partial_rotary_dim
+from .attention import Rope
+from .rope import partial_rotary_dim, rope_frequencies
 from .config_values import config_bool, config_float, config_int
 from .decoder import CausalLM, PreNormLayer
 from .gated_attention import GatedAttention
@@ -57,8 +58,9 @@ class HybridModel(CausalLM):
         sparse = self.sparse_layers(text)
         w = Weights(self.qwen3_5_layout(weights, prefix, self.layer_types, self.gdn), device,
                     dtype, arch)
-        self.rope = Rope(text, partial_rotary_dim(text, head_dim, arch, 0.25), device, arch)
-        if self.rope.inv_freq is not None:
+        self.rope = Rope(rope_frequencies(text, partial_rotary_dim(text, head_dim, arch, 0.25),
+                                          arch), True, device)
+        if self.rope.scaled:
             raise ValueError(f"[{arch}] RoPE scaling is not supported")
         self.embed_tokens = Embedding.load(w, prefix + "embed_tokens.weight", vocab, hidden)
         self.layers = []

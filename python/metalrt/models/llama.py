@@ -13,9 +13,15 @@ from .attention import Attention, Rope
 from .config_values import config_bool, config_float, config_int
 from .decoder import CausalLM, PreNormLayer
 from .layers import Embedding, Linear, RMSNorm, dense_mlp
+from .rope import rope_frequencies
 from .shape import DecoderShape
 from .weights import Weights
 from .registry import family
+
+
+# llama.cpp's per-frequency RoPE factors (Llama 3.1 files), under the name the GGUF
+# loader gives them.
+ROPE_FREQS = "rope_freqs.weight"
 
 
 @family
@@ -41,7 +47,7 @@ class LlamaModel(CausalLM):
         self.embed_tokens = Embedding.load(w, "model.embed_tokens.weight", vocab, hidden)
         qkv_bias = config_bool(config, "attention_bias", arch, self.qkv_bias_default)
         mlp_bias = config_bool(config, "mlp_bias", arch, False)
-        self.rope = Rope(config, self.rotary_dim(config, head_dim), device, arch)
+        self.rope = self.make_rope(config, w, self.rotary_dim(config, head_dim))
         self.layers = []
         for i in range(shape.num_layers):
             p = f"model.layers.{i}."
@@ -65,6 +71,15 @@ class LlamaModel(CausalLM):
         """The MLP of layer ``index`` (Qwen3-MoE puts sparse MoE blocks here)."""
         return dense_mlp(w, prefix + "mlp.", hidden, config_int(config, "intermediate_size", self.arch),
                          bias)
+
+    def make_rope(self, config, w: Weights, rotary_dim: int, layer_type=None) -> Rope:
+        """The RoPE of the config (``rope.py``: every variant), with a GGUF's
+        ``rope_freqs.weight`` factor table where the file has one; interleaved pairs
+        where the config says ``rope_interleaved`` (Llama GGUF files)."""
+        factors = (w.float_host(ROPE_FREQS, (rotary_dim // 2,)) if w.has(ROPE_FREQS) else None)
+        freqs = rope_frequencies(config, rotary_dim, self.arch, layer_type, factors)
+        return Rope(freqs, not config_bool(config, "rope_interleaved", self.arch, False),
+                    self.device)
 
     def rotary_dim(self, config, head_dim: int) -> int:
         """The leading features of a head that RoPE rotates: all of them (Phi-3 reads

@@ -2,10 +2,12 @@
 Llama layer with Q/K/V stored as one ``self_attn.qkv_proj`` ([q | k | v] rows) and
 gate/up as one ``mlp.gate_up_proj`` ([gate | up] rows), each used as stored (one GEMM,
 any weight format). Phi-4-mini's partial RoPE is Llama's ``partial_rotary_factor``.
-The 128k variants' ``longrope`` scaling is refused (``rope_parameters``)."""
+The 128k variants' ``longrope`` scaling is refused here: its frequencies are in the RoPE
+table (``rope.py``), but a decode plan does not yet switch to the long factors when a
+sequence passes the original context."""
 from __future__ import annotations
 
-from .attention import partial_rotary_dim
+from .rope import partial_rotary_dim
 from .config_values import config_int
 from .layers import GatedMLP, Linear
 from .llama import LlamaModel
@@ -18,6 +20,9 @@ class Phi3Model(LlamaModel):
 
     def __init__(self, config, weights, device, dtype="float32"):
         super().__init__(config, weights, device, dtype)
+        if self.rope.freqs.long_inv_freq is not None:
+            raise ValueError("[phi3] rope_scaling 'longrope' (the 128k variants) is not "
+                             "supported yet (supported: default, linear, llama3, yarn)")
         # Attention past a sliding window (Phi-3-mini's 2,047) is not implemented yet:
         # within it, full attention is the same, so the context stops there.
         window = config_int(config, "sliding_window", self.arch, None)

@@ -1,0 +1,29 @@
+"""GGUF fixtures of the dense families whose files carry their RoPE variant (a tiny
+random Llama 3.1 with ``rope_freqs.weight``, a Qwen3 with YaRN metadata), written by
+llama.cpp's own converter through ``moe_gguf_fixtures.converted`` (same cache, same
+SmolLM2 vocabulary of 49152 the converter accepts). Each original context is cut below
+the 150-token prompts so the scaling bites."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import moe_gguf_fixtures
+
+_COMMON = dict(vocab_size=49152, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+               head_dim=32, intermediate_size=96, num_hidden_layers=2, initializer_range=0.08,
+               max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=False,
+               bos_token_id=None, eos_token_id=None, pad_token_id=None)
+# (transformers config class, its arguments, converter flags), as moe_gguf_fixtures.
+CONFIGS = {
+    "llama3": ("LlamaConfig", dict(_COMMON, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 64}), []),
+    "qwen3_yarn": ("Qwen3Config", dict(_COMMON, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+        "original_max_position_embeddings": 32}), []),
+}
+
+
+def fixture(name: str) -> dict[str, Path]:
+    """{"hf": the Hugging Face directory, "f32": its GGUF, "q8_0": that quantized}."""
+    return moe_gguf_fixtures.converted(name, CONFIGS[name])
