@@ -76,7 +76,7 @@ def test_q8_0_gguf_keeps_experts_quantized(arch, device, monkeypatch):
     assert isinstance(moe.gate_up, metalrt.QuantizedTensor) and moe.gate_up.format == "q8_0"
     assert moe.gate_up.shape == (8 * 2 * 32, 64)
     assert isinstance(moe.down, metalrt.QuantizedTensor) and moe.down.shape == (8 * 64, 32)
-    assert isinstance(moe.router, metalrt.Tensor) and moe.router.dtype == "float32"
+    assert isinstance(moe.router.weight, metalrt.Tensor) and moe.router.weight.dtype == "float32"
     # Under the CPU's default prefill GEMM (auto) the Q8_0 weights take the bf16 GEMM and
     # the dequantized f32 ones the f32 sgemm, which mixes bf16's precision into the
     # comparison (measured: max |Δlogit| 0.025 of a 6.7 span on qwen3_moe; on qwen3_next
