@@ -1,9 +1,10 @@
 // gated_delta_rule: the gated delta rule per (request, value head), the state carried in
 // the pool (the CPU oracle cpp/cpu/gated_delta_rule.cpp and gated_delta_rule_chunked.cpp
 // is the spec). q and k are L2-normalised in f32 (x / sqrt(sum x^2 + 1e-6)), q times the
-// scale; value head h reads key head h / (Hv / Hk). One threadgroup of kDeltaThreads per
-// (request, value head); thread d owns value column d of the head's state S [Dk][Dv]
-// (the delta rule never mixes columns), the other threads help stage.
+// scale; value head h reads key head delta_rule_key_head(h) (linear_attention_args.h).
+// One threadgroup of kDeltaThreads per (request, value head); thread d owns value column
+// d of the head's state S [Dk][Dv] (the delta rule never mixes columns), the other
+// threads help stage.
 // * gated_delta_rule_recurrent_<dtype>: the step per token (decode). The column's Dk
 //   entries stay in registers across the request's tokens, so the state is read and
 //   written once per call: per token S = exp(g) S, m = S^T k, S += k beta (v - m),
@@ -68,7 +69,7 @@ kernel void gated_delta_rule_recurrent(device const T* qkv [[buffer(0)]],
   const int32_t first = query_start[r], len = query_start[r + 1] - first;
   if (!serves(len, args.mode, false)) return;
   const int32_t dk = args.head_k_dim, dv = args.head_v_dim, hv = args.num_v_heads;
-  const int32_t kh = h / (hv / args.num_k_heads);
+  const int32_t kh = delta_rule_key_head(h, args.num_k_heads, hv, args.v_heads_tiled != 0);
   const long width = 2L * args.num_k_heads * dk + long(hv) * dv;
   const int32_t d = int32_t(tid);
   const bool column = d < dv;
@@ -134,7 +135,7 @@ kernel void gated_delta_rule_chunked(device const T* qkv [[buffer(0)]],
   const int32_t first = query_start[r], len = query_start[r + 1] - first;
   if (!serves(len, args.mode, true)) return;
   const int32_t dk = args.head_k_dim, dv = args.head_v_dim, hv = args.num_v_heads;
-  const int32_t kh = h / (hv / args.num_k_heads);
+  const int32_t kh = delta_rule_key_head(h, args.num_k_heads, hv, args.v_heads_tiled != 0);
   const long width = 2L * args.num_k_heads * dk + long(hv) * dv;
   const int32_t d = int32_t(tid);
   const bool column = d < dv;

@@ -50,7 +50,16 @@ struct GatedDeltaRuleArgs {
   int32_t head_v_dim;
   float scale;        // applied to the normalised q
   int32_t mode;       // ops::DeltaRuleMode: 0 recurrent, 1 chunked, 2 auto
+  int32_t v_heads_tiled;   // 1: value head h reads key head h % Hk (else h / (Hv / Hk))
+  int32_t unused;
 };
-static_assert(sizeof(GatedDeltaRuleArgs) == 24, "GatedDeltaRuleArgs must match between host and MSL");
+static_assert(sizeof(GatedDeltaRuleArgs) == 32, "GatedDeltaRuleArgs must match between host and MSL");
+
+// The key head value head h reads: grouped (transformers' order) or tiled (llama.cpp's
+// qwen35 files); the CPU oracle and the kernels share it.
+template <typename I>
+inline I delta_rule_key_head(I h, I k_heads, I v_heads, bool tiled) {
+  return tiled ? h % k_heads : h / (v_heads / k_heads);
+}
 
 #endif  // METALRT_METAL_LINEAR_ATTENTION_ARGS_H_

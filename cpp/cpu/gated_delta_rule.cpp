@@ -10,6 +10,7 @@
 
 #include "cpu/float_rows.h"
 #include "cpu/parallel.h"
+#include "linear_attention_args.h"   // delta_rule_key_head, shared with the kernels
 #include "metalrt/linear_attention_ops.h"
 
 namespace metalrt::cpu {
@@ -60,7 +61,7 @@ void LoadDeltaRuleRows(const OpCall& call, int64_t first, int64_t len, int64_t h
   const auto& p = call.param<ops::GatedDeltaRuleParams>();
   const Tensor& qkv = call.inputs[0];
   const int64_t hk = p.num_k_heads, dk = p.head_k_dim, hv = p.num_v_heads, dv = p.head_v_dim;
-  const int64_t width = qkv.dim(1), key_head = head / (hv / hk);
+  const int64_t width = qkv.dim(1), key_head = delta_rule_key_head(head, hk, hv, p.v_heads_tiled);
   rows.len = len;
   rows.dk = dk;
   rows.dv = dv;

@@ -34,7 +34,7 @@ bool MetalGatedDeltaRule(const OpCall& call) {
   }
   const GatedDeltaRuleArgs args{static_cast<int32_t>(p.num_k_heads), static_cast<int32_t>(p.head_k_dim),
                                 static_cast<int32_t>(p.num_v_heads), static_cast<int32_t>(p.head_v_dim),
-                                p.scale, static_cast<int32_t>(p.mode)};
+                                p.scale, static_cast<int32_t>(p.mode), p.v_heads_tiled ? 1 : 0, 0};
   auto launch = [&](const char* variant) {
     KernelLaunch kernel(KernelName("gated_delta_rule", variant, qkv.dtype()));
     // The state pool (3) is updated in place.

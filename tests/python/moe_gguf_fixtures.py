@@ -1,10 +1,15 @@
-"""GGUF fixtures of a tiny random Qwen3-MoE and Qwen3-Next, written by llama.cpp's own converter
+"""GGUF fixtures of a tiny random Qwen3-MoE, Qwen3-Next, Qwen3.5 and Qwen3.5-MoE, written by llama.cpp's own converter
 (``convert_hf_to_gguf.py`` and its ``conversion/`` and ``gguf-py/``, from the pinned
 llama-cpp-python sdist of ``ggml_metal_source``) so that the tensor names, shapes and
 metadata are llama.cpp's, and quantized to Q8_0 by llama.cpp's quantizer
 (``quant_fixtures.quantize_gguf``). The converter checks the tokenizer against the
 pre-tokenizers it knows, so the model uses SmolLM2's (from the default model's Hugging
-Face export) and its vocabulary of 49152. Made once per machine under
+Face export) and its vocabulary of 49152; for the Qwen3.5 types transformers forces
+its own Qwen3.5 tokenizer class on that file, whose pre-tokenizer the converter does
+not know, so the converter is told it is SmolLM2's (``_SMOLLM_PRE``: only the
+``tokenizer.ggml.pre`` name is affected, never a tensor). Qwen3.5's fixtures have three
+value heads per key head, so llama.cpp's value-head reorder moves every head but the
+first and last. Made once per machine under
 ``<metalrt cache>/moe-gguf-fixtures/<name>-<config hash>/`` (never committed).
 """
 from __future__ import annotations
@@ -30,6 +35,8 @@ _COMMON = dict(vocab_size=49152, hidden_size=64, num_attention_heads=4, num_key_
                moe_intermediate_size=32, norm_topk_prob=True, tie_word_embeddings=False,
                initializer_range=0.08, max_position_embeddings=512, rms_norm_eps=1e-6,
                bos_token_id=None, eos_token_id=None, pad_token_id=None)
+_QWEN35_GDN = dict(linear_num_key_heads=2, linear_num_value_heads=6, linear_key_head_dim=16,
+                  linear_value_head_dim=16, layer_types=["linear_attention"] * 3 + ["full_attention"])
 # (transformers config class, its arguments, converter flags). llama.cpp converts MoE
 # blocks in every layer only; Qwen3-Next's irregular layer_types survive as
 # attention.recurrent_layers.
@@ -40,7 +47,16 @@ CONFIGS = {
         linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
         layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention"]),
         ["--no-mtp"]),
+    "qwen3_5_moe": ("Qwen3_5MoeTextConfig", dict(
+        {k: v for k, v in _COMMON.items() if k not in ("intermediate_size", "norm_topk_prob")},
+        num_hidden_layers=4, shared_expert_intermediate_size=48, **_QWEN35_GDN), ["--no-mtp"]),
+    "qwen3_5": ("Qwen3_5TextConfig", dict(
+        {k: v for k, v in _COMMON.items()
+         if k not in ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob")},
+        num_hidden_layers=4, **_QWEN35_GDN), ["--no-mtp"]),
 }
+# Qwen3.5's types: transformers' tokenizer class for them re-spells the pre-tokenizer.
+_SMOLLM_PRE = ("qwen3_5_moe", "qwen3_5")
 _CONVERTER = f"llama_cpp_python-{ggml_metal_source.VERSION}/vendor/llama.cpp/"
 Q8_0 = 7   # llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0
 
@@ -92,11 +108,11 @@ def converted(name: str, spec) -> dict[str, Path]:
     paths = {"hf": final / "hf", "f32": final / "f32.gguf", "q8_0": final / "q8_0.gguf"}
     with cache_lock.held(f"{final.parent.name}/{final.name}"):
         if not final.exists():
-            _make(spec, final)
+            _make(name, spec, final)
     return paths
 
 
-def _make(spec, final: Path) -> None:
+def _make(name: str, spec, final: Path) -> None:
     """Writes the fixture into a temporary sibling of ``final``, renamed into place
     when complete."""
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -107,8 +123,14 @@ def _make(spec, final: Path) -> None:
         _hf_model(spec, hf)
         converter = converter_dir()
         env = dict(os.environ, PYTHONPATH=str(converter / "gguf-py"))
-        proc = subprocess.run(["nice", "-n", "10", sys.executable, "convert_hf_to_gguf.py",
-                               str(hf), "--outfile", str(partial / "f32.gguf"), "--outtype", "f32", *spec[2]],
+        argv = ["convert_hf_to_gguf.py", str(hf), "--outfile", str(partial / "f32.gguf"),
+                "--outtype", "f32", *spec[2]]
+        script = argv
+        if name in _SMOLLM_PRE:
+            script = ["-c", "import runpy, sys; sys.path.insert(0, '.'); import conversion.base as b; "
+                      "b.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'smollm'; "
+                      f"sys.argv = {argv!r}; runpy.run_path('convert_hf_to_gguf.py', run_name='__main__')"]
+        proc = subprocess.run(["nice", "-n", "10", sys.executable, *script],
                               cwd=converter, env=env, capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"[moe_gguf_fixtures] convert_hf_to_gguf.py exited "

@@ -101,6 +101,39 @@ def test_gated_delta_rule_output_dtype_and_default_scale(device, dtype):
     assert_matches(pool.numpy(), ref_state, "float32", worst_bar=1e-4)
 
 
+def _tiled(hk, hv, dv):
+    """Value-head permutation of llama.cpp's qwen35 converter (grouped -> tiled): tiled
+    head v * hk + g is grouped head g * (hv // hk) + v."""
+    r = hv // hk
+    return np.arange(hv).reshape(hk, r).T.reshape(-1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["recurrent", "chunked"])
+def test_gated_delta_rule_tiled_value_heads(device, mode):
+    """v_heads_tiled: the value heads in llama.cpp's tiled order give transformers'
+    result in that order (value head j reads key head j % Hk)."""
+    geo = (2, 16, 6, 16)   # r = 3: tiled and grouped differ for every head but 0 and 5
+    hk, dk, hv, dv = geo
+    qkv, g, beta, state, starts, slots = _batch(geo, [1, 70, 3], seed=21)
+    ref_o, ref_state = _hf_reference(geo, qkv, g, beta, state, starts, slots,
+                                     chunked=mode == "chunked")
+    perm = _tiled(hk, hv, dv)
+    v = qkv[:, 2 * hk * dk:].reshape(-1, hv, dv)[:, perm].reshape(len(qkv), -1)
+    tiled_qkv = np.concatenate([qkv[:, :2 * hk * dk], v], axis=1).astype(np.float32)
+    pool = metalrt.asarray(np.ascontiguousarray(state[:, perm]), device=device)
+    out = poisoned((qkv.shape[0], hv, dv), device=device)
+    metalrt.ops.gated_delta_rule(
+        metalrt.asarray(tiled_qkv, device=device),
+        metalrt.asarray(np.ascontiguousarray(g[:, perm]), device=device),
+        metalrt.asarray(np.ascontiguousarray(beta[:, perm]), device=device), pool, starts,
+        slots, num_k_heads=hk, head_k_dim=dk, num_v_heads=hv, head_v_dim=dv, mode=mode,
+        v_heads_tiled=True, out=out)
+    assert not np.array_equal(perm, np.arange(hv))
+    assert_matches(out.numpy(), ref_o[:, perm], "float32", worst_bar=1e-4)
+    assert_matches(pool.numpy(), ref_state[:, perm], "float32", worst_bar=1e-4)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_fast_decaying_heads_stay_finite(device):
     geo = GEOMETRIES["equal_heads_dk_lt_dv"]

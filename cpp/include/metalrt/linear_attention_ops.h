@@ -51,6 +51,10 @@ struct GatedDeltaRuleParams {
   int64_t num_k_heads, head_k_dim, num_v_heads, head_v_dim;
   float scale;
   DeltaRuleMode mode;
+  // The value heads' order: grouped by key head (transformers: value head h uses key
+  // head h / (Hv / Hk)) or tiled (llama.cpp's qwen35 GGUF files reorder them so that
+  // value head h uses key head h % Hk, ggml-org/llama.cpp#19468).
+  bool v_heads_tiled = false;
 };
 // The gated delta rule over the batch, state carried per request (transformers'
 // torch_recurrent_gated_delta_rule and torch_chunk_gated_delta_rule with
@@ -59,7 +63,7 @@ struct GatedDeltaRuleParams {
 // [T, 2*Hk*Dk + Hv*Dv] float (the conv output: q of every k head, then k, then v, head
 // major); g, beta float32 [T, Hv] (GdnGating); state float32 [S, Hv, Dk, Dv], read as
 // the initial state of each request's slot and updated in place. Hv must be a multiple
-// of Hk: value head h uses key head h / (Hv / Hk). q and k are L2-normalised in f32,
+// of Hk: value head h uses key head h / (Hv / Hk), or h % Hk when v_heads_tiled. q and k are L2-normalised in f32,
 // x * rsqrt(sum(x^2) + 1e-6), and q is multiplied by `scale` (usually Dk^-0.5). Per
 // value head, with S in R^{Dk x Dv}, each token t does
 //   S = exp(g_t) S;  S += k_t (beta_t (v_t - S^T k_t))^T;  o_t = S^T q_t

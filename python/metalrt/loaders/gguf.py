@@ -5,8 +5,9 @@ widened to float32.
 
 Architectures: Llama (SmolLM2, Llama 3.x: ``rope_freqs.weight``, llama.cpp's table of
 per-frequency RoPE factors, is read as ``rope_freqs.weight``), Qwen2 (Q/K/V biases), Qwen3 (per-head Q/K
-RMSNorm), Qwen3-MoE (``qwen3moe``: stacked expert tensors, see ``gguf_moe``), Qwen3-Next
-(``qwen3next``: Gated-DeltaNet layers, see ``gguf_hybrid``). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
+RMSNorm), Qwen3-MoE (``qwen3moe``: stacked expert tensors, see ``gguf_moe``), Qwen3-Next,
+Qwen3.5 and Qwen3.5-MoE (``qwen3next``, ``qwen35``, ``qwen35moe``: Gated-DeltaNet layers,
+see ``gguf_hybrid``). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
 Llama GGUF files store the Q/K projection rows permuted for interleaved (GPT-J) RoPE —
 llama.cpp's ``convert_hf_to_gguf.py`` moves row ``i`` of each head's second half next
 to row ``i`` of its first half; Qwen files are converted without it. Putting the rows
@@ -26,8 +27,8 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 
 from .gguf_file import GGUFFile
-from .gguf_hybrid import (LAYER_TENSORS, READ_FIXES, hybrid_config, hybrid_layer_shapes,
-                          shared_expert_shapes)
+from .gguf_hybrid import (LAYER_TENSORS, NEXTN_TENSORS, READ_FIXES, hybrid_config,
+                          hybrid_layer_shapes, shared_expert_shapes)
 from .gguf_moe import LAYER_NAMES, moe_config, moe_layer_shapes
 from .quants import (ACTIVATION_ONLY, FLOAT_TYPES, GGUF_FORMATS, SUPPORTED_TYPES, QuantizedWeight,
                      bf16_to_float32, dequantize, row_bytes)
@@ -42,6 +43,7 @@ class Architecture:
     model_type: str = ""    # the Hugging Face model_type when it differs from the GGUF name
     moe: bool = False       # sparse MoE blocks instead of the dense MLP (gguf_moe)
     hybrid: bool = False    # Gated-DeltaNet and gated-attention layers (gguf_hybrid)
+    v_heads_tiled: bool = False   # Qwen3.5's GDN tensors, value heads tiled (gguf_hybrid)
 
 
 ARCHITECTURES = {
@@ -52,6 +54,11 @@ ARCHITECTURES = {
                              model_type="qwen3_moe", moe=True),
     "qwen3next": Architecture("Qwen3NextForCausalLM", permuted_qk=False, qk_norm=True,
                               model_type="qwen3_next", moe=True, hybrid=True),
+    "qwen35": Architecture("Qwen3_5ForCausalLM", permuted_qk=False, qk_norm=True,
+                           model_type="qwen3_5_text", hybrid=True, v_heads_tiled=True),
+    "qwen35moe": Architecture("Qwen3_5MoeForCausalLM", permuted_qk=False, qk_norm=True,
+                              model_type="qwen3_5_moe_text", moe=True, hybrid=True,
+                              v_heads_tiled=True),
 }
 
 _GLOBAL_NAMES = {
@@ -76,8 +83,16 @@ _LAYER_NAMES = {
 }
 
 
-def hf_name(gguf_name: str) -> str:
-    """The ``transformers`` name of a GGUF tensor name (one of ``expected_shapes``)."""
+def hf_name(gguf_name: str, layers: int | None = None) -> str:
+    """The ``transformers`` name of a GGUF tensor name (one of ``expected_shapes``, or
+    of an MTP block: ``blk.N.*`` with N >= ``layers``, the model's layer count, is
+    ``mtp.layers.{N - layers}.*``, its ``nextn.*`` tensors ``mtp.*``)."""
+    if layers is not None and gguf_name.startswith("blk.") and int(gguf_name.split(".")[1]) >= layers:
+        _, block, rest = gguf_name.split(".", 2)
+        if rest in NEXTN_TENSORS:
+            return NEXTN_TENSORS[rest]
+        layer = hf_name(f"blk.{int(block) - layers}.{rest}")
+        return "mtp." + layer[len("model."):]
     if gguf_name.startswith("blk.") and gguf_name.split(".", 2)[2] in LAYER_TENSORS:
         _, layer, rest = gguf_name.split(".", 2)
         return f"model.layers.{layer}.{LAYER_TENSORS[rest]}"
@@ -147,9 +162,9 @@ class GGUFTensors(Mapping[str, "np.ndarray | QuantizedWeight"]):
     """The state dict of a checked GGUF file: Hugging Face name -> ``tensor_of`` the
     GGUF tensor (views of the mapping, made when read)."""
 
-    def __init__(self, gf: GGUFFile):
+    def __init__(self, gf: GGUFFile, layers: int):
         self._gf = gf
-        self._gguf_names = {hf_name(name): name for name in gf.tensors}
+        self._gguf_names = {hf_name(name, layers): name for name in gf.tensors}
         self._fixes = READ_FIXES if ARCHITECTURES[gf.metadata["general.architecture"]].hybrid else {}
 
     def __getitem__(self, name: str) -> np.ndarray | QuantizedWeight:
@@ -217,12 +232,18 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
                          f"even head_dim")
     vocab = meta.get(f"{arch}.vocab_size", len(meta.get("tokenizer.ggml.tokens", ())))
     moe = ARCHITECTURES[arch].moe
+    # An MTP block (nextn) is counted in block_count, after the model's layers.
+    mtp = meta.get(f"{arch}.nextn_predict_layers", 0)
+    blocks = _count(gf, f"{arch}.block_count")
+    if not isinstance(mtp, int) or not 0 <= mtp < blocks:
+        raise ValueError(f"[gguf] {gf.path}: metadata key '{arch}.nextn_predict_layers' must be "
+                         f"an integer in [0, block_count = {blocks}), got {mtp!r}")
     config = {
         "model_type": ARCHITECTURES[arch].model_type or arch,
         "architectures": [ARCHITECTURES[arch].hf_class],
         "vocab_size": _count(gf, f"{arch}.vocab_size", vocab or -1),
         "hidden_size": hidden,
-        "num_hidden_layers": _count(gf, f"{arch}.block_count"),
+        "num_hidden_layers": blocks - mtp,
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
@@ -258,7 +279,10 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
     if moe:
         config.update(moe_config(arch, count, meta))
     if ARCHITECTURES[arch].hybrid:
-        config.update(hybrid_config(arch, count, meta, head_dim, config["num_hidden_layers"]))
+        config.update(hybrid_config(arch, count, meta, head_dim, config["num_hidden_layers"], moe,
+                                    ARCHITECTURES[arch].v_heads_tiled, gf.path))
+    if mtp:
+        config["mtp_num_hidden_layers"] = mtp
     return config
 
 
@@ -296,13 +320,14 @@ def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _hybrid_shapes(config, shapes, moe_layer):
-    """A Qwen3-Next file: norms, the MoE block with its shared expert, and per layer
-    the GDN or the gated-attention tensors."""
+def _hybrid_shapes(config, shapes, layer):
+    """A hybrid file: norms, the MLP (the MoE block with its shared expert, or Qwen3.5's
+    dense one), and per layer the GDN or the gated-attention tensors."""
     h = config["hidden_size"]
     common = {"attn_norm.weight": (h,), "post_attention_norm.weight": (h,),
-              **{k: v for k, v in moe_layer.items() if k.startswith("ffn_") and k != "ffn_norm.weight"},
-              **shared_expert_shapes(config)}
+              **{k: v for k, v in layer.items() if k.startswith("ffn_") and k != "ffn_norm.weight"}}
+    if _architecture(config).moe:
+        common.update(shared_expert_shapes(config))
     interval = config["full_attention_interval"]
     types = config.get("layer_types") or [
         "full_attention" if (i + 1) % interval == 0 else "linear_attention"
@@ -336,10 +361,27 @@ def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], GGUFTensors, GGU
         if tuple(d for d in gf.tensors[name].shape if d != 1) != tuple(d for d in shape if d != 1):
             raise ValueError(f"[gguf] {gf.path}: tensor '{name}' must have shape "
                              f"{list(shape)}, got {list(gf.tensors[name].shape)}")
+    layers = config["num_hidden_layers"]
     for name in gf.tensors:
+        if _in_mtp_block(name, layers):
+            # Kept for speculative decoding; no model reads it, so only its name and type
+            # are checked.
+            try:
+                hf_name(name, layers)
+            except KeyError:
+                raise ValueError(f"[gguf] {gf.path}: tensor '{name}' of the MTP block (blocks "
+                                 f"{layers}.. of a {layers}-layer model) is not an MTP tensor "
+                                 f"metalrt knows") from None
+            _check_supported(gf, name)
+            continue
         if name not in shapes:
             raise ValueError(f"[gguf] {gf.path}: tensor '{name}' is not part of a "
                              f"{config['model_type']} model with "
                              f"{config['num_hidden_layers']} layers")
         _check_supported(gf, name)
-    return config, GGUFTensors(gf), gf
+    return config, GGUFTensors(gf, layers), gf
+
+
+def _in_mtp_block(name: str, layers: int) -> bool:
+    parts = name.split(".")
+    return name.startswith("blk.") and parts[1].isdecimal() and int(parts[1]) >= layers

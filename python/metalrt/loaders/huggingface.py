@@ -6,7 +6,8 @@ Tensors are read-only views of the files in their stored dtype under their
 uint16 bit patterns (straight from the file, located by the safetensors header) and
 widened exactly to float32.
 MLX-format directories (``quantization`` in ``config.json``) keep their quantized
-layers quantized: see ``mlx_quant.py``.
+layers quantized (``mlx_quant.py``); mlx-lm's names and conventions are turned into
+transformers' (``mlx_layout.py``).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from .file_map import map_file
+from .mlx_layout import to_transformers
 from .mlx_quant import group_quantized
 
 _INDEX = "model.safetensors.index.json"
@@ -159,4 +161,5 @@ def load_huggingface(directory: str | os.PathLike) -> tuple[dict[str, Any], dict
             raise ValueError(f"[huggingface] {directory}: {_INDEX} lists "
                              f"{os.path.basename(path)}, which does not exist")
         weights.update((name, (path, *t)) for name, t in read_safetensors(path).items())
-    return config, group_quantized(config, weights, os.path.join(directory, "config.json"))
+    grouped = group_quantized(config, weights, os.path.join(directory, "config.json"))
+    return config, to_transformers(grouped)

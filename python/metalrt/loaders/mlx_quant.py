@@ -7,10 +7,13 @@ Format (mlx-lm ``utils.py``, ``save_config`` and ``load_model``): ``config.json`
 by a module path (``"model.layers.3.mlp.down_proj": {"group_size": 64, "bits": 6}``)
 override the defaults for that layer. A layer is quantized exactly when its
 ``<layer>.scales`` tensor exists; its ``<layer>.weight`` is then uint32
-``[N, K·bits/32]`` with ``scales`` and ``biases`` ``[N, K/group_size]``. Mixed exports
+``[N, K·bits/32]`` with ``scales`` and ``biases`` ``[N, K/group_size]`` (a MoE block's
+stacked experts, ``mlp.switch_mlp.*``: ``[E, N, ...]``, taken as the matrix of E·N
+rows, a view). Mixed exports
 put some tensors at other bits than the config says without an override (e.g. an 8-bit
 embedding under a 4-bit default), so bits are inferred from the shapes,
-``bits = 32·weight.shape[-1] / (scales.shape[-1]·group_size)``, and checked.
+``bits = 32·weight.shape[-1] / (scales.shape[-1]·group_size)``, and checked against
+the layer's own override when it has one (mlx-lm's 8-bit router, ``mlp.gate``).
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ def quantization_entry(config: Mapping[str, Any], config_path: str) -> dict | No
 def _layer_params(entry: dict, layer: str, config_path: str) -> dict:
     override = entry.get(layer)
     if isinstance(override, dict):
-        return {**entry, **override}
+        return {**entry, **override, "override_bits": override.get("bits")}
     if override is False:
         raise ValueError(f"[mlx] {config_path}: quantization says layer '{layer}' is not "
                          f"quantized, but its {layer}{_SUFFIX} exists")
@@ -56,6 +59,10 @@ def _affine(layer: str, params: dict, weight, scales, biases, where: str) -> Qua
     if gs not in AFFINE_GROUP_SIZES:
         raise ValueError(f"[mlx] {where}: tensor '{layer}.weight' has group_size {gs!r}; "
                          f"supported group sizes are {', '.join(map(str, AFFINE_GROUP_SIZES))}")
+    if weight is not None and weight.ndim == 3 and scales.ndim == 3 and biases is not None \
+            and biases.shape == scales.shape and scales.shape[:2] == weight.shape[:2]:
+        # Stacked experts [E, N, ...]: the matrix of E * N rows (views of the file).
+        weight, scales, biases = (a.reshape(-1, a.shape[-1]) for a in (weight, scales, biases))
     if weight is None or weight.dtype != np.uint32 or weight.ndim != 2:
         got = "missing" if weight is None else f"{weight.dtype} {list(weight.shape)}"
         raise ValueError(f"[mlx] {where}: tensor '{layer}.weight' must be a uint32 matrix of "
@@ -74,6 +81,11 @@ def _affine(layer: str, params: dict, weight, scales, biases, where: str) -> Qua
             f"[mlx] {where}: tensor '{layer}.weight' {list(weight.shape)} with scales "
             f"{list(scales.shape)} and group_size {gs} means {32 * words / (scales.shape[1] * gs):g} "
             f"bits; supported bits are {', '.join(map(str, AFFINE_BITS))}")
+    if params.get("override_bits") not in (None, bits):
+        raise ValueError(
+            f"[mlx] {where}: tensor '{layer}.weight' {list(weight.shape)} with scales "
+            f"{list(scales.shape)} and group_size {gs} holds {bits}-bit values, but the "
+            f"config's quantization entry for '{layer}' says {params['override_bits']} bits")
     return QuantizedWeight("affine", (n, scales.shape[1] * gs), weight, scales, biases,
                            bits=bits, group_size=gs, source=f"{where}: tensor '{layer}.weight'")
 

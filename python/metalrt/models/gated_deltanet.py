@@ -39,12 +39,16 @@ class GdnShape:
     k_dim: int          # linear_key_head_dim
     v_dim: int          # linear_value_head_dim
     conv_width: int     # linear_conv_kernel_dim
+    # Value heads tiled (value head j uses key head j % k_heads: llama.cpp's qwen35
+    # GGUF files, ``linear_v_heads_tiled`` in the loader's config) instead of grouped.
+    v_heads_tiled: bool = False
 
     @classmethod
     def from_config(cls, config: Mapping, arch: str) -> "GdnShape":
         shape = cls(*(config_int(config, key, arch) for key in (
             "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-            "linear_value_head_dim")), config_int(config, "linear_conv_kernel_dim", arch, 4, minimum=2))
+            "linear_value_head_dim")), config_int(config, "linear_conv_kernel_dim", arch, 4, minimum=2),
+            bool(config.get("linear_v_heads_tiled", False)))
         if shape.v_heads % shape.k_heads:
             raise ValueError(f"[{arch}] config 'linear_num_value_heads' ({shape.v_heads}) must be "
                              f"a multiple of 'linear_num_key_heads' ({shape.k_heads})")
@@ -110,7 +114,8 @@ class GatedDeltaNet:
         g, beta = ops.gdn_gating(self.in_proj_a(x), b, self.A_log, self.dt_bias)
         o = ops.gated_delta_rule(mixed_qkv, g, beta, cache.recurrent, step.query_start_loc,
                                  step.state_slots, num_k_heads=s.k_heads, head_k_dim=s.k_dim,
-                                 num_v_heads=s.v_heads, head_v_dim=s.v_dim)
+                                 num_v_heads=s.v_heads, head_v_dim=s.v_dim,
+                                 v_heads_tiled=s.v_heads_tiled)
         o = ops.gated_rms_norm(o.reshape(tokens * s.v_heads, s.v_dim),
                                z.reshape(tokens * s.v_heads, s.v_dim), self.norm_weight, self.eps)
         return self.out_proj(o.reshape(tokens, s.value_dim))

@@ -33,8 +33,9 @@ class SparseMoE:
                              f"[1, num_experts = {self.experts}]")
         intermediate = config_int(config, "moe_intermediate_size", arch)
         self.renormalize = renormalize
-        # The router stays float (as llama.cpp, mlx-lm and vLLM keep it).
-        self.router = w.load(prefix + "gate.weight", (self.experts, hidden))
+        # The router and the shared expert's gate are float in HF and GGUF files and
+        # 8-bit in mlx-lm's (its quant_predicate): a linear layer of either kind.
+        self.router = Linear.load(w, [prefix + "gate"], [self.experts], hidden, False)
         self.gate_up, self.down = load_experts(w, prefix, self.experts, hidden, intermediate)
         self.shared: Optional[GatedMLP] = None
         self.shared_gate = None
@@ -44,14 +45,14 @@ class SparseMoE:
             self.shared = GatedMLP(Linear.load(w, [s + "gate_proj", s + "up_proj"], [n, n],
                                                hidden, False),
                                    Linear.load(w, [s + "down_proj"], [hidden], n, False))
-            self.shared_gate = w.load(prefix + "shared_expert_gate.weight", (1, hidden))
+            self.shared_gate = Linear.load(w, [prefix + "shared_expert_gate"], [1], hidden, False)
 
     def __call__(self, x):
-        weights, ids = ops.moe_router(ops.matmul_bt(x, self.router), self.top_k,
+        weights, ids = ops.moe_router(self.router(x), self.top_k,
                                       renormalize=self.renormalize)
         act = ops.silu_and_mul(ops.moe_matmul_bt(x, self.gate_up, ids, num_experts=self.experts))
         y = ops.moe_matmul_bt(act, self.down, ids, num_experts=self.experts)
         if self.shared is None:
             return ops.moe_combine(y, weights)
         return ops.moe_combine(y, weights, shared=self.shared(x),
-                               shared_gate=ops.matmul_bt(x, self.shared_gate))
+                               shared_gate=self.shared_gate(x))

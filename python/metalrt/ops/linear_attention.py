@@ -59,7 +59,7 @@ def gdn_gating(a, b, A_log, dt_bias) -> tuple[Tensor, Tensor]:
 
 def gated_delta_rule(mixed_qkv, g, beta, state, query_start, state_slots, *, num_k_heads,
                      head_k_dim, num_v_heads, head_v_dim, scale=None, mode="auto",
-                     out=None) -> Tensor:
+                     v_heads_tiled=False, out=None) -> Tensor:
     """The gated delta rule over a batch of requests, each continuing from its pooled
     state: per token S = exp(g) S; S += k (beta (v - S^T k))^T; o = S^T (scale q), q and
     k L2-normalised. Math: linear_attention_ops.h ``GatedDeltaRule``.
@@ -70,7 +70,9 @@ def gated_delta_rule(mixed_qkv, g, beta, state, query_start, state_slots, *, num
     num_k_heads (Hk), head_k_dim (Dk), num_v_heads (Hv, a multiple of Hk), head_v_dim
     (Dv): ints; scale: real, default Dk ** -0.5; mode: "recurrent" (one step per token),
     "chunked" (chunks of 64 tokens) or "auto" (the default: recurrent for one-token
-    requests, chunked otherwise), equal to f32 rounding; out: optional Tensor
+    requests, chunked otherwise), equal to f32 rounding; v_heads_tiled: bool, value
+    head h uses key head h % Hk (llama.cpp's qwen35 GGUF order) instead of h // (Hv /
+    Hk) (transformers'); out: optional Tensor
     [T, Hv, Dv] in mixed_qkv's dtype. Arrays and lists go to the Tensors' device (else
     the CPU). Returns o [T, Hv, Dv] in mixed_qkv's dtype.
 
@@ -91,4 +93,7 @@ def gated_delta_rule(mixed_qkv, g, beta, state, query_start, state_slots, *, num
     scale = dims[1] ** -0.5 if scale is None else real(op, "scale", scale)
     args = tensors(op, index_dtypes=_INDEX, mixed_qkv=mixed_qkv, g=g, beta=beta, state=state,
                    query_start=query_start, state_slots=state_slots)
-    return _native.gated_delta_rule(*args, *dims, scale, _MODES[mode], out=out_tensor(op, out))
+    if not isinstance(v_heads_tiled, bool):
+        raise TypeError(f"[{op}] v_heads_tiled must be a bool, got {type(v_heads_tiled).__name__}")
+    return _native.gated_delta_rule(*args, *dims, scale, _MODES[mode], v_heads_tiled,
+                                    out=out_tensor(op, out))
