@@ -10,6 +10,13 @@
 // wrappings are then merged: one buffer over the union of the hulls replaces their
 // registrations, and each replaced wrapping keeps the new one alive (its
 // `successor`), so every tensor of either keeps resolving to live memory.
+//
+// A merge never makes a buffer above the device's maxBufferLength: a wrapping it
+// would grow past that stays as it is and the new hull is registered beside it,
+// sharing at most the page where one ends and the other begins. That is how a model
+// file larger than the limit is wrapped, one window of whole tensors at a time
+// (metalrt/tensor.py): a tensor in the shared page lies inside the later window too,
+// which is the one the registry resolves it to (the last base at or before it).
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,11 +61,12 @@ std::shared_ptr<void> MetalBackend::AdoptExternal(void* data, size_t bytes, std:
     }
     // Every wrapping overlapping [begin, end): live ones are merged into the new one,
     // expired ones (their last tensor going away on another thread) unregistered now
-    // (their deleters then find nothing to do). Registered wrappings never overlap, so
-    // of those below `begin` only the last can reach into the range: the walk starts
-    // there (a lookup, not a scan of every wrapping).
+    // (their deleters then find nothing to do). Registered wrappings overlap at most by
+    // a boundary page, so of those below `begin` only the last can reach into the
+    // range: the walk starts there (a lookup, not a scan of every wrapping).
     std::vector<std::shared_ptr<void>> overlapping;
     std::vector<std::shared_ptr<GpuBuffer>> merged;   // their buffers hold their memory's owners
+    const size_t limit = device_->max_buffer_length();
     auto it = external_.upper_bound(reinterpret_cast<const void*>(begin));
     if (it != external_.begin()) --it;
     while (it != external_.end() && it->first < reinterpret_cast<void*>(end)) {
@@ -67,6 +75,14 @@ std::shared_ptr<void> MetalBackend::AdoptExternal(void* data, size_t bytes, std:
       const uintptr_t stop = base + own.buffer->length();
       if (base >= end || stop <= begin) { ++it; continue; }
       std::shared_ptr<void> live = it->second.lock();
+      if (live && std::max(end, stop) - std::min(begin, base) > limit) {
+        if (base == begin)   // the registry holds one buffer per base
+          throw std::runtime_error("[external memory] " + std::to_string(end - begin) +
+                                   " bytes at a wrapped buffer's base cannot be merged with it within "
+                                   "the device's maximum buffer length (" + std::to_string(limit) + " bytes)");
+        ++it;   // kept beside the new wrapping (see the top of this file)
+        continue;
+      }
       if (live) {
         begin = std::min(begin, base);
         end = std::max(end, stop);

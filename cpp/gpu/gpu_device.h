@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,10 @@ class GpuDevice {
   virtual bool has_unified_memory() const = 0;
   virtual std::string gpu_family() const = 0;     // e.g. "apple9"
   virtual size_t max_threadgroup_memory_length() const = 0;   // 32 KiB
+  // The largest buffer the device makes or wraps, in bytes (MTLDevice
+  // maxBufferLength: 16 GiB on an M1 Max, about 27 GB on a 48 GB M4 Pro). new_buffer
+  // and new_buffer_no_copy throw std::runtime_error above it, naming both sizes.
+  virtual size_t max_buffer_length() const = 0;
   // Shared-storage buffer, zero-initialised; length 0 is allowed.
   virtual std::shared_ptr<GpuBuffer> new_buffer(size_t length) = 0;
   // Wraps page-aligned host memory without a copy; `deallocator` runs when the
@@ -113,5 +118,14 @@ class GpuDevice {
   virtual std::shared_ptr<GpuLibrary> compile_library(const std::string& source) = 0;
   virtual std::unique_ptr<GpuCommandBuffer> new_command_buffer() = 0;
 };
+
+// Metal returns nil for a buffer above maxBufferLength; both devices throw this
+// instead, so the caller learns the limit (`what` starts the message: "[metal alloc]").
+inline void CheckBufferLength(const GpuDevice& device, size_t length, const char* what) {
+  if (length > device.max_buffer_length())
+    throw std::runtime_error(std::string(what) + " a buffer of " + std::to_string(length) +
+                             " bytes exceeds the device's maximum buffer length (maxBufferLength, " +
+                             std::to_string(device.max_buffer_length()) + " bytes on " + device.name() + ")");
+}
 
 }  // namespace metalrt::gpu

@@ -50,6 +50,7 @@ class MetalBackend final : public Backend {
   // earlier and still alive shares that wrapping.
   std::shared_ptr<void> AdoptExternal(void* data, size_t bytes, std::shared_ptr<void> keep_alive) override;
   bool UnifiedMemory() const override { return device_->has_unified_memory(); }
+  size_t MaxBufferLength() const override { return device_->max_buffer_length(); }
   std::string Capability() const override { return device_->gpu_family(); }
   bool Simulated() const override { return device_->is_simulated(); }
   std::vector<DType> SupportedDTypes() const override {

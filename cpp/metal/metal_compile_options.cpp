@@ -16,4 +16,13 @@ MetalCompileOptions RuntimeCompileOptions() {
   return options;
 }
 
+MetalMathSettings MathSettings(const MetalCompileOptions& options) {
+  constexpr int kMathModeSafe = 0, kMathModeFast = 2;
+  constexpr int kFunctionsFast = 0, kFunctionsPrecise = 1;
+  MetalMathSettings settings;
+  settings.math_mode = options.fast_math ? kMathModeFast : kMathModeSafe;
+  settings.floating_point_functions = options.fast_math ? kFunctionsFast : kFunctionsPrecise;
+  return settings;
+}
+
 }  // namespace metalrt::metal

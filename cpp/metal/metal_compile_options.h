@@ -26,4 +26,16 @@ struct MetalCompileOptions {
 // The options of the build this binary came from.
 MetalCompileOptions RuntimeCompileOptions();
 
+// MTLCompileOptions' math settings on macOS 15 and later, in Metal's enum values:
+// mathMode (MTLMathModeSafe 0, Relaxed 1, Fast 2) and mathFloatingPointFunctions
+// (MTLMathFloatingPointFunctionsFast 0, Precise 1). Both are needed: the functions
+// default to Fast whatever the mode (Apple's MTLMathFloatingPointFunctions.fast: "the
+// default behavior"), while `-fno-fast-math` and fastMathEnabled = NO (macOS 14) mean
+// safe mode with precise functions.
+struct MetalMathSettings {
+  int math_mode = 0;
+  int floating_point_functions = 0;
+};
+MetalMathSettings MathSettings(const MetalCompileOptions& options);
+
 }  // namespace metalrt::metal

@@ -17,7 +17,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -27,9 +27,19 @@
 #include <utility>
 
 #include "gpu/device_selection.h"
+#include "gpu/embedded_library.h"
 #include "gpu/gpu_device.h"
 #include "metal/metal_compile_options.h"
 #include "metalrt/kernel_sources.h"
+
+// MTLMathMode, MTLMathFloatingPointFunctions and their setters are declared only by
+// the macOS 15 SDK (Xcode 16); @available is a run-time check, so against the macOS 14
+// SDK (Xcode 15, GitHub's macos-14 image) the code using them must not be compiled.
+#if defined(__MAC_15_0) && __MAC_OS_X_VERSION_MAX_ALLOWED >= __MAC_15_0
+#define METALRT_SDK_HAS_MATH_MODE 1
+#else
+#define METALRT_SDK_HAS_MATH_MODE 0
+#endif
 
 namespace metalrt::metal {
 namespace {
@@ -298,14 +308,17 @@ class MetalDevice : public gpu::GpuDevice {
   }
 
   size_t max_threadgroup_memory_length() const override { return [device_ maxThreadgroupMemoryLength]; }
+  size_t max_buffer_length() const override { return [device_ maxBufferLength]; }
 
   std::shared_ptr<gpu::GpuBuffer> new_buffer(size_t length) override {
     if (length == 0) return std::make_shared<EmptyBuffer>();
+    gpu::CheckBufferLength(*this, length, "[metal alloc]");
     id<MTLBuffer> buffer = [device_ newBufferWithLength:length options:MTLResourceStorageModeShared];
     if (!buffer) throw std::runtime_error("[metal alloc] newBufferWithLength failed for " + std::to_string(length) + " bytes");
     // Shared buffers are zeroed by Metal in practice but not by contract; the
     // interface promises zeros.
     std::memset([buffer contents], 0, length);
+    WarnAboveWorkingSet();
     return std::make_shared<MetalBuffer>(buffer);
   }
 
@@ -317,6 +330,7 @@ class MetalDevice : public gpu::GpuDevice {
     if (!pointer || reinterpret_cast<uintptr_t>(pointer) % page != 0 || length % page != 0)
       throw std::invalid_argument("[new_buffer_no_copy] memory and length must be page-aligned (" +
                                   std::to_string(page) + " bytes)");
+    gpu::CheckBufferLength(*this, length, "[new_buffer_no_copy]");
     // The deallocator runs on whichever thread drops the buffer's last reference,
     // often Metal's completion queue: it must be thread-safe.
     id<MTLBuffer> buffer = [device_ newBufferWithBytesNoCopy:pointer
@@ -326,11 +340,13 @@ class MetalDevice : public gpu::GpuDevice {
                                                    if (deallocator) deallocator();
                                                  }];
     if (!buffer) throw std::runtime_error("[new_buffer_no_copy] newBufferWithBytesNoCopy failed");
+    WarnAboveWorkingSet();
     return std::make_shared<MetalBuffer>(buffer);
   }
 
   // metalrt.metallib beside the binary when the build had Apple's Metal compiler;
-  // else the embedded kernel sources, compiled here (cpp/metal/metal.cmake).
+  // else the embedded kernel sources, each file compiled on the first use of one of
+  // its kernels (gpu/embedded_library.h, cpp/metal/metal.cmake).
   gpu::GpuLibrary& default_library() override {
     @autoreleasepool {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -345,26 +361,26 @@ class MetalDevice : public gpu::GpuDevice {
           default_library_ = std::make_unique<MetalLibrary>(device_, std::vector<id<MTLLibrary>>{library});
           default_library_origin_ = "metallib at " + path;
         } else {
-          const auto start = std::chrono::steady_clock::now();
-          std::vector<id<MTLLibrary>> libraries;
-          for (const EmbeddedKernelSource& kernel : EmbeddedKernelSources())
-            libraries.push_back(CompileSource(kernel.source, "[metal device] " + kernel.file));
-          default_library_ = std::make_unique<MetalLibrary>(device_, std::move(libraries));
-          const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-          char seconds[32];
-          std::snprintf(seconds, sizeof seconds, "%.2f", took.count());
-          default_library_origin_ = std::string("compiled at run time from embedded sources in ") + seconds +
-                                    " s (no metalrt.metallib at " + path + ")";
+          embedded_library_ = std::make_unique<gpu::EmbeddedLibrary>(
+              EmbeddedKernelSources(), EmbeddedKernelFiles(), [this](const EmbeddedKernelSource& kernel) {
+                @autoreleasepool {
+                  id<MTLLibrary> library = CompileSource(kernel.source, "[metal device] " + kernel.file);
+                  return std::shared_ptr<gpu::GpuLibrary>(
+                      std::make_shared<MetalLibrary>(device_, std::vector<id<MTLLibrary>>{library}));
+                }
+              });
+          default_library_origin_ = "compiled at run time from embedded sources, each file on the first use "
+                                    "of its kernels (no metalrt.metallib at " + path + "): ";
         }
       }
-      return *default_library_;
+      return default_library_ ? static_cast<gpu::GpuLibrary&>(*default_library_) : *embedded_library_;
     }
   }
 
   std::string default_library_origin() override {
     default_library();
     std::lock_guard<std::mutex> lock(mutex_);
-    return default_library_origin_;
+    return default_library_origin_ + (embedded_library_ ? embedded_library_->summary() : std::string());
   }
 
   std::shared_ptr<gpu::GpuLibrary> compile_library(const std::string& source) override {
@@ -383,17 +399,38 @@ class MetalDevice : public gpu::GpuDevice {
   }
 
  private:
-  // The metallib's language version and safe math (metal_compile_options.h). Called
-  // inside a pool.
+  // Past the working set Metal recommends, the GPU pages memory in and out: slow, not
+  // an error, so said once per process.
+  void WarnAboveWorkingSet() {
+    if (warned_working_set_.load()) return;
+    const uint64_t allocated = [device_ currentAllocatedSize];
+    const uint64_t recommended = [device_ recommendedMaxWorkingSetSize];
+    if (recommended == 0 || allocated <= recommended || warned_working_set_.exchange(true)) return;
+    std::fprintf(stderr,
+                 "metalrt: warning: %llu bytes of Metal buffers exceed %s's recommendedMaxWorkingSetSize "
+                 "(%llu bytes); the GPU will page memory in and out\n",
+                 static_cast<unsigned long long>(allocated), name().c_str(),
+                 static_cast<unsigned long long>(recommended));
+  }
+
+  // The metallib's language version and safe math with precise functions
+  // (metal_compile_options.h). Called inside a pool.
   id<MTLLibrary> CompileSource(const std::string& source, const std::string& context) {
     const MetalCompileOptions wanted = RuntimeCompileOptions();
     MTLCompileOptions* options = [[MTLCompileOptions alloc] init];
     [options setLanguageVersion:static_cast<MTLLanguageVersion>(wanted.mtl_language_version())];
+    bool math_set = false;
+#if METALRT_SDK_HAS_MATH_MODE
     if (@available(macOS 15.0, *)) {
-      [options setMathMode:wanted.fast_math ? MTLMathModeFast : MTLMathModeSafe];
-    } else {
-      [options setFastMathEnabled:wanted.fast_math ? YES : NO];
+      const MetalMathSettings math = MathSettings(wanted);
+      [options setMathMode:static_cast<MTLMathMode>(math.math_mode)];
+      [options setMathFloatingPointFunctions:static_cast<MTLMathFloatingPointFunctions>(
+                                                 math.floating_point_functions)];
+      math_set = true;
     }
+#endif
+    // macOS 14 (or the macOS 14 SDK): one switch for both mode and functions.
+    if (!math_set) [options setFastMathEnabled:wanted.fast_math ? YES : NO];
     NSError* error = nil;
     id<MTLLibrary> library = [device_ newLibraryWithSource:ToNSString(source) options:options error:&error];
     if (!library) throw std::runtime_error(context + ": " + Describe(error));
@@ -403,8 +440,10 @@ class MetalDevice : public gpu::GpuDevice {
   id<MTLDevice> device_;
   id<MTLCommandQueue> queue_;
   std::mutex mutex_;
-  std::unique_ptr<MetalLibrary> default_library_;
+  std::unique_ptr<MetalLibrary> default_library_;            // the metallib, or
+  std::unique_ptr<gpu::EmbeddedLibrary> embedded_library_;   // the embedded sources
   std::string default_library_origin_;
+  std::atomic<bool> warned_working_set_{false};
 };
 
 gpu::NativeGpuCapabilities Capabilities(id<MTLDevice> device) {

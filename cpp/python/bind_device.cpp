@@ -40,12 +40,16 @@ void BindDevice(nb::module_& m) {
           info["dtypes"] = dtypes;
           info["graph_capture"] = backend.SupportsGraphCapture();
           info["simulated"] = backend.Simulated();
+          const size_t max_buffer = backend.MaxBufferLength();
+          info["max_buffer_length"] = max_buffer == SIZE_MAX ? nb::none() : nb::cast(max_buffer);
           return info;
         },
         nb::arg("device"),
         "Describes `device`: dict(name: str, unified_memory: bool, capability: str,\n"
         "dtypes: list of dtype names, preferred first, graph_capture: bool, simulated: bool,\n"
-        "true for the simulated Metal device).\n"
+        "true for the simulated Metal device, max_buffer_length: int bytes, the largest\n"
+        "single buffer (Metal's maxBufferLength; METALRT_SIM_MAX_BUFFER_LENGTH on the\n"
+        "simulated device), None for the CPU).\n"
         "Raises ValueError for an unknown device name, RuntimeError when unavailable.");
   m.def("metal_library_info",
         [] {
@@ -66,7 +70,8 @@ void BindDevice(nb::module_& m) {
         "dict(device: str, selection: str, library: str, kernels: sorted list of str).\n"
         "selection says why: \"native: <GPU>\", \"sim: native unavailable: <reason>\" (e.g. a\n"
         "GPU below family apple7, macOS below 14) or the METALRT_METAL override. library is\n"
-        "\"metallib at <path>\", \"compiled at run time from embedded sources in <s> s\" (a\n"
+        "\"metallib at <path>\", \"compiled at run time from embedded sources, each file on the\n"
+        "first use of its kernels ...: <n> of <m> files compiled (<s> s)\" (a\n"
         "build without Apple's Metal compiler) or the simulated device's compiled-in\n"
         "kernels. Raises RuntimeError when no Metal device is available or the kernels\n"
         "cannot be loaded or compiled.");

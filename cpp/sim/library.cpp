@@ -3,9 +3,11 @@
 #include <dlfcn.h>
 
 #include <cstring>
+#include <set>
 #include <stdexcept>
 #include <utility>
 
+#include "metalrt/kernel_sources.h"
 #include "sim/threadgroup.h"
 
 namespace metalrt::sim {
@@ -49,6 +51,27 @@ std::vector<const ModuleInfo*> BuiltinModules() {
   std::lock_guard<std::mutex> lock(BuiltinMutex());
   return BuiltinList();
 }
+
+}  // namespace metalrt::sim
+
+namespace metalrt {
+
+std::map<std::string, std::string> EmbeddedKernelFiles() {
+  std::set<std::string> embedded;   // a test binary also builds tests/msl/*.metal in
+  for (const EmbeddedKernelSource& source : EmbeddedKernelSources()) embedded.insert(source.file);
+  std::map<std::string, std::string> files;
+  for (const sim::ModuleInfo* module : sim::BuiltinModules()) {
+    const std::string path = module->source;
+    const std::string file = path.substr(path.find_last_of('/') + 1);
+    if (!embedded.count(file)) continue;
+    for (uint32_t i = 0; i < module->num_kernels; ++i) files[module->kernels[i].name] = file;
+  }
+  return files;
+}
+
+}  // namespace metalrt
+
+namespace metalrt::sim {
 
 const ModuleInfo* LoadSharedModule(const std::string& path) {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);

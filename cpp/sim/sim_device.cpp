@@ -6,6 +6,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "core/env.h"
 #include "sim/command_buffer.h"
 #include "sim/command_queue.h"
 #include "sim/kernel_compiler.h"
@@ -17,9 +18,17 @@ namespace metalrt::sim {
 
 namespace {
 
+// maxBufferLength of the smallest Apple-silicon report found (an M1 Max, 16 GiB:
+// ggml-org/llama.cpp#1815); METALRT_SIM_MAX_BUFFER_LENGTH (bytes) lowers it so a
+// test can load a small model over several buffers.
+constexpr long kDefaultMaxBufferLength = 16L << 30;
+
 class SimDevice : public gpu::GpuDevice {
  public:
-  SimDevice() : queue_(DefaultWorkerCount()) {
+  SimDevice()
+      : max_buffer_length_(static_cast<size_t>(
+            PositiveIntFromEnv("METALRT_SIM_MAX_BUFFER_LENGTH", kDefaultMaxBufferLength, 1L << 50))),
+        queue_(DefaultWorkerCount()) {
     // METALRT_SIM_ORDER and METALRT_SIM_STACK_KIB are checked here, where a bad value
     // is an exception for the caller, and the process-wide order is initialised here
     // too, so the first dispatch on the queue thread has nothing left to parse.
@@ -35,8 +44,10 @@ class SimDevice : public gpu::GpuDevice {
   bool has_unified_memory() const override { return true; }
   std::string gpu_family() const override { return "apple9"; }
   size_t max_threadgroup_memory_length() const override { return kMaxThreadgroupMemory; }
+  size_t max_buffer_length() const override { return max_buffer_length_; }
 
   std::shared_ptr<gpu::GpuBuffer> new_buffer(size_t length) override {
+    gpu::CheckBufferLength(*this, length, "[metal alloc]");
     return std::make_shared<SimBuffer>(length);
   }
 
@@ -46,6 +57,7 @@ class SimDevice : public gpu::GpuDevice {
     if (!pointer || reinterpret_cast<uintptr_t>(pointer) % page != 0)
       throw std::invalid_argument("[new_buffer_no_copy] memory must be page-aligned (" +
                                   std::to_string(page) + " bytes)");
+    gpu::CheckBufferLength(*this, length, "[new_buffer_no_copy]");
     return std::make_shared<SimBuffer>(pointer, length, std::move(deallocator));
   }
 
@@ -75,6 +87,7 @@ class SimDevice : public gpu::GpuDevice {
   }
 
  private:
+  const size_t max_buffer_length_;
   std::mutex mutex_;
   std::unique_ptr<SimLibrary> default_library_;
   // Kept for the device's lifetime: pipelines of a library outlive its users' handles.

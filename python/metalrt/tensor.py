@@ -1,11 +1,12 @@
 """Creating tensors: from numpy arrays, Python scalars and lists, or uninitialised."""
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
 
-from . import _metalrt
+from . import _metalrt, buffer_windows
 from ._metalrt import Tensor
 
 DTYPES = ("float32", "float16", "bfloat16", "int8", "uint8", "int32", "int64", "uint32")
@@ -152,11 +153,28 @@ def _wrap_without_copy(array, device: str, dtype) -> Tensor:
     target = dtype_name(dtype) if dtype is not None else array.dtype.name
     if device != "cpu" and not _metalrt.device_info(device)["unified_memory"]:
         return to_tensor(array, device, dtype)
-    region = _whole_buffer(array)
+    region = _wrapped_region(array, device)
     # A non-writeable array (np.memmap mode="r", bytes) gives a read-only tensor: ops
     # refuse it as out= and copy_from refuses it, instead of faulting on the mapping.
     return _metalrt._from_numpy_nocopy(array, target, device, region, array,
                                        not array.flags.writeable)
+
+
+@functools.lru_cache(maxsize=None)
+def _max_buffer_length(device: str):
+    return _metalrt.device_info(device)["max_buffer_length"]
+
+
+def _wrapped_region(array: np.ndarray, device: str) -> np.ndarray:
+    """The bytes a GPU wraps for `array`: the whole buffer it lives in, or where that
+    exceeds the device's maximum buffer length, the run of the file's tensors holding
+    it (``buffer_windows``), else the array's own bytes."""
+    region = _whole_buffer(array)
+    limit = _max_buffer_length(device)
+    if limit is None or region.nbytes <= limit:
+        return region
+    run = buffer_windows.window(region, array, limit)
+    return run if run is not None else array.reshape(-1).view(np.uint8)
 
 
 def _whole_buffer(array: np.ndarray) -> np.ndarray:

@@ -179,6 +179,7 @@ class FakeGpuDevice final : public gpu::GpuDevice {
   bool has_unified_memory() const override { return true; }
   std::string gpu_family() const override { return "apple9"; }
   size_t max_threadgroup_memory_length() const override { return 32768; }
+  size_t max_buffer_length() const override { return size_t{16} << 30; }
   std::shared_ptr<gpu::GpuBuffer> new_buffer(size_t length) override {
     ++counters.buffers;
     return std::make_shared<FakeBuffer>(length);

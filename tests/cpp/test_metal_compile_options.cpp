@@ -14,3 +14,15 @@ TEST_CASE("metal compile options: MSL 3.1 for macOS 14 or later, no fast math") 
   CHECK(options.macos_minor >= 0);
   CHECK_FALSE(options.fast_math);
 }
+
+TEST_CASE("metal compile options: macOS 15's math settings are safe mode with precise functions") {
+  using metalrt::metal::MathSettings;
+  metalrt::metal::MetalCompileOptions options = metalrt::metal::RuntimeCompileOptions();
+  const metalrt::metal::MetalMathSettings run_time = MathSettings(options);
+  CHECK(run_time.math_mode == 0);                  // MTLMathModeSafe
+  CHECK(run_time.floating_point_functions == 1);   // MTLMathFloatingPointFunctionsPrecise
+  options.fast_math = true;
+  const metalrt::metal::MetalMathSettings fast = MathSettings(options);
+  CHECK(fast.math_mode == 2);                      // MTLMathModeFast
+  CHECK(fast.floating_point_functions == 0);       // MTLMathFloatingPointFunctionsFast
+}

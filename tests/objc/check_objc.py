@@ -4,7 +4,10 @@ can build.
 
 1. Syntax/type check: clang compiles each file with -fsyntax-only against
    tests/objc/include/Metal/Metal.h (declarations of just the Metal and Foundation API
-   the files use).
+   the files use), twice: as the macOS 15 SDK declares them and as the macOS 14 SDK
+   (Xcode 15, GitHub's macos-14 image) does, without what macOS 15 introduced. A
+   declaration of the newer SDK must sit under an SDK-version #if; @available alone is
+   a run-time check and does not compile against the older SDK.
 2. Selector check: every selector the files send (the ObjCMessageExpr nodes of clang's
    JSON AST of namespace metalrt::metal, where all the device code lives) must be in
    Apple's published API as listed in metal-cpp's selector tables
@@ -22,6 +25,10 @@ can build.
    and every message to nil is a silent no-op (dispatches would vanish). So each send
    of those selectors must initialise a variable that the code then tests (`!v`,
    `v == nil`, `v != nil`).
+6. Math settings: a block that sets MTLCompileOptions' mathMode must also set
+   mathFloatingPointFunctions, whose default is Fast whatever the mode (Apple's
+   MTLMathFloatingPointFunctions documentation), or run-time compiled kernels would
+   round unlike the metallib (-fno-fast-math) and the simulated device.
 
 Exits non-zero, naming the file and the problem, on any failure. tests/run.sh runs it.
 """
@@ -50,10 +57,17 @@ RETURNS_OBJECT = re.compile(r"^(id\b|[A-Z]\w*\s*(<.*>)?\s*\*|const char \*)")
 MISSING_NIL_CHECK_FIXTURE = ROOT / "tests" / "objc" / "fixtures" / "missing_nil_check.mm"
 MISSING_NIL_CHECK_EXPECTED = ["computeCommandEncoder"]
 MUST_NIL_CHECK = {"commandBuffer", "computeCommandEncoder"}
+# Proves the SDK check catches a macOS 15 declaration used under @available only.
+UNGUARDED_SDK_FIXTURE = ROOT / "tests" / "objc" / "fixtures" / "unguarded_sdk15.mm"
+# Proves the math check catches safe mode without precise functions, and only that.
+FAST_FUNCTIONS_FIXTURE = ROOT / "tests" / "objc" / "fixtures" / "fast_math_functions.mm"
+FAST_FUNCTIONS_EXPECTED = ["ModeOnly"]
+# The SDKs a .mm must compile against: name -> METALRT_TEST_SDK (None: the header's newest).
+SDKS = {"macOS 15 SDK": None, "macOS 14 SDK": 140000}
 SELECTOR_DEF = re.compile(r'_(?:NS|MTL|CA|MTLFX)_PRIVATE_DEF_SEL\(\s*\w+\s*,\s*"([^"]+)"')
 
 
-def clang_command(source):
+def clang_command(source, sdk=None):
     clang = shutil.which("clang++")
     if clang is None:
         sys.exit("[check_objc] clang++ not found (tests/run.sh installs clang)")
@@ -61,13 +75,43 @@ def clang_command(source):
     return [clang, "-x", "objective-c++", "-std=c++17", "-fobjc-arc", "-fblocks",
             "-fobjc-runtime=macosx-13.0", "-Wall", "-Wextra", "-Werror",
             "-I", str(DECLS), "-I", str(ROOT / "cpp"), "-I", str(ROOT / "cpp" / "include"),
-            str(source)]
+            *([f"-DMETALRT_TEST_SDK={sdk}"] if sdk else []), str(source)]
 
 
-def syntax_check(source):
-    """clang's diagnostics for `source`, or '' when it type-checks."""
-    result = subprocess.run(clang_command(source) + ["-fsyntax-only"], capture_output=True, text=True)
+def syntax_check(source, sdk=None):
+    """clang's diagnostics for `source` against the SDK `sdk` (METALRT_TEST_SDK), or ''
+    when it type-checks."""
+    result = subprocess.run(clang_command(source, sdk) + ["-fsyntax-only"], capture_output=True, text=True)
     return "" if result.returncode == 0 else (result.stderr or result.stdout)
+
+
+def sdk_failures(source):
+    """{SDK name: clang's diagnostics} for each SDK of SDKS `source` does not compile against."""
+    return {name: errors for name, sdk in SDKS.items() if (errors := syntax_check(source, sdk))}
+
+
+def mode_without_functions(source):
+    """Names of the functions holding a block that sends setMathMode: but not
+    setMathFloatingPointFunctions: (the sends directly in one compound statement)."""
+    flagged = []
+    for root in ast_roots(source):
+        for function in walk(root):
+            if function.get("kind") not in ("FunctionDecl", "CXXMethodDecl"):
+                continue
+            for block in walk(function):
+                if block.get("kind") != "CompoundStmt":
+                    continue
+                sent, stack = set(), list(block.get("inner", []))
+                while stack:
+                    node = stack.pop()
+                    if node.get("kind") == "CompoundStmt":
+                        continue   # its own block
+                    if node.get("kind") == "ObjCMessageExpr":
+                        sent.add(node["selector"])
+                    stack.extend(node.get("inner", []))
+                if "setMathMode:" in sent and "setMathFloatingPointFunctions:" not in sent:
+                    flagged.append(function.get("name", "?"))
+    return sorted(set(flagged))
 
 
 def ast_roots(source):
@@ -200,12 +244,19 @@ def main():
     failed = False
     published = None
     for source in sources:
-        errors = syntax_check(source)
+        errors = sdk_failures(source)
         if errors:
             failed = True
-            print(f"[check_objc] {source}: syntax/type check failed:\n{errors}", file=sys.stderr)
+            for sdk, text in errors.items():
+                print(f"[check_objc] {source}: syntax/type check against the {sdk} failed:\n{text}",
+                      file=sys.stderr)
             continue
-        print(f"[check_objc] {source.name}: syntax/type check passed")
+        print(f"[check_objc] {source.name}: syntax/type check passed against the {' and the '.join(SDKS)}")
+        incomplete = mode_without_functions(source)
+        if incomplete:
+            failed = True
+            print(f"[check_objc] {source}: setMathMode: without setMathFloatingPointFunctions: in "
+                  f"{', '.join(incomplete)} (the functions stay Fast)", file=sys.stderr)
         if arc_guard_missing(source):
             failed = True
             print(f"[check_objc] {source}: compiles without ARC; add "
@@ -246,6 +297,9 @@ def main():
              MISSING_POOL_EXPECTED),
             ("nil", unchecked_nil_results(MISSING_NIL_CHECK_FIXTURE), MISSING_NIL_CHECK_FIXTURE,
              MISSING_NIL_CHECK_EXPECTED),
+            ("SDK", sorted(sdk_failures(UNGUARDED_SDK_FIXTURE)), UNGUARDED_SDK_FIXTURE, ["macOS 14 SDK"]),
+            ("math", mode_without_functions(FAST_FUNCTIONS_FIXTURE), FAST_FUNCTIONS_FIXTURE,
+             FAST_FUNCTIONS_EXPECTED),
         ]
         for check, found, fixture, expected in fixture_checks:
             if found != expected:

@@ -6,8 +6,10 @@ import metalrt
 
 def test_cpu_device_info():
     info = metalrt.device_info("cpu")
-    assert set(info) == {"name", "unified_memory", "capability", "dtypes", "graph_capture", "simulated"}
+    assert set(info) == {"name", "unified_memory", "capability", "dtypes", "graph_capture", "simulated",
+                         "max_buffer_length"}
     assert info["unified_memory"] is True and info["graph_capture"] is False and info["simulated"] is False
+    assert info["max_buffer_length"] is None   # no buffer limit on the CPU
     assert info["capability"] == "cpu"
     assert "float32" in info["dtypes"]
     assert set(info["dtypes"]) <= set(metalrt.DTYPES)

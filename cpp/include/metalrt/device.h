@@ -1,6 +1,7 @@
 // Devices and the backend interface every device implements.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +62,9 @@ class Backend {
   virtual std::unique_ptr<Queue> CreateQueue();
   virtual void DestroyQueue(std::unique_ptr<Queue> queue);
 
+  // The largest single allocation or wrapping of host memory the device takes, in
+  // bytes (Metal's maxBufferLength); SIZE_MAX where there is no such limit (CPU).
+  virtual size_t MaxBufferLength() const { return SIZE_MAX; }
   // True when device memory is host-addressable (CPU, Apple unified memory).
   virtual bool UnifiedMemory() const = 0;
   // Device capability, e.g. "cpu" or an Apple GPU family ("apple9").

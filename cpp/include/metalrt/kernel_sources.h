@@ -4,6 +4,7 @@
 // the build had no Metal compiler (no metalrt.metallib); a gate compiles each on the
 // simulated device and checks it defines the same kernels as the built-in library.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,5 +17,10 @@ struct EmbeddedKernelSource {
 
 // In file-name order.
 const std::vector<EmbeddedKernelSource>& EmbeddedKernelSources();
+
+// Kernel name -> the file (EmbeddedKernelSource::file) defining it, as the MSL
+// generator registered the same files for the simulated device (cpp/sim/library.cpp).
+// tests/python/test_kernel_sources.py proves each string defines exactly its kernels.
+std::map<std::string, std::string> EmbeddedKernelFiles();
 
 }  // namespace metalrt

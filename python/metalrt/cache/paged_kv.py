@@ -37,7 +37,11 @@ def paged_kv_layers(num_layers: int, num_blocks: int, kv_heads: int, head_dim: i
     """The caches of ``num_layers`` attention layers on ``device``.
 
     Memory: ``2 * num_layers * num_blocks * 16 * kv_heads * head_dim`` elements of
-    ``dtype``, one zero-filled allocation a side with a view a layer; on the CPU under
+    ``dtype``, zero-filled. On a GPU each layer's side is its own buffer, since one
+    Metal buffer cannot exceed ``maxBufferLength`` and a server's cache of every
+    layer can (``device_info(device)["max_buffer_length"]``; RuntimeError naming it
+    when one layer's side is larger). On the CPU there is one allocation a side with a
+    view a layer; under
     Linux that allocation sits in 2 MB pages (``metalrt.huge_pages``): a decode step's
     attention reads each layer's context after the weights have streamed through the
     caches, and in 4 KB pages every page it touched was a TLB miss (the attention call
@@ -50,7 +54,10 @@ def paged_kv_layers(num_layers: int, num_blocks: int, kv_heads: int, head_dim: i
     # Zero-filled so that no uninitialised bytes (possibly NaN) ever sit in a cache.
     # (A cache of no elements, e.g. a hybrid model with no attention layer, has no
     # pages to place.)
-    if device == "cpu" and dtype in _STORAGE and huge_pages.available() and all(shape):
+    if device != "cpu":
+        return [PagedKVLayer(*(metalrt.zeros(shape[1:], dtype, device) for _ in range(2)))
+                for _ in range(num_layers)]
+    if dtype in _STORAGE and huge_pages.available() and all(shape):
         keys, values = (_huge_page_side(shape, dtype) for _ in range(2))
     else:
         keys, values = (metalrt.zeros(shape, dtype, device) for _ in range(2))

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
 
+from .. import buffer_windows
 from .file_map import map_file
 
 _MAGIC = b"GGUF"
@@ -179,6 +180,7 @@ class GGUFFile:
                     f"be {alignment}-byte aligned and inside the file ({size} bytes); the file "
                     f"is truncated or corrupt")
             self.tensors[name] = TensorInfo(name, shape, ggml_type, start, nbytes)
+        buffer_windows.register(self._map, [(t.offset, t.offset + t.nbytes) for t in self.tensors.values()])
 
     def _tensor_info(self, cur: _Cursor, i: int):
         name = cur.string(f"tensor info #{i} name")

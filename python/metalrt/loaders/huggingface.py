@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
+from .. import buffer_windows
 from .file_map import map_file
 from .mlx_layout import to_transformers
 from .mlx_quant import group_quantized
@@ -141,9 +142,12 @@ def read_safetensors(path: str) -> dict[str, tuple[np.ndarray, str]]:
             pass
     except SafetensorError as e:
         raise ValueError(f"[safetensors] {path}: {e}") from None
-    mapping = map_file(path)   # one buffer per file: a device wraps it once
-    return {name: (_mapped_tensor(path, mapping, name, entry, data_start), entry["dtype"])
-            for name, entry in header.items()}
+    mapping = map_file(path)   # one buffer per file: a device wraps it once (or in runs of tensors)
+    tensors = {name: (_mapped_tensor(path, mapping, name, entry, data_start), entry["dtype"])
+               for name, entry in header.items()}
+    buffer_windows.register(mapping, [(data_start + begin, data_start + end) for begin, end in
+                                      (entry["data_offsets"] for entry in header.values())])
+    return tensors
 
 
 def load_huggingface(directory: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -3,9 +3,25 @@
 // syntax/type-check those files without the macOS SDK (tests/objc/check_objc.py).
 // Signatures follow Apple's Metal and Foundation documentation; enum values are
 // Apple's. Add a declaration here only when a .mm file starts using it.
+//
+// SDK versions: every declaration is in the macOS 14 SDK (Xcode 15, the oldest the
+// build supports) unless it sits under `#if METALRT_TEST_SDK >= <version>`, the SDK
+// that introduced it (Apple's documentation pages give "macOS <version>+").
+// check_objc.py compiles each .mm twice: with the newest SDK (the default here) and
+// with -DMETALRT_TEST_SDK=140000, where those declarations vanish as they do from
+// the real macOS 14 SDK. Availability.h's macros follow the same value.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+
+#ifndef METALRT_TEST_SDK
+#define METALRT_TEST_SDK 150000
+#endif
+#define __MAC_OS_X_VERSION_MAX_ALLOWED METALRT_TEST_SDK
+#define __MAC_14_0 140000
+#if METALRT_TEST_SDK >= 150000
+#define __MAC_15_0 150000
+#endif
 
 typedef unsigned long NSUInteger;
 typedef long NSInteger;
@@ -116,16 +132,26 @@ typedef enum : NSUInteger {
   MTLLanguageVersion3_1 = (3 << 16) + 1,
 } MTLLanguageVersion;
 
+#if METALRT_TEST_SDK >= 150000   // macOS 15.0
 typedef enum : NSInteger {
   MTLMathModeSafe = 0,
   MTLMathModeRelaxed = 1,
   MTLMathModeFast = 2,
 } MTLMathMode;
 
+typedef enum : NSInteger {
+  MTLMathFloatingPointFunctionsFast = 0,
+  MTLMathFloatingPointFunctionsPrecise = 1,
+} MTLMathFloatingPointFunctions;
+#endif
+
 @interface MTLCompileOptions : NSObject
 - (void)setFastMathEnabled:(BOOL)enabled;
 - (void)setLanguageVersion:(MTLLanguageVersion)languageVersion;
+#if METALRT_TEST_SDK >= 150000   // macOS 15.0
 - (void)setMathMode:(MTLMathMode)mathMode;
+- (void)setMathFloatingPointFunctions:(MTLMathFloatingPointFunctions)mathFloatingPointFunctions;
+#endif
 @end
 
 @protocol MTLLibrary <NSObject>
@@ -170,6 +196,9 @@ typedef enum : NSInteger {
 - (NSString*)name;
 - (BOOL)hasUnifiedMemory;
 - (NSUInteger)maxThreadgroupMemoryLength;
+- (NSUInteger)maxBufferLength;
+- (uint64_t)recommendedMaxWorkingSetSize;
+- (NSUInteger)currentAllocatedSize;
 - (BOOL)supportsFamily:(MTLGPUFamily)family;
 - (id<MTLCommandQueue>)newCommandQueue;
 - (id<MTLBuffer>)newBufferWithLength:(NSUInteger)length options:(MTLResourceOptions)options;
