@@ -181,7 +181,8 @@ class Engine:
         outputs = []
         for row, request in rows:
             if request.params.needs_logits:
-                token, logprobs = request.sampler.sample(host_logits[row], request.tokens)
+                token, logprobs = request.sampler.sample(host_logits[row], request.tokens,
+                                                         request.output)
             else:
                 token, logprobs = int(device_ids[row]), None
             request.append(token)
