@@ -22,6 +22,8 @@ CASES = [
     ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "A"}}\n</tool_call>\n'
                '<tool_call>\n{"name": "get_weather", "arguments": {"city": "B"}}\n</tool_call>',
      None, [("get_weather", {"city": "A"}), ("get_weather", {"city": "B"})]),
+    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "a</tool_call>b"}}'
+               '\n</tool_call>', None, [("get_weather", {"city": "a</tool_call>b"})]),
     ("hermes", "No tools needed: 2 < 3.", "No tools needed: 2 < 3.", []),
     ("hermes", "<tool_call>\nnot json\n</tool_call>", "<tool_call>\nnot json\n</tool_call>", []),
     ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Jose, CA\n"

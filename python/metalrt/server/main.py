@@ -39,6 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
                         help="do not reuse the KV cache of repeated prompt prefixes")
+    parser.add_argument("--reasoning-format", choices=("auto", "deepseek", "none"),
+                        default="auto",
+                        help="reasoning_content: split <think>...</think> off content for a "
+                             "chat template that uses it (auto), for every model (deepseek), "
+                             "or never (none) (default: %(default)s)")
+    parser.add_argument("--chat-template", metavar="FILE", default=None,
+                        help="a jinja2 chat template used instead of the model's")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"),
                         help="uvicorn's log level (default: %(default)s)")
@@ -54,16 +61,26 @@ def model_id(path: Optional[str]) -> str:
 
 def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens: int = 8192,
               max_batched_tokens: int = 512, max_queue: int = 64, max_tokens: int = 512,
-              prefix_cache: bool = True):
+              prefix_cache: bool = True, reasoning_format: str = "auto",
+              chat_template: Optional[str] = None):
     """Loads the model and returns the FastAPI application serving it (its engine loop
     stops when the application shuts down). The settings are those of ``metalrt serve``;
     this is also the builder a host such as Ray Serve calls in each replica
-    (docs/serving.md). Raises ValueError for a setting out of range, before loading."""
+    (docs/serving.md). ``chat_template``: a jinja2 file replacing the model's template.
+    Raises ValueError for a setting out of range or an unreadable template, before
+    loading."""
     for name, value, least in (("kv_cache_tokens", kv_cache_tokens, 1),
                                ("max_batched_tokens", max_batched_tokens, 1),
                                ("max_tokens", max_tokens, 1), ("max_queue", max_queue, 0)):
         if value < least:
             raise ValueError(f"[serve] --{name.replace('_', '-')} must be >= {least}, got {value}")
+    template = None
+    if chat_template is not None:
+        try:
+            with open(chat_template, encoding="utf-8") as f:
+                template = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"[serve] --chat-template {chat_template}: {e}") from None
     import metalrt
 
     from ..cache import blocks_for
@@ -71,9 +88,11 @@ def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens
     from .engine_loop import EngineLoop
 
     loaded, tokenizer = metalrt.load(model, device=device)
+    if template is not None:
+        tokenizer.chat_template = template
     loop = EngineLoop(loaded, tokenizer, blocks_for(kv_cache_tokens), max_batched_tokens,
                       max_queue, prefix_cache)
-    return create_app(loop, model_id(model), max_tokens)
+    return create_app(loop, model_id(model), max_tokens, reasoning_format)
 
 
 def _check_can_listen(host: str, port: int) -> None:
@@ -104,6 +123,7 @@ def serve(args: argparse.Namespace) -> int:
         return 1
     _check_can_listen(args.host, args.port)
     app = build_app(args.model, args.device, args.kv_cache_tokens, args.max_batched_tokens,
-                    args.max_queue, args.max_tokens, args.prefix_cache)
+                    args.max_queue, args.max_tokens, args.prefix_cache, args.reasoning_format,
+                    args.chat_template)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

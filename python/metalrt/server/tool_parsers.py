@@ -114,17 +114,18 @@ def _call_schema(name: str, parameters: dict, arguments_key: str) -> dict:
 class HermesParser(ToolParser):
     name, start, end = "hermes", "<tool_call>", "</tool_call>"
     example = '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
-    _block = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
-
     def calls(self, part, tools):
-        calls = []
-        for body in self._block.findall(part):
-            value, _ = _json_prefix(body)
+        # JSON decoding, not a regex: an argument string may itself hold "</tool_call>".
+        calls, rest = [], part
+        while rest.lstrip().startswith(self.start):
+            value, rest = _json_prefix(rest.lstrip()[len(self.start):].lstrip())
             call = _call(value.get("name"), value.get("arguments", value.get("parameters"))) \
                 if isinstance(value, dict) else None
             if call is None:
-                return []
+                break
             calls.append(call)
+            rest = rest.lstrip()
+            rest = rest[len(self.end):] if rest.startswith(self.end) else rest
         return calls
 
     def call_rule(self, name, parameters):

@@ -1,0 +1,163 @@
+"""``metalrt serve`` for agents, through the official openai client on loopback: JSON
+schema output (grammar-constrained, validated with jsonschema on 20 seeded samples),
+forced tool calls whose arguments validate against the function's parameters, streamed
+tool-call deltas reassembled by the client's stream helper into the non-streamed call,
+<think> reasoning split off content (--chat-template with a template that opens it),
+role: tool follow-ups, and bad input answered 4xx in OpenAI's shape while the server
+keeps serving."""
+import json
+
+import jsonschema
+import pytest
+
+from server_process import MODEL_ID, ServerProcess
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 24},
+        "kind": {"enum": ["cat", "dog", "bird"]},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 12},
+                 "maxItems": 3},
+        "owner": {"type": "object",
+                  "properties": {"id": {"type": "integer"}, "verified": {"type": "boolean"}},
+                  "required": ["id", "verified"], "additionalProperties": False},
+    },
+    "required": ["name", "kind", "tags", "owner"],
+    "additionalProperties": False,
+}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather of a city",
+    "parameters": {"type": "object",
+                   "properties": {"city": {"type": "string", "maxLength": 30},
+                                  "unit": {"enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+# SmolLM2's ChatML with a generation prompt that opens <think>, as DeepSeek-R1's does.
+THINK_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    template = tmp_path_factory.mktemp("template") / "think.jinja"
+    template.write_text(THINK_TEMPLATE)
+    process = ServerProcess("--kv-cache-tokens", "8192", "--chat-template", str(template))
+    yield process
+    process.close()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return server.client(timeout=120)
+
+
+def test_json_schema_output_validates_on_20_seeded_samples(client):
+    for seed in range(20):
+        reply = client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": "Describe a pet as JSON."}],
+            temperature=1.0, seed=seed, max_tokens=160,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "pet", "schema": SCHEMA, "strict": True}})
+        choice = reply.choices[0]
+        assert choice.finish_reason == "stop", (seed, choice.message.content)
+        jsonschema.validate(json.loads(choice.message.content), SCHEMA)
+
+
+def test_json_object_output_is_an_object(client):
+    reply = client.chat.completions.create(
+        model=MODEL_ID, messages=ASK, temperature=0, max_tokens=100,
+        response_format={"type": "json_object"})
+    assert isinstance(json.loads(reply.choices[0].message.content), dict)
+
+
+def test_named_tool_choice_arguments_validate(client):
+    for seed in range(5):
+        reply = client.chat.completions.create(
+            model=MODEL_ID, messages=ASK, tools=[WEATHER, TIME], temperature=1.0, seed=seed,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            max_tokens=100)
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls", (seed, choice.message.content)
+        assert choice.message.content is None
+        (call,) = choice.message.tool_calls
+        assert call.type == "function" and call.function.name == "get_weather"
+        assert call.id.startswith("call_")
+        jsonschema.validate(json.loads(call.function.arguments),
+                            WEATHER["function"]["parameters"])
+
+
+def test_required_tool_choice_calls_one_of_the_tools(client):
+    reply = client.chat.completions.create(
+        model=MODEL_ID, messages=ASK, tools=[WEATHER, TIME], tool_choice="required",
+        parallel_tool_calls=False, temperature=0, max_tokens=100)
+    (call,) = reply.choices[0].message.tool_calls
+    assert call.function.name in ("get_weather", "get_time")
+    assert isinstance(json.loads(call.function.arguments), dict)
+
+
+def test_streamed_tool_call_reassembles_into_the_non_streamed_one(client):
+    kwargs = dict(model=MODEL_ID, messages=ASK, tools=[WEATHER], temperature=0,
+                  tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                  max_tokens=100)
+    whole = client.chat.completions.create(**kwargs).choices[0]
+    with client.chat.completions.stream(**kwargs) as stream:
+        events = list(stream)
+        streamed = stream.get_final_completion().choices[0]
+    assert any(e.type == "tool_calls.function.arguments.done" for e in events)
+    assert streamed.finish_reason == whole.finish_reason == "tool_calls"
+    got = [(c.function.name, c.function.arguments) for c in streamed.message.tool_calls]
+    assert got == [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+
+
+def test_a_tool_result_follow_up_renders_and_answers(client):
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}
+    reply = client.chat.completions.create(
+        model=MODEL_ID, tools=[WEATHER], temperature=0, max_tokens=8,
+        messages=ASK + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                        {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"}])
+    assert reply.choices[0].finish_reason in ("stop", "length")
+    # The template saw the call (in the parser's syntax) and the result.
+    assert reply.usage.prompt_tokens > client.chat.completions.create(
+        model=MODEL_ID, messages=ASK, tools=[WEATHER], max_tokens=1).usage.prompt_tokens
+
+
+def test_think_template_splits_reasoning_streamed_and_not(server, client):
+    # The template opened <think>: the greedy reply (8 tokens, no </think> yet) is all
+    # reasoning, the same text as a plain completion of the rendered prompt.
+    prompt = ("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    expected = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=8,
+                                         temperature=0).choices[0].text
+    kwargs = dict(model=MODEL_ID, messages=[{"role": "user", "content": "What is 2+2?"}],
+                  max_tokens=8, temperature=0)
+    message = client.chat.completions.create(**kwargs).choices[0].message
+    assert message.model_extra["reasoning_content"] == expected.lstrip("\n") and expected
+    assert message.content == ""
+    chunks = list(client.chat.completions.create(**kwargs, stream=True))
+    streamed = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+                       for c in chunks if c.choices)
+    assert streamed == message.model_extra["reasoning_content"]
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"response_format": {"type": "json_schema",
+                          "json_schema": {"name": "x", "schema": {"type": "objec"}}}},
+     "response_format"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+     "tool_choice"),
+    ({"messages": [{"role": "tool", "content": "18 C"}]}, "messages.0"),
+])
+def test_bad_agent_input_is_a_400_and_the_server_keeps_serving(server, client, body, param):
+    request = {"model": MODEL_ID, "messages": ASK, "max_tokens": 4, **body}
+    status, error = server.request("POST", "/v1/chat/completions", json.dumps(request).encode())
+    assert status == 400, error
+    assert set(error["error"]) == {"message", "type", "param", "code"}
+    assert error["error"]["type"] == "invalid_request_error"
+    assert (error["error"]["param"] or "").startswith(param), error
+    assert client.chat.completions.create(model=MODEL_ID, messages=ASK,
+                                          max_tokens=2).choices[0].finish_reason == "length"
