@@ -8,6 +8,7 @@ keeps serving."""
 import json
 
 import jsonschema
+import numpy as np
 import pytest
 
 from server_process import MODEL_ID, ServerProcess
@@ -161,3 +162,51 @@ def test_bad_agent_input_is_a_400_and_the_server_keeps_serving(server, client, b
     assert (error["error"]["param"] or "").startswith(param), error
     assert client.chat.completions.create(model=MODEL_ID, messages=ASK,
                                           max_tokens=2).choices[0].finish_reason == "length"
+
+
+def _steps(client, **kwargs):
+    """[{token text: logprob}] of each greedy step of a text completion."""
+    reply = client.completions.create(model=MODEL_ID, prompt=PENALTY_PROMPT, temperature=0,
+                                      logprobs=20, **kwargs)
+    lp = reply.choices[0].logprobs
+    return lp.tokens, lp.top_logprobs
+
+
+PENALTY_PROMPT = "one two one two one two one two one two one"
+
+
+def test_logit_bias_moves_logprobs_as_the_formula_says(client):
+    from metalrt.loaders import load_model_files
+
+    tokens, tops = _steps(client, max_tokens=1)
+    top = sorted(tops[0].items(), key=lambda kv: -kv[1])
+    text, lp = top[1]                 # the runner-up gets the bias
+    (token_id,) = load_model_files().tokenizer.encode(text, add_special_tokens=False)
+    bias = 3.0
+    _, biased = _steps(client, max_tokens=1, logit_bias={str(token_id): bias})
+    p = np.exp(lp)
+    expected = lp + bias - np.log(1 - p + p * np.exp(bias))
+    assert abs(biased[0][text] - expected) < 2e-3
+    # Every other token moves by the normalisation alone.
+    other, lp_other = top[2]
+    assert abs(biased[0][other] - (lp_other - np.log(1 - p + p * np.exp(bias)))) < 2e-3
+
+
+@pytest.mark.parametrize("frequency, presence", [(0.7, 0.0), (0.0, 1.1), (0.5, 0.4)])
+def test_penalties_move_logprobs_as_the_formula_says(client, frequency, presence):
+    tokens, tops = _steps(client, max_tokens=2)
+    # Step 1 is never penalised (nothing sampled yet), so step 2 follows the same first
+    # token, sampled once: its logit drops by frequency + presence, the rest renormalise.
+    repeated = tokens[0]
+    assert repeated in tops[1], (tokens, tops[1])
+    kept, steps = _steps(client, max_tokens=2, frequency_penalty=frequency,
+                         presence_penalty=presence)
+    assert kept[0] == repeated and steps[0] == pytest.approx(tops[0], abs=1e-4)
+    d = frequency + presence
+    p = np.exp(tops[1][repeated])
+    norm = np.log(1 - p + p * np.exp(-d))
+    assert abs(steps[1][repeated] - (tops[1][repeated] - d - norm)) < 2e-3
+    others = [t for t in tops[1] if t in steps[1] and t != repeated]
+    assert len(others) >= 3
+    for t in others[:3]:
+        assert abs(steps[1][t] - (tops[1][t] - norm)) < 2e-3

@@ -25,6 +25,7 @@ from . import grammar
 from .chat_output import ChatOutput
 from .engine_loop import EngineLoop, Event, QueueFullError
 from .openai_format import Response, error_body
+from .penalties import OpenAIPenalties
 from .schemas import ChatCompletionRequest, CompletionRequest, NamedToolChoice
 from .tool_parsers import parser_for, template_knows_tools, tools_system_prompt
 
@@ -129,6 +130,10 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
 
     def submit(body: Union[ChatCompletionRequest, CompletionRequest], ids: List[int],
                top_logprobs: Optional[int], logprobs: bool, processors=()):
+        processors = list(processors)
+        if body.frequency_penalty or body.presence_penalty or body.logit_bias:
+            processors.insert(0, OpenAIPenalties(body.frequency_penalty, body.presence_penalty,
+                                                 token_bias(body.logit_bias or {})))
         params = SamplingParams(temp=body.temperature, top_p=body.top_p, seed=body.seed,
                                 logprobs=logprobs, logits_processors=tuple(processors))
         try:
@@ -147,6 +152,16 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                 raise APIError(500, event.error, "server_error")
             events.append(event)
         return events
+
+    def token_bias(bias: dict) -> dict:
+        """logit_bias with int keys; APIError 400 for a key that is no token id."""
+        vocab, out = engine_loop.model.vocab_size, {}
+        for key, value in bias.items():
+            if not (key.isdigit() and int(key) < vocab):
+                raise APIError(400, f"logit_bias keys must be token ids in [0, {vocab}), got "
+                                    f"{key!r}", param="logit_bias")
+            out[int(key)] = value
+        return out
 
     def constraint(body: ChatCompletionRequest, tools: dict) -> Optional[str]:
         """The grammar the reply must follow, None when it is free; APIError 400 for

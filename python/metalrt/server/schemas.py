@@ -88,8 +88,18 @@ class _Sampling(_Body):
     stream: StrictBool = False
     stream_options: Optional[StreamOptions] = None
     n: StrictInt = Field(1, ge=1, le=1)   # one choice per request
-    frequency_penalty: float = Field(0.0, ge=0.0, le=0.0)   # not implemented: only 0
-    presence_penalty: float = Field(0.0, ge=0.0, le=0.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    logit_bias: Optional[Dict[str, float]] = None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_range(cls, value):
+        bad = next((k for k, v in (value or {}).items() if not -100 <= v <= 100), None)
+        if bad is not None:
+            raise PydanticCustomError("logit_bias", "the bias of token {token} must be in "
+                                      "[-100, 100]", {"token": bad})
+        return value
 
     @property
     def stops(self) -> List[str]:
