@@ -35,6 +35,7 @@ WEATHER = {"type": "function", "function": {
                    "required": ["city", "unit"], "additionalProperties": False}}}
 TIME = {"type": "function", "function": {
     "name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+KEY = "sk-local-test"
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 # SmolLM2's ChatML with a generation prompt that opens <think>, as DeepSeek-R1's does.
 THINK_TEMPLATE = (
@@ -46,7 +47,8 @@ THINK_TEMPLATE = (
 def server(tmp_path_factory):
     template = tmp_path_factory.mktemp("template") / "think.jinja"
     template.write_text(THINK_TEMPLATE)
-    process = ServerProcess("--kv-cache-tokens", "8192", "--chat-template", str(template))
+    process = ServerProcess("--kv-cache-tokens", "8192", "--chat-template", str(template),
+                            api_key=KEY)
     yield process
     process.close()
 
@@ -210,3 +212,22 @@ def test_penalties_move_logprobs_as_the_formula_says(client, frequency, presence
     assert len(others) >= 3
     for t in others[:3]:
         assert abs(steps[1][t] - (tops[1][t] - norm)) < 2e-3
+
+
+def test_a_wrong_api_key_is_a_401_and_the_right_ones_pass(server, client):
+    import urllib.error
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"x-api-key": "wrong"}):
+        request = urllib.request.Request(server.url + "/v1/models", headers=headers)
+        with pytest.raises(urllib.error.HTTPError) as e:
+            opener.open(request, timeout=30)
+        assert e.value.code == 401
+        assert json.loads(e.value.read())["error"]["code"] == "invalid_api_key"
+    with opener.open(urllib.request.Request(server.url + "/v1/models",
+                                            headers={"x-api-key": KEY}), timeout=30) as r:
+        assert json.loads(r.read())["data"][0]["id"] == MODEL_ID
+    with opener.open(server.url + "/health", timeout=30) as r:   # open: health checks
+        assert r.status == 200
+    assert client.models.list().data[0].id == MODEL_ID          # Bearer, by the client

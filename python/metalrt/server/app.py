@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 from typing import List, Optional, Union
 
 import jinja2
@@ -90,12 +91,14 @@ def _template_messages(body: ChatCompletionRequest, tools: list, parser, knows_t
 
 
 def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int = 512,
-               reasoning_format: str = "auto") -> FastAPI:
+               reasoning_format: str = "auto", api_key: Optional[str] = None) -> FastAPI:
     """The application serving ``engine_loop`` under the model id ``model_id``; a
     request without ``max_tokens`` generates at most ``default_max_tokens``.
     ``reasoning_format``: ``auto`` splits ``<think>...</think>`` into
     ``reasoning_content`` for a chat template that uses it, ``deepseek`` for every
-    model, ``none`` never. The engine loop is closed when the application shuts down."""
+    model, ``none`` never. ``api_key``: every path but ``/health`` needs it, as
+    ``Authorization: Bearer KEY`` or ``x-api-key: KEY`` (else 401). The engine loop is
+    closed when the application shuts down."""
     @contextlib.asynccontextmanager
     async def lifespan(_):
         yield
@@ -108,6 +111,20 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
     parser, knows_tools = parser_for(template), template_knows_tools(template)
     reasoning = reasoning_format == "deepseek" or (
         reasoning_format == "auto" and "<think>" in (template or ""))
+
+    if api_key is not None:
+        @app.middleware("http")
+        async def _authorize(http: Request, call_next):
+            given = http.headers.get("x-api-key") or ""
+            scheme, _, token = http.headers.get("authorization", "").partition(" ")
+            if scheme.lower() == "bearer":
+                given = given or token.strip()
+            if http.url.path != "/health" and not secrets.compare_digest(given, api_key):
+                return JSONResponse(error_body("a valid API key is needed (Authorization: "
+                                               "Bearer KEY or x-api-key: KEY)",
+                                               "invalid_request_error", code="invalid_api_key"),
+                                    status_code=401)
+            return await call_next(http)
 
     @app.exception_handler(APIError)
     async def _api_error(_, exc: APIError):

@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "or never (none) (default: %(default)s)")
     parser.add_argument("--chat-template", metavar="FILE", default=None,
                         help="a jinja2 chat template used instead of the model's")
+    parser.add_argument("--api-key", metavar="KEY", default=None,
+                        help="require this key (Authorization: Bearer KEY or x-api-key: KEY) "
+                             "on every path but /health; default: $METALRT_API_KEY, else none")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"),
                         help="uvicorn's log level (default: %(default)s)")
@@ -62,7 +65,7 @@ def model_id(path: Optional[str]) -> str:
 def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens: int = 8192,
               max_batched_tokens: int = 512, max_queue: int = 64, max_tokens: int = 512,
               prefix_cache: bool = True, reasoning_format: str = "auto",
-              chat_template: Optional[str] = None):
+              chat_template: Optional[str] = None, api_key: Optional[str] = None):
     """Loads the model and returns the FastAPI application serving it (its engine loop
     stops when the application shuts down). The settings are those of ``metalrt serve``;
     this is also the builder a host such as Ray Serve calls in each replica
@@ -92,7 +95,7 @@ def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens
         tokenizer.chat_template = template
     loop = EngineLoop(loaded, tokenizer, blocks_for(kv_cache_tokens), max_batched_tokens,
                       max_queue, prefix_cache)
-    return create_app(loop, model_id(model), max_tokens, reasoning_format)
+    return create_app(loop, model_id(model), max_tokens, reasoning_format, api_key)
 
 
 def _check_can_listen(host: str, port: int) -> None:
@@ -113,8 +116,9 @@ def serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise ValueError(f"[serve] --port must be in 1-65535, got {args.port}")
     if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"metalrt: warning: binding {args.host}: the API has no authentication",
-              file=sys.stderr)
+        if not (args.api_key or os.environ.get("METALRT_API_KEY")):
+            print(f"metalrt: warning: binding {args.host}: the API has no authentication "
+                  f"(--api-key)", file=sys.stderr)
     try:
         import uvicorn
     except ImportError:
@@ -124,6 +128,6 @@ def serve(args: argparse.Namespace) -> int:
     _check_can_listen(args.host, args.port)
     app = build_app(args.model, args.device, args.kv_cache_tokens, args.max_batched_tokens,
                     args.max_queue, args.max_tokens, args.prefix_cache, args.reasoning_format,
-                    args.chat_template)
+                    args.chat_template, args.api_key or os.environ.get("METALRT_API_KEY"))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
