@@ -231,3 +231,21 @@ def test_a_wrong_api_key_is_a_401_and_the_right_ones_pass(server, client):
     with opener.open(server.url + "/health", timeout=30) as r:   # open: health checks
         assert r.status == 200
     assert client.models.list().data[0].id == MODEL_ID          # Bearer, by the client
+
+
+def test_metrics_parse_with_prometheus_client(server, client):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    client.chat.completions.create(model=MODEL_ID, messages=ASK, max_tokens=4, temperature=0)
+    with server.opener.open(server.url + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    samples = {s.name + str(sorted(s.labels.items())): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples["metalrt_requests_total[('finish_reason', 'length')]"] >= 1
+    assert samples["metalrt_generation_tokens_total[]"] >= 4
+    assert samples["metalrt_prompt_tokens_total[]"] > 0
+    assert samples["metalrt_time_to_first_token_seconds_count[]"] >= 1
+    assert samples["metalrt_inter_token_latency_seconds_count[]"] >= 3
+    assert samples["metalrt_requests_waiting[]"] == 0
+    assert 0 <= samples["metalrt_kv_cache_usage_ratio[]"] <= 1
+    assert 0 < samples["metalrt_prefix_cache_hit_ratio[]"] <= 1   # ASK was asked before

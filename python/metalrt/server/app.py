@@ -17,7 +17,7 @@ from typing import List, Optional, Union
 import jinja2
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response as HTTPResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from ..generation import prompt_ids
@@ -26,6 +26,7 @@ from . import grammar
 from .chat_output import ChatOutput
 from .engine_loop import EngineLoop, Event, QueueFullError
 from .openai_format import Response, error_body
+from .metrics import Metrics
 from .penalties import OpenAIPenalties
 from .schemas import ChatCompletionRequest, CompletionRequest, NamedToolChoice
 from .tool_parsers import parser_for, template_knows_tools, tools_system_prompt
@@ -106,6 +107,8 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
 
     app = FastAPI(title="metalrt", docs_url=None, redoc_url=None, lifespan=lifespan)
     tokenizer = engine_loop.tokenizer
+    metrics = Metrics(engine_loop)
+    engine_loop.observer = metrics.observe
     grammars = grammar.GrammarCompiler(tokenizer, engine_loop.model.vocab_size)
     template = tokenizer.chat_template
     parser, knows_tools = parser_for(template), template_knows_tools(template)
@@ -295,6 +298,12 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
     async def models():
         return {"object": "list", "data": [{"id": model_id, "object": "model", "created": 0,
                                             "owned_by": "metalrt"}]}
+
+    @app.get("/metrics")
+    async def prometheus():
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return HTTPResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health")
     async def health():

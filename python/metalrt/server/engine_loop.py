@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
@@ -57,9 +58,12 @@ class Generation:
         self._asyncio_loop = asyncio.get_running_loop()
         self._queue: "asyncio.Queue[Event]" = asyncio.Queue()
         self._done = False
+        self.submitted_at, self.last_token_at = time.monotonic(), None
 
     def push(self, event: Event) -> None:
         """Called by the engine thread."""
+        if self._engine_loop.observer is not None:
+            self._engine_loop.observer(self, event)
         self._asyncio_loop.call_soon_threadsafe(self._queue.put_nowait, event)
 
     async def events(self):
@@ -87,6 +91,7 @@ class EngineLoop:
         self.engine = Engine(model, model.kv_cache(num_blocks), max_batched_tokens,
                              prefix_caching)
         self.max_queued = max_queued
+        self.observer = None   # f(generation, event) on the engine thread (metrics)
         self._wake = threading.Condition()
         self._inbox: List[Generation] = []
         self._cancelled: List[Generation] = []
