@@ -249,3 +249,18 @@ def test_metrics_parse_with_prometheus_client(server, client):
     assert samples["metalrt_requests_waiting[]"] == 0
     assert 0 <= samples["metalrt_kv_cache_usage_ratio[]"] <= 1
     assert 0 < samples["metalrt_prefix_cache_hit_ratio[]"] <= 1   # ASK was asked before
+
+
+def test_stop_token_ids_end_the_reply_without_their_text(client):
+    from metalrt.loaders import load_model_files
+
+    tokenizer = load_model_files().tokenizer
+    free = client.completions.create(model=MODEL_ID, prompt=PENALTY_PROMPT, max_tokens=6,
+                                     temperature=0, logprobs=0).choices[0]
+    ids = [tokenizer.encode(t, add_special_tokens=False)[0] for t in free.logprobs.tokens]
+    stopped = client.completions.create(model=MODEL_ID, prompt=PENALTY_PROMPT, max_tokens=6,
+                                        temperature=0, extra_body={"stop_token_ids": [ids[2]]})
+    choice = stopped.choices[0]
+    assert choice.finish_reason == "stop"
+    assert choice.text == "".join(free.logprobs.tokens[:ids.index(ids[2])])
+    assert stopped.usage.completion_tokens == ids.index(ids[2]) + 1

@@ -158,7 +158,7 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                                 logprobs=logprobs, logits_processors=tuple(processors))
         try:
             return engine_loop.submit(ids, params, body.token_limit or default_max_tokens,
-                                      body.stops, top_logprobs)
+                                      body.stops, top_logprobs, body.stop_token_ids)
         except QueueFullError as e:
             raise APIError(503, str(e), "server_error", code="queue_full") from None
         except ValueError as e:
@@ -172,6 +172,13 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                 raise APIError(500, event.error, "server_error")
             events.append(event)
         return events
+
+    def check_stop_ids(body) -> None:
+        vocab = engine_loop.model.vocab_size
+        bad = next((t for t in body.stop_token_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise APIError(400, f"stop_token_ids holds {bad}, outside the model's vocabulary "
+                                f"[0, {vocab})", param="stop_token_ids")
 
     def token_bias(bias: dict) -> dict:
         """logit_bias with int keys; APIError 400 for a key that is no token id."""
@@ -250,6 +257,7 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
         offered = [] if body.tool_choice == "none" else [t.model_dump() for t in body.tools or ()]
         tools = {t["function"]["name"]: t["function"]["parameters"] for t in offered}
         rule = constraint(body, tools)
+        check_stop_ids(body)
         messages = _template_messages(body, offered, parser, knows_tools)
         try:
             text = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
@@ -290,6 +298,7 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
         if bad is not None:
             raise APIError(400, f"prompt token id {bad} is outside the model's vocabulary "
                                 f"[0, {vocab})", param="prompt")
+        check_stop_ids(body)
         generation = submit(body, ids, body.logprobs, body.logprobs is not None)
         return await answer(http, Response(False, model_id), generation, body.stream,
                             body.include_usage)

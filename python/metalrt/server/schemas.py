@@ -85,6 +85,7 @@ class _Sampling(_Body):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     seed: Optional[StrictInt] = Field(None, ge=0)
     stop: Union[str, List[str], None] = None
+    stop_token_ids: List[StrictInt] = Field(default_factory=list)   # vLLM's extension
     stream: StrictBool = False
     stream_options: Optional[StreamOptions] = None
     n: StrictInt = Field(1, ge=1, le=1)   # one choice per request
