@@ -260,12 +260,16 @@ class Tokenizer:
     def id_to_token(self, token_id: int) -> str | None:
         return self.backend.id_to_token(token_id)
 
-    def apply_chat_template(self, messages: Sequence[Mapping[str, str]],
-                            add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]],
+                            add_generation_prompt: bool = True,
+                            tools: Sequence[Mapping[str, Any]] | None = None,
+                            **template_kwargs: Any) -> str:
         """Render ``messages`` (``[{"role": ..., "content": ...}, ...]``) with the model's
         jinja2 chat template; returns the prompt text, special tokens spelled out (encode
-        it with ``add_special_tokens=False``). Raises ValueError when the tokenizer has no
-        chat template or the template raises."""
+        it with ``add_special_tokens=False``). ``tools`` (OpenAI tool objects) and
+        ``template_kwargs`` (e.g. ``enable_thinking``) are template variables, as in
+        transformers' ``apply_chat_template``. Raises ValueError when the tokenizer has
+        no chat template or the template raises."""
         if not self.chat_template:
             raise ValueError("[apply_chat_template] this tokenizer has no chat template")
         env = jinja2.sandbox.ImmutableSandboxedEnvironment(
@@ -288,7 +292,8 @@ class Tokenizer:
             "eos_token": self.id_to_token(self.eos_token_ids[0]) if self.eos_token_ids else "",
         }
         return env.from_string(self.chat_template).render(
-            messages=list(messages), add_generation_prompt=add_generation_prompt, **special)
+            **{**special, **template_kwargs}, messages=list(messages), tools=tools,
+            add_generation_prompt=add_generation_prompt)
 
     def detokenizer(self) -> "StreamingDetokenizer":
         return StreamingDetokenizer(self)

@@ -17,15 +17,18 @@ MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 class ServerProcess(_Launched):
     """The server with the default model on the CPU and ``settings`` (extra flags)."""
 
-    def __init__(self, *settings: str):
+    def __init__(self, *settings: str, api_key: str = None):
         port = free_port()
         super().__init__(metalrt_command(port, "--device", "cpu", "--log-level", "warning",
-                                         *settings), port, STARTUP_SECONDS)
+                                         *settings, *(("--api-key", api_key) if api_key else ())),
+                         port, STARTUP_SECONDS, api_key=api_key)
+        self.api_key = api_key
         assert self.model == MODEL_ID
 
     def client(self, timeout: float = 60) -> openai.OpenAI:
         http = openai.DefaultHttpxClient(trust_env=False, timeout=timeout)
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0,
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.api_key or "unused",
+                             max_retries=0,
                              http_client=http)
 
     def request(self, method: str, path: str, body: bytes = None, content_type="application/json"):

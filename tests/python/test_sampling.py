@@ -101,6 +101,30 @@ def test_greedy_is_argmax_lowest_index_and_logprobs_only_when_asked():
     assert token == 1 and np.allclose(lp, ref, atol=1e-6)
 
 
+def test_logits_processors_run_first_in_order_on_a_copy_with_the_output():
+    logits = np.array([0.0, 7.0, 6.0, -1.0], dtype=np.float32)
+    seen = []
+
+    def ban_one(output, x):
+        seen.append(list(output))
+        x[1] = -np.inf
+        return x
+
+    def plus_ten_on_three(output, x):
+        assert x[1] == -np.inf   # after ban_one
+        x[3] += 10.0
+        return x
+
+    params = SamplingParams(logprobs=True, logits_processors=(ban_one, plus_ten_on_three))
+    assert params.needs_logits
+    token, lp = Sampler(params).sample(logits, [9, 4, 2], [4, 2])
+    assert token == 3 and seen == [[4, 2]] and logits[1] == 7.0   # the caller's row is kept
+    expected = np.array([0.0, -np.inf, 6.0, 9.0])
+    finite = np.isfinite(expected)
+    ref = expected[finite] - math.log(np.exp(expected[finite]).sum())
+    assert np.allclose(lp[finite], ref, atol=1e-6) and lp[1] == -np.inf
+
+
 def test_log_softmax_large_values():
     lp = log_softmax(np.array([1000.0, 1000.0], dtype=np.float32))
     assert np.allclose(lp, [math.log(0.5)] * 2)
@@ -155,6 +179,7 @@ def test_bad_params_raise(kwargs):
     (dict(repetition_context_size=2.5), "repetition_context_size must be an int, got float"),
     (dict(top_p=True), "top_p must be a number, got bool"),
     (dict(seed="a"), "seed must be an int or None, got str"),
+    (dict(logits_processors=(1,)), "logits_processors must be callables"),
 ])
 def test_params_of_the_wrong_type_raise_type_error(kwargs, message):
     with pytest.raises(TypeError, match=r"^\[sampling\] " + re.escape(message)):

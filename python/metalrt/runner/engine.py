@@ -79,7 +79,8 @@ class Engine:
     emitted. Other sampling reads the logits each step, as without plans.
 
     ``speculative`` (a ``speculative.SpeculativeConfig``): the decode step of a request
-    added with ``speculative=True`` (the default) feeds the tokens a drafter proposes
+    added with ``speculative=True`` (the default) and without logits processors (a
+    grammar follows one token at a time) feeds the tokens a drafter proposes
     after its last token, and keeps those the target's logits confirm
     (``speculative.accept``) plus one of the target's own; rejected positions are
     rolled back: their KV rows lie past the sequence's length (overwritten, never read),
@@ -180,7 +181,10 @@ class Engine:
                              f"vocabulary [0, {vocab})")
         request = Request(next(self._ids), ids, params, max_tokens,
                           frozenset(int(t) for t in eos),
-                          speculative=bool(speculative) and self.speculative is not None)
+                          # Logits processors (grammars) follow one token at a time, so
+                          # a request with any decodes without drafts.
+                          speculative=bool(speculative) and self.speculative is not None
+                          and not params.logits_processors)
         self.scheduler.add(request)
         return request
 
@@ -343,7 +347,8 @@ class Engine:
         outputs = []
         for row, request in rows:
             if request.params.needs_logits:
-                token, logprobs = request.sampler.sample(host_logits[row], request.tokens)
+                token, logprobs = request.sampler.sample(host_logits[row], request.tokens,
+                                                         request.output)
             else:
                 token, logprobs = int(device_ids[row]), None
             request.append(token)

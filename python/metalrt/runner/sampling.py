@@ -2,6 +2,8 @@
 
 Order, as mlx-lm applies it for one row of logits:
 
+0. the request's logits processors, in order (``SamplingParams.logits_processors``:
+   a grammar's token mask, OpenAI's penalties and logit_bias in the server);
 1. repetition penalty (CTRL, Keskar et al. 2019) over the last
    ``repetition_context_size`` tokens of prompt + output: a positive logit is
    divided by the penalty, a negative one multiplied;
@@ -23,7 +25,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -38,6 +40,9 @@ class SamplingParams:
     [0, 1] (0 = off); repetition_penalty > 0 (1 = off) over the last
     repetition_context_size tokens; seed for the request's numpy Generator (None =
     fresh entropy); logprobs: also return the log-softmax of the (penalised) logits.
+    logits_processors: callables ``f(output_ids, logits) -> logits`` (output_ids: the
+    tokens sampled so far; logits: float32 [V], a copy the callable may change in place)
+    applied first; a request with any reads its logits on the host every step.
     Raises TypeError for a setting of the wrong type (a bool is not a number here) and
     ValueError for one out of range (seed < 0, a non-finite repetition_penalty).
     """
@@ -50,6 +55,7 @@ class SamplingParams:
     repetition_context_size: int = 20
     seed: Optional[int] = None
     logprobs: bool = False
+    logits_processors: Tuple[Callable, ...] = ()
 
     def __post_init__(self):
         for name, kind, what in (("temp", numbers.Real, "a number"), ("top_p", numbers.Real, "a number"),
@@ -59,6 +65,8 @@ class SamplingParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, kind):
                 raise TypeError(f"[sampling] {name} must be {what}, got {type(value).__name__}")
+        if not all(callable(f) for f in self.logits_processors):
+            raise TypeError("[sampling] logits_processors must be callables f(output_ids, logits)")
         if self.seed is not None and not is_int(self.seed):
             raise TypeError(f"[sampling] seed must be an int or None, got {type(self.seed).__name__}")
         checks = [(self.temp >= 0, "temp must be >= 0"),
@@ -80,7 +88,8 @@ class SamplingParams:
     def needs_logits(self) -> bool:
         """False when the token is the plain argmax of the model's logits, which the
         device computes so that only the id is read back."""
-        return not self.greedy or self.repetition_penalty != 1.0 or self.logprobs
+        return (not self.greedy or self.repetition_penalty != 1.0 or self.logprobs
+                or bool(self.logits_processors))
 
 
 def apply_repetition_penalty(logits: np.ndarray, context: Sequence[int], penalty: float) -> np.ndarray:
@@ -134,8 +143,13 @@ class Sampler:
         self.params = params
         self.rng = np.random.default_rng(params.seed)
 
-    def penalised(self, logits: np.ndarray, context: Sequence[int]) -> np.ndarray:
+    def penalised(self, logits: np.ndarray, context: Sequence[int],
+                  output: Sequence[int] = ()) -> np.ndarray:
         p = self.params
+        if p.logits_processors:
+            logits = np.array(logits, dtype=np.float32)
+            for process in p.logits_processors:
+                logits = process(output, logits)
         window = context[len(context) - p.repetition_context_size:] if p.repetition_context_size else []
         return apply_repetition_penalty(logits, window, p.repetition_penalty)
 
@@ -153,15 +167,17 @@ class Sampler:
         token = int(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right"))
         return min(token, len(cdf) - 1)
 
-    def sample(self, logits: np.ndarray, context: Sequence[int]):
+    def sample(self, logits: np.ndarray, context: Sequence[int], output: Sequence[int] = ()):
         """(token id, logprobs float32 [V] or None) for one row of logits [V];
-        ``context`` is prompt + output so far (for the repetition penalty)."""
+        ``context`` is prompt + output so far (for the repetition penalty), ``output``
+        the tokens sampled so far (for the logits processors)."""
         p = self.params
-        logprobs = log_softmax(self.penalised(logits, context))
+        logprobs = log_softmax(self.penalised(logits, context, output))
         token = int(np.argmax(logprobs)) if p.greedy else self._draw(self.weights(logprobs))
         return token, (logprobs if p.logprobs else None)
 
-    def verify(self, logits: np.ndarray, context: Sequence[int], draft: int):
+    def verify(self, logits: np.ndarray, context: Sequence[int], draft: int,
+               output: Sequence[int] = ()):
         """(token id, logprobs or None) at a position where a drafter proposed ``draft``
         (a deterministic proposal: its draft distribution q is one-hot at ``draft``).
         Greedy: the argmax, as ``sample``. Otherwise speculative rejection sampling
@@ -172,8 +188,8 @@ class Sampler:
         token that differs from its draft."""
         p = self.params
         if p.greedy:
-            return self.sample(logits, context)
-        logprobs = log_softmax(self.penalised(logits, context))
+            return self.sample(logits, context, output)
+        logprobs = log_softmax(self.penalised(logits, context, output))
         weights = self.weights(logprobs)
         total = weights.sum()
         if self.rng.random() * total < weights[draft]:

@@ -11,19 +11,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 from typing import List, Optional, Union
 
 import jinja2
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response as HTTPResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from ..generation import prompt_ids
 from ..runner import SamplingParams
+from . import grammar
+from .chat_output import ChatOutput
 from .engine_loop import EngineLoop, Event, QueueFullError
 from .openai_format import Response, error_body
-from .schemas import ChatCompletionRequest, CompletionRequest
+from .metrics import Metrics
+from .penalties import OpenAIPenalties
+from .schemas import ChatCompletionRequest, CompletionRequest, NamedToolChoice
+from .tool_parsers import parser_for, template_knows_tools, tools_system_prompt
 
 
 DISCONNECT_POLL_SECONDS = 0.25   # how often a non-streamed request checks for its client
@@ -47,10 +53,53 @@ def _validation_error(exc: RequestValidationError) -> APIError:
     return APIError(400, f"{param or 'body'}: {first.get('msg')}", param=param)
 
 
-def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int = 512) -> FastAPI:
+def _template_messages(body: ChatCompletionRequest, tools: list, parser, knows_tools: bool):
+    """The request's messages as the chat template reads them. A template that knows
+    tools gets the calls of earlier turns with their arguments as objects (as
+    transformers' templates expect); one that does not gets the tools described in the
+    system message and earlier calls written in the parser's syntax."""
+    messages = []
+    for m in body.messages:
+        item = {"role": m.role, "content": m.text}
+        if m.tool_call_id:
+            item["tool_call_id"] = m.tool_call_id
+        if m.name:
+            item["name"] = m.name
+        if m.tool_calls:
+            calls = []
+            for c in m.tool_calls:
+                try:
+                    arguments = json.loads(c.function.arguments)
+                except ValueError:
+                    arguments = c.function.arguments
+                calls.append({"id": c.id, "type": "function",
+                              "function": {"name": c.function.name, "arguments": arguments}})
+            if knows_tools:
+                item["tool_calls"] = calls
+            else:
+                item["content"] += "".join(
+                    '<tool_call>\n' + json.dumps({"name": c["function"]["name"],
+                                                   "arguments": c["function"]["arguments"]})
+                    + '\n</tool_call>' for c in calls)
+        messages.append(item)
+    if tools and not knows_tools:
+        described = tools_system_prompt(tools, parser)
+        if messages[0]["role"] in ("system", "developer"):
+            messages[0] = {**messages[0], "content": messages[0]["content"] + "\n\n" + described}
+        else:
+            messages.insert(0, {"role": "system", "content": described})
+    return messages
+
+
+def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int = 512,
+               reasoning_format: str = "auto", api_key: Optional[str] = None) -> FastAPI:
     """The application serving ``engine_loop`` under the model id ``model_id``; a
-    request without ``max_tokens`` generates at most ``default_max_tokens``. The engine
-    loop is closed when the application shuts down."""
+    request without ``max_tokens`` generates at most ``default_max_tokens``.
+    ``reasoning_format``: ``auto`` splits ``<think>...</think>`` into
+    ``reasoning_content`` for a chat template that uses it, ``deepseek`` for every
+    model, ``none`` never. ``api_key``: every path but ``/health`` needs it, as
+    ``Authorization: Bearer KEY`` or ``x-api-key: KEY`` (else 401). The engine loop is
+    closed when the application shuts down."""
     @contextlib.asynccontextmanager
     async def lifespan(_):
         yield
@@ -58,6 +107,27 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
 
     app = FastAPI(title="metalrt", docs_url=None, redoc_url=None, lifespan=lifespan)
     tokenizer = engine_loop.tokenizer
+    metrics = Metrics(engine_loop)
+    engine_loop.observer = metrics.observe
+    grammars = grammar.GrammarCompiler(tokenizer, engine_loop.model.vocab_size)
+    template = tokenizer.chat_template
+    parser, knows_tools = parser_for(template), template_knows_tools(template)
+    reasoning = reasoning_format == "deepseek" or (
+        reasoning_format == "auto" and "<think>" in (template or ""))
+
+    if api_key is not None:
+        @app.middleware("http")
+        async def _authorize(http: Request, call_next):
+            given = http.headers.get("x-api-key") or ""
+            scheme, _, token = http.headers.get("authorization", "").partition(" ")
+            if scheme.lower() == "bearer":
+                given = given or token.strip()
+            if http.url.path != "/health" and not secrets.compare_digest(given, api_key):
+                return JSONResponse(error_body("a valid API key is needed (Authorization: "
+                                               "Bearer KEY or x-api-key: KEY)",
+                                               "invalid_request_error", code="invalid_api_key"),
+                                    status_code=401)
+            return await call_next(http)
 
     @app.exception_handler(APIError)
     async def _api_error(_, exc: APIError):
@@ -79,12 +149,16 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                                 f"'{model_id}'", param="model", code="model_not_found")
 
     def submit(body: Union[ChatCompletionRequest, CompletionRequest], ids: List[int],
-               top_logprobs: Optional[int], logprobs: bool):
+               top_logprobs: Optional[int], logprobs: bool, processors=()):
+        processors = list(processors)
+        if body.frequency_penalty or body.presence_penalty or body.logit_bias:
+            processors.insert(0, OpenAIPenalties(body.frequency_penalty, body.presence_penalty,
+                                                 token_bias(body.logit_bias or {})))
         params = SamplingParams(temp=body.temperature, top_p=body.top_p, seed=body.seed,
-                                logprobs=logprobs)
+                                logprobs=logprobs, logits_processors=tuple(processors))
         try:
             return engine_loop.submit(ids, params, body.token_limit or default_max_tokens,
-                                      body.stops, top_logprobs)
+                                      body.stops, top_logprobs, body.stop_token_ids)
         except QueueFullError as e:
             raise APIError(503, str(e), "server_error", code="queue_full") from None
         except ValueError as e:
@@ -98,6 +172,48 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                 raise APIError(500, event.error, "server_error")
             events.append(event)
         return events
+
+    def check_stop_ids(body) -> None:
+        vocab = engine_loop.model.vocab_size
+        bad = next((t for t in body.stop_token_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise APIError(400, f"stop_token_ids holds {bad}, outside the model's vocabulary "
+                                f"[0, {vocab})", param="stop_token_ids")
+
+    def token_bias(bias: dict) -> dict:
+        """logit_bias with int keys; APIError 400 for a key that is no token id."""
+        vocab, out = engine_loop.model.vocab_size, {}
+        for key, value in bias.items():
+            if not (key.isdigit() and int(key) < vocab):
+                raise APIError(400, f"logit_bias keys must be token ids in [0, {vocab}), got "
+                                    f"{key!r}", param="logit_bias")
+            out[int(key)] = value
+        return out
+
+    def constraint(body: ChatCompletionRequest, tools: dict) -> Optional[str]:
+        """The grammar the reply must follow, None when it is free; APIError 400 for
+        a tool_choice that names no tool of the request."""
+        choice = body.tool_choice
+        if tools and choice == "required":
+            return parser.grammar(tools, body.parallel_tool_calls)
+        if tools and not isinstance(choice, (str, type(None))):
+            name = choice.function.name
+            if name not in tools:
+                raise APIError(400, f"tool_choice names the function '{name}', which is not "
+                                    f"in tools ({', '.join(tools)})", param="tool_choice")
+            return parser.grammar({name: tools[name]}, False)
+        if isinstance(choice, NamedToolChoice) or choice == "required":
+            raise APIError(400, f"tool_choice {choice!r} needs tools", param="tool_choice")
+        fmt = body.response_format
+        try:
+            if fmt is not None and fmt.type == "json_object":
+                return grammar.json_object_grammar()
+            if fmt is not None and fmt.type == "json_schema":
+                return grammar.json_schema_grammar(fmt.json_schema.schema_)
+        except ValueError as e:
+            raise APIError(400, f"response_format.json_schema.schema is not a usable JSON "
+                                f"schema: {e}", param="response_format") from None
+        return None
 
     async def answer(http: Request, response: Response, generation, stream: bool,
                      include_usage: bool):
@@ -126,7 +242,8 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                     yield sse(error_body(event.error, "server_error"))
                     return
                 if event.text or event.logprobs or event.finish_reason:
-                    yield sse(response.chunk(event))
+                    for chunk in response.chunks(event):
+                        yield sse(chunk)
                 if event.finish_reason and include_usage:
                     yield sse(response.usage_chunk(event))
             yield "data: [DONE]\n\n"
@@ -137,16 +254,34 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, http: Request):
         check_model(body.model)
-        messages = [{"role": m.role, "content": m.text} for m in body.messages]
+        offered = [] if body.tool_choice == "none" else [t.model_dump() for t in body.tools or ()]
+        tools = {t["function"]["name"]: t["function"]["parameters"] for t in offered}
+        rule = constraint(body, tools)
+        check_stop_ids(body)
+        messages = _template_messages(body, offered, parser, knows_tools)
         try:
-            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-        except (ValueError, jinja2.TemplateError) as e:
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                 tools=offered or None,
+                                                 **body.chat_template_kwargs)
+        except (ValueError, TypeError, jinja2.TemplateError) as e:
             raise APIError(400, f"the chat template cannot render these messages: {e}",
                            param="messages") from None
+        processors = []
+        if rule is not None:
+            try:
+                processors.append(grammars.processor(rule))
+            except ValueError as e:
+                raise APIError(400, f"the grammar of this request is invalid: {e}",
+                               param="response_format" if body.response_format else
+                               "tool_choice") from None
         ids = tokenizer.encode(text, add_special_tokens=False)
         top = body.top_logprobs if body.logprobs else None
-        generation = submit(body, ids, top, body.logprobs)
-        return await answer(http, Response(True, model_id), generation, body.stream,
+        generation = submit(body, ids, top, body.logprobs, processors)
+        # A forced call or JSON reply is not reasoning; a reply starts inside <think>
+        # when the template opened it in the prompt.
+        split = ChatOutput(parser if tools else None, tools, reasoning and rule is None,
+                           thinking=text.rstrip().endswith("<think>"))
+        return await answer(http, Response(True, model_id, split), generation, body.stream,
                             body.include_usage)
 
     @app.post("/v1/completions")
@@ -163,6 +298,7 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
         if bad is not None:
             raise APIError(400, f"prompt token id {bad} is outside the model's vocabulary "
                                 f"[0, {vocab})", param="prompt")
+        check_stop_ids(body)
         generation = submit(body, ids, body.logprobs, body.logprobs is not None)
         return await answer(http, Response(False, model_id), generation, body.stream,
                             body.include_usage)
@@ -171,6 +307,12 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
     async def models():
         return {"object": "list", "data": [{"id": model_id, "object": "model", "created": 0,
                                             "owned_by": "metalrt"}]}
+
+    @app.get("/metrics")
+    async def prometheus():
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return HTTPResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health")
     async def health():

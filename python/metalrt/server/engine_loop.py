@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
@@ -52,14 +53,18 @@ class Generation:
                  max_tokens: int, stops: Sequence[str], top_logprobs: Optional[int]):
         self.ids, self.params, self.max_tokens = ids, params, max_tokens
         self.stops, self.top_logprobs = stops, top_logprobs
+        self.stop_ids: Sequence[int] = ()   # token ids that end it, beside the model's eos
         self.request: Optional[Request] = None    # set by the engine thread
         self._engine_loop = loop
         self._asyncio_loop = asyncio.get_running_loop()
         self._queue: "asyncio.Queue[Event]" = asyncio.Queue()
         self._done = False
+        self.submitted_at, self.last_token_at = time.monotonic(), None
 
     def push(self, event: Event) -> None:
         """Called by the engine thread."""
+        if self._engine_loop.observer is not None:
+            self._engine_loop.observer(self, event)
         self._asyncio_loop.call_soon_threadsafe(self._queue.put_nowait, event)
 
     async def events(self):
@@ -87,6 +92,7 @@ class EngineLoop:
         self.engine = Engine(model, model.kv_cache(num_blocks), max_batched_tokens,
                              prefix_caching, speculative=speculative)
         self.max_queued = max_queued
+        self.observer = None   # f(generation, event) on the engine thread (metrics)
         self._wake = threading.Condition()
         self._inbox: List[Generation] = []
         self._cancelled: List[Generation] = []
@@ -98,7 +104,8 @@ class EngineLoop:
 
     # -- called from the event loop -------------------------------------------------
     def submit(self, ids: List[int], params: SamplingParams, max_tokens: int,
-               stops: Sequence[str] = (), top_logprobs: Optional[int] = None) -> Generation:
+               stops: Sequence[str] = (), top_logprobs: Optional[int] = None,
+               stop_ids: Sequence[int] = ()) -> Generation:
         """Queues a request (``max_tokens`` is capped by the context length). Raises
         ValueError for a prompt that fills the context or a request bigger than the
         whole KV cache, QueueFullError when ``max_queued`` requests already wait."""
@@ -109,6 +116,7 @@ class EngineLoop:
                              f"({max_tokens}) need {needed} KV-cache blocks of 16 tokens; "
                              f"the server's cache has {total}")
         generation = Generation(self, ids, params, max_tokens, stops, top_logprobs)
+        generation.stop_ids = tuple(stop_ids)
         with self._wake:
             waiting = len(self._inbox) + len(self.engine.scheduler.waiting)
             if waiting and waiting >= self.max_queued:
@@ -163,13 +171,15 @@ class EngineLoop:
     def _admit(self, generation: Generation) -> None:
         try:
             request = self.engine.add_request(generation.ids, generation.params,
-                                              generation.max_tokens, self.tokenizer.eos_token_ids)
+                                              generation.max_tokens,
+                                              (*self.tokenizer.eos_token_ids, *generation.stop_ids))
         except (ValueError, RuntimeError) as e:   # submit checked what it could
             generation.push(Event(error=f"[server] the request was refused: {e}"))
             return
         generation.request = request
         self._active[request] = generation
-        self._texts[request] = TextStream(self.tokenizer, generation.stops)
+        self._texts[request] = text = TextStream(self.tokenizer, generation.stops)
+        text.eos.update(generation.stop_ids)   # a stop token's text is left out, as eos
 
     def _finish(self, request: Optional[Request], reason: str = "stop") -> None:
         if request is None or request not in self._active:

@@ -31,10 +31,11 @@ class ServerProcess:
     """Starts ``command`` (a server listening on 127.0.0.1:``port``; its output goes to
     a temporary file) and waits up to ``timeout`` seconds for ``GET /v1/models``;
     ``model`` is the first model id it lists. Raises RuntimeError, with the server's
-    last output, when it exits or does not answer in time. ``popen``: extra
-    ``subprocess.Popen`` arguments (env, cwd...)."""
+    last output, when it exits or does not answer in time. ``api_key``: sent as a Bearer
+    token; ``popen``: extra ``subprocess.Popen`` arguments (env, cwd...)."""
 
-    def __init__(self, command: Sequence[str], port: int, timeout: float = 300, **popen):
+    def __init__(self, command: Sequence[str], port: int, timeout: float = 300,
+                 api_key: Optional[str] = None, **popen):
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log = tempfile.TemporaryFile(mode="w+")
@@ -42,6 +43,8 @@ class ServerProcess:
                                      **popen)
         # No proxy from the environment sits between us and loopback.
         self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        if api_key:
+            self.opener.addheaders.append(("Authorization", f"Bearer {api_key}"))
         self.model: Optional[str] = None
         deadline = time.monotonic() + timeout
         while self.model is None:

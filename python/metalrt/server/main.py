@@ -46,6 +46,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a smaller model with the same tokenizer that drafts tokens")
     parser.add_argument("--num-draft-tokens", type=int, default=4, metavar="K",
                         help="tokens drafted per verify step (default: %(default)s)")
+    parser.add_argument("--reasoning-format", choices=("auto", "deepseek", "none"),
+                        default="auto",
+                        help="reasoning_content: split <think>...</think> off content for a "
+                             "chat template that uses it (auto), for every model (deepseek), "
+                             "or never (none) (default: %(default)s)")
+    parser.add_argument("--chat-template", metavar="FILE", default=None,
+                        help="a jinja2 chat template used instead of the model's")
+    parser.add_argument("--api-key", metavar="KEY", default=None,
+                        help="require this key (Authorization: Bearer KEY or x-api-key: KEY) "
+                             "on every path but /health; default: $METALRT_API_KEY, else none")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"),
                         help="uvicorn's log level (default: %(default)s)")
@@ -62,16 +72,27 @@ def model_id(path: Optional[str]) -> str:
 def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens: int = 8192,
               max_batched_tokens: int = 512, max_queue: int = 64, max_tokens: int = 512,
               prefix_cache: bool = True, spec_type: Optional[str] = None,
-              draft_model: Optional[str] = None, num_draft_tokens: int = 4):
+              draft_model: Optional[str] = None, num_draft_tokens: int = 4,
+              reasoning_format: str = "auto", chat_template: Optional[str] = None,
+              api_key: Optional[str] = None):
     """Loads the model and returns the FastAPI application serving it (its engine loop
     stops when the application shuts down). The settings are those of ``metalrt serve``;
     this is also the builder a host such as Ray Serve calls in each replica
-    (docs/serving.md). Raises ValueError for a setting out of range, before loading."""
+    (docs/serving.md). ``chat_template``: a jinja2 file replacing the model's template.
+    Raises ValueError for a setting out of range or an unreadable template, before
+    loading."""
     for name, value, least in (("kv_cache_tokens", kv_cache_tokens, 1),
                                ("max_batched_tokens", max_batched_tokens, 1),
                                ("max_tokens", max_tokens, 1), ("max_queue", max_queue, 0)):
         if value < least:
             raise ValueError(f"[serve] --{name.replace('_', '-')} must be >= {least}, got {value}")
+    template = None
+    if chat_template is not None:
+        try:
+            with open(chat_template, encoding="utf-8") as f:
+                template = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"[serve] --chat-template {chat_template}: {e}") from None
     import metalrt
 
     from ..cache import BLOCK_SIZE, blocks_for
@@ -81,12 +102,14 @@ def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens
     from ..generation import speculative_config
 
     loaded, tokenizer = metalrt.load(model, device=device)
+    if template is not None:
+        tokenizer.chat_template = template
     draft = None if draft_model is None else metalrt.load(draft_model, device=device)[0]
     spec = speculative_config(loaded, spec_type, draft, num_draft_tokens, max_batched_tokens,
                               blocks_for(kv_cache_tokens) * BLOCK_SIZE)
     loop = EngineLoop(loaded, tokenizer, blocks_for(kv_cache_tokens), max_batched_tokens,
                       max_queue, prefix_cache, spec)
-    return create_app(loop, model_id(model), max_tokens)
+    return create_app(loop, model_id(model), max_tokens, reasoning_format, api_key)
 
 
 def _check_can_listen(host: str, port: int) -> None:
@@ -107,8 +130,9 @@ def serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise ValueError(f"[serve] --port must be in 1-65535, got {args.port}")
     if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"metalrt: warning: binding {args.host}: the API has no authentication",
-              file=sys.stderr)
+        if not (args.api_key or os.environ.get("METALRT_API_KEY")):
+            print(f"metalrt: warning: binding {args.host}: the API has no authentication "
+                  f"(--api-key)", file=sys.stderr)
     try:
         import uvicorn
     except ImportError:
@@ -118,6 +142,7 @@ def serve(args: argparse.Namespace) -> int:
     _check_can_listen(args.host, args.port)
     app = build_app(args.model, args.device, args.kv_cache_tokens, args.max_batched_tokens,
                     args.max_queue, args.max_tokens, args.prefix_cache, args.spec_type,
-                    args.draft_model, args.num_draft_tokens)
+                    args.draft_model, args.num_draft_tokens, args.reasoning_format,
+                    args.chat_template, args.api_key or os.environ.get("METALRT_API_KEY"))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -6,6 +6,7 @@ import time
 import uuid
 from typing import List, Optional
 
+from .chat_output import ChatOutput, message
 from .engine_loop import Event
 
 
@@ -58,10 +59,13 @@ def completion_logprobs(events: List[Event], offset: int) -> Optional[dict]:
 
 class Response:
     """Builds one request's objects: ``chat`` selects chat.completion(.chunk) over
-    text_completion; ``model`` is the served model id."""
+    text_completion; ``model`` is the served model id; ``split`` turns a chat reply's
+    text into its message fields (plain content when None)."""
 
-    def __init__(self, chat: bool, model: str):
+    def __init__(self, chat: bool, model: str, split: Optional[ChatOutput] = None):
         self.chat, self.model = chat, model
+        self.split = split or ChatOutput(None, {}, False)
+        self.called = False   # a tool call was streamed
         self.id = new_id("chatcmpl" if chat else "cmpl")
         self.created = int(time.time())
         self.text_offset = 0
@@ -77,8 +81,10 @@ class Response:
         """The non-streamed response to a request whose events are ``events``."""
         text, last = "".join(e.text for e in events), events[-1]
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": chat_logprobs(events), "finish_reason": last.finish_reason}
+            reply = message(self.split.feed(text) + self.split.finish())
+            reason = "tool_calls" if reply.get("tool_calls") else last.finish_reason
+            choice = {"index": 0, "message": reply, "logprobs": chat_logprobs(events),
+                      "finish_reason": reason}
             return self._object("chat.completion", [choice], usage(last))
         choice = {"index": 0, "text": text, "logprobs": completion_logprobs(events, 0),
                   "finish_reason": last.finish_reason}
@@ -92,18 +98,32 @@ class Response:
                   "logprobs": None, "finish_reason": None}
         return self._object("chat.completion.chunk", [choice], None)
 
-    def chunk(self, event: Event) -> dict:
-        """The streamed chunk of one event (its text, logprobs, finish reason)."""
+    def chunks(self, event: Event) -> List[dict]:
+        """The streamed chunks of one event: a chat chunk per delta of the reply
+        (content, reasoning_content or tool_calls; the event's logprobs on the first),
+        the finish reason on the last; one text_completion chunk."""
         if self.chat:
-            delta = {"content": event.text} if event.text or not event.finish_reason else {}
-            choice = {"index": 0, "delta": delta, "logprobs": chat_logprobs([event]),
-                      "finish_reason": event.finish_reason}
-            return self._object("chat.completion.chunk", [choice], None)
+            deltas = self.split.feed(event.text)
+            if event.finish_reason:
+                deltas += self.split.finish()
+            self.called = self.called or any("tool_calls" in d for d in deltas)
+            if not deltas and (event.logprobs or event.finish_reason):
+                deltas = [{}]
+            out = []
+            for i, delta in enumerate(deltas):
+                last = i == len(deltas) - 1
+                reason = ("tool_calls" if self.called else event.finish_reason) \
+                    if last and event.finish_reason else None
+                choice = {"index": 0, "delta": delta,
+                          "logprobs": chat_logprobs([event]) if i == 0 else None,
+                          "finish_reason": reason}
+                out.append(self._object("chat.completion.chunk", [choice], None))
+            return out
         choice = {"index": 0, "text": event.text,
                   "logprobs": completion_logprobs([event], self.text_offset),
                   "finish_reason": event.finish_reason}
         self.text_offset += len(event.text)
-        return self._object("text_completion", [choice], None)
+        return [self._object("text_completion", [choice], None)]
 
     def usage_chunk(self, last: Event) -> dict:
         """The last chunk of a stream with ``stream_options.include_usage``: no

@@ -8,13 +8,13 @@ that only label or shape a request without changing the tokens (``user``,
 """
 from __future__ import annotations
 
-from typing import List, Literal, Optional, Union
+from typing import Any, Dict, List, Literal, Optional, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator,
                       model_validator)
 from pydantic_core import PydanticCustomError
 
-_IGNORED = ("user", "metadata", "store", "service_tier", "parallel_tool_calls")
+_IGNORED = ("user", "metadata", "store", "service_tier")
 
 
 class _Body(BaseModel):
@@ -39,10 +39,33 @@ class TextPart(_Body):
     text: str
 
 
+class FunctionCall(_Body):
+    name: str
+    arguments: str
+
+
+class ToolCallItem(_Body):
+    """A call of an earlier assistant turn (``messages[].tool_calls[]``)."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(_Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Union[str, List[TextPart], None] = None
     name: Optional[str] = None
+    tool_calls: Optional[List[ToolCallItem]] = None
+    tool_call_id: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _tool_result_names_its_call(self):
+        if self.role == "tool" and not self.tool_call_id:
+            raise PydanticCustomError(
+                "tool_call_id", "a message with role 'tool' needs the tool_call_id of the "
+                "call it answers")
+        return self
 
     @property
     def text(self) -> str:
@@ -62,11 +85,22 @@ class _Sampling(_Body):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     seed: Optional[StrictInt] = Field(None, ge=0)
     stop: Union[str, List[str], None] = None
+    stop_token_ids: List[StrictInt] = Field(default_factory=list)   # vLLM's extension
     stream: StrictBool = False
     stream_options: Optional[StreamOptions] = None
     n: StrictInt = Field(1, ge=1, le=1)   # one choice per request
-    frequency_penalty: float = Field(0.0, ge=0.0, le=0.0)   # not implemented: only 0
-    presence_penalty: float = Field(0.0, ge=0.0, le=0.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    logit_bias: Optional[Dict[str, float]] = None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_range(cls, value):
+        bad = next((k for k, v in (value or {}).items() if not -100 <= v <= 100), None)
+        if bad is not None:
+            raise PydanticCustomError("logit_bias", "the bias of token {token} must be in "
+                                      "[-100, 100]", {"token": bad})
+        return value
 
     @property
     def stops(self) -> List[str]:
@@ -77,8 +111,56 @@ class _Sampling(_Body):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+class Function(_Body):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: Optional[str] = None
+    parameters: Dict[str, Any] = Field(default_factory=lambda: {"type": "object",
+                                                                 "properties": {}})
+    strict: Optional[bool] = None
+
+
+class Tool(_Body):
+    type: Literal["function"]
+    function: Function
+
+
+class NamedFunction(_Body):
+    name: str
+
+
+class NamedToolChoice(_Body):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(_Body):
+    name: str = "response"
+    description: Optional[str] = None
+    schema_: Dict[str, Any] = Field(alias="schema")
+    strict: Optional[bool] = None
+
+
+class ResponseFormat(_Body):
+    """``text``, ``json_object`` (any JSON object) or ``json_schema`` (its schema),
+    the last two enforced by the grammar engine."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: Optional[JsonSchemaFormat] = None
+
+    @model_validator(mode="after")
+    def _schema_given(self):
+        if self.type == "json_schema" and self.json_schema is None:
+            raise PydanticCustomError("json_schema", "type 'json_schema' needs json_schema")
+        return self
+
+
 class ChatCompletionRequest(_Sampling):
     messages: List[Message] = Field(min_length=1)
+    tools: Optional[List[Tool]] = None
+    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = None
+    parallel_tool_calls: StrictBool = True
+    response_format: Optional[ResponseFormat] = None
+    chat_template_kwargs: Dict[str, Any] = Field(default_factory=dict)
     max_completion_tokens: Optional[StrictInt] = Field(None, ge=1)
     logprobs: StrictBool = False
     top_logprobs: Optional[StrictInt] = Field(None, ge=0, le=20)
