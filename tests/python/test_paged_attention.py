@@ -261,17 +261,19 @@ def test_query_start_loc_far_below_the_previous_start(device):
     ([5, 19], [5, 56], ["prefill"]),                         # OPT-style prefill, prior context
     ([13, 1, 0, 9], [53, 77, 4, 9], ["decode", "prefill"]),  # mixed, with an empty request
 ])
-def test_metal_kernels_match_the_cpu(dtype, q_lens, seq_lens, kernels):
+@pytest.mark.parametrize("heads, kv_heads, head_dim", [(16, 8, 128), (16, 2, 256)])
+def test_metal_kernels_match_the_cpu(dtype, q_lens, seq_lens, kernels, heads, kv_heads, head_dim):
     """The native Metal kernels (decode for one-query requests: single pass when every
     context fits one 256-position partition, else split and merge; prefill for longer
     ones) against the CPU oracle on the same inputs, at the Qwen3 geometry (GQA 2:1, head_dim
-    128); the profiler names the kernels that ran."""
+    128) and the Qwen3-Next / Qwen3.5 full-attention one (GQA 8:1, head_dim 256); the
+    profiler names the kernels that ran."""
     suffix = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[dtype]
-    cpu, expected = run_case("cpu", dtype, 16, 8, 128, 16, q_lens, seq_lens, seed=7)
+    geometry = (heads, kv_heads, head_dim, 16, q_lens, seq_lens)
+    cpu, expected = run_case("cpu", dtype, *geometry, seed=7)
     metal = []
     metalrt.providers.reset_stats()
-    rows = profiled(lambda: metal.append(
-        run_case("metal", dtype, 16, 8, 128, 16, q_lens, seq_lens, seed=7)[0]))
+    rows = profiled(lambda: metal.append(run_case("metal", dtype, *geometry, seed=7)[0]))
     assert {name: n for name, n in rows.items() if name.startswith("paged_attention")} == {
         f"paged_attention_{kernel}_{suffix}": 1 for kernel in kernels}
     assert_native("paged_attention", "metal_paged_attention", 1)
