@@ -11,7 +11,7 @@
 // r = t * group_heads + h, so every K/V tile it stages serves all the group's heads at
 // all the tile's positions (FlashAttention's tiling, Dao et al. 2022, with the GQA group
 // folded into the query rows as in FlashAttention-2's and llama.cpp's GQA kernels). The
-// context is walked in block-table order, kPrefillKeyTile positions at a time: the
+// context is walked in block-table order, key_tile() positions at a time: the
 // threadgroup gathers the tile's K and V rows through the block table into threadgroup
 // memory as f32, zero-padded to whole 8-wide blocks; then SIMD-group s, owning rows
 // 8s .. 8s + 7, computes
@@ -39,6 +39,7 @@ typedef simdgroup_matrix<float, 8, 8> Block;
 // head_dim in whole 8-wide blocks, and the padded row length of the staged tiles.
 inline int32_t head_blocks() { return (head_dim + 7) / 8; }
 inline int32_t padded_dim() { return head_blocks() * 8; }
+inline int32_t key_tile() { return PrefillKeyTile(padded_dim()); }
 
 // The row and first column of a lane's two elements of an 8x8 SIMD-group matrix.
 inline int32_t slot_row(uint lane) { return int32_t(4 * ((lane >> 4) & 1) + 2 * ((lane >> 2) & 1) + ((lane >> 1) & 1)); }
@@ -99,7 +100,7 @@ inline QueryRow query_row(PrefillTask t, int32_t r, constant PagedAttentionArgs&
   return q;
 }
 
-// k_tile/v_tile [kPrefillKeyTile][padded_dim()] = K and V of kv head `kv_head` at
+// k_tile/v_tile [key_tile()][padded_dim()] = K and V of kv head `kv_head` at
 // context positions first .. first + count - 1 (each position's slot looked up in the
 // request's block table `blocks`), zero past count and head_dim. Every thread of the
 // threadgroup takes part; consecutive threads read consecutive features.
@@ -108,7 +109,7 @@ inline void stage_kv_tile(device const T* key_cache, device const T* value_cache
                           device const int32_t* blocks, int32_t first, int32_t count,
                           int32_t kv_head, constant PagedAttentionArgs& args,
                           threadgroup float* k_tile, threadgroup float* v_tile, uint tid) {
-  for (int32_t e = int32_t(tid); e < kPrefillKeyTile * padded_dim(); e += kPrefillThreads) {
+  for (int32_t e = int32_t(tid); e < key_tile() * padded_dim(); e += kPrefillThreads) {
     const int32_t key = e / padded_dim(), d = e % padded_dim();
     float k = 0.0f, v = 0.0f;
     if (key < count && d < head_dim) {
@@ -125,9 +126,9 @@ inline void stage_kv_tile(device const T* key_cache, device const T* value_cache
 }
 
 // Lane r < 8's online-softmax step for its SIMD-group's row r over the staged keys:
-// scores[0 .. kPrefillKeyTile - 1] (the row's q . k, already scaled) become the weights
-// exp(score - new max), 0 where masked (the key's position is past `position`, or it is
-// not staged). Returns the factor e^(old max - new max) the row's accumulator takes
+// scores[0 .. key_tile() - 1] (the row's q . k, already scaled; the row is kPrefillKeyTile
+// long) become the weights exp(score - new max), 0 where masked (the key's position is
+// past `position`, or it is not staged). Returns the factor e^(old max - new max) the row's accumulator takes
 // (1 while no key has been visible).
 inline float softmax_step(threadgroup float* scores, bool active, int32_t position, int32_t first,
                           int32_t count, thread float& row_max, thread float& row_sum) {
@@ -163,8 +164,8 @@ kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
                                     uint tid [[thread_index_in_threadgroup]],
                                     uint simdgroup [[simdgroup_index_in_threadgroup]],
                                     uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float k_tile[kPrefillKeyTile * kAttentionMaxHeadDim];   // [key][padded_dim]
-  threadgroup float v_tile[kPrefillKeyTile * kAttentionMaxHeadDim];
+  threadgroup float k_tile[kPrefillTileFloats];   // [key][padded_dim]
+  threadgroup float v_tile[kPrefillTileFloats];
   threadgroup float p_tile[kPrefillRows * kPrefillKeyTile];           // [row][key]
   const PrefillTask t = prefill_task(group, seq_lens, query_start_loc, args);
   const int32_t row0 = 8 * int32_t(simdgroup);
@@ -186,12 +187,12 @@ kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
   float row_max = -INFINITY, row_sum = 0.0f;
 
   device const int32_t* blocks = block_tables + long(t.b) * args.max_blocks;
-  for (int32_t first = 0; first < t.keys; first += kPrefillKeyTile) {
-    const int32_t count = min(kPrefillKeyTile, t.keys - first);
+  for (int32_t first = 0; first < t.keys; first += key_tile()) {
+    const int32_t count = min(key_tile(), t.keys - first);
     stage_kv_tile(key_cache, value_cache, blocks, first, count, t.kv_head, args, k_tile, v_tile, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     // S = Q K^T: k_tile holds K's rows, so the transposed load yields the [d][key] block.
-    for (int32_t kb = 0; kb < kPrefillKeyTile / 8; ++kb) {
+    for (int32_t kb = 0; kb < key_tile() / 8; ++kb) {
       Block s = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
       for (int32_t j = 0; j < head_blocks(); ++j) {
         Block k;
@@ -209,7 +210,7 @@ kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
     // O = diag(rescale) O + P V.
     const float factor = simd_shuffle(rescale, ushort(slot_row(lane)));
     for (int32_t j = 0; j < head_blocks(); ++j) o[j].thread_elements() *= factor;
-    for (int32_t kb = 0; kb < kPrefillKeyTile / 8; ++kb) {
+    for (int32_t kb = 0; kb < key_tile() / 8; ++kb) {
       Block p;
       simdgroup_load(p, scores + 8 * kb, kPrefillKeyTile);
       for (int32_t j = 0; j < head_blocks(); ++j) {

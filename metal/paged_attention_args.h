@@ -13,8 +13,9 @@
 // the host declines larger heads.
 METALRT_CONSTANT uint32_t kAttentionHeadDimConstant = 0;
 METALRT_CONSTANT int32_t kAttentionSimdWidth = 32;
-METALRT_CONSTANT int32_t kAttentionMaxHeadDim = 128;
-// Lane l of a query row's SIMD-group holds features l, l + 32, l + 64, l + 96.
+// 256: Gemma 3 and the Qwen3-Next / Qwen3.5 full-attention layers.
+METALRT_CONSTANT int32_t kAttentionMaxHeadDim = 256;
+// Lane l of a query row's SIMD-group holds features l, l + 32, ..., l + 224.
 METALRT_CONSTANT int32_t kAttentionMaxDimsPerLane = kAttentionMaxHeadDim / kAttentionSimdWidth;
 // Decode (metal/paged_attention_decode.metal): the context of a request is cut into
 // partitions of kDecodePartition positions, and one threadgroup per (request, kv head,
@@ -37,8 +38,14 @@ METALRT_CONSTANT int32_t kPrefillRows = 32;
 METALRT_CONSTANT int32_t kPrefillSimdgroups = kPrefillRows / 8;
 METALRT_CONSTANT int32_t kPrefillThreads = kPrefillSimdgroups * kAttentionSimdWidth;
 // Context positions staged per step in threadgroup memory: K and V tiles of
-// [kPrefillKeyTile][head_dim rounded up to 8] f32, 2 x 16 x 128 x 4 = 16 KiB at most.
+// [key tile][head_dim rounded up to 8] f32 in kPrefillTileFloats each, 2 x 8 KiB (of the
+// 32 KiB a threadgroup may hold): kPrefillKeyTile positions up to head_dim 128, 8 above.
 METALRT_CONSTANT int32_t kPrefillKeyTile = 16;
+METALRT_CONSTANT int32_t kPrefillTileFloats = kPrefillKeyTile * 128;
+// Positions per staged tile at a padded head_dim (a multiple of 8, <= kAttentionMaxHeadDim).
+inline int32_t PrefillKeyTile(int32_t padded_dim) {
+  return kPrefillTileFloats / padded_dim >= kPrefillKeyTile ? kPrefillKeyTile : 8;
+}
 // Query heads one prefill threadgroup serves, of a GQA group of `group` heads.
 inline int32_t PrefillGroupHeads(int32_t group) { return group < kPrefillRows ? group : kPrefillRows; }
 // Query positions per prefill tile.

@@ -11,7 +11,7 @@
 // the cache into registers (lane l holds features l + 32 i), and serves every query
 // head of the threadgroup. The threadgroup's SIMD-groups take interleaved positions, each
 // folding its keys into an online softmax (Milakov & Gimelshein 2018); the SIMD-groups'
-// states are combined through threadgroup memory. Then either
+// states are combined through threadgroup memory, added in turn into one accumulator. Then either
 // * paged_attention_decode_<dtype> (the whole context fits one partition) writes the
 //   normalised output at once, or
 // * paged_attention_decode_split_<dtype> writes the partition's state to the partials
@@ -57,10 +57,20 @@ inline DecodeTask decode_task(uint3 group, device const int32_t* seq_lens,
   return t;
 }
 
+// Head h's maximum score over the threadgroup's SIMD-groups.
+inline float combined_max(threadgroup const float* tg_max, int32_t h) {
+  float m = -INFINITY;
+  for (int32_t s = 0; s < kDecodeSimdgroups; ++s) m = max(m, tg_max[s * kDecodeGroupHeads + h]);
+  return m;
+}
+
 // The threadgroup's softmax state of task t, left in threadgroup memory: SIMD-group s
-// folds positions first + s, first + s + kDecodeSimdgroups, ... and stores its state
-// (max, sum, features) of head h at index s * kDecodeGroupHeads + h. A SIMD-group with
-// no position stores (-inf, 0, 0), which weighs 0 in the combination.
+// folds positions first + s, first + s + kDecodeSimdgroups, ... and stores its maximum of
+// head h at tg_max[s * kDecodeGroupHeads + h]; then every SIMD-group rescales its sum and
+// features to the heads' maxima over the SIMD-groups and they add them, in SIMD-group
+// order, into tg_sum[h] and tg_acc[h * head_dim + d] (one [heads][head_dim] accumulator, so
+// head_dim 256 fits the 32 KiB of threadgroup memory). A SIMD-group with no position has
+// maximum -inf, which weighs 0.
 template <typename T>
 inline void attend_partition(DecodeTask t, device const T* query, device const T* key_cache,
                              device const T* value_cache, device const int32_t* blocks,
@@ -103,36 +113,25 @@ inline void attend_partition(DecodeTask t, device const T* query, device const T
       max_score[h] = new_max;
     }
   }
-  for (int32_t h = 0; h < t.heads; ++h) {
-    const int32_t state = int32_t(simdgroup) * kDecodeGroupHeads + h;
-    if (lane == 0) {
-      tg_max[state] = max_score[h];
-      tg_sum[state] = sum[h];
-    }
-    for (int32_t i = 0; i < dims_per_lane(); ++i) {
-      const int32_t d = int32_t(lane) + kAttentionSimdWidth * i;
-      if (d < head_dim) tg_acc[state * head_dim + d] = acc[h][i];
-    }
-  }
+  if (lane == 0)
+    for (int32_t h = 0; h < t.heads; ++h) tg_max[int32_t(simdgroup) * kDecodeGroupHeads + h] = max_score[h];
   threadgroup_barrier(mem_flags::mem_threadgroup);
-}
-
-// Head h's state combined over the SIMD-groups: returns the maximum, sets *sum and
-// *feature (feature d of the weighted values) relative to it.
-inline float combine_simdgroups(threadgroup const float* tg_max, threadgroup const float* tg_sum,
-                                threadgroup const float* tg_acc, int32_t h, int32_t d,
-                                thread float* sum, thread float* feature) {
-  float m = -INFINITY;
-  for (int32_t s = 0; s < kDecodeSimdgroups; ++s) m = max(m, tg_max[s * kDecodeGroupHeads + h]);
-  *sum = 0.0f;
-  *feature = 0.0f;
-  for (int32_t s = 0; s < kDecodeSimdgroups; ++s) {
-    const int32_t state = s * kDecodeGroupHeads + h;
-    const float weight = exp(tg_max[state] - m);
-    *sum += tg_sum[state] * weight;
-    *feature += tg_acc[state * head_dim + d] * weight;
+  for (int32_t h = 0; h < t.heads; ++h) {
+    const float weight = exp(max_score[h] - combined_max(tg_max, h));
+    sum[h] *= weight;
+    for (int32_t i = 0; i < dims_per_lane(); ++i) acc[h][i] *= weight;
   }
-  return m;
+  for (int32_t s = 0; s < kDecodeSimdgroups; ++s) {
+    if (int32_t(simdgroup) == s)
+      for (int32_t h = 0; h < t.heads; ++h) {
+        if (lane == 0) tg_sum[h] = s == 0 ? sum[h] : tg_sum[h] + sum[h];
+        for (int32_t i = 0; i < dims_per_lane(); ++i) {
+          const int32_t d = int32_t(lane) + kAttentionSimdWidth * i;
+          if (d < head_dim) tg_acc[h * head_dim + d] = s == 0 ? acc[h][i] : tg_acc[h * head_dim + d] + acc[h][i];
+        }
+      }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+  }
 }
 
 // Single pass. Grid: (B, kv_heads * ceil(group / group_heads), 1) threadgroups of
@@ -151,17 +150,15 @@ kernel void paged_attention_decode(device const T* query [[buffer(0)]],
                                    uint simdgroup [[simdgroup_index_in_threadgroup]],
                                    uint lane [[thread_index_in_simdgroup]]) {
   threadgroup float tg_max[kDecodeSimdgroups * kDecodeGroupHeads];
-  threadgroup float tg_sum[kDecodeSimdgroups * kDecodeGroupHeads];
-  threadgroup float tg_acc[kDecodeSimdgroups * kDecodeGroupHeads * kAttentionMaxHeadDim];
+  threadgroup float tg_sum[kDecodeGroupHeads];
+  threadgroup float tg_acc[kDecodeGroupHeads * kAttentionMaxHeadDim];
   const DecodeTask t = decode_task(group, seq_lens, query_start_loc, args);
   if (!t.valid) return;
   attend_partition(t, query, key_cache, value_cache, block_tables + long(t.b) * args.max_blocks,
                    args, tg_max, tg_sum, tg_acc, simdgroup, lane);
   for (int32_t e = int32_t(tid); e < t.heads * head_dim; e += kDecodeThreads) {
     const int32_t h = e / head_dim, d = e % head_dim;
-    float sum, feature;
-    combine_simdgroups(tg_max, tg_sum, tg_acc, h, d, &sum, &feature);
-    out[(long(t.token) * args.heads + t.first_head + h) * head_dim + d] = T(feature / sum);
+    out[(long(t.token) * args.heads + t.first_head + h) * head_dim + d] = T(tg_acc[e] / tg_sum[h]);
   }
 }
 
@@ -182,23 +179,21 @@ kernel void paged_attention_decode_split(device const T* query [[buffer(0)]],
                                          uint simdgroup [[simdgroup_index_in_threadgroup]],
                                          uint lane [[thread_index_in_simdgroup]]) {
   threadgroup float tg_max[kDecodeSimdgroups * kDecodeGroupHeads];
-  threadgroup float tg_sum[kDecodeSimdgroups * kDecodeGroupHeads];
-  threadgroup float tg_acc[kDecodeSimdgroups * kDecodeGroupHeads * kAttentionMaxHeadDim];
+  threadgroup float tg_sum[kDecodeGroupHeads];
+  threadgroup float tg_acc[kDecodeGroupHeads * kAttentionMaxHeadDim];
   const DecodeTask t = decode_task(group, seq_lens, query_start_loc, args);
   if (!t.valid) return;
   attend_partition(t, query, key_cache, value_cache, block_tables + long(t.b) * args.max_blocks,
                    args, tg_max, tg_sum, tg_acc, simdgroup, lane);
   for (int32_t e = int32_t(tid); e < t.heads * head_dim; e += kDecodeThreads) {
     const int32_t h = e / head_dim, d = e % head_dim;
-    float sum, feature;
-    const float m = combine_simdgroups(tg_max, tg_sum, tg_acc, h, d, &sum, &feature);
     const long row = (long(t.b) * args.heads + t.first_head + h) * args.partitions + group.z;
     device float* partial = partials + row * partial_stride();
     if (d == 0) {
-      partial[0] = m;
-      partial[1] = sum;
+      partial[0] = combined_max(tg_max, h);
+      partial[1] = tg_sum[h];
     }
-    partial[2 + d] = feature;
+    partial[2 + d] = tg_acc[e];
   }
 }
 

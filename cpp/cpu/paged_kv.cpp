@@ -15,9 +15,4 @@ void GatherContextRange(const Tensor& cache, const int32_t* blocks, int64_t len,
   }
 }
 
-void GatherContext(const Tensor& cache, const int32_t* blocks, int64_t len, std::vector<float>& dst) {
-  dst.resize(static_cast<size_t>(cache.dim(2) * len * cache.dim(3)));
-  GatherContextRange(cache, blocks, len, 0, len, dst.data());
-}
-
 }  // namespace metalrt::cpu

@@ -41,6 +41,8 @@ bool MetalPagedAttention(const OpCall& call) {
   const int64_t heads = query.dim(1), head_dim = query.dim(2), kv_heads = key_cache.dim(2);
   const int64_t batch = block_tables.dim(0);
   if (head_dim > kAttentionMaxHeadDim) return false;
+  // Sliding windows and sinks: the reference tier's (their kernels are to come).
+  if (call.param<ops::PagedAttentionParams>().window > 0 || call.inputs.size() > 6) return false;
   // The kernels count requests, heads, block slots and table columns in int32 (element
   // offsets are 64-bit).
   if (!FitsInt(heads, batch, key_cache.dim(1), block_tables.dim(1))) return false;

@@ -4,6 +4,7 @@
 // by the host (vLLM builds them on the CPU too) and read in place on every device — on
 // Metal through unified memory, waiting only for submitted work that writes them
 // (ReadableOnHost) — so no kernel reads outside the cache or the query.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -15,9 +16,10 @@ namespace {
 constexpr const char* kOp = "paged_attention";
 
 // Every request's queries lie inside the query and its context inside its block-table
-// row, and every block of that context inside the cache.
+// row, and every block of that context a query can see (with a window, from the first
+// query's window on) inside the cache.
 void CheckBatch(int64_t tokens, const Tensor& key_cache, const Tensor& block_tables,
-                const int32_t* seq_lens, const int32_t* query_start_loc) {
+                const int32_t* seq_lens, const int32_t* query_start_loc, int64_t window) {
   const int64_t batch = block_tables.dim(0), max_blocks = block_tables.dim(1);
   const int64_t num_blocks = key_cache.dim(0), block_size = key_cache.dim(1);
   Check(query_start_loc[0] == 0 && query_start_loc[batch] == tokens, kOp,
@@ -36,7 +38,8 @@ void CheckBatch(int64_t tokens, const Tensor& key_cache, const Tensor& block_tab
           req + "seq_len " + std::to_string(seq_lens[b]) + " exceeds the block table's " +
               std::to_string(max_blocks) + " blocks x " + std::to_string(block_size) + " slots");
     const int32_t* blocks = block_tables.data_as<int32_t>() + b * max_blocks;
-    for (int64_t i = 0; i < (seq_lens[b] + block_size - 1) / block_size; ++i)
+    const int64_t first_seen = window > 0 ? std::max<int64_t>(0, seq_lens[b] - q_len - window + 1) : 0;
+    for (int64_t i = first_seen / block_size; i < (seq_lens[b] + block_size - 1) / block_size; ++i)
       Check(blocks[i] >= 0 && blocks[i] < num_blocks, kOp,
             req + "block " + std::to_string(blocks[i]) + " at block_tables[" + std::to_string(b) +
                 ", " + std::to_string(i) + "] is outside the cache of " +
@@ -49,7 +52,7 @@ void CheckBatch(int64_t tokens, const Tensor& key_cache, const Tensor& block_tab
 Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
                       const Tensor& block_tables, const Tensor& seq_lens,
                       const Tensor& query_start_loc, float scale, const OptTensor& out,
-                      bool coarse_projections) {
+                      bool coarse_projections, int64_t window, const OptTensor& sinks) {
   using namespace detail;
   CheckRank(query, 3, kOp, "query");
   CheckFloat(query, kOp, "query");
@@ -75,6 +78,13 @@ Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor
   CheckShape(query_start_loc, {batch + 1}, kOp, "query_start_loc");
   CheckDType(query_start_loc, DType::kI32, kOp, "query_start_loc");
   Check(std::isfinite(scale), kOp, "scale must be finite, got " + std::to_string(scale));
+  Check(window >= 0, kOp,
+        "window must be >= 0 (0: full attention), got " + std::to_string(window));
+  if (sinks) {
+    CheckShape(*sinks, {heads}, kOp, "sinks");
+    CheckDType(*sinks, DType::kF32, kOp, "sinks");
+    CheckContiguous(*sinks, kOp, "sinks");
+  }
   CheckContiguous(query, kOp, "query");
   CheckContiguous(key_cache, kOp, "key_cache");
   CheckContiguous(value_cache, kOp, "value_cache");
@@ -82,7 +92,8 @@ Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor
   CheckContiguous(seq_lens, kOp, "seq_lens");
   CheckContiguous(query_start_loc, kOp, "query_start_loc");
   const DeviceType device = CommonDevice(
-      {&query, &key_cache, &value_cache, &block_tables, &seq_lens, &query_start_loc}, kOp);
+      {&query, &key_cache, &value_cache, &block_tables, &seq_lens, &query_start_loc, &OrUndefined(sinks)},
+      kOp);
   Tensor result = OutputOrNew(out, query.shape(), query.dtype(), device, kOp);
   for (const auto& [input, name] : {std::pair<const Tensor&, const char*>{query, "query"},
                                     {key_cache, "key_cache"},
@@ -91,16 +102,18 @@ Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor
                                     {seq_lens, "seq_lens"},
                                     {query_start_loc, "query_start_loc"}})
     CheckNoOverlap(result, input, kOp, name);
+  if (sinks) CheckNoOverlap(result, *sinks, kOp, "sinks");
   for (const auto& [t, name] : {std::pair<const Tensor&, const char*>{block_tables, "block_tables"},
                                 {seq_lens, "seq_lens"},
                                 {query_start_loc, "query_start_loc"}})
     Check(ReadableOnHost(t), kOp, std::string(name) + " must be readable by the host (CPU or unified memory)");
   CheckBatch(query.dim(0), key_cache, block_tables, seq_lens.data_as<int32_t>(),
-             query_start_loc.data_as<int32_t>());
-  RunOp(kOp, device,
-        OpCall{{query, key_cache, value_cache, block_tables, seq_lens, query_start_loc},
-               {result},
-               PagedAttentionParams{scale, coarse_projections}});
+             query_start_loc.data_as<int32_t>(), window);
+  OpCall call{{query, key_cache, value_cache, block_tables, seq_lens, query_start_loc},
+              {result},
+              PagedAttentionParams{scale, coarse_projections, window}};
+  if (sinks) call.inputs.push_back(*sinks);
+  RunOp(kOp, device, call);
   return result;
 }
 

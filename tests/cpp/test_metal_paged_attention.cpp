@@ -75,6 +75,9 @@ const std::vector<AttentionCase> kPrefill = {
     {"gqa8/d128/prefix", 8, 1, 128, 16, {{13, 29}, {4, 4}}},
     {"gqa16/d64", 16, 1, 64, 16, {{5, 21}, {2, 2}}},
     {"gqa40/d64/two_chunks", 40, 1, 64, 16, {{3, 19}, {2, 2}}},
+    // head_dim 256 (8-position key tiles), GQA 8 and Gemma 3 1B's GQA 4 (4 q / 1 kv).
+    {"gqa8/d256/prefix_and_decode", 16, 2, 256, 16, {{13, 40}, {1, 30}, {9, 9}}},
+    {"gqa4/d256/block_size5", 4, 1, 256, 5, {{17, 23}, {2, 2}}},
 };
 // m large, one dtype each (the sim's cost grows with m x context).
 const std::vector<std::pair<AttentionCase, DType>> kPrefillLong = {
@@ -88,6 +91,8 @@ const std::vector<AttentionCase> kDecodeBatches = {
     {"qwen3/decode/B1_ctx128", 16, 8, 128, 16, {{1, 128}}},
     {"qwen3/decode/B1_ctx300", 16, 8, 128, 16, {{1, 300}}},
     {"qwen3/decode/B4_ctx1_17_128_300", 16, 8, 128, 16, {{1, 1}, {1, 17}, {1, 128}, {1, 300}}},
+    // Qwen3-Next / Qwen3.5 full attention (and Gemma 3's head_dim): GQA 8, head_dim 256.
+    {"qwen3next/decode/B3_ctx1_200_600", 16, 2, 256, 16, {{1, 1}, {1, 200}, {1, 600}}},
     {"opt125m/decode/B4_ctx1_17_128_300", 12, 12, 64, 16, {{1, 1}, {1, 17}, {1, 128}, {1, 300}}},
 };
 
@@ -233,10 +238,10 @@ TEST_CASE("metal paged_attention: f32 versus float64 (NMSE <= 1e-10, worst <= 1e
   CheckClose(got, ref, {0.0, 1e-5}, "paged_attention f32 vs float64");
 }
 
-TEST_CASE("metal paged_attention: head_dim above 128 is declined to the reference tier") {
-  // 160 features per head: the kernels' per-lane registers hold 128; the provider
+TEST_CASE("metal paged_attention: head_dim above 256 is declined to the reference tier") {
+  // 264 features per head: the kernels' per-lane registers hold 256; the provider
   // declines and the CPU reference tier computes it (counted), with the same result.
-  AttentionGeometry g{2, 1, 160, 16, 0, 0};
+  AttentionGeometry g{2, 1, 264, 16, 0, 0};
   const Lens lens = {{1, 9}, {3, 3}};
   const AttentionBatch bt = MakeAttentionBatch(ShuffledRequests(lens, g, 3), g, DType::kF32);
   const Tensor ref = ops::PagedAttention(bt.query, bt.key_cache, bt.value_cache, bt.block_tables,

@@ -8,8 +8,12 @@ from metalrt import ops
 from test_metal_kernels import assert_native, profiled
 
 
-def reference(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale):
-    """Causal attention per request over the context gathered through its block table."""
+def reference(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale,
+              window=0, sinks=None):
+    """Causal attention per request over the context gathered through its block table;
+    with a window, the query at position p sees positions p - window + 1 .. p
+    (transformers' sliding_window_overlay); sinks [heads] join the softmax as one more
+    logit whose weight is dropped (transformers' GptOssAttention)."""
     heads, kv_heads = query.shape[1], key_cache.shape[2]
     block_size = key_cache.shape[1]
     out = np.zeros(query.shape)
@@ -20,17 +24,23 @@ def reference(query, key_cache, value_cache, block_tables, seq_lens, query_start
         keys = key_cache[blocks, positions % block_size]        # [context, kv_heads, head_dim]
         values = value_cache[blocks, positions % block_size]
         for i, t in enumerate(range(start, stop)):
-            visible = context - (stop - start) + i + 1
+            p = context - (stop - start) + i
+            lo = max(0, p - window + 1) if window else 0
             for h in range(heads):
                 g = h // (heads // kv_heads)
-                scores = scale * keys[:visible, g] @ query[t, h]
-                weights = np.exp(scores - scores.max())
-                out[t, h] = weights @ values[:visible, g] / weights.sum()
+                logits = scale * keys[lo:p + 1, g].astype(np.float64) @ query[t, h]
+                if sinks is not None:
+                    logits = np.append(logits, sinks[h])
+                weights = np.exp(logits - logits.max())
+                out[t, h] = weights[:p + 1 - lo] @ values[lo:p + 1, g] / weights.sum()
     return out
 
 
 def run_case(device, dtype, heads, kv_heads, head_dim, block_size, q_lens, seq_lens, seed=0,
-             coarse_projections=False):
+             coarse_projections=False, window=0, sinks=None):
+    """With a window, the cache rows no query of a request sees are NaN and the
+    block-table entries holding only such rows are -1: a kernel that reads them (or
+    masks after reading) cannot pass."""
     rng = np.random.default_rng(seed)
     max_blocks = max(-(-s // block_size) for s in seq_lens) + 1
     num_blocks = len(seq_lens) * max_blocks + 2
@@ -43,14 +53,22 @@ def run_case(device, dtype, heads, kv_heads, head_dim, block_size, q_lens, seq_l
     value_cache = rand((num_blocks, block_size, kv_heads, head_dim), seed=seed + 3, dtype=dtype)
     scale = head_dim ** -0.5
     seq_lens = np.array(seq_lens, np.int32)
+    expected = reference(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
+                         scale, window, sinks)
+    if window:
+        for b, (q_len, context) in enumerate(zip(q_lens, seq_lens)):
+            unseen = max(0, context - q_len - window + 1)   # before the first query's window
+            for position in range(unseen):
+                key_cache[block_tables[b, position // block_size], position % block_size] = np.nan
+                value_cache[block_tables[b, position // block_size], position % block_size] = np.nan
+            block_tables[b, :unseen // block_size] = -1
     out = poisoned(query.shape, dtype, device)
     as_dev = lambda a, dt=dtype: metalrt.asarray(a, device=device, dtype=dt)  # noqa: E731
     result = ops.paged_attention(as_dev(query), as_dev(key_cache), as_dev(value_cache),
                                  block_tables, seq_lens, query_start_loc, scale, out=out,
-                                 coarse_projections=coarse_projections)
+                                 coarse_projections=coarse_projections, window=window,
+                                 sinks=None if sinks is None else as_dev(sinks, "float32"))
     assert result.data_ptr() == out.data_ptr() and result.dtype == dtype
-    expected = reference(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc,
-                         scale)
     return result, expected
 
 
@@ -67,6 +85,43 @@ def test_matches_float64_reference(dtype, heads, kv_heads, head_dim, block_size,
     result, expected = run_case(device, dtype, heads, kv_heads, head_dim, block_size, q_lens,
                                 seq_lens)
     assert_matches(result, expected, dtype)
+
+
+# Sinks: gpt-oss's trained sinks sit around the scores' range; 6.0 outweighs every score.
+SINKS = (0.5, -1.0, 2.0, 6.0, -30.0, 0.0, 1.5, -0.25)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("heads, kv_heads, head_dim, block_size, q_lens, seq_lens, window, sinks", [
+    (4, 2, 64, 16, [1], [100], 32, None),                  # decode, window inside the context
+    (4, 2, 64, 16, [1, 1], [20, 300], 128, None),          # window past one context, not the other
+    (4, 2, 64, 16, [40, 1, 7], [40, 90, 60], 16, None),   # prefill, decode, chunked prefill
+    (8, 1, 32, 4, [9, 1], [9, 33], 5, None),               # window not a block multiple
+    (8, 2, 64, 16, [1, 1], [1, 70], 0, SINKS),              # sinks, decode (a context of one)
+    (8, 2, 64, 16, [33, 5], [33, 50], 0, SINKS),             # sinks, prefill
+    (8, 4, 64, 16, [21, 1], [21, 160], 8, SINKS),            # gpt-oss: window and sinks together
+])
+def test_windows_and_sinks(dtype, heads, kv_heads, head_dim, block_size, q_lens, seq_lens,
+                           window, sinks, device):
+    """A sliding window (positions before it NaN in the cache, their blocks -1: never
+    read) and per-head sinks against the float64 reference; each changes the result."""
+    result, expected = run_case(device, dtype, heads, kv_heads, head_dim, block_size, q_lens,
+                                seq_lens, seed=3, window=window,
+                                sinks=None if sinks is None else np.float32(sinks[:heads]))
+    assert_matches(result, expected, dtype)
+    _, plain = run_case("cpu", dtype, heads, kv_heads, head_dim, block_size, q_lens, seq_lens,
+                        seed=3)
+    assert np.max(np.abs(expected - plain)) > 1e-2
+
+
+def test_window_beyond_the_context_is_full_attention(device):
+    """A window at least as long as every context is full attention (within f32's bar:
+    the two may run on different providers)."""
+    geometry = (4, 2, 32, 16, [5, 1], [5, 40])
+    windowed, expected = run_case(device, "float32", *geometry, window=40)
+    full, _ = run_case(device, "float32", *geometry)
+    assert_matches(windowed, full.numpy(), "float32")
+    assert_matches(windowed, expected, "float32")
 
 
 def test_rows_of_a_view(device):
@@ -132,6 +187,19 @@ def test_bad_inputs(device):
             call(query=bad)
     with pytest.raises(TypeError, match=r"^\[paged_attention\] coarse_projections must be a bool, got int"):
         call(coarse_projections=1)
+    with pytest.raises(ValueError, match=r"^\[paged_attention\] window must be >= 0 \(0: full attention\), got -1"):
+        call(window=-1)
+    with pytest.raises(TypeError, match=r"^\[paged_attention\] window must be an int, got float"):
+        call(window=4.0)
+    with pytest.raises(ValueError, match=r"^\[paged_attention\] sinks must have shape \[4\], got \[2\]"):
+        call(sinks=metalrt.zeros((2,), device=device))
+    with pytest.raises(TypeError, match=r"^\[paged_attention\] sinks must be float32, got bfloat16"):
+        call(sinks=metalrt.zeros((4,), dtype="bfloat16", device=device))
+    with pytest.raises(TypeError, match=r"^\[paged_attention\] sinks must be a metalrt.Tensor"):
+        call(sinks="0")
+    with pytest.raises(ValueError, match=r"^\[paged_attention\] request 0: block 7 at block_tables"):
+        # With a window the blocks a query can see are still checked.
+        call(block_tables=np.array([[7, 0]], np.int32), window=1)
 
 
 def test_coarse_projections_stay_within_bf16_of_the_reference(device, monkeypatch):
@@ -193,17 +261,19 @@ def test_query_start_loc_far_below_the_previous_start(device):
     ([5, 19], [5, 56], ["prefill"]),                         # OPT-style prefill, prior context
     ([13, 1, 0, 9], [53, 77, 4, 9], ["decode", "prefill"]),  # mixed, with an empty request
 ])
-def test_metal_kernels_match_the_cpu(dtype, q_lens, seq_lens, kernels):
+@pytest.mark.parametrize("heads, kv_heads, head_dim", [(16, 8, 128), (16, 2, 256)])
+def test_metal_kernels_match_the_cpu(dtype, q_lens, seq_lens, kernels, heads, kv_heads, head_dim):
     """The native Metal kernels (decode for one-query requests: single pass when every
     context fits one 256-position partition, else split and merge; prefill for longer
     ones) against the CPU oracle on the same inputs, at the Qwen3 geometry (GQA 2:1, head_dim
-    128); the profiler names the kernels that ran."""
+    128) and the Qwen3-Next / Qwen3.5 full-attention one (GQA 8:1, head_dim 256); the
+    profiler names the kernels that ran."""
     suffix = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[dtype]
-    cpu, expected = run_case("cpu", dtype, 16, 8, 128, 16, q_lens, seq_lens, seed=7)
+    geometry = (heads, kv_heads, head_dim, 16, q_lens, seq_lens)
+    cpu, expected = run_case("cpu", dtype, *geometry, seed=7)
     metal = []
     metalrt.providers.reset_stats()
-    rows = profiled(lambda: metal.append(
-        run_case("metal", dtype, 16, 8, 128, 16, q_lens, seq_lens, seed=7)[0]))
+    rows = profiled(lambda: metal.append(run_case("metal", dtype, *geometry, seed=7)[0]))
     assert {name: n for name, n in rows.items() if name.startswith("paged_attention")} == {
         f"paged_attention_{kernel}_{suffix}": 1 for kernel in kernels}
     assert_native("paged_attention", "metal_paged_attention", 1)

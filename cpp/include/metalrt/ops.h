@@ -142,9 +142,12 @@ void ReshapeAndCache(const Tensor& key, const Tensor& value, const Tensor& key_c
                      const Tensor& value_cache, const Tensor& slot_mapping);
 
 // ---- attention ---------------------------------------------------------------------
+// A provider's OpCall holds query, key_cache, value_cache, block_tables, seq_lens,
+// query_start_loc, then sinks when given (inputs.size() == 7).
 struct PagedAttentionParams {
   float scale;
   bool coarse_projections;
+  int64_t window;   // 0: full causal attention
 };
 // Variable-length causal paged attention with grouped-query heads (PagedAttention:
 // Kwon et al. 2023, vLLM; GQA: Ainslie et al. 2023).
@@ -156,7 +159,18 @@ struct PagedAttentionParams {
 // seq_lens[b] - q_len_b + i and attends to positions 0..that position. heads must
 // be a multiple of kv_heads (head h reads kv head h / (heads / kv_heads)).
 // softmax(scale * q.k) in f32 (scale usually head_dim^-0.5). Returns [T, heads,
-// head_dim] in query's dtype. The batch description (block_tables, seq_lens,
+// head_dim] in query's dtype.
+// window > 0 (sliding-window attention, Mistral / Gemma 2-3 / gpt-oss): the query at
+// position p attends only to positions p - window + 1 .. p (transformers'
+// sliding_window_overlay, kv_idx > q_idx - window; llama.cpp's n_swa); positions before
+// that are skipped, never read, and the block-table entries that hold only such positions
+// (before the window of a request's first query) are not checked, so a cache may have
+// freed those blocks. window 0 is full causal attention; window < 0 is a ValueError.
+// sinks, float32 [heads] on query's device (attention sinks as gpt-oss defines them in
+// transformers' GptOssAttention): a learned logit per query head that joins the softmax's
+// denominator only, unscaled and after the masked scores: with M = max(max_j s_j,
+// sink_h), out = (sum_j e^(s_j - M) v_j) / (sum_j e^(s_j - M) + e^(sink_h - M)).
+// The batch description (block_tables, seq_lens,
 // query_start_loc) is read and validated on the host when the op is called — on Metal
 // in place through unified memory, without a synchronize — so it must be written by the
 // host, not by pending GPU work. coarse_projections: q, k and v are projections by
@@ -169,7 +183,8 @@ struct PagedAttentionParams {
 Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor& value_cache,
                       const Tensor& block_tables, const Tensor& seq_lens,
                       const Tensor& query_start_loc, float scale,
-                      const OptTensor& out = std::nullopt, bool coarse_projections = false);
+                      const OptTensor& out = std::nullopt, bool coarse_projections = false,
+                      int64_t window = 0, const OptTensor& sinks = std::nullopt);
 
 // ---- selection ---------------------------------------------------------------------
 // logits [R, V] float -> int32 [R]: index of the max per row; ties go to the lowest

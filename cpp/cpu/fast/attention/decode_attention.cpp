@@ -159,6 +159,8 @@ bool FastPagedAttention(const OpCall& call) {
   const Tensor& block_tables = call.inputs[3];
   const int32_t* seq_lens = call.inputs[4].data_as<int32_t>();
   const int32_t* query_start_loc = call.inputs[5].data_as<int32_t>();
+  // Sliding windows and sinks: the oracle's (their SIMD form is to come).
+  if (call.param<ops::PagedAttentionParams>().window > 0 || call.inputs.size() > 6) return false;
   if (query.numel() == 0) return true;   // no tokens, heads or features to attend
   Geometry geo{query.dim(1), query.dim(2), key_cache.dim(2), 0, key_cache.dim(1), 0};
   geo.group = geo.heads / geo.kv_heads;

@@ -105,7 +105,7 @@ bool PrefillAttentionBf16(const OpCall& call) {
   // Pairs of head_dim for the bf16 products.
   const int64_t head_dim = call.inputs[0].dim(2);
   // The projections of a batch of up to kGemvMaxRows tokens ran on the f32 GEMV.
-  if (!HasPrefill(call) || call.inputs[0].dim(0) <= kGemvMaxRows || head_dim % 2 != 0 ||
+  if (!HasPrefill(call) || !FullCausal(call) || call.inputs[0].dim(0) <= kGemvMaxRows || head_dim % 2 != 0 ||
       !PrefillGemmIsBf16(call.param<ops::PagedAttentionParams>().coarse_projections))
     return false;
   const Bf16Products gemm{SelectedBf16Gemm(head_dim), SelectedBf16Gemm(kAmxK)};

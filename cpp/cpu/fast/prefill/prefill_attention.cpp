@@ -77,4 +77,8 @@ bool HasPrefill(const OpCall& call) {
   return false;
 }
 
+bool FullCausal(const OpCall& call) {
+  return call.param<ops::PagedAttentionParams>().window == 0 && call.inputs.size() == 6;
+}
+
 }  // namespace metalrt::cpu::fast::prefill_attention

@@ -49,6 +49,9 @@ void StoreBlock(const OpCall& call, const Request& r, int64_t g, int64_t i0, int
 // Whether the batch holds a request with more than one query.
 bool HasPrefill(const OpCall& call);
 
+// Whether the call is plain causal attention: no sliding window and no sinks.
+bool FullCausal(const OpCall& call);
+
 // Positions per chunk of the K/V gather: each is kv_heads rows of head_dim values.
 constexpr int64_t kMinGatherPositions = 64;
 

@@ -36,7 +36,7 @@ void AttendBlock(const OpCall& call, const Request& r, int64_t g, int64_t i0, in
 }
 
 bool PrefillAttention(const OpCall& call) {
-  if (!HasPrefill(call) || call.inputs[0].numel() == 0 || !BlasAvailable()) return false;
+  if (!HasPrefill(call) || call.inputs[0].numel() == 0 || !BlasAvailable() || !FullCausal(call)) return false;
   const bool vector_exp = SelectedGemvIsa() == GemvIsa::kAvx512Vnni;
   EachBlock(
       call, [](const Request&, const std::vector<float>&, const std::vector<float>&) {},
