@@ -162,6 +162,8 @@ def run(args, save: Callable[[Dict], None], run_worker, prompt_ids) -> Dict:
                 start = time.time()
                 row.update(run_worker(python if engine != "metalrt" else sys.executable,
                                       "bench.generation", spec, threads, args.timeout))
+                # The worker's "threads" is its engine's own wording of the count.
+                row["engine_threads"], row["threads"] = row.get("threads"), threads
                 row["worker_seconds"] = round(time.time() - start, 1)
                 derive(row, section["models"][name]["bytes_per_token"])
                 section["rows"].append(row)

@@ -10,6 +10,9 @@ def sizes_tables(section: Dict) -> str:
     """The full table at the main thread count, the decode scaling, the greedy-id
     agreement and the scaled 48-layer MoE figures."""
     main = section["main_threads"]
+    # Results of the first run kept the worker's wording ("16 (METALRT_CPU_THREADS)").
+    section = dict(section, rows=[dict(r, threads=int(str(r["threads"]).split()[0]))
+                                  for r in section["rows"]])
     models = section["models"]
     probes = section.get("probes", {})
     lengths = section["full"]["prompt_lengths"]
