@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from . import bandwidth, peers
+from . import bandwidth, peers, sizes
 from .generation import MIN_RUNS, RESULT_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +50,8 @@ FULL = {"prompt_lengths": [128, 512], "decode_tokens": 128}
 QUICK = {"prompt_lengths": [16, 64], "decode_tokens": 8}
 SIM = {"prompt_lengths": [4], "decode_tokens": 4}         # the simulated Metal device
 SECTIONS = ("generation", "ops", "counters")
+# Run only when named in --sections (minutes to hours, and GBs of model files).
+OPTIONAL_SECTIONS = ("sizes",)
 SIM_QUICK = None                                           # --quick: counters only
 MAX_THREADS = 1024            # the runtime's limit (METALRT_CPU_THREADS)
 MAX_TIMEOUT = 7 * 24 * 3600   # seconds; subprocess's clock overflows far above
@@ -362,7 +364,11 @@ def parse(argv: List[str]):
                    help="comma-separated peers to install or run (default: all)")
     p.add_argument("--sections", default=",".join(SECTIONS),
                    help="comma-separated sections to run (default: all of "
-                        f"{', '.join(SECTIONS)})")
+                        f"{', '.join(SECTIONS)}; also {', '.join(OPTIONAL_SECTIONS)}, "
+                        "bench/sizes.py)")
+    p.add_argument("--scaling-threads", default=None,
+                   help="sizes section: comma-separated thread counts of the decode scaling "
+                        "(default: 1, 2, 4, ... up to the CPUs, and the CPUs)")
     p.add_argument("--engines", default=None,
                    help="comma-separated generation rows to measure, of: "
                         f"{', '.join(engine_rows())} (default: all; the others are rows "
@@ -388,8 +394,16 @@ def parse(argv: List[str]):
     args.engines = [n.strip() for n in (args.engines or "").split(",") if n.strip()]
     if not args.sections:
         p.error("--sections names no section; leave it out to run every section")
-    if set(args.sections) - set(SECTIONS):
-        p.error(f"unknown sections {sorted(set(args.sections) - set(SECTIONS))}; known: {SECTIONS}")
+    if set(args.sections) - set(SECTIONS + OPTIONAL_SECTIONS):
+        p.error(f"unknown sections {sorted(set(args.sections) - set(SECTIONS + OPTIONAL_SECTIONS))}"
+                f"; known: {SECTIONS + OPTIONAL_SECTIONS}")
+    try:
+        args.scaling_threads = ([int(n) for n in args.scaling_threads.split(",") if n.strip()]
+                                if args.scaling_threads else sizes.default_scaling_threads())
+    except ValueError:
+        p.error(f"--scaling-threads must be comma-separated integers, got {args.scaling_threads!r}")
+    if not args.scaling_threads or not all(1 <= n <= MAX_THREADS for n in args.scaling_threads):
+        p.error(f"--scaling-threads must name counts in 1-{MAX_THREADS}")
     unknown = set(args.peers) - set(peers.peer_names())
     if unknown:
         p.error(f"unknown peers {sorted(unknown)}; known: {peers.peer_names()}")
@@ -521,10 +535,12 @@ def run(args, path: Path, saved: List[bool]) -> int:
     from metalrt.loaders import load_model_files
 
     started = time.time()
-    # Absolute: the workers run in the repository's root.
-    gguf = os.path.abspath(default_model_path())
-    # The tokenizer only: the GGUF's weights are views of its mapping, none is read.
-    tokenizer = load_model_files(gguf).tokenizer
+    gguf, tokenizer = None, None
+    if set(args.sections) & set(SECTIONS):   # the sizes section writes its own models
+        # Absolute: the workers run in the repository's root.
+        gguf = os.path.abspath(default_model_path())
+        # The tokenizer only: the GGUF's weights are views of its mapping, none is read.
+        tokenizer = load_model_files(gguf).tokenizer
     result = {
         "quick": args.quick,
         "sections": args.sections,
@@ -536,7 +552,7 @@ def run(args, path: Path, saved: List[bool]) -> int:
             "python": platform.python_version(),
             "metal_device": metalrt.device_info("metal")["name"] if metalrt.is_available("metal") else None,
             "cpus": os.cpu_count(), "load_average_start": load_average(),
-            "model": os.path.basename(gguf),
+            "model": os.path.basename(gguf) if gguf else None,
         },
     }
 
@@ -555,6 +571,10 @@ def run(args, path: Path, saved: List[bool]) -> int:
         result["generation"] = section
         save()
 
+    def save_sizes(section):
+        result["sizes"] = section
+        save()
+
     seconds = result["environment"]["section_seconds"] = {}
     # Before the sections and after the generation, on the same threads as the
     # engines: the decode ceiling (bandwidth.combine: the best pass of both).
@@ -571,7 +591,8 @@ def run(args, path: Path, saved: List[bool]) -> int:
                                                             QUICK if args.quick else FULL,
                                                             save_generation)),
                           ("ops", lambda: op_benchmarks(args)),
-                          ("counters", lambda: counters(args, tokenizer, gguf))]:
+                          ("counters", lambda: counters(args, tokenizer, gguf)),
+                          ("sizes", lambda: sizes.run(args, save_sizes, run_worker, prompt_ids))]:
         if name not in args.sections:
             continue
         start = time.time()

@@ -325,6 +325,9 @@ def render(result: Dict) -> str:
                   op_table(result)]
     if "counters" in result:
         parts.append(counter_table(result))
+    if "sizes" in result:
+        from .sizes_report import sizes_tables   # it imports this module's helpers
+        parts.append(sizes_tables(result["sizes"]))
     if len(parts) == 1:
         parts.append("(no section was measured)")
     return "\n\n".join(parts)
