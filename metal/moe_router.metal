@@ -56,12 +56,13 @@ kernel void moe_router_row(device const T* logits [[buffer(0)]],
   for (int32_t e = int32_t(tid); e < args.experts; e += kRowThreads) sum += router_mass(router_logit(float(l[e])), m);
   sum = threadgroup_sum(sum, sum_partials, simdgroup, lane);
 
+  const int no_index = numeric_limits<int>::max();   // after every expert index
   float prev_v = INFINITY;
   int prev_i = -1;   // before every element: (v, i) comes after (+inf, -1)
   float picked = 0.0f;
   for (int32_t j = 0; j < args.top_k; ++j) {
     float best_v = -INFINITY;
-    int best_i = INT_MAX;
+    int best_i = no_index;
     for (int32_t e = int32_t(tid); e < args.experts; e += kRowThreads) {
       const float v = router_logit(float(l[e]));
       if (router_before(prev_v, prev_i, v, e) && router_before(v, e, best_v, best_i)) {
@@ -70,7 +71,7 @@ kernel void moe_router_row(device const T* logits [[buffer(0)]],
       }
     }
     const float simd_best = simd_max(best_v);
-    const int simd_index = simd_min(best_v == simd_best ? best_i : INT_MAX);
+    const int simd_index = simd_min(best_v == simd_best ? best_i : no_index);
     const int buffer = j & 1;
     if (lane == 0) {
       pick_value[buffer][simdgroup] = simd_best;
@@ -78,7 +79,7 @@ kernel void moe_router_row(device const T* logits [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     best_v = -INFINITY;
-    best_i = INT_MAX;
+    best_i = no_index;
     for (int32_t s = 0; s < kRowSimdgroups; ++s)
       if (router_before(pick_value[buffer][s], pick_index[buffer][s], best_v, best_i)) {
         best_v = pick_value[buffer][s];

@@ -59,6 +59,13 @@ class GpuLibrary {
   virtual std::string reflection() const { return {}; }
 };
 
+// setBytes:length:atIndex: takes fewer bytes than this (Apple: "data smaller than
+// 4 KB"; larger data goes in a buffer). The simulated device and KernelLaunch both refuse
+// a length of kSetBytesLimit or more.
+constexpr size_t kSetBytesLimit = 4096;
+// Metal's buffer argument table has 31 entries: [[buffer(0)]] .. [[buffer(30)]].
+constexpr uint32_t kMaxBufferIndex = 30;
+
 class GpuComputeEncoder {
  public:
   virtual ~GpuComputeEncoder() = default;

@@ -9,7 +9,6 @@
 namespace metalrt::gpu {
 namespace {
 
-constexpr size_t kMaxSetBytes = 4096;   // Metal's limit for setBytes:length:atIndex:
 // setThreadgroupMemoryLength:atIndex: requires a multiple of 16 bytes (Apple's doc).
 constexpr size_t kThreadgroupMemoryGranule = 16;
 
@@ -82,6 +81,12 @@ void KernelLaunch::Fail(const std::string& message) const {
   throw std::invalid_argument("[" + kernel_ + "] " + message);
 }
 
+void KernelLaunch::CheckBufferIndex(uint32_t index) const {
+  if (index > kMaxBufferIndex)
+    Fail("buffer index " + std::to_string(index) + " is out of range: Metal's buffer indices are 0.." +
+         std::to_string(kMaxBufferIndex));
+}
+
 KernelLaunch& KernelLaunch::library(GpuLibrary& library) {
   library_ = &library;
   return *this;
@@ -101,6 +106,7 @@ KernelLaunch& KernelLaunch::argument(uint32_t index, const Tensor& tensor) {
 
 KernelLaunch& KernelLaunch::BindTensor(uint32_t index, const Tensor& tensor, const char* role,
                                        bool written) {
+  CheckBufferIndex(index);
   const std::string what = std::string(role) + " at buffer " + std::to_string(index);
   if (!tensor.defined()) Fail(what + " is an undefined tensor");
   if (tensor.device() != DeviceType::kMETAL)
@@ -118,8 +124,9 @@ KernelLaunch& KernelLaunch::BindTensor(uint32_t index, const Tensor& tensor, con
 }
 
 KernelLaunch& KernelLaunch::bytes(uint32_t index, const void* data, size_t length) {
-  if (length == 0 || length > kMaxSetBytes)
-    Fail("bytes at buffer " + std::to_string(index) + " must be 1.." + std::to_string(kMaxSetBytes) +
+  CheckBufferIndex(index);
+  if (length == 0 || length >= kSetBytesLimit)
+    Fail("bytes at buffer " + std::to_string(index) + " must be 1.." + std::to_string(kSetBytesLimit - 1) +
          " bytes, got " + std::to_string(length));
   Binding b;
   b.kind = Binding::Kind::kBytes;
@@ -164,7 +171,8 @@ void KernelLaunch::Launch(bool per_thread, Size3 grid, Size3 group) {
   GpuPipeline& pipeline = library.pipeline(kernel_, constants_);
   const uint64_t group_threads = uint64_t{group.x} * group.y * group.z;
   if (group_threads > pipeline.max_total_threads_per_threadgroup())
-    Fail(std::to_string(group_threads) + " threads per threadgroup exceed the pipeline's maximum of " +
+    Fail("threads per threadgroup " + SizeToString(group) + " = " + std::to_string(group_threads) +
+         " exceed the pipeline's maxTotalThreadsPerThreadgroup of " +
          std::to_string(pipeline.max_total_threads_per_threadgroup()));
   threadgroup_bytes += pipeline.static_threadgroup_memory_length();
   if (threadgroup_bytes > device.max_threadgroup_memory_length())

@@ -103,6 +103,9 @@ class KernelLaunch {
   KernelLaunch& BindTensor(uint32_t index, const Tensor& tensor, const char* role, bool written);
   void Launch(bool per_thread, Size3 grid, Size3 group);
   [[noreturn]] void Fail(const std::string& message) const;
+  // Refuses an index past Metal's argument table (compile_shader kernels on a Mac are
+  // not parsed by the sim's generator, which refuses them too).
+  void CheckBufferIndex(uint32_t index) const;
 
   MetalBackend& backend_;
   std::string kernel_;

@@ -7,13 +7,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "gpu/gpu_device.h"
 #include "rope_args.h"
 
 namespace metalrt::gpu {
 
-// True when the kernels can serve rotary_dim: the table goes through setBytes and a
-// token's cos|sin through threadgroup memory, both sized for kRopeMaxRotaryDim.
-inline bool RopeKernelsServe(int64_t rotary_dim) { return rotary_dim <= kRopeMaxRotaryDim; }
+// True when the kernels can serve rotary_dim: a token's cos|sin goes through threadgroup
+// memory sized for kRopeMaxRotaryDim, and the table (rotary_dim floats) through setBytes,
+// which takes fewer than kSetBytesLimit bytes: 1024 dims (exactly 4096 bytes) do not fit.
+inline bool RopeKernelsServe(int64_t rotary_dim) {
+  return rotary_dim <= kRopeMaxRotaryDim &&
+         rotary_dim * static_cast<int64_t>(sizeof(float)) < static_cast<int64_t>(kSetBytesLimit);
+}
 
 // freq[2i] = hi, freq[2i + 1] = lo, for i < rotary_dim / 2.
 inline std::vector<float> RopeTurnFrequencies(int64_t rotary_dim, float base) {

@@ -12,8 +12,6 @@
 namespace metalrt::sim {
 
 namespace {
-constexpr size_t kMaxSetBytes = 4096;   // Metal's setBytes limit
-
 std::string Dims(gpu::Size3 s) {
   return "(" + std::to_string(s.x) + ", " + std::to_string(s.y) + ", " + std::to_string(s.z) + ")";
 }
@@ -57,9 +55,10 @@ void SimComputeEncoder::set_bytes(const void* data, size_t length, uint32_t inde
   if (index >= kMaxBufferBindings)
     throw std::invalid_argument("[set_bytes] index " + std::to_string(index) + " is past the " +
                                 std::to_string(kMaxBufferBindings) + " buffer bindings");
-  if (length > kMaxSetBytes)
+  if (length >= gpu::kSetBytesLimit)
     throw std::invalid_argument("[set_bytes] " + std::to_string(length) +
-                                " bytes; set_bytes takes at most 4096 (use a buffer)");
+                                " bytes; setBytes takes fewer than " +
+                                std::to_string(gpu::kSetBytesLimit) + " (use a buffer)");
   auto copy = std::make_unique<unsigned char[]>(length + 16);
   std::memcpy(copy.get(), data, length);
   bindings_.buffers[index] = copy.get();

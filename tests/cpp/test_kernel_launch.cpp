@@ -145,14 +145,22 @@ TEST_CASE("launch checks: duplicate indices, oversized groups and threadgroup me
   CHECK_THROWS_WITH_AS(KernelLaunch(*m, "affine_f32").input(0, x).output(0, x).threads({4, 1, 1}, {4, 1, 1}),
                        "[affine_f32] buffer index 0 is bound twice", std::invalid_argument);
   CHECK_THROWS_WITH_AS(KernelLaunch(*m, "affine_f32").threads({4, 1, 1}, {32, 32, 2}),
-                       "[affine_f32] 2048 threads per threadgroup exceed the pipeline's maximum of 1024",
+                       "[affine_f32] threads per threadgroup (32, 32, 2) = 2048 exceed the pipeline's "
+                       "maxTotalThreadsPerThreadgroup of 1024",
                        std::invalid_argument);
   CHECK_THROWS_AS(KernelLaunch(*m, "affine_f32").threads({4, 1, 1}, {0, 1, 1}), std::invalid_argument);
   CHECK_THROWS_WITH_AS(
       KernelLaunch(*m, "affine_f32").threadgroup_memory(0, 32768).threadgroup_memory(1, 4).threads({4, 1, 1}, {4, 1, 1}),
       "[affine_f32] 32784 bytes of threadgroup memory exceed the device's 32768", std::invalid_argument);
-  std::vector<uint8_t> big(4097);
-  CHECK_THROWS_AS(KernelLaunch(*m, "affine_f32").bytes(2, big.data(), big.size()), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(KernelLaunch(*m, "affine_f32").input(31, x),
+                       "[affine_f32] buffer index 31 is out of range: Metal's buffer indices are 0..30",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(KernelLaunch(*m, "affine_f32").bytes(31, "x", 1),
+                       "[affine_f32] buffer index 31 is out of range: Metal's buffer indices are 0..30",
+                       std::invalid_argument);
+  std::vector<uint8_t> big(4096);   // setBytes takes fewer than 4096 bytes
+  CHECK_THROWS_WITH_AS(KernelLaunch(*m, "affine_f32").bytes(2, big.data(), big.size()),
+                       "[affine_f32] bytes at buffer 2 must be 1..4095 bytes, got 4096", std::invalid_argument);
   CHECK_THROWS_AS(KernelLaunch(*m, "no_such_kernel").threads({1, 1, 1}, {1, 1, 1}), std::invalid_argument);
   CHECK(m.device->counters.command_buffers == 0);
 }

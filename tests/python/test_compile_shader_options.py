@@ -100,13 +100,36 @@ def test_vector_and_scalar_constant_arguments_from_numpy_and_python():
     ((np.array([7, 5], np.uint32), 0.5, np.float32(1)), TypeError,
      r"argument 3 \(constant half&\) takes float16 elements, got float32"),
     ((7, 0.5, 0.25), TypeError, r"argument 1 \(constant uint2&\): a Python int binds only to a declared scalar"),
-    ((np.zeros(2048, np.uint32), 0.5, 0.25), ValueError, r"8192 bytes is more than setBytes' 4096"),
+    ((np.zeros(2048, np.uint32), 0.5, 0.25), ValueError, r"8192 bytes; setBytes takes fewer than 4096"),
 ])
 def test_constant_arguments_are_sized_against_the_declared_type(args, error, message):
     lib = metalrt.compile_shader(DIMS)
     out = metal(np.full(4, np.nan, np.float32))
     with pytest.raises(error, match=message):
         lib.fill(out, *args, threads=(2, 2), group_size=(2, 2))
+
+
+LAST_BYTE = r"""
+#include <metal_stdlib>
+using namespace metal;
+kernel void last_byte(device uint* out, constant uchar* bytes, constant uint& n,
+                      uint i [[thread_position_in_grid]]) {
+  if (i == 0) out[0] = uint(bytes[n - 1]);
+}
+"""
+
+
+def test_set_bytes_takes_fewer_than_4096_bytes():
+    # Apple: setBytes is for data smaller than 4 KB. 4095 bytes bind (the kernel reads the
+    # last one back); 4096 are refused before anything is encoded.
+    lib = metalrt.compile_shader(LAST_BYTE)
+    out = metalrt.asarray(np.zeros(1, np.uint32), device="metal")
+    data = np.zeros(4095, np.uint8)
+    data[-1] = 201
+    lib.last_byte(out, data, np.uint32(4095), threads=1, group_size=1)
+    assert out.numpy()[0] == 201
+    with pytest.raises(ValueError, match=r"4096 bytes; setBytes takes fewer than 4096: pass a metalrt.Tensor"):
+        lib.last_byte(out, np.zeros(4096, np.uint8), np.uint32(4096), threads=1, group_size=1)
 
 
 def test_struct_bytes_shorter_than_the_struct_are_refused():

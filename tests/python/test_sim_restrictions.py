@@ -40,6 +40,10 @@ CASES = [
      "program-scope variable 'scale'", "§4.2"),
     ("program_scope_in_namespace", "namespace n {\nconst float w[2] = {1, 2};\n}\n" + KERNEL.format(body=""),
      4, "program-scope variable 'w'", "§4.2"),
+    ("int_max", KERNEL.format(body="  int best = INT_MAX;"), 4, "the C limit macro INT_MAX", "§6.18"),
+    ("uint_max", KERNEL.format(body="  x[i] = UINT_MAX;"), 4, "the C limit macro UINT_MAX", "§6.18"),
+    ("char_bit", KERNEL.format(body="  x[i] = CHAR_BIT;"), 4, "the C limit macro CHAR_BIT", "§6.18"),
+    ("dbl_max", KERNEL.format(body="  x[i] = DBL_MAX;"), 4, "the C limit macro DBL_MAX", "§6.18"),
     ("static_local", KERNEL.format(body="  static float calls = 0;"), 4, "static variable 'calls'", "§4.2"),
     ("static_member", "struct S { static constexpr int n = 4; };\n" + KERNEL.format(body=""), 3,
      "static variable 'n'", "§4.2"),
@@ -116,7 +120,8 @@ struct S {
 // double, std::, new, goto and virtual in a comment
 kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) {
   const char* s = "double std::vector new delete";
-  float doubled = S::twice(x[i]) * kTile * w[0] * n::m * table[1];   /* try { throw; } */
+  float doubled = S::twice(x[i]) * kTile * w[0] * n::m * table[1];   /* try { throw; } INT_MAX */
+  doubled = min(doubled, FLT_MAX) + HALF_EPSILON * float(numeric_limits<int>::max() > 0);   // MSL's own
   x[i] = doubled + s[0];
 }
 """)

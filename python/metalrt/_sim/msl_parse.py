@@ -35,6 +35,10 @@ POSITIONS = {
     "thread_execution_width": ("threads_per_simdgroup", 0),
     "threads_per_simdgroup": ("threads_per_simdgroup", 0),
 }
+# MSL 3.1 §4: every pointer or reference argument of a kernel names its address space.
+ADDRESS_SPACES = {"device", "constant", "threadgroup", "thread", "threadgroup_imageblock",
+                  "ray_data", "object_data"}
+SECTION_ADDRESS_SPACES = 'MSL 3.1 §4 "Address Spaces"'
 # Function-constant types: name -> byte size.
 FC_TYPES = {"bool": 1, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "half": 2,
             "int": 4, "uint": 4, "float": 4, "int16_t": 2, "uint16_t": 2,
@@ -106,7 +110,7 @@ def _parse_params(f: SourceFile, open_paren: int, close_paren: int, kernel: str)
     offset = open_paren + 1
     pos = 0
     for part in split_top(masked):
-        start = offset + pos
+        start = offset + pos + len(part) - len(part.lstrip())   # the parameter's own line
         original = text[pos:pos + len(part)]
         pos += len(part) + 1
         if not part.strip() or part.strip() == "void":
@@ -134,6 +138,10 @@ def _parse_params(f: SourceFile, open_paren: int, close_paren: int, kernel: str)
                 raise f.error(start, f"kernel '{kernel}': unsupported attribute [[{key}]] "
                                      f"on parameter '{name}'")
         words = re.findall(r"\w+", type_text)
+        if re.search(r"[*&]", type_text) and not ADDRESS_SPACES & set(words):
+            raise f.error(start, f"kernel '{kernel}': parameter '{name}' is a pointer or reference "
+                                 "without an address space (device, constant, threadgroup or "
+                                 f"thread) ({SECTION_ADDRESS_SPACES})")
         if param is None and ("device" in words or "constant" in words):
             param = Param(name, "buffer", None)        # Metal assigns the index
         elif param is None and "threadgroup" in words:
@@ -143,8 +151,8 @@ def _parse_params(f: SourceFile, open_paren: int, close_paren: int, kernel: str)
                                  "constant or threadgroup address space nor has a position "
                                  "attribute")
         if param.index is not None and param.index >= 31:
-            raise f.error(start, f"kernel '{kernel}': [[{param.kind}({param.index})]] is "
-                                 "past Metal's 31 bindings")
+            raise f.error(start, f"kernel '{kernel}': [[{param.kind}({param.index})]] is out "
+                                 f"of range: Metal's {param.kind} indices are 0..30")
         if guard is not None and param.kind != "buffer":
             raise f.error(start, f"kernel '{kernel}': function_constant on a non-buffer "
                                  f"parameter '{name}' is not supported")
@@ -166,8 +174,8 @@ def _assign_implicit_indices(f: SourceFile, where: int, kernel: str, params: lis
                 p.index = min(set(range(32)) - taken)
                 taken.add(p.index)
                 if p.index >= 31:
-                    raise f.error(where, f"kernel '{kernel}': parameter '{p.name}' is past "
-                                         f"Metal's 31 {kind} bindings")
+                    raise f.error(where, f"kernel '{kernel}': parameter '{p.name}' has no free "
+                                         f"{kind} index: Metal's are 0..30")
 
 
 def _index(f: SourceFile, pos: int, what: str, expr: str) -> int:

@@ -31,6 +31,12 @@ SECTION_RESTRICTIONS = 'MSL 3.1 §1.5.4 "Metal Restrictions"'
 SECTION_STDLIB = 'MSL 3.1 §1.5.4 "Metal Restrictions" and §6 "Metal Standard Library"'
 SECTION_SCALARS = 'MSL 3.1 §2.1 "Scalar Data Types"'
 SECTION_CONSTANT = 'MSL 3.1 §4.2 "constant Address Space"'
+SECTION_LIMITS = 'MSL 3.1 §6.18 "Numeric Limits"'
+
+# <climits>' macros and the double ones of <cfloat>: Metal's headers do not define them
+# (the sim gets them from the C headers). MSL's own FLT_* and HALF_* constants stay allowed.
+_C_LIMIT_MACROS = (r"\b(?:CHAR_BIT|MB_LEN_MAX|S?CHAR_M(?:AX|IN)|UCHAR_MAX|SHRT_M(?:AX|IN)|USHRT_MAX|"
+                   r"INT_M(?:AX|IN)|UINT_MAX|L?LONG_M(?:AX|IN)|UL?LONG_MAX|L?DBL_[A-Z0-9_]+)\b")
 
 
 # Words that start a namespace-scope statement declaring no variable.
@@ -126,6 +132,8 @@ RULES = (
     _unsupported("the dynamic_cast operator", SECTION_RESTRICTIONS, r"\bdynamic_cast\b"),
     _unsupported("type identification (typeid)", SECTION_RESTRICTIONS, r"\btypeid\b"),
     _unsupported("a function named main", SECTION_RESTRICTIONS, r"\bmain\s*\("),
+    Rule("the C limit macro {name} is not defined by Metal's headers (use metal::numeric_limits<T>)",
+         SECTION_LIMITS, _token(_C_LIMIT_MACROS)),
     Rule("program-scope variable '{name}' must be declared in the constant address space "
          "(`constant constexpr`; METALRT_CONSTANT of metal/metal_constants.h in shared headers)",
          SECTION_CONSTANT, _namespace_scope_violations),

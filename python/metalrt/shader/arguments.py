@@ -21,8 +21,9 @@ _NUMPY_TYPES = {"bool": np.bool_, "char": np.int8, "int8_t": np.int8, "uchar": n
                 "float": np.float32, "long": np.int64, "int64_t": np.int64, "ulong": np.uint64,
                 "uint64_t": np.uint64, "size_t": np.uint64, "ptrdiff_t": np.int64}
 _SCALARS = {name: (_NUMPY_TYPES[name], size) for name, size in SCALAR_SIZES.items()}
-# Apple: setBytes is for data smaller than 4 KB; larger data goes in a buffer.
-MAX_BYTES = 4096
+# Apple: setBytes is for data smaller than 4 KB (fewer than SET_BYTES_LIMIT bytes);
+# larger data goes in a buffer. The C++ side keeps the same limit (gpu::kSetBytesLimit).
+SET_BYTES_LIMIT = 4096
 
 
 def _element(declared: str):
@@ -102,9 +103,9 @@ def bind_argument(kernel: str, i: int, value, declared: str | None,
     else:
         raise TypeError(f"{what} must be a metalrt.Tensor, a numpy scalar or array, bytes or a "
                         f"Python bool/int/float, got {type(value).__name__}")
-    if len(data) > MAX_BYTES:
-        raise ValueError(f"{what}: {len(data)} bytes is more than setBytes' {MAX_BYTES}; "
-                         "pass a metalrt.Tensor")
+    if len(data) >= SET_BYTES_LIMIT:
+        raise ValueError(f"{what}: {len(data)} bytes; setBytes takes fewer than "
+                         f"{SET_BYTES_LIMIT}: pass a metalrt.Tensor")
     if element is not None:
         size, pointer = element[2], element[3]
         if (len(data) != size) if not pointer else (len(data) == 0 or len(data) % size):
