@@ -42,7 +42,7 @@ class Toolchain:
 
     def __init__(self, tmp_path, metal="records", metallib="records"):
         self.bin = tmp_path / "bin"
-        self.bin.mkdir()
+        self.bin.mkdir(parents=True)
         self.log = tmp_path / "stub.log"
         self.log.write_text("")
         self.build = tmp_path / "build"
@@ -157,3 +157,14 @@ def test_an_empty_explicit_compiler_forces_the_embedded_path(tmp_path):
     rc, output = tools.build_tree()
     assert rc == 0, output
     assert not tools.metallib.exists() and tools.calls() == []
+
+
+def test_an_explicit_compiler_takes_xcruns_metallib_or_says_to_set_it(tmp_path):
+    found = Toolchain(tmp_path / "found")
+    rc, output = found.configure(f"-DMETALRT_METAL_COMPILER={found.bin / 'metal'}")
+    assert rc == 0, output
+    rc, output = found.build_tree()
+    assert rc == 0 and found.metallib.exists(), output
+    missing = Toolchain(tmp_path / "missing", metallib=None)
+    rc, output = missing.configure(f"-DMETALRT_METAL_COMPILER={missing.bin / 'metal'}")
+    assert rc != 0 and "set METALRT_METALLIB_TOOL as well" in output, output
