@@ -11,6 +11,12 @@ if(CMAKE_OSX_DEPLOYMENT_TARGET AND CMAKE_OSX_DEPLOYMENT_TARGET VERSION_GREATER M
   set(METALRT_MACOS_MIN ${CMAKE_OSX_DEPLOYMENT_TARGET})
 endif()
 
+# The flags of every `metal` call: each kernel (metallib.cmake) and the configure-time
+# probe (metal_compiler.cmake), so the probe tests what the build will run.
+# -fno-fast-math: the rounding the CPU oracle and the simulated device reproduce.
+set(METALRT_METAL_FLAGS -x metal -std=metal${METALRT_MSL_VERSION}
+    -mmacosx-version-min=${METALRT_MACOS_MIN} -fno-fast-math)
+
 # metalrt_version_parts(<version> <prefix>): <prefix>_MAJOR and <prefix>_MINOR (0 when absent).
 function(metalrt_version_parts version prefix)
   string(REPLACE "." ";" parts "${version}.0")

@@ -1,8 +1,9 @@
 # metalrt_add_metallib(<target> <output.metallib> <kernel dir>): builds every
 # <kernel dir>/*.metal into one metallib with METALRT_METAL_COMPILER (Apple's `metal`,
-# found by metal.cmake with `xcrun -sdk macosx -f metal`) and METALRT_METALLIB_TOOL
-# (`metallib`). Each may be a command list (tests/cmake/metallib_rule points both at a
-# stub that records its arguments, so this rule is gated on Linux).
+# found and probed by metal_compiler.cmake) and METALRT_METALLIB_TOOL (`metallib`),
+# every compile with METALRT_METAL_FLAGS (metal_versions.cmake). Each tool may be a
+# command list (tests/cmake/metallib_rule points both at a stub that records its
+# arguments, so this rule is gated on Linux).
 #
 # Every .air depends on its .metal file and on every header in <kernel dir>: a header
 # edit (say kRowThreads in row_args.h) must rebuild the kernels, or the host would
@@ -23,13 +24,10 @@ function(metalrt_add_metallib target output kernel_dir)
   foreach(src ${kernels})
     get_filename_component(stem ${src} NAME_WE)
     set(air ${air_dir}/${stem}.air)
-    # -fno-fast-math: the rounding the CPU oracle and the simulated device reproduce.
     add_custom_command(
       OUTPUT ${air}
       COMMAND ${CMAKE_COMMAND} -E make_directory ${air_dir}
-      COMMAND ${METALRT_METAL_COMPILER} -x metal -std=metal${METALRT_MSL_VERSION}
-              -mmacosx-version-min=${METALRT_MACOS_MIN} -fno-fast-math
-              -I ${kernel_dir} -c ${src} -o ${air}
+      COMMAND ${METALRT_METAL_COMPILER} ${METALRT_METAL_FLAGS} -I ${kernel_dir} -c ${src} -o ${air}
       DEPENDS ${src} ${headers}
       COMMENT "metal ${stem}.metal"
       VERBATIM)
