@@ -3,6 +3,9 @@
 // fails is named in its own kernels' errors and the other files' kernels still work.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -11,6 +14,7 @@
 
 #include "fake_gpu_device.h"
 #include "gpu/embedded_library.h"
+#include "sim/sim_device.h"
 
 namespace {
 
@@ -63,4 +67,57 @@ TEST_CASE("embedded library: per-file compile on first use, a broken file named,
   CHECK(library.summary().find("2 of 3 files compiled") == 0);
   CHECK(library.summary().find("failed: broken.metal") != std::string::npos);
   CHECK_THROWS_AS(library.pipeline("missing"), std::invalid_argument);
+}
+
+// The same library over this build's real embedded sources (what a Mac without a
+// metallib compiles), compiled on the simulated device, with one file replaced by a
+// deliberately broken copy: the broken file's kernels fail naming it; a kernel of
+// another file still dispatches and computes.
+TEST_CASE("embedded library on the sim: a broken embedded file leaves the other files' kernels working") {
+  auto device = metalrt::sim::CreateSimDevice();
+  std::vector<EmbeddedKernelSource> sources = metalrt::EmbeddedKernelSources();
+  bool broken = false;
+  for (EmbeddedKernelSource& source : sources)
+    if (source.file == "softmax.metal") {
+      source.source += "\nkernel void softmax_extra(device float* x [[buffer(0)]]) { x[0] = undeclared; }\n";
+      broken = true;
+    }
+  REQUIRE(broken);
+  std::map<std::string, int> compiles;
+  EmbeddedLibrary library(sources, metalrt::EmbeddedKernelFiles(), [&](const EmbeddedKernelSource& source) {
+    ++compiles[source.file];
+    return device->compile_library(source.source);
+  });
+  CHECK_THROWS_WITH_AS(library.pipeline("softmax_row_f32"),
+                       doctest::Contains("the embedded kernel source softmax.metal does not compile at run time"),
+                       std::runtime_error);
+
+  // silu_and_mul_f32 (silu_and_mul.metal): out = silu(gate) * up over 2 rows of 3.
+  metalrt::gpu::GpuPipeline& pipeline = library.pipeline("silu_and_mul_f32");
+  const std::vector<float> x = {0.5f, -1.0f, 2.0f, 3.0f, 4.0f, 5.0f,    // row 0: gate | up
+                                -2.0f, 0.0f, 1.0f, 1.0f, -1.0f, 0.5f};  // row 1
+  auto in = device->new_buffer(x.size() * sizeof(float));
+  std::memcpy(in->contents(), x.data(), x.size() * sizeof(float));
+  auto out = device->new_buffer(6 * sizeof(float));
+  std::fill_n(static_cast<float*>(out->contents()), 6, std::nanf(""));
+  const uint32_t args[2] = {6, 3};   // ElementwiseArgs{n, inner}
+  auto cb = device->new_command_buffer();
+  auto& enc = cb->compute_encoder();
+  enc.set_pipeline(pipeline);
+  enc.set_buffer(*in, 0, 0);
+  enc.set_buffer(*out, 0, 1);
+  enc.set_bytes(args, sizeof args, 2);
+  enc.dispatch_threads({6, 1, 1}, {32, 1, 1});
+  enc.end_encoding();
+  cb->commit();
+  cb->wait_until_completed();
+  REQUIRE(cb->error().empty());
+  const float* y = static_cast<const float*>(out->contents());
+  for (int row = 0; row < 2; ++row)
+    for (int col = 0; col < 3; ++col) {
+      const float gate = x[row * 6 + col], up = x[row * 6 + 3 + col];
+      CHECK(y[row * 3 + col] == doctest::Approx(gate / (1.0f + std::exp(-gate)) * up).epsilon(1e-6));
+    }
+  CHECK(compiles == std::map<std::string, int>{{"silu_and_mul.metal", 1}, {"softmax.metal", 1}});
+  CHECK(library.summary().find("failed: softmax.metal") != std::string::npos);
 }

@@ -2,7 +2,10 @@
 # The wheel path of a user's first hour: the wheel `pip wheel .` makes (argument 1,
 # as tests/run.sh passes the one it built and tested; else built here), installed
 # into a fresh venv (no source tree, no system site-packages), then
-# tests/wheel/smoke.py run from outside the tree. Beyond the build, this costs about
+# tests/wheel/smoke.py run from outside the tree, with the arguments after the wheel
+# (the macOS CI wheel job passes --no-model --require-metallib).
+#
+# usage: check_wheel.sh [WHEEL [SMOKE ARGS...]] Beyond the build, this costs about
 # a minute once pip's cache holds the dependencies; it needs the default model in the
 # cache (~/.cache/metalrt or $METALRT_CACHE_DIR) or the network.
 set -euo pipefail
@@ -10,6 +13,7 @@ cd "$(dirname "$0")/../.."
 
 if [ $# -ge 1 ]; then
   wheel="$(realpath "$1")"
+  shift
 else
   rm -rf build/wheel
   python3 -m pip wheel -q --no-deps -w build/wheel .
@@ -21,4 +25,4 @@ python3 -m venv "$scratch/venv"
 "$scratch/venv/bin/python" -m pip install -q "$wheel"
 cp tests/wheel/smoke.py "$scratch/"
 cd "$scratch"
-PATH="$scratch/venv/bin:$PATH" "$scratch/venv/bin/python" smoke.py
+PATH="$scratch/venv/bin:$PATH" "$scratch/venv/bin/python" smoke.py "$@"

@@ -4,10 +4,12 @@ greedy continuation, DESIGN.md section 6), the CPU's BLAS GEMM (its library foun
 run time), a compile_shader kernel, and, on the
 simulated device, compile_shader's error when no C++ compiler is on PATH.
 
-    python smoke.py [--no-model]
+    python smoke.py [--no-model] [--require-metallib]
 
 Exits non-zero with the failing check's message. tests/wheel/check_wheel.sh runs it
-in a fresh venv; cibuildwheel runs it with --no-model after building each wheel.
+in a fresh venv; cibuildwheel runs it with --no-model after building each wheel, and
+on macOS with --require-metallib: the wheel must ship metalrt.metallib (a macOS wheel
+built without Apple's Metal compiler would compile every kernel at run time).
 """
 import argparse
 import os
@@ -93,6 +95,31 @@ def check_compile_shader() -> None:
         sys.exit(f"compile_shader's kernel computed {y.numpy()[:8]}...")
 
 
+def check_metallib(package_dir: str, library_info: dict, native: bool) -> None:
+    """metalrt.metallib is in `package_dir` (the extension's directory, where the native
+    device loads it: DefaultLibraryPath in cpp/metal/metal_device.mm) and is a metallib
+    (it starts with the magic "MTLB"). When the native device serves, `library_info`
+    (metalrt.metal_library_info()) must say it loaded that file; a hosted macOS runner is
+    a VM whose GPU is refused (the simulated device serves), so there only the file is
+    checked. Exits with the reason otherwise."""
+    path = os.path.join(package_dir, "metalrt.metallib")
+    if not os.path.isfile(path):
+        sys.exit(f"[smoke --require-metallib] no metalrt.metallib in {package_dir}: the wheel was "
+                 "built without Apple's Metal compiler (docs/apple-validation.md, What you need)")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"MTLB":
+        sys.exit(f"[smoke --require-metallib] {path} starts with {magic!r}, not a metallib's b'MTLB'")
+    if not native:
+        print(f"metalrt.metallib is in the wheel; not loaded here ({library_info['selection']})")
+        return
+    loaded = library_info["library"]
+    prefix = "metallib at "
+    if not (loaded.startswith(prefix) and os.path.samefile(loaded[len(prefix):], path)):
+        sys.exit(f"[smoke --require-metallib] the native device's kernels come from {loaded!r}, "
+                 f"expected 'metallib at {path}'")
+
+
 def check_no_compiler_message() -> None:
     if not metalrt.device_info("metal")["simulated"]:
         return   # Metal compiles the kernel: no C++ compiler is involved
@@ -110,6 +137,8 @@ def check_no_compiler_message() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-model", action="store_true", help="skip the default model (a 98 MB download)")
+    parser.add_argument("--require-metallib", action="store_true",
+                        help="fail unless the wheel ships metalrt.metallib (macOS wheels)")
     args = parser.parse_args()
     if shutil.which("metalrt") is None:
         sys.exit("the metalrt console script is not on PATH")
@@ -120,6 +149,9 @@ def main() -> None:
     check_cpu_blas()
     check_compile_shader()
     check_no_compiler_message()
+    if args.require_metallib:
+        check_metallib(os.path.dirname(os.path.abspath(metalrt._metalrt.__file__)),
+                       metalrt.metal_library_info(), not metalrt.device_info("metal")["simulated"])
     print("wheel smoke test: ok")
 
 
