@@ -6,8 +6,9 @@
 // d of the head's state S [Dk][Dv] (the delta rule never mixes columns), the other
 // threads help stage.
 // * gated_delta_rule_recurrent_<dtype>: the step per token (decode). The column's Dk
-//   entries stay in registers across the request's tokens, so the state is read and
-//   written once per call: per token S = exp(g) S, m = S^T k, S += k beta (v - m),
+//   entries stay in registers across the request's tokens (Dk is function constant
+//   head_k_dim, so the loops over them unroll), so the state is read and written once
+//   per call: per token S = exp(g) S, m = S^T k, S += k beta (v - m),
 //   o = S^T q, with q and k staged normalised in threadgroup memory.
 // * gated_delta_rule_chunked_<dtype>: chunks of kDeltaChunk tokens (prefill), the state
 //   in device memory between chunks. Per chunk of n rows (G = cumulative g,
@@ -31,6 +32,12 @@ using namespace metal;
 // recurrent kernel stages q[d] and k[d] by thread d < Dk.
 static_assert(kDeltaThreads >= 2 * kDeltaChunk, "a thread per chunk row for q and for k");
 static_assert(kDeltaThreads >= kDeltaMaxHeadDim, "a thread per key feature");
+// Both kernels run threadgroups of exactly kDeltaThreads, declared to the compiler
+// ([[max_total_threads_per_threadgroup]]) so it budgets registers for that size.
+static_assert(kDeltaThreads == 128, "the kernels' max_total_threads_per_threadgroup");
+
+static_assert(kDeltaHeadKDimConstant == 0, "head_k_dim is function constant 0");
+constant int head_k_dim [[function_constant(0)]];
 
 // Whether this kernel serves a request of `len` tokens (never an empty one).
 inline bool serves(int32_t len, int32_t mode, bool chunked) {
@@ -52,6 +59,7 @@ inline float inverse_norm(device const T* row, int32_t n) {
 
 // Grid: (requests, Hv) threadgroups of kDeltaThreads.
 template <typename T>
+[[max_total_threads_per_threadgroup(128)]]
 kernel void gated_delta_rule_recurrent(device const T* qkv [[buffer(0)]],
                                        device const float* g [[buffer(1)]],
                                        device const float* beta [[buffer(2)]],
@@ -68,7 +76,7 @@ kernel void gated_delta_rule_recurrent(device const T* qkv [[buffer(0)]],
   const int32_t r = int32_t(group.x), h = int32_t(group.y);
   const int32_t first = query_start[r], len = query_start[r + 1] - first;
   if (!serves(len, args.mode, false)) return;
-  const int32_t dk = args.head_k_dim, dv = args.head_v_dim, hv = args.num_v_heads;
+  const int32_t dk = head_k_dim, dv = args.head_v_dim, hv = args.num_v_heads;
   const int32_t kh = delta_rule_key_head(h, args.num_k_heads, hv, args.v_heads_tiled != 0);
   const long width = 2L * args.num_k_heads * dk + long(hv) * dv;
   const int32_t d = int32_t(tid);
@@ -113,6 +121,7 @@ kernel void gated_delta_rule_recurrent(device const T* qkv [[buffer(0)]],
 
 // Grid: (requests, Hv) threadgroups of kDeltaThreads.
 template <typename T>
+[[max_total_threads_per_threadgroup(128)]]
 kernel void gated_delta_rule_chunked(device const T* qkv [[buffer(0)]],
                                      device const float* g [[buffer(1)]],
                                      device const float* beta [[buffer(2)]],
@@ -134,7 +143,7 @@ kernel void gated_delta_rule_chunked(device const T* qkv [[buffer(0)]],
   const int32_t r = int32_t(group.x), h = int32_t(group.y);
   const int32_t first = query_start[r], len = query_start[r + 1] - first;
   if (!serves(len, args.mode, true)) return;
-  const int32_t dk = args.head_k_dim, dv = args.head_v_dim, hv = args.num_v_heads;
+  const int32_t dk = head_k_dim, dv = args.head_v_dim, hv = args.num_v_heads;
   const int32_t kh = delta_rule_key_head(h, args.num_k_heads, hv, args.v_heads_tiled != 0);
   const long width = 2L * args.num_k_heads * dk + long(hv) * dv;
   const int32_t d = int32_t(tid);
@@ -163,6 +172,8 @@ kernel void gated_delta_rule_chunked(device const T* qkv [[buffer(0)]],
     threadgroup_barrier(mem_flags::mem_threadgroup);
 
     // 1. The chunk matrix and each row's products with the state column.
+    // ks and qs are indexed only by loops of kDeltaChunk iterations (the rows past n
+    // skipped, or adding the zeros staged for them), so they unroll into registers.
     float ks[kDeltaChunk], qs[kDeltaChunk];   // k_i . S_d, q_i . S_d (the chunk-start state)
     for (int32_t i = 0; i < kDeltaChunk; ++i) ks[i] = qs[i] = 0.0f;
     for (int32_t e0 = 0; e0 < dk; e0 += kDeltaKeySlice) {
@@ -188,7 +199,7 @@ kernel void gated_delta_rule_chunked(device const T* qkv [[buffer(0)]],
       if (column)
         for (int32_t e = 0; e < width_e; ++e) {
           const float s = s_col[long(e0 + e) * dv];
-          for (int32_t i = 0; i < n; ++i) {
+          for (int32_t i = 0; i < kDeltaChunk; ++i) {   // rows past n staged as 0
             ks[i] += k_slice[i * kDeltaKeySlice + e] * s;
             qs[i] += q_slice[i * kDeltaKeySlice + e] * s;
           }
@@ -207,14 +218,16 @@ kernel void gated_delta_rule_chunked(device const T* qkv [[buffer(0)]],
 
     if (column) {
       // 2. v_new in place of ks, row by row (forward substitution).
-      for (int32_t i = 0; i < n; ++i) {
+      for (int32_t i = 0; i < kDeltaChunk; ++i) {
+        if (i >= n) continue;   // ks[i] stays 0
         const float v = float(rows[i * width + v_offset]);
         float acc = 0.0f;
         for (int32_t j = 0; j < i; ++j) acc += m[j * kDeltaChunk + i] * ks[j];
         ks[i] = beta_s[i] * (v - exp(cum[i]) * ks[i]) - acc;
       }
       // 3. The outputs.
-      for (int32_t i = 0; i < n; ++i) {
+      for (int32_t i = 0; i < kDeltaChunk; ++i) {
+        if (i >= n) continue;
         float o = exp(cum[i]) * qs[i];
         for (int32_t j = 0; j <= i; ++j) o += m[i * kDeltaChunk + j] * ks[j];
         out[(long(first + c0 + i) * hv + h) * dv + d] = T(o);
@@ -234,7 +247,8 @@ kernel void gated_delta_rule_chunked(device const T* qkv [[buffer(0)]],
       if (column)
         for (int32_t e = 0; e < width_e; ++e) {
           float acc = 0.0f;
-          for (int32_t i = 0; i < n; ++i) acc += k_slice[i * kDeltaKeySlice + e] * ks[i];
+          // Rows past n add 0 * 0.
+          for (int32_t i = 0; i < kDeltaChunk; ++i) acc += k_slice[i * kDeltaKeySlice + e] * ks[i];
           device float* s = s_col + long(e0 + e) * dv;
           *s = *s * exp(last) + acc;
         }

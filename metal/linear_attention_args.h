@@ -21,6 +21,10 @@ METALRT_CONSTANT uint32_t kGatingThreads = 256;
 METALRT_CONSTANT int32_t kDeltaThreads = 128;
 METALRT_CONSTANT int32_t kDeltaSimdgroups = kDeltaThreads / 32;
 METALRT_CONSTANT int32_t kDeltaMaxHeadDim = 128;
+// head_k_dim (Dk) is the function constant of this index, set per pipeline, so the
+// loops over the recurrent kernel's register column have a compile-time trip count
+// and unroll (a run-time bound would leave the column in stack memory).
+METALRT_CONSTANT uint32_t kDeltaHeadKDimConstant = 0;
 // Chunked form: chunks of kDeltaChunk tokens (= ops::kDeltaRuleChunk). Threadgroup memory
 // per threadgroup: the chunk's 64 x 64 f32 matrix (16 KiB: q.k decays on and below the
 // diagonal, the UT system's k.k above it, transposed), q and k staged kDeltaKeySlice
@@ -43,15 +47,15 @@ struct GdnGatingArgs {
 };
 static_assert(sizeof(GdnGatingArgs) == 8, "GdnGatingArgs must match between host and MSL");
 
+// head_k_dim is not here: it is function constant kDeltaHeadKDimConstant.
 struct GatedDeltaRuleArgs {
   int32_t num_k_heads;
-  int32_t head_k_dim;
   int32_t num_v_heads;
   int32_t head_v_dim;
   float scale;        // applied to the normalised q
   int32_t mode;       // ops::DeltaRuleMode: 0 recurrent, 1 chunked, 2 auto
   int32_t v_heads_tiled;   // 1: value head h reads key head h % Hk (else h / (Hv / Hk))
-  int32_t unused;
+  int32_t unused[2];
 };
 static_assert(sizeof(GatedDeltaRuleArgs) == 32, "GatedDeltaRuleArgs must match between host and MSL");
 

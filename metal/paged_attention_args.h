@@ -25,6 +25,10 @@ METALRT_CONSTANT int32_t kAttentionMaxDimsPerLane = kAttentionMaxHeadDim / kAtte
 // kDecodeSimdgroups-th position of the partition.
 METALRT_CONSTANT int32_t kDecodePartition = 256;
 METALRT_CONSTANT int32_t kDecodeGroupHeads = 8;
+// The decode kernels' query heads per threadgroup (min(group, kDecodeGroupHeads)) are
+// the function constant of this index, so the loops over a thread's per-head registers
+// have a compile-time trip count and unroll.
+METALRT_CONSTANT uint32_t kDecodeGroupHeadsConstant = 1;
 METALRT_CONSTANT int32_t kDecodeSimdgroups = 4;
 METALRT_CONSTANT int32_t kDecodeThreads = kDecodeSimdgroups * kAttentionSimdWidth;
 // The merge pass: one SIMD-group per (request, query head).
@@ -60,10 +64,9 @@ struct PagedAttentionArgs {
   int32_t kv_heads;
   int32_t block_size;     // cache slots per block
   int32_t max_blocks;     // block_tables row stride
-  int32_t group_heads;    // decode: query heads per threadgroup (<= kDecodeGroupHeads)
   int32_t partitions;     // decode split: partial rows per (request, query head)
   float scale;            // softmax scale applied to q . k
-  int32_t unused;         // keeps the size a multiple of 8
+  int32_t unused[2];      // keeps the size a multiple of 8
 };
 static_assert(sizeof(PagedAttentionArgs) == 32, "PagedAttentionArgs must match between host and MSL");
 

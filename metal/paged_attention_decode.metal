@@ -26,6 +26,13 @@ using namespace metal;
 
 static_assert(kAttentionHeadDimConstant == 0, "head_dim is function constant 0");
 constant int head_dim [[function_constant(0)]];
+// The split and single-pass kernels' query heads per threadgroup (1..kDecodeGroupHeads):
+// every loop over a thread's per-head arrays runs to it, so they unroll into registers.
+static_assert(kDecodeGroupHeadsConstant == 1, "group_heads is function constant 1");
+constant int group_heads [[function_constant(1)]];
+// Threadgroups are exactly kDecodeThreads (kDecodeMergeThreads for the merge), declared
+// to the compiler ([[max_total_threads_per_threadgroup]]) so it budgets registers for it.
+static_assert(kDecodeThreads == 128 && kDecodeMergeThreads == 32, "the kernels' thread limits");
 
 // One partial row of the scratch: m, s, then head_dim accumulated features.
 inline int32_t partial_stride() { return head_dim + 2; }
@@ -46,11 +53,11 @@ inline DecodeTask decode_task(uint3 group, device const int32_t* seq_lens,
   t.b = int32_t(group.x);
   t.token = query_start_loc[t.b];
   const int32_t group_size = args.heads / args.kv_heads;
-  const int32_t chunks = (group_size + args.group_heads - 1) / args.group_heads;
+  const int32_t chunks = (group_size + group_heads - 1) / group_heads;
   t.kv_head = int32_t(group.y) / chunks;
-  const int32_t chunk_first = (int32_t(group.y) % chunks) * args.group_heads;
+  const int32_t chunk_first = (int32_t(group.y) % chunks) * group_heads;
   t.first_head = t.kv_head * group_size + chunk_first;
-  t.heads = min(args.group_heads, group_size - chunk_first);
+  t.heads = min(group_heads, group_size - chunk_first);
   t.first = int32_t(group.z) * kDecodePartition;
   t.end = min(seq_lens[t.b], t.first + kDecodePartition);
   t.valid = query_start_loc[t.b + 1] - t.token == 1 && t.first < t.end;
@@ -70,7 +77,9 @@ inline float combined_max(threadgroup const float* tg_max, int32_t h) {
 // features to the heads' maxima over the SIMD-groups and they add them, in SIMD-group
 // order, into tg_sum[h] and tg_acc[h * head_dim + d] (one [heads][head_dim] accumulator, so
 // head_dim 256 fits the 32 KiB of threadgroup memory). A SIMD-group with no position has
-// maximum -inf, which weighs 0.
+// maximum -inf, which weighs 0. The head loops run to group_heads: heads past t.heads (the
+// last chunk of a group that group_heads does not divide) attend with a zero query and
+// are never written out.
 template <typename T>
 inline void attend_partition(DecodeTask t, device const T* query, device const T* key_cache,
                              device const T* value_cache, device const int32_t* blocks,
@@ -80,11 +89,11 @@ inline void attend_partition(DecodeTask t, device const T* query, device const T
   float q[kDecodeGroupHeads][kAttentionMaxDimsPerLane];
   float acc[kDecodeGroupHeads][kAttentionMaxDimsPerLane];
   float max_score[kDecodeGroupHeads], sum[kDecodeGroupHeads];
-  for (int32_t h = 0; h < t.heads; ++h) {
+  for (int32_t h = 0; h < group_heads; ++h) {
     device const T* row = query + (long(t.token) * args.heads + t.first_head + h) * head_dim;
     for (int32_t i = 0; i < dims_per_lane(); ++i) {
       const int32_t d = int32_t(lane) + kAttentionSimdWidth * i;
-      q[h][i] = d < head_dim ? float(row[d]) : 0.0f;
+      q[h][i] = h < t.heads && d < head_dim ? float(row[d]) : 0.0f;
       acc[h][i] = 0.0f;
     }
     max_score[h] = -INFINITY;
@@ -101,7 +110,7 @@ inline void attend_partition(DecodeTask t, device const T* query, device const T
       k[i] = d < head_dim ? float(key_cache[base + d]) : 0.0f;
       v[i] = d < head_dim ? float(value_cache[base + d]) : 0.0f;
     }
-    for (int32_t h = 0; h < t.heads; ++h) {
+    for (int32_t h = 0; h < group_heads; ++h) {
       float partial = 0.0f;
       for (int32_t i = 0; i < dims_per_lane(); ++i) partial += q[h][i] * k[i];
       const float score = simd_sum(partial) * args.scale;
@@ -114,16 +123,16 @@ inline void attend_partition(DecodeTask t, device const T* query, device const T
     }
   }
   if (lane == 0)
-    for (int32_t h = 0; h < t.heads; ++h) tg_max[int32_t(simdgroup) * kDecodeGroupHeads + h] = max_score[h];
+    for (int32_t h = 0; h < group_heads; ++h) tg_max[int32_t(simdgroup) * kDecodeGroupHeads + h] = max_score[h];
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (int32_t h = 0; h < t.heads; ++h) {
+  for (int32_t h = 0; h < group_heads; ++h) {
     const float weight = exp(max_score[h] - combined_max(tg_max, h));
     sum[h] *= weight;
     for (int32_t i = 0; i < dims_per_lane(); ++i) acc[h][i] *= weight;
   }
   for (int32_t s = 0; s < kDecodeSimdgroups; ++s) {
     if (int32_t(simdgroup) == s)
-      for (int32_t h = 0; h < t.heads; ++h) {
+      for (int32_t h = 0; h < group_heads; ++h) {
         if (lane == 0) tg_sum[h] = s == 0 ? sum[h] : tg_sum[h] + sum[h];
         for (int32_t i = 0; i < dims_per_lane(); ++i) {
           const int32_t d = int32_t(lane) + kAttentionSimdWidth * i;
@@ -137,6 +146,7 @@ inline void attend_partition(DecodeTask t, device const T* query, device const T
 // Single pass. Grid: (B, kv_heads * ceil(group / group_heads), 1) threadgroups of
 // kDecodeThreads; every decode context is at most kDecodePartition.
 template <typename T>
+[[max_total_threads_per_threadgroup(128)]]
 kernel void paged_attention_decode(device const T* query [[buffer(0)]],
                                    device const T* key_cache [[buffer(1)]],
                                    device const T* value_cache [[buffer(2)]],
@@ -166,6 +176,7 @@ kernel void paged_attention_decode(device const T* query [[buffer(0)]],
 // threadgroups of kDecodeThreads. partials: [B, heads, args.partitions] rows of
 // partial_stride() floats.
 template <typename T>
+[[max_total_threads_per_threadgroup(128)]]
 kernel void paged_attention_decode_split(device const T* query [[buffer(0)]],
                                          device const T* key_cache [[buffer(1)]],
                                          device const T* value_cache [[buffer(2)]],
@@ -201,6 +212,7 @@ kernel void paged_attention_decode_split(device const T* query [[buffer(0)]],
 // lane l holding features l + 32 i); reads the ceil(seq_len / kDecodePartition)
 // partitions the first pass wrote for the request.
 template <typename T>
+[[max_total_threads_per_threadgroup(32)]]
 kernel void paged_attention_decode_merge(device const float* partials [[buffer(0)]],
                                          device const int32_t* seq_lens [[buffer(1)]],
                                          device const int32_t* query_start_loc [[buffer(2)]],

@@ -32,11 +32,13 @@ bool MetalGatedDeltaRule(const OpCall& call) {
                            (p.mode == ops::DeltaRuleMode::kAuto && len > 1);
     (as_chunks ? chunked : recurrent) = true;
   }
-  const GatedDeltaRuleArgs args{static_cast<int32_t>(p.num_k_heads), static_cast<int32_t>(p.head_k_dim),
-                                static_cast<int32_t>(p.num_v_heads), static_cast<int32_t>(p.head_v_dim),
-                                p.scale, static_cast<int32_t>(p.mode), p.v_heads_tiled ? 1 : 0, 0};
+  const GatedDeltaRuleArgs args{static_cast<int32_t>(p.num_k_heads), static_cast<int32_t>(p.num_v_heads),
+                                static_cast<int32_t>(p.head_v_dim), p.scale, static_cast<int32_t>(p.mode),
+                                p.v_heads_tiled ? 1 : 0, {0, 0}};
+  // One pipeline per head_k_dim (a model has one): its loops unroll (kernel header).
+  const FunctionConstants constants = {Constant(kDeltaHeadKDimConstant, static_cast<int32_t>(p.head_k_dim))};
   auto launch = [&](const char* variant) {
-    KernelLaunch kernel(KernelName("gated_delta_rule", variant, qkv.dtype()));
+    KernelLaunch kernel(KernelName("gated_delta_rule", variant, qkv.dtype()), constants);
     // The state pool (3) is updated in place.
     for (uint32_t i = 0; i < 6; ++i) i == 3 ? kernel.output(i, call.inputs[i]) : kernel.input(i, call.inputs[i]);
     kernel.output(6, call.outputs[0]).bytes(7, args);

@@ -64,13 +64,15 @@ bool MetalPagedAttention(const OpCall& call) {
                                 static_cast<int32_t>(kv_heads),
                                 static_cast<int32_t>(key_cache.dim(1)),
                                 static_cast<int32_t>(block_tables.dim(1)),
-                                static_cast<int32_t>(group_heads),
                                 static_cast<int32_t>(partitions),
                                 call.param<ops::PagedAttentionParams>().scale,
-                                0};
+                                {0, 0}};
+  // A pipeline per (head_dim, group_heads): one or two per model (kernel headers).
   const FunctionConstants constants = {Constant(kAttentionHeadDimConstant, static_cast<int32_t>(head_dim))};
-  auto launch = [&](const char* variant, const Tensor& result) {
-    KernelLaunch kernel(KernelName("paged_attention", variant, query.dtype()), constants);
+  FunctionConstants decode_constants = constants;
+  decode_constants.push_back(Constant(kDecodeGroupHeadsConstant, static_cast<int32_t>(group_heads)));
+  auto launch = [&](const char* variant, const Tensor& result, const FunctionConstants& values) {
+    KernelLaunch kernel(KernelName("paged_attention", variant, query.dtype()), values);
     for (uint32_t i = 0; i < 6; ++i) kernel.input(i, call.inputs[i]);
     kernel.output(6, result).bytes(7, args);
     return kernel;
@@ -81,11 +83,11 @@ bool MetalPagedAttention(const OpCall& call) {
                         static_cast<uint32_t>(partitions)};
     const Size3 threads = {static_cast<uint32_t>(kDecodeThreads), 1, 1};
     if (partitions == 1) {
-      launch("decode", out).threadgroups(grid, threads);
+      launch("decode", out, decode_constants).threadgroups(grid, threads);
     } else {
       const Tensor partials = Tensor::Empty({batch, heads, partitions, head_dim + 2}, DType::kF32,
                                             DeviceType::kMETAL);
-      launch("decode_split", partials).threadgroups(grid, threads);
+      launch("decode_split", partials, decode_constants).threadgroups(grid, threads);
       KernelLaunch(KernelName("paged_attention", "decode_merge", query.dtype()), constants)
           .input(0, partials)
           .input(1, call.inputs[4])
@@ -98,7 +100,7 @@ bool MetalPagedAttention(const OpCall& call) {
   }
   if (prefill_tiles > 0) {
     const int64_t chunks = PrefillHeadChunks(static_cast<int32_t>(group));
-    launch("prefill", out).threadgroups(
+    launch("prefill", out, constants).threadgroups(
         {static_cast<uint32_t>(prefill_tiles), static_cast<uint32_t>(kv_heads * chunks), 1},
         {static_cast<uint32_t>(kPrefillThreads), 1, 1});
   }

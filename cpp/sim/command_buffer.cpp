@@ -98,6 +98,11 @@ void SimComputeEncoder::Encode(gpu::Size3 groups, gpu::Size3 group_size, gpu::Si
   if (threads == 0 || threads > kMaxThreadsPerThreadgroup)
     throw std::invalid_argument(where + std::to_string(threads) + " threads per threadgroup " +
                                 Dims(group_size) + "; the limit is 1 to 1024");
+  if (k.max_total_threads_per_threadgroup && threads > k.max_total_threads_per_threadgroup)
+    throw std::invalid_argument(where + std::to_string(threads) + " threads per threadgroup " +
+                                Dims(group_size) + " exceed its [[max_total_threads_per_threadgroup(" +
+                                std::to_string(k.max_total_threads_per_threadgroup) + ")]] (" +
+                                k.location + ")");
   for (uint32_t i = 0; i < k.num_buffers; ++i) {
     const BufferUse& use = k.buffers[i];
     if (use.function_constant >= 0 && !GuardHolds(pipeline_->constants(), use.function_constant))

@@ -91,7 +91,10 @@ SimPipeline::SimPipeline(const KernelInfo& kernel, const ModuleInfo& module,
                          std::vector<ConstantValue> constants)
     : kernel_(kernel), module_(module), name_(kernel.name), constants_(std::move(constants)) {}
 
-uint32_t SimPipeline::max_total_threads_per_threadgroup() const { return kMaxThreadsPerThreadgroup; }
+uint32_t SimPipeline::max_total_threads_per_threadgroup() const {
+  const uint32_t declared = kernel_.max_total_threads_per_threadgroup;
+  return declared ? declared : kMaxThreadsPerThreadgroup;
+}
 uint32_t SimPipeline::thread_execution_width() const { return kSimdWidth; }
 
 SimLibrary::SimLibrary(std::vector<const ModuleInfo*> modules, std::string reflection)

@@ -15,7 +15,7 @@
 
 namespace metalrt::sim {
 
-constexpr uint32_t kModuleAbiVersion = 3;
+constexpr uint32_t kModuleAbiVersion = 4;
 constexpr uint32_t kMaxBufferBindings = 31;        // Metal's buffer argument table
 constexpr uint32_t kMaxThreadgroupBindings = 31;   // [[threadgroup(n)]] indices
 
@@ -58,6 +58,9 @@ struct KernelInfo {
   // newFunctionWithName:constantValues:error: does).
   const uint32_t* required_constants;
   uint32_t num_required_constants;
+  // N of the kernel's [[max_total_threads_per_threadgroup(N)]], 0 without one: its
+  // pipelines' maxTotalThreadsPerThreadgroup, and a larger threadgroup is refused.
+  uint32_t max_total_threads_per_threadgroup;
 };
 
 // A `constant T name [[function_constant(index)]]`; the runtime writes the value of

@@ -291,6 +291,21 @@ TEST_CASE("sim MSL: templated kernels registered by host_name") {
   for (int i = 0; i < 33; ++i) CHECK(SimRun::Read<uint16_t>(*yh)[i] == F32ToF16(2.0f * F16ToF32(xh[i])));
 }
 
+TEST_CASE("sim MSL: [[max_total_threads_per_threadgroup(N)]] caps the pipeline at N") {
+  SimRun run;
+  CHECK(run.device->default_library().pipeline("capped_times_f32").max_total_threads_per_threadgroup() == 64);
+  CHECK(run.device->default_library().pipeline("times3_f32").max_total_threads_per_threadgroup() == 1024);
+  const auto x = Ramp(128);
+  auto y = run.Buffer(std::vector<float>(128, kNaN));
+  REQUIRE(run.Run({"capped_times_f32", {run.Buffer(x), y}, {128, 1, 1}, {64, 1, 1}}) == "");
+  for (int i = 0; i < 128; ++i) CHECK(SimRun::Read<float>(*y)[i] == 4.0f * x[i]);
+  auto cb = run.device->new_command_buffer();
+  CHECK_THROWS_WITH_AS(run.Encode(*cb, {"capped_times_f32", {run.Buffer(x), y}, {128, 1, 1}, {65, 1, 1}}),
+                       doctest::Contains("[dispatch] kernel 'capped_times_f32': 65 threads per threadgroup "
+                                         "(65, 1, 1) exceed its [[max_total_threads_per_threadgroup(64)]] ("),
+                       std::invalid_argument);
+}
+
 TEST_CASE("sim MSL: SIMD-group functions after early returns, shuffles at the edge lanes") {
   SimRun run;
   const auto x = Ramp(96);

@@ -79,6 +79,7 @@ def run_case(device, dtype, heads, kv_heads, head_dim, block_size, q_lens, seq_l
     (9, 3, 64, 16, [5, 1, 31], [5, 32, 40]),    # prefill, decode, chunked prefill with context
     (4, 2, 128, 16, [17, 2], [17, 18]),         # head_dim 128, GQA 2
     (3, 3, 33, 5, [3], [7]),                    # odd head_dim and block size, MHA
+    (12, 1, 64, 16, [1, 1], [40, 300]),         # GQA 12: decode chunks of 8 and 4 heads, split-KV
 ])
 def test_matches_float64_reference(dtype, heads, kv_heads, head_dim, block_size, q_lens,
                                    seq_lens, device):

@@ -129,7 +129,7 @@ kernel void tests_first(device int* o [[buffer(0)]]) {
 kernel void uses_none(device int* o [[buffer(0)]]) { o[0] = 0; }
 """)
     required = dict(re.findall(r"metalrt_required_(\d+)\[\] = \{(.*)\};", text))
-    counts = dict(re.findall(r'\{"(\w+)", &metalrt_kernel_\d+,.*metalrt_required_\d+, (\d+)u\}', text))
+    counts = dict(re.findall(r'\{"(\w+)", &metalrt_kernel_\d+,.*metalrt_required_\d+, (\d+)u, \d+u\}', text))
     assert counts == {"via_helper": "1", "tests_first": "0", "uses_none": "0"}
     via_helper = re.search(r'\{"via_helper", &metalrt_kernel_(\d+)', text).group(1)
     assert required[via_helper] == "0u"   # function constant 0 ('used'), reached through helper()
@@ -211,6 +211,10 @@ def test_shared_mode_exports_the_module_entry(tmp_path):
      "a threadgroup variable cannot have an initializer"),
     ("kernel void f(device float* x [[buffer(0)]]) {}\nkernel void f(device float* y [[buffer(0)]]) {}",
      2, "kernel 'f' defined twice"),
+    ("\n[[max_total_threads_per_threadgroup(2048)]]\nkernel void f(device float* x [[buffer(0)]]) {}", 2,
+     "kernel 'f': [[max_total_threads_per_threadgroup(2048)]] must be 1 to 1024, got 2048"),
+    ("[[max_total_threads_per_threadgroup(n)]] kernel void f(device float* x [[buffer(0)]]) {}", 1,
+     "[[max_total_threads_per_threadgroup(n)]] needs an integer constant expression"),
 ])
 def test_errors_name_the_file_and_line(tmp_path, source, line, message):
     with pytest.raises(msl_to_cpp.MslError) as e:
@@ -257,6 +261,20 @@ kernel void k(device float* x [[buffer(BASE + 1)]], device float* y [[buffer(0x1
     assert '{1200u, "FC_unary_op", 2u,' in text
     assert '{1203u, "FC_unary_cnt", 1u,' in text
     assert kernel_rows(text)["k"] == ("{3u, -1}, {1u, -1}, {5u, 1203}", 0)
+
+
+def test_max_total_threads_per_threadgroup_is_recorded_per_kernel(tmp_path):
+    text = generate(tmp_path, """#define THREADS 64
+[[max_total_threads_per_threadgroup(2 * THREADS)]] kernel void capped(device float* x [[buffer(0)]]) {}
+kernel void free_size(device float* x [[buffer(0)]]) {}
+template <typename T>
+[[max_total_threads_per_threadgroup(32)]]
+kernel void t(device T* x [[buffer(0)]]) {}
+template [[host_name("t_f32")]] [[kernel]] decltype(t<float>) t<float>;
+""")
+    limits = dict(re.findall(r'\{"(\w+)", &metalrt_kernel_\d+, .*, (\d+)u\},', text))
+    assert limits == {"capped": "128", "free_size": "0", "t_f32": "32"}
+    assert "max_total_threads_per_threadgroup" not in copied_source(text)   # blanked for C++
 
 
 def test_unattributed_buffer_parameters_get_metals_implicit_indices(tmp_path):

@@ -78,9 +78,9 @@ def module(program: Program, registered: Registered, pre: Preprocessed, body: st
         tg_bits = sum(1 << p.index for p in k.params if p.kind == "threadgroup")
         kernel_rows.append(f'  {{"{host}", &metalrt_kernel_{i}, metalrt_buffers_{i}, '
                            f"{len(uses)}u, {tg_bits}u, \"{c_string(where)}\", "
-                           f"metalrt_required_{i}, {len(required)}u}},")
+                           f"metalrt_required_{i}, {len(required)}u, {k.max_threads}u}},")
     out.append("const ::metalrt::sim::KernelInfo metalrt_kernels[] = {")
-    out += kernel_rows or ['  {"", nullptr, nullptr, 0u, 0u, "", nullptr, 0u},']
+    out += kernel_rows or ['  {"", nullptr, nullptr, 0u, 0u, "", nullptr, 0u, 0u},']
     out.append("};")
     out.append("const ::metalrt::sim::FunctionConstantInfo metalrt_constants[] = {")
     for fc in program.constants.values():

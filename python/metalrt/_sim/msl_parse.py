@@ -63,6 +63,7 @@ class KernelDef:
     host_name: str | None
     location: str
     keyword: tuple[int, int] | None   # span of a `kernel` keyword (not [[kernel]])
+    max_threads: int = 0   # [[max_total_threads_per_threadgroup(N)]]; 0: none declared
 
 
 @dataclass
@@ -210,7 +211,30 @@ def _find_kernels(f: SourceFile, program: Program) -> None:
             name, _parse_params(f, open_paren, close_paren, name),
             is_template=bool(re.search(r"\btemplate\s*<", prefix)),
             host_name=host.group(1) if host else None, location=f.where(m.start()),
-            keyword=m.span(1) if m.group(1) == "kernel" else None)
+            keyword=m.span(1) if m.group(1) == "kernel" else None,
+            max_threads=_max_threads(f, start, m.start(), name))
+
+
+# Metal's largest threadgroup (MTLDevice.maxThreadsPerThreadgroup on Apple GPUs).
+MAX_THREADS_PER_THREADGROUP = 1024
+
+
+def _max_threads(f: SourceFile, start: int, end: int, kernel: str) -> int:
+    """N of a ``[[max_total_threads_per_threadgroup(N)]]`` before the kernel's name, 0
+    without one; N is an integer constant expression in 1..1024. A pipeline's
+    maxTotalThreadsPerThreadgroup is then N (Apple: MTLComputePipelineDescriptor
+    .maxTotalThreadsPerThreadgroup must equal the attribute when both are set)."""
+    found = 0
+    for m in re.finditer(r"\[\[(.*?)\]\]", f.masked[start:end], re.S):
+        for key, arg in attribute_items(f.text[start + m.start(1):start + m.end(1)]):
+            if key != "max_total_threads_per_threadgroup":
+                continue
+            what = f"kernel '{kernel}': [[max_total_threads_per_threadgroup({arg})]]"
+            found = _index(f, start + m.start(), what, arg)
+            if not 1 <= found <= MAX_THREADS_PER_THREADGROUP:
+                raise f.error(start + m.start(), f"{what} must be 1 to "
+                                                 f"{MAX_THREADS_PER_THREADGROUP}, got {found}")
+    return found
 
 
 def _parse_instantiation(statement: str) -> tuple[str, str, str] | str:
