@@ -24,11 +24,13 @@
 // the tile's last query position. Rows past the request's end or the chunk's heads
 // (a partial tile) have zero queries and weights and write nothing.
 //
-// The accumulators' per-row scaling and the stores go through thread_elements(): lane
-// l holds row 4*l4 + 2*l2 + l1, columns 4*l3 + 2*l0 and the next (Apple GPUs' 8x8
-// layout; MLX's MMA fragments rely on the same; the sim's shim implements it).
+// The accumulators' per-row scaling and the stores go through thread_elements(), whose
+// lane layout MSL leaves unspecified: this kernel assumes Apple GPUs' (simdgroup_layout.h;
+// the sim's shim implements it), and the host probes the device once before its first
+// use, declining the call on a device that differs (cpp/gpu/simdgroup_layout_probe.cpp).
 #include <metal_stdlib>
 #include "paged_attention_args.h"
+#include "simdgroup_layout.h"
 using namespace metal;
 
 static_assert(kAttentionHeadDimConstant == 0, "head_dim is function constant 0");
@@ -40,10 +42,6 @@ typedef simdgroup_matrix<float, 8, 8> Block;
 inline int32_t head_blocks() { return (head_dim + 7) / 8; }
 inline int32_t padded_dim() { return head_blocks() * 8; }
 inline int32_t key_tile() { return PrefillKeyTile(padded_dim()); }
-
-// The row and first column of a lane's two elements of an 8x8 SIMD-group matrix.
-inline int32_t slot_row(uint lane) { return int32_t(4 * ((lane >> 4) & 1) + 2 * ((lane >> 2) & 1) + ((lane >> 1) & 1)); }
-inline int32_t slot_col(uint lane) { return int32_t(4 * ((lane >> 3) & 1) + 2 * (lane & 1)); }
 
 // What one threadgroup computes: request b's queries tile * query_tile ..
 // (tile + 1) * query_tile - 1 (of q_len, the first at query row `token`), query heads
@@ -172,9 +170,9 @@ kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
   threadgroup float* scores = p_tile + row0 * kPrefillKeyTile;   // this SIMD-group's 8 rows
   // The row of this lane's matrix elements, and (lanes 0..7) the row whose softmax
   // state the lane keeps.
-  const QueryRow mine = query_row(t, row0 + slot_row(lane), args);
+  const QueryRow mine = query_row(t, row0 + SimdgroupElementRow(lane), args);
   const QueryRow owned = query_row(t, row0 + int32_t(lane % 8), args);
-  const int32_t col = slot_col(lane);
+  const int32_t col = SimdgroupElementColumn(lane);
 
   Block q[kAttentionMaxHeadDim / 8], o[kAttentionMaxHeadDim / 8];
   for (int32_t j = 0; j < head_blocks(); ++j) {
@@ -208,7 +206,7 @@ kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
                              count, row_max, row_sum);
     simdgroup_barrier(mem_flags::mem_threadgroup);
     // O = diag(rescale) O + P V.
-    const float factor = simd_shuffle(rescale, ushort(slot_row(lane)));
+    const float factor = simd_shuffle(rescale, ushort(SimdgroupElementRow(lane)));
     for (int32_t j = 0; j < head_blocks(); ++j) o[j].thread_elements() *= factor;
     for (int32_t kb = 0; kb < key_tile() / 8; ++kb) {
       Block p;
@@ -221,7 +219,7 @@ kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);   // before the next tile is staged
   }
-  const float sum = simd_shuffle(row_sum, ushort(slot_row(lane)));
+  const float sum = simd_shuffle(row_sum, ushort(SimdgroupElementRow(lane)));
   if (!mine.active) return;
   for (int32_t j = 0; j < head_blocks(); ++j)
     for (int32_t e = 0; e < 2; ++e) {

@@ -2,6 +2,7 @@
 #include "metalrt/diagnostics.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "gpu/metal_backend.h"
 
@@ -28,6 +29,23 @@ MetalLibraryInfo GetMetalLibraryInfo() {
   info.kernels = backend.device().default_library().function_names();
   std::sort(info.kernels.begin(), info.kernels.end());
   return info;
+}
+
+std::string MetalPrefillAttentionDecline() { return gpu::ActiveMetalBackend().simdgroup_layout().Mismatch(); }
+
+void SetMetalAssumedSimdgroupLayoutForTesting(const std::optional<std::vector<int>>& element) {
+  if (!element) return gpu::SetAssumedSimdgroupLayoutForTesting(std::nullopt);
+  gpu::SimdgroupLayout layout{};
+  if (element->size() != layout.size())
+    throw std::invalid_argument("[simdgroup_layout_probe] a layout has 64 elements, got " +
+                                std::to_string(element->size()));
+  for (size_t i = 0; i < layout.size(); ++i) {
+    if ((*element)[i] < 0 || (*element)[i] > 63)
+      throw std::invalid_argument("[simdgroup_layout_probe] element indices are 0..63, got " +
+                                  std::to_string((*element)[i]));
+    layout[i] = static_cast<uint8_t>((*element)[i]);
+  }
+  gpu::SetAssumedSimdgroupLayoutForTesting(layout);
 }
 
 }  // namespace metalrt

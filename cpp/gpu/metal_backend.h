@@ -18,6 +18,7 @@
 #include "gpu/command_stream.h"
 #include "gpu/gpu_device.h"
 #include "gpu/profiler.h"
+#include "gpu/simdgroup_layout_probe.h"
 #include "metalrt/device.h"
 
 namespace metalrt::gpu {
@@ -65,6 +66,8 @@ class MetalBackend final : public Backend {
   CommandStream& stream() { return stream_; }
   Profiler& profiler() { return profiler_; }
   BufferCache& buffer_cache() { return buffer_cache_; }
+  // The device's thread_elements() layout, probed at first use of the prefill kernel.
+  SimdgroupLayoutCheck& simdgroup_layout() { return simdgroup_layout_; }
 
  private:
   // Declaration order is destruction order reversed: the stream drains in-flight
@@ -78,6 +81,7 @@ class MetalBackend final : public Backend {
   // Live external wrappings by buffer base: the handle whose destruction unregisters it.
   std::mutex external_mutex_;
   std::map<const void*, std::weak_ptr<void>> external_;
+  SimdgroupLayoutCheck simdgroup_layout_{*device_};
 };
 
 // Registers the kMETAL backend factory (idempotent); called by

@@ -21,11 +21,14 @@
 // A pure decode batch therefore dispatches the decode kernel only, a prefill-only batch
 // the prefill kernel only. Requests with no query are skipped by both.
 // head_dim is a function constant (specialised pipelines); heads above
-// kAttentionMaxHeadDim are declined (the reference tier serves them).
+// kAttentionMaxHeadDim are declined (the reference tier serves them), and so is a
+// batch with prefill requests on a device whose simdgroup_matrix lane layout differs
+// from the one the prefill kernel assumes (probed once: simdgroup_layout_probe.h).
 #include <algorithm>
 #include <cstdint>
 
 #include "gpu/kernel_launch.h"
+#include "gpu/metal_backend.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
 #include "paged_attention_args.h"
@@ -58,6 +61,8 @@ bool MetalPagedAttention(const OpCall& call) {
     if (q_len == 1) decode_context = std::max<int64_t>(decode_context, seq_lens[b]);
     if (q_len > 1) prefill_tiles += (q_len + query_tile - 1) / query_tile;
   }
+  // Before anything is encoded: the reference tier serves the whole call.
+  if (prefill_tiles > 0 && !ActiveMetalBackend().simdgroup_layout().Mismatch().empty()) return false;
   const int64_t group_heads = std::min<int64_t>(group, kDecodeGroupHeads);
   const int64_t partitions = (decode_context + kDecodePartition - 1) / kDecodePartition;
   const PagedAttentionArgs args{static_cast<int32_t>(heads),

@@ -32,21 +32,29 @@ void BindDoctor(nb::module_& m) {
       "_metal_device_facts",
       [] {
         MetalLimits limits;
+        std::string prefill_decline;
         {
           // The first use of the kernel library may compile it (seconds, on a Mac
           // without a metallib).
           nb::gil_scoped_release release;
           limits = GetMetalLimits();
+          prefill_decline = MetalPrefillAttentionDecline();
         }
         nb::dict facts;
         facts["max_threadgroup_memory_bytes"] = limits.max_threadgroup_memory_bytes;
         facts["max_threads_per_threadgroup"] = limits.max_threads_per_threadgroup;
         facts["simd_width"] = limits.simd_width;
+        facts["prefill_attention_decline"] = prefill_decline;
         return facts;
       },
       "Internal, for metalrt.doctor: dict(max_threadgroup_memory_bytes: int,\n"
-      "max_threads_per_threadgroup: int, simd_width: int). RuntimeError when no Metal device\n"
-      "is available or its kernels cannot be loaded.");
+      "max_threads_per_threadgroup: int, simd_width: int, prefill_attention_decline: str,\n"
+      "why the prefill attention kernel is declined, \"\" when it serves). RuntimeError when no\n"
+      "Metal device is available or its kernels cannot be loaded.");
+  m.def("_set_assumed_simdgroup_layout", &SetMetalAssumedSimdgroupLayoutForTesting, nb::arg("element").none(),
+        "Test hook: the simdgroup_matrix lane layout the prefill kernel's probe is compared\n"
+        "with (64 ints, element[2 * lane + e] = 8 * row + column), or None for the kernel's.\n"
+        "ValueError for a malformed layout.");
 }
 
 }  // namespace metalrt::python

@@ -15,23 +15,12 @@
 #include "metalrt/errors.h"
 #include "metalrt/ops.h"
 #include "metalrt/quantized.h"
+#include "python_owner.h"
 
 namespace metalrt::python {
 namespace {
 
 using HostBytes = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
-
-// A shared owner holding a Python reference; released with the GIL held, from
-// whichever thread drops the last tensor (e.g. a command buffer's completion).
-std::shared_ptr<void> PythonOwner(nb::handle object) {
-  PyObject* ptr = object.inc_ref().ptr();
-  return std::shared_ptr<void>(ptr, [](void* p) {
-    if (!Py_IsInitialized()) return;
-    PyGILState_STATE state = PyGILState_Ensure();
-    Py_DECREF(static_cast<PyObject*>(p));
-    PyGILState_Release(state);
-  });
-}
 
 // The element types whose bytes store `dtype` as they are: its own numpy type, or
 // uint16 bit patterns for bfloat16 (numpy has none; safetensors and GGUF hold bits).

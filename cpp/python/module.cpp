@@ -1,5 +1,6 @@
 // The nanobind extension metalrt._metalrt. Each bind_*.cpp adds one area.
 #include "bind.h"
+#include "python_owner.h"
 
 NB_MODULE(_metalrt, m) {
   m.doc() = "metalrt native core";
@@ -12,6 +13,7 @@ NB_MODULE(_metalrt, m) {
   BindShader(m);
   BindDoctor(m);
   BindQuantized(m);
+  BindPythonOwner(m);
   BindPlan(m);
   nb::module_ ops = m.def_submodule("ops", "Op entry points (wrapped by metalrt.ops).");
   BindElementwiseOps(ops);

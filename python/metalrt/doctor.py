@@ -30,6 +30,8 @@ def _metal_facts() -> dict[str, Any]:
         "max_threads_per_threadgroup": facts["max_threads_per_threadgroup"],
         "simd_width": facts["simd_width"],
         "kernel_library": library["library"],
+        "metal_prefill_attention": (f"reference tier: {facts['prefill_attention_decline']}"
+                                    if facts["prefill_attention_decline"] else "native kernel"),
     }
 
 
@@ -53,8 +55,11 @@ def doctor() -> dict[str, Any]:
     "simulated"), ``metal_selection`` (why that device, as
     ``metalrt.metal_library_info()`` says), ``gpu_family`` (e.g. "apple9"),
     ``unified_memory``, ``max_threadgroup_memory_bytes``,
-    ``max_threads_per_threadgroup``, ``simd_width`` and ``kernel_library`` (the
-    metallib's path, or how the kernels were compiled and in how many seconds);
+    ``max_threads_per_threadgroup``, ``simd_width``, ``kernel_library`` (the
+    metallib's path, or how the kernels were compiled and in how many seconds) and
+    ``metal_prefill_attention`` ("native kernel", or "reference tier: <why>" where the
+    device's simdgroup_matrix lane layout, probed once, differs from the one the
+    prefill attention kernel assumes);
     ``cpu_threads``, ``cpu_features`` (the SIMD extensions the CPU
     kernels were compiled for) and ``cpu_gemv_isa`` (the SIMD kernels the fast quantized
     GEMV chose at run time: avx512_vnni, avx2, neon or portable, after
@@ -88,7 +93,7 @@ def doctor() -> dict[str, Any]:
     report.update({key: metal.get(key) for key in (
         "metal_device", "metal_device_kind", "metal_selection", "gpu_family", "unified_memory",
         "max_threadgroup_memory_bytes", "max_threads_per_threadgroup", "simd_width",
-        "kernel_library")})
+        "kernel_library", "metal_prefill_attention")})
     cpu = _metalrt._cpu_facts()
     report["cpu_threads"] = cpu["threads"]
     report["cpu_features"] = ", ".join(cpu["compiled_features"]) or "baseline only"

@@ -15,7 +15,7 @@ import metalrt
 KEYS = ("metalrt", "python", "platform", "models_run_on", "models_run_on_why", "metal_device",
         "metal_device_kind", "metal_selection", "gpu_family", "unified_memory",
         "max_threadgroup_memory_bytes", "max_threads_per_threadgroup", "simd_width",
-        "kernel_library", "cpu_threads", "cpu_features", "cpu_gemv_isa",
+        "kernel_library", "metal_prefill_attention", "cpu_threads", "cpu_features", "cpu_gemv_isa",
         "cpu_prefill_gemm",
         "cpu_bf16_gemm_kernel",
         "cxx_compiler", "cache_dir")
@@ -52,6 +52,8 @@ def test_the_report_describes_this_machine():
     library = metalrt.metal_library_info()
     assert report["metal_selection"] == library["selection"] and report["kernel_library"] == library["library"]
     if info["simulated"]:
+        # The sim implements the lane layout the prefill kernel assumes.
+        assert report["metal_prefill_attention"] == "native kernel"
         assert report["metal_device_kind"] == "simulated"
         assert report["models_run_on"] == "cpu"
         assert report["kernel_library"].startswith("the simulated device's kernels, compiled into")

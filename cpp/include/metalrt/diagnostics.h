@@ -59,4 +59,16 @@ struct MetalLibraryInfo {
 // loaded or compiled.
 MetalLibraryInfo GetMetalLibraryInfo();
 
+// Why the Metal device's prefill attention kernel is declined, so the reference tier
+// serves prefill: its simdgroup_matrix lane layout (thread_elements(), probed once on
+// the device) differs from the one the kernel assumes, or the probe failed. "" when the
+// kernel serves. Runs the probe at the first call; std::runtime_error as
+// GetMetalLimits.
+std::string MetalPrefillAttentionDecline();
+
+// Test hook: the layout the probe is compared with, `element[2 * lane + e]` = 8 * row
+// + column of the element lane `lane` holds at thread_elements()[e] (64 values, each
+// 0..63, else std::invalid_argument), in place of the kernel's; nullopt restores it.
+void SetMetalAssumedSimdgroupLayoutForTesting(const std::optional<std::vector<int>>& element);
+
 }  // namespace metalrt
