@@ -207,3 +207,47 @@ def test_missing_q_norm(twin):
     name = "model.layers.0.self_attn.q_norm.weight"
     with pytest.raises(ValueError, match=rf"^\[gemma3\] missing tensor '{name}'"):
         build_model(config, {k: v for k, v in weights.items() if k != name}, "cpu")
+
+
+# Gemma's turn format (written for this test): bos, the system prompt folded into the
+# first user turn, "assistant" spoken as "model", roles checked to alternate, and text
+# parts of list contents joined.
+GEMMA_STYLE_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% if messages[0]['role'] == 'system' %}"
+    "{% set prefix = messages[0]['content'] + '\n\n' %}{% set turns = messages[1:] %}"
+    "{% else %}{% set prefix = '' %}{% set turns = messages %}{% endif %}"
+    "{% for m in turns %}"
+    "{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('roles must alternate user/assistant/user/...') }}{% endif %}"
+    "<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+    "{% if loop.first %}{{ prefix }}{% endif %}"
+    "{% if m['content'] is string %}{{ m['content'] | trim }}"
+    "{% else %}{% for part in m['content'] if part['type'] == 'text' %}"
+    "{{ part['text'] | trim }}{% endfor %}{% endif %}<end_of_turn>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+
+def test_chat_template_renders_as_transformers(twin, tmp_path):
+    """The directory's own chat template (here in Gemma's turn format) renders as
+    transformers' ``apply_chat_template`` does; a template that raises is a ValueError."""
+    import transformers as tf
+
+    directory = tmp_path / "chat"
+    shutil.copytree(twin()[1], directory)
+    json.dump({"bos_token": "t2", "eos_token": "t1", "chat_template": GEMMA_STYLE_TEMPLATE},
+              open(directory / "tokenizer_config.json", "w"))
+    _, tokenizer = metalrt.load(str(directory), device="cpu")
+    reference = tf.AutoTokenizer.from_pretrained(str(directory))
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": " t5 t6 "},
+                {"role": "assistant", "content": [{"type": "text", "text": "t7"}]},
+                {"role": "user", "content": "t8"}]
+    for generation in (True, False):
+        got = tokenizer.apply_chat_template(messages, add_generation_prompt=generation)
+        assert got == reference.apply_chat_template(messages, tokenize=False,
+                                                    add_generation_prompt=generation)
+    assert got.startswith("t2<start_of_turn>user\nBe brief.\n\nt5 t6<end_of_turn>\n")
+    with pytest.raises(ValueError, match="roles must alternate"):
+        tokenizer.apply_chat_template(messages[2:])
