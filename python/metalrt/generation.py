@@ -85,7 +85,8 @@ def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32
 
     Raises FileNotFoundError for a missing path; PermissionError (an OSError) for a
     file without read permission; ValueError for truncated or corrupt files, unknown
-    architectures, bad devices and a dtype other than "float32", "float16" or
+    architectures (the model's own errors, a missing or mis-shaped tensor, end with
+    "(in <path>)"), bad devices and a dtype other than "float32", "float16" or
     "bfloat16" (the dtypes the models compute in); TypeError for a ``verbose`` that is
     not a bool or None.
     """
@@ -93,7 +94,11 @@ def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32
         raise ValueError(f"[load] dtype must be one of {', '.join(_MODEL_DTYPES)}, got {dtype!r}")
     device = resolve_device(device)
     files = load_model_files(path, verbose)
-    model = build_model(files.config, files.weights, device, dtype)
+    try:
+        model = build_model(files.config, files.weights, device, dtype)
+    except ValueError as e:
+        # The model names the tensor or key; the file is the loader's to name.
+        raise ValueError(f"{e} (in {files.source})") from None
     return model, files.tokenizer
 
 
