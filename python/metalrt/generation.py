@@ -73,22 +73,32 @@ def resolve_device(device: str) -> str:
 _MODEL_DTYPES = ("float32", "float16", "bfloat16")
 
 
-def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32"):
+def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32",
+         verbose: Optional[bool] = None):
     """(model, tokenizer) from a ``.gguf`` file or a Hugging Face model directory
     (``config.json``, ``*.safetensors``, ``tokenizer.json``); ``path=None`` loads the
     default model (SmolLM2-135M-Instruct, fetched on first use). Weights are uploaded
     once to ``device`` ("auto" | "cpu" | "metal", see ``resolve_device``) in ``dtype``.
+    ``verbose``: a ``tqdm`` bar on standard error of the weight files' bytes read and
+    the rate: True always, None (the default) only when standard error is a terminal,
+    False never (``metalrt.loaders.load_progress``).
 
     Raises FileNotFoundError for a missing path; PermissionError (an OSError) for a
     file without read permission; ValueError for truncated or corrupt files, unknown
-    architectures, bad devices and a dtype other than "float32", "float16" or
-    "bfloat16" (the dtypes the models compute in).
+    architectures (the model's own errors, a missing or mis-shaped tensor, end with
+    "(in <path>)"), bad devices and a dtype other than "float32", "float16" or
+    "bfloat16" (the dtypes the models compute in); TypeError for a ``verbose`` that is
+    not a bool or None.
     """
     if dtype not in _MODEL_DTYPES:
         raise ValueError(f"[load] dtype must be one of {', '.join(_MODEL_DTYPES)}, got {dtype!r}")
     device = resolve_device(device)
-    files = load_model_files(path)
-    model = build_model(files.config, files.weights, device, dtype)
+    files = load_model_files(path, verbose)
+    try:
+        model = build_model(files.config, files.weights, device, dtype)
+    except ValueError as e:
+        # The model names the tensor or key; the file is the loader's to name.
+        raise ValueError(f"{e} (in {files.source})") from None
     return model, files.tokenizer
 
 

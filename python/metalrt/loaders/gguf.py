@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
+from . import load_progress
 from .gguf_file import GGUFFile
 from .gguf_hybrid import (LAYER_TENSORS, NEXTN_TENSORS, READ_FIXES, hybrid_config,
                           hybrid_layer_shapes, shared_expert_shapes)
@@ -338,7 +339,8 @@ def _hybrid_shapes(config, shapes, layer):
     return shapes
 
 
-def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], GGUFTensors, GGUFFile]:
+def load_gguf(path: str | os.PathLike,
+              verbose: bool | None = None) -> tuple[dict[str, Any], GGUFTensors, GGUFFile]:
     """Read a GGUF model: returns ``(config, weights, gguf_file)`` where ``weights`` maps
     Hugging Face names to the file's tensors (``GGUFTensors``: quantized ones stay
     quantized, nothing is copied) and ``gguf_file.metadata`` holds the tokenizer.
@@ -347,9 +349,11 @@ def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], GGUFTensors, GGU
     Raises ValueError naming the file and the tensor or key for a corrupt or truncated
     file, a wrong magic, an unknown architecture, inconsistent metadata, an unsupported
     tensor type, a missing tensor, a tensor the architecture does not have, or a tensor
-    of the wrong shape.
+    of the wrong shape. ``verbose``: the progress bar of the read
+    (``load_progress.reading``).
     """
-    gf = GGUFFile(path)
+    with load_progress.reading([os.fspath(path)], verbose):
+        gf = GGUFFile(path)
     config = config_from_metadata(gf)
     shapes = expected_shapes({**config, "rope_freqs": "rope_freqs.weight" in gf.tensors})
     for name, shape in shapes.items():
