@@ -313,9 +313,13 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
     async def responses(body: ResponsesRequest, http: Request):
         check_model(body.model)
         try:
-            generation, split = start_chat(body.chat_request())
+            chat = body.chat_request()
         except ValidationError as e:
             raise _responses_error(_validation_error(RequestValidationError(e.errors())))
+        except ValueError as e:
+            raise APIError(400, str(e), param="input") from None
+        try:
+            generation, split = start_chat(chat)
         except APIError as e:
             raise _responses_error(e) from None
         reply = ResponsesReply(body.model_dump(mode="json", by_alias=True,

@@ -15,13 +15,32 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
-from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import (Field, StrictBool, StrictInt, TypeAdapter, ValidationError,
+                      field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
 from .schemas import ChatCompletionRequest, Function, JsonSchemaFormat, _Body
 
 _STORED = ("this server does not store responses: send the whole conversation as input "
            "items instead of {what}")
+
+
+def _validate_list(adapter: TypeAdapter, value: list, what: str, prepare=lambda v: v):
+    """``value`` validated by ``adapter``; a bad member reported as itself ("{what}
+    [i]..."), not as "not a string" (the other form the field takes)."""
+    members = [prepare(v) for v in value]
+    try:
+        return adapter.validate_python(members)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = list(first["loc"])
+        if len(loc) > 1 and isinstance(members[loc[0]], dict) \
+                and loc[1] == members[loc[0]].get("type"):
+            del loc[1]   # the member's type, which pydantic puts in the path
+        where = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in loc)
+        raise PydanticCustomError("list_member", "{what}{where}: {message}",
+                                  {"what": what, "where": where,
+                                   "message": first["msg"]}) from None
 
 
 class InputText(_Body):
@@ -34,6 +53,13 @@ class InputText(_Body):
     logprobs: Optional[List[Any]] = None
 
 
+_PARTS = TypeAdapter(List[InputText])
+
+
+def _parts(cls, value):
+    return _validate_list(_PARTS, value, "part") if isinstance(value, list) else value
+
+
 class MessageItem(_Body):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
@@ -41,6 +67,8 @@ class MessageItem(_Body):
     id: Optional[str] = None
     status: Optional[str] = None
     phase: Optional[str] = None
+
+    content_parts = field_validator("content", mode="before")(_parts)
 
     @property
     def text(self) -> str:
@@ -68,6 +96,8 @@ class FunctionCallOutputItem(_Body):
     output: Union[str, List[InputText]]
     id: Optional[str] = None
     status: Optional[str] = None
+
+    output_parts = field_validator("output", mode="before")(_parts)
 
     @property
     def text(self) -> str:
@@ -107,11 +137,22 @@ InputItem = Annotated[Union[MessageItem, FunctionCallItem, FunctionCallOutputIte
                             ReasoningItem, ItemReference], Field(discriminator="type")]
 
 
+_ITEMS = TypeAdapter(List[InputItem])
+
+
 class FunctionTool(Function):
     """A function tool: ``{"type": "function", "name", "description", "parameters",
     "strict"}`` (the chat API nests these under ``function``)."""
 
     type: Literal["function"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _functions_only(cls, data):
+        if isinstance(data, dict) and data.get("type") != "function":
+            raise PydanticCustomError("tool_type", "only function tools are served, not "
+                                      "'{kind}'", {"kind": data.get("type")})
+        return data
 
 
 class NamedTool(_Body):
@@ -171,8 +212,12 @@ class ResponsesRequest(_Body):
 
     @field_validator("input", mode="before")
     @classmethod
-    def _easy_messages(cls, value):
-        return [_item_type(v) for v in value] if isinstance(value, list) else value
+    def _input_items(cls, value):
+        if not isinstance(value, list):
+            return value
+        if not value:
+            raise PydanticCustomError("input_empty", "the list holds no items")
+        return _validate_list(_ITEMS, value, "item", _item_type)
 
     @field_validator("previous_response_id", "conversation")
     @classmethod
@@ -183,7 +228,8 @@ class ResponsesRequest(_Body):
 
     def chat_request(self) -> ChatCompletionRequest:
         """The same request in the chat API's shape (``instructions`` first as a system
-        message; consecutive function calls one assistant turn)."""
+        message; consecutive function calls one assistant turn). ValueError when no
+        message is left."""
         messages: List[dict] = []
         if self.instructions:
             messages.append({"role": "system", "content": self.instructions})
@@ -201,6 +247,9 @@ class ResponsesRequest(_Body):
             elif isinstance(item, FunctionCallOutputItem):
                 messages.append({"role": "tool", "tool_call_id": item.call_id,
                                  "content": item.text})
+        if not messages:
+            raise ValueError("input holds no message, function call or function call "
+                             "output (reasoning items are not put in the prompt)")
         fmt = self.text.format
         body: Dict[str, Any] = {
             "model": self.model, "messages": messages,
