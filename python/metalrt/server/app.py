@@ -1,5 +1,6 @@
-"""The FastAPI application: OpenAI's ``/v1/chat/completions``, ``/v1/completions`` and
-``/v1/models``, plus ``/health`` with the engine's counters.
+"""The FastAPI application: OpenAI's ``/v1/chat/completions``, ``/v1/responses``
+(stateless, served by the chat path), ``/v1/completions`` and ``/v1/models``, plus
+``/health`` with the engine's counters.
 
 Errors use OpenAI's shape and status codes: 400 ``invalid_request_error`` for a body
 that does not validate (malformed JSON included) or a prompt the model cannot take,
@@ -18,6 +19,7 @@ import jinja2
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response as HTTPResponse, StreamingResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from ..generation import prompt_ids
@@ -26,6 +28,8 @@ from . import grammar
 from .chat_output import ChatOutput
 from .engine_loop import EngineLoop, Event, QueueFullError
 from .openai_format import Response, error_body
+from .responses_format import ResponsesReply
+from .responses_schemas import ResponsesRequest
 from .metrics import Metrics
 from .penalties import OpenAIPenalties
 from .schemas import ChatCompletionRequest, CompletionRequest, NamedToolChoice
@@ -51,6 +55,24 @@ def _validation_error(exc: RequestValidationError) -> APIError:
         return APIError(400, f"the request body is not valid JSON: {first.get('msg')}")
     param = ".".join(where) or None
     return APIError(400, f"{param or 'body'}: {first.get('msg')}", param=param)
+
+
+# The chat request's fields that an error names, as the Responses API calls them
+# (the input items are not the chat messages one for one, so no index is kept).
+_RESPONSES_NAMES = {"response_format.json_schema.schema": "text.format.schema",
+                    "response_format": "text.format", "messages": "input"}
+
+
+def _responses_error(error: APIError) -> APIError:
+    """``error`` of the chat request a Responses request became, in the Responses
+    API's names."""
+    body = error.body["error"]
+    for chat, responses in _RESPONSES_NAMES.items():
+        if chat.startswith("response_format"):
+            body["message"] = body["message"].replace(chat, responses)
+        if (body["param"] or "").startswith(chat):
+            body["param"] = responses
+    return error
 
 
 def _template_messages(body: ChatCompletionRequest, tools: list, parser, knows_tools: bool):
@@ -215,8 +237,9 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                                 f"schema: {e}", param="response_format") from None
         return None
 
-    async def answer(http: Request, response: Response, generation, stream: bool,
-                     include_usage: bool):
+    async def answer(http: Request, response, generation, stream: bool):
+        """The HTTP answer of ``response`` (an openai_format.Response or a
+        ResponsesReply) to ``generation``: one JSON object, or its stream events."""
         if not stream:
             # A client that goes away before the whole answer is ready cancels it (its
             # KV blocks are freed), as a dropped stream does.
@@ -230,30 +253,26 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                                         status_code=499)
             return JSONResponse(response.full(task.result()))
 
-        def sse(obj) -> str:
-            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
         async def body():
-            first = response.first_chunk()
-            if first:
-                yield sse(first)
+            for text in response.stream_start():
+                yield text
             async for event in generation.events():
                 if event.error:
-                    yield sse(error_body(event.error, "server_error"))
+                    for text in response.stream_error(event.error):
+                        yield text
                     return
-                if event.text or event.logprobs or event.finish_reason:
-                    for chunk in response.chunks(event):
-                        yield sse(chunk)
-                if event.finish_reason and include_usage:
-                    yield sse(response.usage_chunk(event))
-            yield "data: [DONE]\n\n"
+                for text in response.stream_event(event):
+                    yield text
+            for text in response.stream_end():
+                yield text
 
         return StreamingResponse(body(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, http: Request):
-        check_model(body.model)
+    def start_chat(body: ChatCompletionRequest):
+        """(generation, split) of a chat request: its tools, grammar and messages
+        rendered by the chat template, submitted; ``split`` turns the reply's text into
+        reasoning, content and tool calls. APIError 400 for what the request gets wrong."""
         offered = [] if body.tool_choice == "none" else [t.model_dump() for t in body.tools or ()]
         tools = {t["function"]["name"]: t["function"]["parameters"] for t in offered}
         rule = constraint(body, tools)
@@ -281,8 +300,32 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
         # when the template opened it in the prompt.
         split = ChatOutput(parser if tools else None, tools, reasoning and rule is None,
                            thinking=text.rstrip().endswith("<think>"))
-        return await answer(http, Response(True, model_id, split), generation, body.stream,
-                            body.include_usage)
+        return generation, split
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, http: Request):
+        check_model(body.model)
+        generation, split = start_chat(body)
+        return await answer(http, Response(True, model_id, split, body.include_usage),
+                            generation, body.stream)
+
+    @app.post("/v1/responses")
+    async def responses(body: ResponsesRequest, http: Request):
+        check_model(body.model)
+        try:
+            chat = body.chat_request()
+        except ValidationError as e:
+            raise _responses_error(_validation_error(RequestValidationError(e.errors())))
+        except ValueError as e:
+            raise APIError(400, str(e), param="input") from None
+        try:
+            generation, split = start_chat(chat)
+        except APIError as e:
+            raise _responses_error(e) from None
+        reply = ResponsesReply(body.model_dump(mode="json", by_alias=True,
+                                               exclude_none=True), model_id, split,
+                               lambda text: len(tokenizer.encode(text, add_special_tokens=False)))
+        return await answer(http, reply, generation, body.stream)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, http: Request):
@@ -300,8 +343,8 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                                 f"[0, {vocab})", param="prompt")
         check_stop_ids(body)
         generation = submit(body, ids, body.logprobs, body.logprobs is not None)
-        return await answer(http, Response(False, model_id), generation, body.stream,
-                            body.include_usage)
+        return await answer(http, Response(False, model_id, include_usage=body.include_usage),
+                            generation, body.stream)
 
     @app.get("/v1/models")
     async def models():

@@ -2,6 +2,7 @@
 and their chunks, text completions, usage, logprobs and the error shape."""
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import List, Optional
@@ -24,6 +25,11 @@ def usage(last: Event) -> dict:
     return {"prompt_tokens": last.prompt_tokens, "completion_tokens": last.completion_tokens,
             "total_tokens": last.prompt_tokens + last.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": last.cached_tokens}}
+
+
+def sse(obj: dict) -> str:
+    """One server-sent event of a chat or text completion stream."""
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
 def _entry(token: str, logprob: float) -> dict:
@@ -60,10 +66,15 @@ def completion_logprobs(events: List[Event], offset: int) -> Optional[dict]:
 class Response:
     """Builds one request's objects: ``chat`` selects chat.completion(.chunk) over
     text_completion; ``model`` is the served model id; ``split`` turns a chat reply's
-    text into its message fields (plain content when None)."""
+    text into its message fields (plain content when None); ``include_usage``: a
+    stream ends with a usage chunk.
 
-    def __init__(self, chat: bool, model: str, split: Optional[ChatOutput] = None):
-        self.chat, self.model = chat, model
+    ``full`` and the ``stream_*`` methods (server-sent events as text) are what the
+    server's answer loop calls; ``ResponsesReply`` has the same ones."""
+
+    def __init__(self, chat: bool, model: str, split: Optional[ChatOutput] = None,
+                 include_usage: bool = False):
+        self.chat, self.model, self.include_usage = chat, model, include_usage
         self.split = split or ChatOutput(None, {}, False)
         self.called = False   # a tool call was streamed
         self.id = new_id("chatcmpl" if chat else "cmpl")
@@ -130,3 +141,23 @@ class Response:
         choices, the request's usage."""
         kind = "chat.completion.chunk" if self.chat else "text_completion"
         return self._object(kind, [], usage(last))
+
+    def stream_start(self) -> List[str]:
+        first = self.first_chunk()
+        return [sse(first)] if first else []
+
+    def stream_event(self, event: Event) -> List[str]:
+        out = []
+        if event.text or event.logprobs or event.finish_reason:
+            out += [sse(chunk) for chunk in self.chunks(event)]
+        if event.finish_reason and self.include_usage:
+            out.append(sse(self.usage_chunk(event)))
+        return out
+
+    @staticmethod
+    def stream_error(message: str) -> List[str]:
+        return [sse(error_body(message, "server_error"))]
+
+    @staticmethod
+    def stream_end() -> List[str]:
+        return ["data: [DONE]\n\n"]
