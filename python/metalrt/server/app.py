@@ -1,10 +1,12 @@
 """The FastAPI application: OpenAI's ``/v1/chat/completions``, ``/v1/completions`` and
-``/v1/models``, plus ``/health`` with the engine's counters.
+``/v1/models``, Anthropic's ``/v1/messages``, plus ``/health`` with the engine's counters
+and ``/metrics``.
 
-Errors use OpenAI's shape and status codes: 400 ``invalid_request_error`` for a body
-that does not validate (malformed JSON included) or a prompt the model cannot take,
-404 ``model_not_found`` for another model id, 503 when the queue is full, 500 when a
-forward step fails.
+Errors use OpenAI's shape and status codes (Anthropic's shape under ``/v1/messages``):
+400 ``invalid_request_error`` for a body that does not validate (malformed JSON
+included) or a prompt the model cannot take, 401 for a missing or wrong API key, 404
+``model_not_found`` for another model id, 503 when the queue is full, 500 when a forward
+step fails.
 """
 from __future__ import annotations
 
@@ -18,11 +20,13 @@ import jinja2
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response as HTTPResponse, StreamingResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from ..generation import prompt_ids
 from ..runner import SamplingParams
-from . import grammar
+from . import anthropic_format, grammar
+from .anthropic_schemas import MessagesRequest
 from .chat_output import ChatOutput
 from .engine_loop import EngineLoop, Event, QueueFullError
 from .openai_format import Response, error_body
@@ -33,6 +37,7 @@ from .tool_parsers import parser_for, template_knows_tools, tools_system_prompt
 
 
 DISCONNECT_POLL_SECONDS = 0.25   # how often a non-streamed request checks for its client
+ANTHROPIC_PATHS = ("/v1/messages",)   # errors there take Anthropic's shape
 
 
 class APIError(Exception):
@@ -42,6 +47,14 @@ class APIError(Exception):
                  param: Optional[str] = None, code: Optional[str] = None):
         super().__init__(message)
         self.status, self.body = status, error_body(message, type_, param, code)
+
+
+def _error_response(http: Request, status: int, body: dict) -> JSONResponse:
+    """``body`` (OpenAI's error shape) answered with ``status``, in Anthropic's shape
+    under its paths."""
+    if http.url.path in ANTHROPIC_PATHS:
+        body = anthropic_format.error_body(status, body["error"]["message"])
+    return JSONResponse(body, status_code=status)
 
 
 def _validation_error(exc: RequestValidationError) -> APIError:
@@ -123,25 +136,24 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
             if scheme.lower() == "bearer":
                 given = given or token.strip()
             if http.url.path != "/health" and not secrets.compare_digest(given, api_key):
-                return JSONResponse(error_body("a valid API key is needed (Authorization: "
-                                               "Bearer KEY or x-api-key: KEY)",
-                                               "invalid_request_error", code="invalid_api_key"),
-                                    status_code=401)
+                return _error_response(http, 401, error_body(
+                    "a valid API key is needed (Authorization: Bearer KEY or x-api-key: KEY)",
+                    "invalid_request_error", code="invalid_api_key"))
             return await call_next(http)
 
     @app.exception_handler(APIError)
-    async def _api_error(_, exc: APIError):
-        return JSONResponse(exc.body, status_code=exc.status)
+    async def _api_error(http: Request, exc: APIError):
+        return _error_response(http, exc.status, exc.body)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_, exc: RequestValidationError):
+    async def _invalid(http: Request, exc: RequestValidationError):
         error = _validation_error(exc)
-        return JSONResponse(error.body, status_code=error.status)
+        return _error_response(http, error.status, error.body)
 
     @app.exception_handler(HTTPException)
-    async def _http(_, exc: HTTPException):
+    async def _http(http: Request, exc: HTTPException):
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code)
+        return _error_response(http, exc.status_code, error_body(str(exc.detail), kind))
 
     def check_model(name: str) -> None:
         if name != model_id:
@@ -154,7 +166,8 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
         if body.frequency_penalty or body.presence_penalty or body.logit_bias:
             processors.insert(0, OpenAIPenalties(body.frequency_penalty, body.presence_penalty,
                                                  token_bias(body.logit_bias or {})))
-        params = SamplingParams(temp=body.temperature, top_p=body.top_p, seed=body.seed,
+        params = SamplingParams(temp=body.temperature, top_p=body.top_p, top_k=body.top_k,
+                                seed=body.seed,
                                 logprobs=logprobs, logits_processors=tuple(processors))
         try:
             return engine_loop.submit(ids, params, body.token_limit or default_max_tokens,
@@ -215,8 +228,11 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                                 f"schema: {e}", param="response_format") from None
         return None
 
-    async def answer(http: Request, response: Response, generation, stream: bool,
-                     include_usage: bool):
+    async def answer(http: Request, response, generation, stream: bool):
+        """The non-streamed JSON or the SSE stream of ``generation``; ``response`` (an
+        openai_format.Response or anthropic_format.MessagesResponse) makes the objects:
+        ``full(events)``, and ``opening()``, ``chunks(event)``, ``closing(last)``,
+        ``failure(message)`` written by ``sse(obj)`` and ended by ``done``."""
         if not stream:
             # A client that goes away before the whole answer is ready cancels it (its
             # KV blocks are freed), as a dropped stream does.
@@ -230,29 +246,27 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                                         status_code=499)
             return JSONResponse(response.full(task.result()))
 
-        def sse(obj) -> str:
-            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
         async def body():
-            first = response.first_chunk()
-            if first:
-                yield sse(first)
+            for chunk in response.opening():
+                yield response.sse(chunk)
             async for event in generation.events():
                 if event.error:
-                    yield sse(error_body(event.error, "server_error"))
+                    yield response.sse(response.failure(event.error))
                     return
                 if event.text or event.logprobs or event.finish_reason:
                     for chunk in response.chunks(event):
-                        yield sse(chunk)
-                if event.finish_reason and include_usage:
-                    yield sse(response.usage_chunk(event))
-            yield "data: [DONE]\n\n"
+                        yield response.sse(chunk)
+                if event.finish_reason:
+                    for chunk in response.closing(event):
+                        yield response.sse(chunk)
+            yield response.done
 
         return StreamingResponse(body(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, http: Request):
+    def start_chat(body: ChatCompletionRequest):
+        """(the submitted generation, the ChatOutput that splits its reply) of a chat
+        request; APIError for a request the model cannot take."""
         check_model(body.model)
         offered = [] if body.tool_choice == "none" else [t.model_dump() for t in body.tools or ()]
         tools = {t["function"]["name"]: t["function"]["parameters"] for t in offered}
@@ -281,8 +295,23 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
         # when the template opened it in the prompt.
         split = ChatOutput(parser if tools else None, tools, reasoning and rule is None,
                            thinking=text.rstrip().endswith("<think>"))
-        return await answer(http, Response(True, model_id, split), generation, body.stream,
-                            body.include_usage)
+        return generation, split
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, http: Request):
+        generation, split = start_chat(body)
+        return await answer(http, Response(True, model_id, split, body.include_usage),
+                            generation, body.stream)
+
+    @app.post("/v1/messages")
+    async def messages(body: MessagesRequest, http: Request):
+        try:
+            chat = body.chat_request()
+        except ValidationError as e:
+            raise _validation_error(RequestValidationError(e.errors())) from None
+        generation, split = start_chat(chat)
+        return await answer(http, anthropic_format.MessagesResponse(
+            model_id, split, len(generation.ids)), generation, body.stream)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, http: Request):
@@ -300,8 +329,8 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                                 f"[0, {vocab})", param="prompt")
         check_stop_ids(body)
         generation = submit(body, ids, body.logprobs, body.logprobs is not None)
-        return await answer(http, Response(False, model_id), generation, body.stream,
-                            body.include_usage)
+        return await answer(http, Response(False, model_id, include_usage=body.include_usage),
+                            generation, body.stream)
 
     @app.get("/v1/models")
     async def models():

@@ -2,6 +2,7 @@
 and their chunks, text completions, usage, logprobs and the error shape."""
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import List, Optional
@@ -62,8 +63,11 @@ class Response:
     text_completion; ``model`` is the served model id; ``split`` turns a chat reply's
     text into its message fields (plain content when None)."""
 
-    def __init__(self, chat: bool, model: str, split: Optional[ChatOutput] = None):
-        self.chat, self.model = chat, model
+    done = "data: [DONE]\n\n"   # the stream's last line
+
+    def __init__(self, chat: bool, model: str, split: Optional[ChatOutput] = None,
+                 include_usage: bool = False):
+        self.chat, self.model, self.include_usage = chat, model, include_usage
         self.split = split or ChatOutput(None, {}, False)
         self.called = False   # a tool call was streamed
         self.id = new_id("chatcmpl" if chat else "cmpl")
@@ -90,13 +94,13 @@ class Response:
                   "finish_reason": last.finish_reason}
         return self._object("text_completion", [choice], usage(last))
 
-    def first_chunk(self) -> Optional[dict]:
-        """The chunk that opens a chat stream (the assistant role), None for text."""
+    def opening(self) -> List[dict]:
+        """The chunk that opens a chat stream (the assistant role); none for text."""
         if not self.chat:
-            return None
+            return []
         choice = {"index": 0, "delta": {"role": "assistant", "content": ""},
                   "logprobs": None, "finish_reason": None}
-        return self._object("chat.completion.chunk", [choice], None)
+        return [self._object("chat.completion.chunk", [choice], None)]
 
     def chunks(self, event: Event) -> List[dict]:
         """The streamed chunks of one event: a chat chunk per delta of the reply
@@ -125,8 +129,19 @@ class Response:
         self.text_offset += len(event.text)
         return [self._object("text_completion", [choice], None)]
 
-    def usage_chunk(self, last: Event) -> dict:
-        """The last chunk of a stream with ``stream_options.include_usage``: no
-        choices, the request's usage."""
+    def closing(self, last: Event) -> List[dict]:
+        """The last chunk of a stream with ``stream_options.include_usage`` (no
+        choices, the request's usage); none without."""
+        if not self.include_usage:
+            return []
         kind = "chat.completion.chunk" if self.chat else "text_completion"
-        return self._object(kind, [], usage(last))
+        return [self._object(kind, [], usage(last))]
+
+    @staticmethod
+    def failure(message: str) -> dict:
+        """What a stream sends when a step fails after it began."""
+        return error_body(message, "server_error")
+
+    @staticmethod
+    def sse(obj: dict) -> str:
+        return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"

@@ -83,6 +83,7 @@ class _Sampling(_Body):
     max_tokens: Optional[StrictInt] = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: StrictInt = Field(0, ge=0)   # vLLM's extension (0 = off); Anthropic's top_k
     seed: Optional[StrictInt] = Field(None, ge=0)
     stop: Union[str, List[str], None] = None
     stop_token_ids: List[StrictInt] = Field(default_factory=list)   # vLLM's extension
