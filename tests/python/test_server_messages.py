@@ -186,7 +186,9 @@ def test_bad_input_is_a_400_in_anthropics_shape_and_the_server_keeps_serving(cli
 def test_another_model_is_a_404_not_found_error(client):
     with pytest.raises(anthropic.NotFoundError) as e:
         client.messages.create(model="not-this-model", messages=ASK, max_tokens=4)
+    assert e.value.body["type"] == "error"   # Anthropic's shape, not OpenAI's
     assert e.value.body["error"]["type"] == "not_found_error"
+    assert "not-this-model" in e.value.body["error"]["message"]
 
 
 def test_a_wrong_api_key_is_a_401_and_bearer_or_x_api_key_pass(server, client):

@@ -242,8 +242,8 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
-                    return JSONResponse(error_body("the client disconnected", "cancelled"),
-                                        status_code=499)
+                    return _error_response(http, 499, error_body("the client disconnected",
+                                                                 "cancelled"))
             return JSONResponse(response.full(task.result()))
 
         async def body():
