@@ -1,11 +1,13 @@
 """The FastAPI application: OpenAI's ``/v1/chat/completions``, ``/v1/responses``
-(stateless, served by the chat path), ``/v1/completions`` and ``/v1/models``, plus
-``/health`` with the engine's counters.
+(stateless), ``/v1/completions`` and ``/v1/models``, Anthropic's ``/v1/messages``, plus
+``/health`` with the engine's counters and ``/metrics``. Responses and Messages requests
+are translated into chat requests and served by the chat path.
 
-Errors use OpenAI's shape and status codes: 400 ``invalid_request_error`` for a body
-that does not validate (malformed JSON included) or a prompt the model cannot take,
-404 ``model_not_found`` for another model id, 503 when the queue is full, 500 when a
-forward step fails.
+Errors use OpenAI's shape and status codes (Anthropic's shape under ``/v1/messages``):
+400 ``invalid_request_error`` for a body that does not validate (malformed JSON
+included) or a prompt the model cannot take, 401 for a missing or wrong API key, 404
+``model_not_found`` for another model id, 503 when the queue is full, 500 when a forward
+step fails.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from starlette.exceptions import HTTPException
 
 from ..generation import prompt_ids
 from ..runner import SamplingParams
-from . import grammar
+from . import anthropic_format, grammar
+from .anthropic_schemas import MessagesRequest
 from .chat_output import ChatOutput
 from .engine_loop import EngineLoop, Event, QueueFullError
 from .openai_format import Response, error_body
@@ -37,6 +40,7 @@ from .tool_parsers import parser_for, template_knows_tools, tools_system_prompt
 
 
 DISCONNECT_POLL_SECONDS = 0.25   # how often a non-streamed request checks for its client
+ANTHROPIC_PATHS = ("/v1/messages",)   # errors there take Anthropic's shape
 
 
 class APIError(Exception):
@@ -46,6 +50,14 @@ class APIError(Exception):
                  param: Optional[str] = None, code: Optional[str] = None):
         super().__init__(message)
         self.status, self.body = status, error_body(message, type_, param, code)
+
+
+def _error_response(http: Request, status: int, body: dict) -> JSONResponse:
+    """``body`` (OpenAI's error shape) answered with ``status``, in Anthropic's shape
+    under its paths."""
+    if http.url.path in ANTHROPIC_PATHS:
+        body = anthropic_format.error_body(status, body["error"]["message"])
+    return JSONResponse(body, status_code=status)
 
 
 def _validation_error(exc: RequestValidationError) -> APIError:
@@ -145,25 +157,24 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
             if scheme.lower() == "bearer":
                 given = given or token.strip()
             if http.url.path != "/health" and not secrets.compare_digest(given, api_key):
-                return JSONResponse(error_body("a valid API key is needed (Authorization: "
-                                               "Bearer KEY or x-api-key: KEY)",
-                                               "invalid_request_error", code="invalid_api_key"),
-                                    status_code=401)
+                return _error_response(http, 401, error_body(
+                    "a valid API key is needed (Authorization: Bearer KEY or x-api-key: KEY)",
+                    "invalid_request_error", code="invalid_api_key"))
             return await call_next(http)
 
     @app.exception_handler(APIError)
-    async def _api_error(_, exc: APIError):
-        return JSONResponse(exc.body, status_code=exc.status)
+    async def _api_error(http: Request, exc: APIError):
+        return _error_response(http, exc.status, exc.body)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_, exc: RequestValidationError):
+    async def _invalid(http: Request, exc: RequestValidationError):
         error = _validation_error(exc)
-        return JSONResponse(error.body, status_code=error.status)
+        return _error_response(http, error.status, error.body)
 
     @app.exception_handler(HTTPException)
-    async def _http(_, exc: HTTPException):
+    async def _http(http: Request, exc: HTTPException):
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code)
+        return _error_response(http, exc.status_code, error_body(str(exc.detail), kind))
 
     def check_model(name: str) -> None:
         if name != model_id:
@@ -176,7 +187,8 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
         if body.frequency_penalty or body.presence_penalty or body.logit_bias:
             processors.insert(0, OpenAIPenalties(body.frequency_penalty, body.presence_penalty,
                                                  token_bias(body.logit_bias or {})))
-        params = SamplingParams(temp=body.temperature, top_p=body.top_p, seed=body.seed,
+        params = SamplingParams(temp=body.temperature, top_p=body.top_p, top_k=body.top_k,
+                                seed=body.seed,
                                 logprobs=logprobs, logits_processors=tuple(processors))
         try:
             return engine_loop.submit(ids, params, body.token_limit or default_max_tokens,
@@ -238,8 +250,9 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
         return None
 
     async def answer(http: Request, response, generation, stream: bool):
-        """The HTTP answer of ``response`` (an openai_format.Response or a
-        ResponsesReply) to ``generation``: one JSON object, or its stream events."""
+        """The HTTP answer of ``response`` to ``generation``: one JSON object
+        (``full``), or the stream of its ``stream_*`` events (the reply protocol of
+        ``sse.py``: an openai_format.Response, a ResponsesReply or a MessagesResponse)."""
         if not stream:
             # A client that goes away before the whole answer is ready cancels it (its
             # KV blocks are freed), as a dropped stream does.
@@ -249,8 +262,8 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
-                    return JSONResponse(error_body("the client disconnected", "cancelled"),
-                                        status_code=499)
+                    return _error_response(http, 499, error_body("the client disconnected",
+                                                                 "cancelled"))
             return JSONResponse(response.full(task.result()))
 
         async def body():
@@ -272,7 +285,8 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
     def start_chat(body: ChatCompletionRequest):
         """(generation, split) of a chat request: its tools, grammar and messages
         rendered by the chat template, submitted; ``split`` turns the reply's text into
-        reasoning, content and tool calls. APIError 400 for what the request gets wrong."""
+        reasoning, content and tool calls. APIError 400 for what the request gets wrong
+        (the handlers check the model first)."""
         offered = [] if body.tool_choice == "none" else [t.model_dump() for t in body.tools or ()]
         tools = {t["function"]["name"]: t["function"]["parameters"] for t in offered}
         rule = constraint(body, tools)
@@ -309,14 +323,21 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
         return await answer(http, Response(True, model_id, split, body.include_usage),
                             generation, body.stream)
 
-    @app.post("/v1/responses")
-    async def responses(body: ResponsesRequest, http: Request):
+    def translated(body: Union[ResponsesRequest, MessagesRequest],
+                   rename=lambda error: error) -> ChatCompletionRequest:
+        """The chat request a Responses or Messages request becomes, its model checked
+        first; APIError 400 (through ``rename``) when the chat request does not validate."""
         check_model(body.model)
         try:
-            chat = body.chat_request()
+            return body.chat_request()
         except ValidationError as e:
-            raise _responses_error(_validation_error(RequestValidationError(e.errors())))
-        except ValueError as e:
+            raise rename(_validation_error(RequestValidationError(e.errors()))) from None
+
+    @app.post("/v1/responses")
+    async def responses(body: ResponsesRequest, http: Request):
+        try:
+            chat = translated(body, _responses_error)
+        except ValueError as e:   # an input the translation refuses
             raise APIError(400, str(e), param="input") from None
         try:
             generation, split = start_chat(chat)
@@ -326,6 +347,12 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                                                exclude_none=True), model_id, split,
                                lambda text: len(tokenizer.encode(text, add_special_tokens=False)))
         return await answer(http, reply, generation, body.stream)
+
+    @app.post("/v1/messages")
+    async def messages(body: MessagesRequest, http: Request):
+        generation, split = start_chat(translated(body))
+        return await answer(http, anthropic_format.MessagesResponse(
+            model_id, split, len(generation.ids)), generation, body.stream)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, http: Request):

@@ -32,13 +32,15 @@ class QueueFullError(RuntimeError):
 class Event:
     """What a request receives after a step: new ``text`` (may be empty while a
     character or a possible stop string is incomplete), the sampled ``token`` and its
-    ``logprobs`` entry (None unless asked); ``finish_reason`` on the last event;
-    ``error`` instead when the step failed; token counts for the usage report."""
+    ``logprobs`` entry (None unless asked); ``finish_reason`` on the last event, with
+    ``stop_sequence`` the stop string that ended it (None for eos, a stop token or the
+    length); ``error`` instead when the step failed; token counts for the usage report."""
 
     text: str = ""
     token: Optional[int] = None
     logprobs: Optional[dict] = None
     finish_reason: Optional[str] = None
+    stop_sequence: Optional[str] = None
     error: Optional[str] = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -208,6 +210,7 @@ class EngineLoop:
             reason = request.finish_reason if stopped else out.finish_reason
             generation.push(Event(
                 text=text, token=out.token, finish_reason=reason,
+                stop_sequence=self._texts[request].stops.matched if stopped else None,
                 logprobs=self._logprobs(out.token, out.logprobs, generation.top_logprobs),
                 prompt_tokens=len(request.prompt), cached_tokens=request.num_cached_tokens,
                 completion_tokens=len(request.output)))

@@ -2,13 +2,13 @@
 and their chunks, text completions, usage, logprobs and the error shape."""
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import List, Optional
 
 from .chat_output import ChatOutput, message
 from .engine_loop import Event
+from .sse import data as sse
 
 
 def new_id(prefix: str) -> str:
@@ -25,11 +25,6 @@ def usage(last: Event) -> dict:
     return {"prompt_tokens": last.prompt_tokens, "completion_tokens": last.completion_tokens,
             "total_tokens": last.prompt_tokens + last.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": last.cached_tokens}}
-
-
-def sse(obj: dict) -> str:
-    """One server-sent event of a chat or text completion stream."""
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
 def _entry(token: str, logprob: float) -> dict:
@@ -69,8 +64,7 @@ class Response:
     text into its message fields (plain content when None); ``include_usage``: a
     stream ends with a usage chunk.
 
-    ``full`` and the ``stream_*`` methods (server-sent events as text) are what the
-    server's answer loop calls; ``ResponsesReply`` has the same ones."""
+    ``full`` and the ``stream_*`` methods are the reply protocol of ``sse.py``."""
 
     def __init__(self, chat: bool, model: str, split: Optional[ChatOutput] = None,
                  include_usage: bool = False):

@@ -20,14 +20,11 @@ from typing import List, Optional
 
 from .chat_output import ChatOutput
 from .engine_loop import Event
+from .sse import typed
 
 
 def _id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
-
-
-def _sse(event: dict) -> str:
-    return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n"
 
 
 class _Items:
@@ -158,7 +155,7 @@ class ResponsesReply:
     def _drain(self) -> List[str]:
         out = []
         for event in self.items.events:
-            out.append(_sse({**event, "sequence_number": self.sequence}))
+            out.append(typed({**event, "sequence_number": self.sequence}))
             self.sequence += 1
         self.items.events.clear()
         return out

@@ -8,7 +8,7 @@ that only label or shape a request without changing the tokens (``user``,
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional, Union
+from typing import Any, ClassVar, Dict, List, Literal, Optional, Tuple, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator,
                       model_validator)
@@ -18,13 +18,17 @@ _IGNORED = ("user", "metadata", "store", "service_tier")
 
 
 class _Body(BaseModel):
+    """A request object: unknown fields are refused, the ``IGNORED`` ones accepted and
+    dropped (an API's labels and settings that change nothing here)."""
+
     model_config = ConfigDict(extra="forbid")
+    IGNORED: ClassVar[Tuple[str, ...]] = _IGNORED
 
     @model_validator(mode="before")
     @classmethod
     def _drop_labels(cls, data):
         if isinstance(data, dict):
-            return {k: v for k, v in data.items() if k not in _IGNORED}
+            return {k: v for k, v in data.items() if k not in cls.IGNORED}
         return data
 
 
@@ -83,6 +87,7 @@ class _Sampling(_Body):
     max_tokens: Optional[StrictInt] = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: StrictInt = Field(0, ge=0)   # vLLM's extension (0 = off); Anthropic's top_k
     seed: Optional[StrictInt] = Field(None, ge=0)
     stop: Union[str, List[str], None] = None
     stop_token_ids: List[StrictInt] = Field(default_factory=list)   # vLLM's extension
