@@ -49,8 +49,9 @@ READ_FIXES: dict[str, Callable[[Any], Any]] = dict.fromkeys(_NORMS, minus_one)
 def gemma3_config(arch: str, meta: dict, config: dict, where: str) -> dict[str, Any]:
     """Hugging Face config keys of a gemma3 file beyond the shared ones (``config``):
     ``layer_types``, ``sliding_window``, ``rope_local_base_freq``,
-    ``query_pre_attn_scalar``, the activation. ValueError naming ``where`` (the file) and the key for a window or pattern
-    that is not a non-negative integer."""
+    ``query_pre_attn_scalar``, the activation, ``final_logit_softcapping``. ValueError
+    naming ``where`` (the file) and the key for a window or pattern that is not a
+    non-negative integer."""
     layers = config["num_hidden_layers"]
     window = meta.get(f"{arch}.attention.sliding_window", 0)
     pattern = meta.get(f"{arch}.attention.sliding_window_pattern", _PATTERN)
