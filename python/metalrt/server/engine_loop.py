@@ -86,13 +86,20 @@ class EngineLoop:
     """Runs ``Engine(model, model.kv_cache(num_blocks), max_batched_tokens,
     prefix_caching)`` on a daemon thread. ``max_queued``: requests that may wait for
     admission (submitted, not yet running) before ``submit`` raises QueueFullError (with
-    0, a request is refused while another one waits)."""
+    0, a request is refused while another one waits). ``prompt_cache``: a
+    ``prompt_cache_dir.PromptCacheDir`` whose files are put into the prefix cache before
+    the first request and which keeps the prefixes of finished requests (with
+    ``prefix_caching``; without it every file is skipped with a warning)."""
 
     def __init__(self, model, tokenizer, num_blocks: int, max_batched_tokens: int = 512,
-                 max_queued: int = 64, prefix_caching: bool = True, speculative=None):
+                 max_queued: int = 64, prefix_caching: bool = True, speculative=None,
+                 prompt_cache=None):
         self.model, self.tokenizer = model, tokenizer
         self.engine = Engine(model, model.kv_cache(num_blocks), max_batched_tokens,
                              prefix_caching, speculative=speculative)
+        self.prompt_cache = prompt_cache
+        if prompt_cache is not None:
+            prompt_cache.load_into(self.engine)
         self.max_queued = max_queued
         self.observer = None   # f(generation, event) on the engine thread (metrics)
         self._wake = threading.Condition()
@@ -143,7 +150,11 @@ class EngineLoop:
                 "kv_blocks": scheduler.pool.num_blocks,
                 "kv_blocks_free": scheduler.pool.num_free,
                 "kv_blocks_cached": scheduler.pool.num_cached,
-                "prefix_caching": scheduler.pool.caching}
+                "prefix_caching": scheduler.pool.caching,
+                **({} if self.prompt_cache is None else {
+                    "prompt_cache_files_loaded": self.prompt_cache.loaded,
+                    "prompt_cache_files_refused": self.prompt_cache.refused,
+                    "prompt_cache_files_written": self.prompt_cache.written})}
 
     def close(self) -> None:
         with self._wake:
@@ -188,6 +199,8 @@ class EngineLoop:
             return
         self.engine.abort(request, reason)
         del self._active[request], self._texts[request]
+        if self.prompt_cache is not None:   # its blocks are still cached, evictable
+            self.prompt_cache.save_from(self.engine, request.prompt)
 
     def _step(self) -> None:
         try:

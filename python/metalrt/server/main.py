@@ -39,6 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
                         help="do not reuse the KV cache of repeated prompt prefixes")
+    parser.add_argument("--prompt-cache-dir", metavar="DIR", default=None,
+                        help="keep long prompt prefixes' KV cache in DIR (safetensors files) "
+                             "and load them at start-up, so a restart does not prefill them "
+                             "again; a file of another model or KV type is skipped with a "
+                             "warning (default: none)")
+    parser.add_argument("--prompt-cache-min-tokens", type=int, default=1024, metavar="N",
+                        help="with --prompt-cache-dir: write the prefix of a prompt of at "
+                             "least N tokens (default: %(default)s)")
+    parser.add_argument("--prompt-cache-max-bytes", type=int, default=4 << 30, metavar="N",
+                        help="with --prompt-cache-dir: delete the least recently used files "
+                             "beyond N bytes (default: %(default)s, 4 GiB)")
     parser.add_argument("--spec-type", choices=("ngram", "draft", "mtp"), default=None,
                         help="speculative decoding, as for `metalrt generate` (default: none, "
                              "or 'draft' with --draft-model)")
@@ -74,11 +85,13 @@ def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens
               prefix_cache: bool = True, spec_type: Optional[str] = None,
               draft_model: Optional[str] = None, num_draft_tokens: int = 4,
               reasoning_format: str = "auto", chat_template: Optional[str] = None,
-              api_key: Optional[str] = None):
+              api_key: Optional[str] = None, prompt_cache_dir: Optional[str] = None,
+              prompt_cache_min_tokens: int = 1024, prompt_cache_max_bytes: int = 4 << 30):
     """Loads the model and returns the FastAPI application serving it (its engine loop
     stops when the application shuts down). The settings are those of ``metalrt serve``;
     this is also the builder a host such as Ray Serve calls in each replica
     (docs/serving.md). ``chat_template``: a jinja2 file replacing the model's template.
+    ``prompt_cache_dir``: prompt prefixes on disk (``prompt_cache_dir.PromptCacheDir``).
     Raises ValueError for a setting out of range or an unreadable template, before
     loading."""
     for name, value, least in (("kv_cache_tokens", kv_cache_tokens, 1),
@@ -100,7 +113,13 @@ def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens
     from .engine_loop import EngineLoop
 
     from ..generation import speculative_config
+    from .prompt_cache_dir import PromptCacheDir
 
+    if prompt_cache_dir is not None and not prefix_cache:
+        raise ValueError("[serve] --prompt-cache-dir needs the prefix cache "
+                         "(drop --no-prefix-cache)")
+    disk = None if prompt_cache_dir is None else PromptCacheDir(
+        prompt_cache_dir, prompt_cache_min_tokens, prompt_cache_max_bytes)
     loaded, tokenizer = metalrt.load(model, device=device)
     if template is not None:
         tokenizer.chat_template = template
@@ -108,7 +127,7 @@ def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens
     spec = speculative_config(loaded, spec_type, draft, num_draft_tokens, max_batched_tokens,
                               blocks_for(kv_cache_tokens) * BLOCK_SIZE)
     loop = EngineLoop(loaded, tokenizer, blocks_for(kv_cache_tokens), max_batched_tokens,
-                      max_queue, prefix_cache, spec)
+                      max_queue, prefix_cache, spec, disk)
     return create_app(loop, model_id(model), max_tokens, reasoning_format, api_key)
 
 
@@ -143,6 +162,8 @@ def serve(args: argparse.Namespace) -> int:
     app = build_app(args.model, args.device, args.kv_cache_tokens, args.max_batched_tokens,
                     args.max_queue, args.max_tokens, args.prefix_cache, args.spec_type,
                     args.draft_model, args.num_draft_tokens, args.reasoning_format,
-                    args.chat_template, args.api_key or os.environ.get("METALRT_API_KEY"))
+                    args.chat_template, args.api_key or os.environ.get("METALRT_API_KEY"),
+                    args.prompt_cache_dir, args.prompt_cache_min_tokens,
+                    args.prompt_cache_max_bytes)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
