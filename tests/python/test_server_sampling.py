@@ -210,3 +210,20 @@ def test_bad_sampling_input_is_a_400_and_the_server_keeps_serving(server, client
         client.completions.create(model=MODEL_ID, prompt="hi", max_tokens=2, n=0)
     ok = client.completions.create(model=MODEL_ID, prompt="hi", max_tokens=2, temperature=0)
     assert ok.choices[0].finish_reason in ("stop", "length")
+
+
+def test_n_choices_share_the_prompt_prefill_through_the_prefix_cache(server, client, oracle):
+    _, tokenizer = oracle
+    ask = [{"role": "system", "content": "Counting helper."},
+           {"role": "user", "content": "Count from one to ten, please."}]
+    ids = chat_ids(tokenizer, ask)
+    before = server.stats()
+    client.chat.completions.create(model=MODEL_ID, messages=ask, max_tokens=3, n=3,
+                                   temperature=1.0, seed=2)
+    after = server.stats()
+    tail = len(ids) - (len(ids) - 1) // 16 * 16   # after the prompt's last full block
+    assert len(ids) > 16
+    assert after["prompt_tokens_computed"] - before["prompt_tokens_computed"] == \
+        len(ids) + 2 * tail
+    assert after["prompt_tokens_cached"] - before["prompt_tokens_cached"] == \
+        2 * (len(ids) - tail)
