@@ -18,6 +18,7 @@ import secrets
 from typing import List, Optional, Union
 
 import jinja2
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response as HTTPResponse, StreamingResponse
@@ -125,6 +126,15 @@ def _template_messages(body: ChatCompletionRequest, tools: list, parser, knows_t
     return messages
 
 
+def _choice_seed(seed: Optional[int], index: int) -> Optional[int]:
+    """The seed of choice ``index``: the request's own for choice 0 (so n=1 draws as
+    before), one derived from (seed, index) for the others, so each choice draws its own
+    stream and the same request draws the same choices; None (fresh entropy) without."""
+    if seed is None or index == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, index]).generate_state(1, np.uint64)[0] >> 1)
+
+
 def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int = 512,
                reasoning_format: str = "auto", api_key: Optional[str] = None) -> FastAPI:
     """The application serving ``engine_loop`` under the model id ``model_id``; a
@@ -182,17 +192,24 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                                 f"'{model_id}'", param="model", code="model_not_found")
 
     def submit(body: Union[ChatCompletionRequest, CompletionRequest], ids: List[int],
-               top_logprobs: Optional[int], logprobs: bool, processors=()):
-        processors = list(processors)
-        if body.frequency_penalty or body.presence_penalty or body.logit_bias:
-            processors.insert(0, OpenAIPenalties(body.frequency_penalty, body.presence_penalty,
-                                                 token_bias(body.logit_bias or {})))
-        params = SamplingParams(temp=body.temperature, top_p=body.top_p, top_k=body.top_k,
-                                seed=body.seed,
-                                logprobs=logprobs, logits_processors=tuple(processors))
+               top_logprobs: Optional[int], logprobs: bool, processors=list,
+               prompt_logprobs: Optional[int] = None):
+        """The generation of ``body``'s ``n`` choices; ``processors()``: a choice's
+        fresh logits processors (a grammar follows one reply)."""
+        choices = []
+        for i in range(body.n):
+            mine = list(processors())
+            if body.frequency_penalty or body.presence_penalty or body.logit_bias:
+                mine.insert(0, OpenAIPenalties(body.frequency_penalty, body.presence_penalty,
+                                               token_bias(body.logit_bias or {})))
+            choices.append(SamplingParams(
+                temp=body.temperature, top_p=body.top_p, top_k=body.top_k,
+                seed=_choice_seed(body.seed, i), logprobs=logprobs,
+                logits_processors=tuple(mine)))
         try:
-            return engine_loop.submit(ids, params, body.token_limit or default_max_tokens,
-                                      body.stops, top_logprobs, body.stop_token_ids)
+            return engine_loop.submit(ids, choices[0], body.token_limit or default_max_tokens,
+                                      body.stops, top_logprobs, body.stop_token_ids,
+                                      choices[1:], prompt_logprobs)
         except QueueFullError as e:
             raise APIError(503, str(e), "server_error", code="queue_full") from None
         except ValueError as e:
@@ -299,14 +316,16 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
         except (ValueError, TypeError, jinja2.TemplateError) as e:
             raise APIError(400, f"the chat template cannot render these messages: {e}",
                            param="messages") from None
-        processors = []
-        if rule is not None:
+        def processors():
+            if rule is None:
+                return []
             try:
-                processors.append(grammars.processor(rule))
+                return [grammars.processor(rule)]
             except ValueError as e:
                 raise APIError(400, f"the grammar of this request is invalid: {e}",
                                param="response_format" if body.response_format else
                                "tool_choice") from None
+
         ids = tokenizer.encode(text, add_special_tokens=False)
         top = body.top_logprobs if body.logprobs else None
         generation = submit(body, ids, top, body.logprobs, processors)
@@ -320,7 +339,7 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
     async def chat_completions(body: ChatCompletionRequest, http: Request):
         check_model(body.model)
         generation, split = start_chat(body)
-        return await answer(http, Response(True, model_id, split, body.include_usage),
+        return await answer(http, Response(True, model_id, split, body.include_usage, body.n),
                             generation, body.stream)
 
     def translated(body: Union[ResponsesRequest, MessagesRequest],
@@ -369,8 +388,15 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
             raise APIError(400, f"prompt token id {bad} is outside the model's vocabulary "
                                 f"[0, {vocab})", param="prompt")
         check_stop_ids(body)
-        generation = submit(body, ids, body.logprobs, body.logprobs is not None)
-        return await answer(http, Response(False, model_id, include_usage=body.include_usage),
+        scored = body.logprobs if body.echo else None
+        generation = submit(body, ids, body.logprobs, body.logprobs is not None,
+                            prompt_logprobs=scored)
+        # OpenAI echoes a text prompt as given; token ids as their text.
+        echo = (body.prompt if isinstance(body.prompt, str) else tokenizer.decode(ids)) \
+            if body.echo else None
+        return await answer(http, Response(False, model_id, include_usage=body.include_usage,
+                                           n=body.n, echo=echo,
+                                           echo_logprobs=scored is not None),
                             generation, body.stream)
 
     @app.get("/v1/models")

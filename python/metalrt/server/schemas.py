@@ -15,6 +15,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, field
 from pydantic_core import PydanticCustomError
 
 _IGNORED = ("user", "metadata", "store", "service_tier")
+MAX_CHOICES = 16   # n: each choice is an engine request, all admitted together
 
 
 class _Body(BaseModel):
@@ -93,7 +94,7 @@ class _Sampling(_Body):
     stop_token_ids: List[StrictInt] = Field(default_factory=list)   # vLLM's extension
     stream: StrictBool = False
     stream_options: Optional[StreamOptions] = None
-    n: StrictInt = Field(1, ge=1, le=1)   # one choice per request
+    n: StrictInt = Field(1, ge=1, le=MAX_CHOICES)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     logit_bias: Optional[Dict[str, float]] = None
@@ -170,6 +171,14 @@ class ChatCompletionRequest(_Sampling):
     logprobs: StrictBool = False
     top_logprobs: Optional[StrictInt] = Field(None, ge=0, le=20)
 
+    @field_validator("top_logprobs")
+    @classmethod
+    def _needs_logprobs(cls, value, info):
+        # OpenAI's rule; 0 asks for nothing, so it is let through.
+        if value and not info.data.get("logprobs"):
+            raise PydanticCustomError("top_logprobs", "top_logprobs needs logprobs: true")
+        return value
+
     @property
     def token_limit(self) -> Optional[int]:
         """``max_completion_tokens`` (OpenAI's newer name), else ``max_tokens``."""
@@ -202,7 +211,7 @@ class CompletionRequest(_Sampling):
             "prompt_type", "must be a string or a list of token ids (integers); got {got}",
             {"got": got})
     logprobs: Optional[StrictInt] = Field(None, ge=0, le=20)
-    echo: Literal[False] = False
+    echo: StrictBool = False   # the prompt before the text (its logprobs with logprobs)
 
     @property
     def token_limit(self) -> Optional[int]:
