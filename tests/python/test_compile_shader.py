@@ -150,7 +150,8 @@ def test_bad_arguments_raise():
         lib.axpy(x, y, np.float32(1), np.uint32(8), threads=8, threadgroups=1, group_size=8)
     with pytest.raises(ValueError, match=r"group_size= \(threads per threadgroup\) is required"):
         lib.axpy(x, y, np.float32(1), np.uint32(8), threads=8)
-    with pytest.raises(ValueError, match=r"1025 threads per threadgroup"):
+    with pytest.raises(ValueError, match=r"\[axpy\] threads per threadgroup \(1025, 1, 1\) = 1025 exceed the pipeline's "
+                                         r"maxTotalThreadsPerThreadgroup of 1024"):
         lib.axpy(x, y, np.float32(1), np.uint32(8), threads=8, group_size=1025, constants={0: False})
     with pytest.raises(TypeError, match=r"\[axpy\] function constant 0 \(bool\) must be a Python bool"):
         lib.axpy(x, y, np.float32(1), np.uint32(8), threads=8, group_size=8, constants={0: "yes"})
