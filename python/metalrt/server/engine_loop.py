@@ -134,6 +134,12 @@ class EngineLoop:
             self._cancelled.append(generation)
             self._wake.notify()
 
+    @property
+    def busy(self) -> bool:
+        """Requests are submitted and not finished (queued, waiting or running)."""
+        with self._wake:
+            return bool(self._inbox or self._active or self.engine.has_work)
+
     def stats(self) -> dict:
         """Engine counters and KV-cache occupancy (read without stopping the loop)."""
         scheduler = self.engine.scheduler

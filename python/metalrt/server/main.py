@@ -5,7 +5,9 @@ import argparse
 import os
 import socket
 import sys
-from typing import Optional
+from typing import Optional, Sequence, Union
+
+from .model_registry import model_entries, parse_bytes
 
 DEFAULT_PORT = 8080
 
@@ -13,9 +15,16 @@ DEFAULT_PORT = 8080
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The server's command-line settings (shared by ``metalrt serve`` and
     ``python -m metalrt.server``)."""
-    parser.add_argument("--model", metavar="PATH", default=None,
-                        help="a .gguf file or a Hugging Face model directory; default: "
+    parser.add_argument("--model", metavar="[ID=]PATH", action="append", default=None,
+                        help="a .gguf file or a Hugging Face model directory, served as ID "
+                             "(default: its file name); again, or a directory of models, to "
+                             "serve several (requests pick by `model`; the first loads at "
+                             "start-up, the others on first use); default: "
                              "SmolLM2-135M-Instruct Q4_1, downloaded on first use")
+    parser.add_argument("--max-memory", metavar="SIZE", type=parse_bytes, default=None,
+                        help="memory budget of the loaded models (weights + KV cache) as "
+                             "bytes or with K/M/G/T (1024-based), e.g. 8G: loading one more "
+                             "evicts the least recently used idle ones (default: no limit)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind; anything but loopback exposes the model to "
                              "the network, without authentication (default: %(default)s)")
@@ -61,31 +70,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="uvicorn's log level (default: %(default)s)")
 
 
-def model_id(path: Optional[str]) -> str:
-    """The id ``/v1/models`` reports: the model file or directory name without .gguf."""
-    from ..default_model import FILENAME
-
-    name = os.path.basename(os.path.normpath(path)) if path else FILENAME
-    return name[:-len(".gguf")] if name.endswith(".gguf") else name
-
-
-def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens: int = 8192,
+def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto",
+              kv_cache_tokens: int = 8192,
               max_batched_tokens: int = 512, max_queue: int = 64, max_tokens: int = 512,
               prefix_cache: bool = True, spec_type: Optional[str] = None,
               draft_model: Optional[str] = None, num_draft_tokens: int = 4,
               reasoning_format: str = "auto", chat_template: Optional[str] = None,
-              api_key: Optional[str] = None):
-    """Loads the model and returns the FastAPI application serving it (its engine loop
-    stops when the application shuts down). The settings are those of ``metalrt serve``;
-    this is also the builder a host such as Ray Serve calls in each replica
-    (docs/serving.md). ``chat_template``: a jinja2 file replacing the model's template.
-    Raises ValueError for a setting out of range or an unreadable template, before
-    loading."""
+              api_key: Optional[str] = None, max_memory: Optional[int] = None):
+    """Loads the (first) model and returns the FastAPI application serving it (its
+    engine loops stop when the application shuts down). The settings are those of
+    ``metalrt serve``; this is also the builder a host such as Ray Serve calls in each
+    replica (docs/serving.md). ``model``: one ``--model`` value or a list of them
+    (``model_registry.model_entries``); the models after the first load on first use,
+    each with its own engine and KV cache of ``kv_cache_tokens``; ``max_memory``: their
+    budget in bytes. ``chat_template``: a jinja2 file replacing the model's template.
+    Raises ValueError for a setting out of range, an unreadable template, a missing
+    model path, or a draft model with several models, before loading."""
     for name, value, least in (("kv_cache_tokens", kv_cache_tokens, 1),
                                ("max_batched_tokens", max_batched_tokens, 1),
                                ("max_tokens", max_tokens, 1), ("max_queue", max_queue, 0)):
         if value < least:
             raise ValueError(f"[serve] --{name.replace('_', '-')} must be >= {least}, got {value}")
+    entries = model_entries([model] if isinstance(model, str) else model)
+    if draft_model is not None and len(entries) > 1:
+        raise ValueError("[serve] --draft-model drafts for one model; it cannot be used with "
+                         "several --model")
     template = None
     if chat_template is not None:
         try:
@@ -98,18 +107,27 @@ def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens
     from ..cache import BLOCK_SIZE, blocks_for
     from .app import create_app
     from .engine_loop import EngineLoop
+    from .model_registry import ModelRegistry, weight_bytes
+    from .served_model import ServedModel
 
+    from ..default_model import default_model_path
     from ..generation import speculative_config
 
-    loaded, tokenizer = metalrt.load(model, device=device)
-    if template is not None:
-        tokenizer.chat_template = template
-    draft = None if draft_model is None else metalrt.load(draft_model, device=device)[0]
-    spec = speculative_config(loaded, spec_type, draft, num_draft_tokens, max_batched_tokens,
-                              blocks_for(kv_cache_tokens) * BLOCK_SIZE)
-    loop = EngineLoop(loaded, tokenizer, blocks_for(kv_cache_tokens), max_batched_tokens,
-                      max_queue, prefix_cache, spec)
-    return create_app(loop, model_id(model), max_tokens, reasoning_format, api_key)
+    def load(name: str, path: Optional[str]) -> ServedModel:
+        loaded, tokenizer = metalrt.load(path, device=device)
+        if template is not None:
+            tokenizer.chat_template = template
+        draft = None if draft_model is None else metalrt.load(draft_model, device=device)[0]
+        spec = speculative_config(loaded, spec_type, draft, num_draft_tokens,
+                                  max_batched_tokens, blocks_for(kv_cache_tokens) * BLOCK_SIZE)
+        loop = EngineLoop(loaded, tokenizer, blocks_for(kv_cache_tokens), max_batched_tokens,
+                          max_queue, prefix_cache, spec)
+        return ServedModel(name, loop, weight_bytes(path or default_model_path()),
+                           reasoning_format)
+
+    registry = ModelRegistry(entries, load, max_memory)
+    registry.load_now(registry.ids[0])
+    return create_app(registry, max_tokens, api_key)
 
 
 def _check_can_listen(host: str, port: int) -> None:
@@ -143,6 +161,7 @@ def serve(args: argparse.Namespace) -> int:
     app = build_app(args.model, args.device, args.kv_cache_tokens, args.max_batched_tokens,
                     args.max_queue, args.max_tokens, args.prefix_cache, args.spec_type,
                     args.draft_model, args.num_draft_tokens, args.reasoning_format,
-                    args.chat_template, args.api_key or os.environ.get("METALRT_API_KEY"))
+                    args.chat_template, args.api_key or os.environ.get("METALRT_API_KEY"),
+                    args.max_memory)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
