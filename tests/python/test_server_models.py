@@ -207,3 +207,24 @@ def test_registry_loads_once_and_evicts_lru_idle(tmp_path):
         assert loads == ["a", "b", "c"]
 
     asyncio.run(scenario())
+
+
+def test_model_entries_ids_paths_and_directories(tmp_path):
+    from metalrt.server.model_registry import model_entries
+
+    (tmp_path / "zoo").mkdir()
+    for name in ("b.gguf", "a.gguf", "notes.txt"):
+        (tmp_path / "zoo" / name).write_bytes(b"x")
+    (tmp_path / "zoo" / "hf").mkdir()
+    (tmp_path / "zoo" / "hf" / "config.json").write_text("{}")
+    zoo = str(tmp_path / "zoo")
+    assert model_entries([zoo]) == {"a": f"{zoo}/a.gguf", "b": f"{zoo}/b.gguf",
+                                    "hf": f"{zoo}/hf"}
+    assert model_entries([f"mine={zoo}/a.gguf", f"{zoo}/b.gguf"]) == {
+        "mine": f"{zoo}/a.gguf", "b": f"{zoo}/b.gguf"}
+    with pytest.raises(ValueError, match="the model id 'a' is given twice"):
+        model_entries([f"{zoo}/a.gguf", zoo])
+    with pytest.raises(ValueError, match="no such file or directory"):
+        model_entries([f"x={zoo}/missing.gguf"])
+    with pytest.raises(ValueError, match="a directory of models"):
+        model_entries([f"x={zoo}"])   # ID= names one model, not a directory of them
