@@ -141,9 +141,9 @@ def wait_for_file(directory, seconds=60):
 
 def test_server_restart_serves_a_4k_prefix_from_disk(smollm2, saved, tmp_path):
     model, tokenizer = smollm2
-    directory = tmp_path / "cache"
+    directory = tmp_path / "cache" / MODEL_ID       # each served model's own subdirectory
     ids = (tokenizer.encode(WORDS * 300))[:4096] + tokenizer.encode(" Who bought the salt?")
-    settings = ("--prompt-cache-dir", str(directory), "--prompt-cache-min-tokens", "1024")
+    settings = ("--prompt-cache-dir", str(tmp_path / "cache"), "--prompt-cache-min-tokens", "1024")
     server = ServerProcess(*settings)
     try:
         first = server.client(timeout=300).completions.create(

@@ -6,8 +6,11 @@ are translated into chat requests and served by the chat path.
 Errors use OpenAI's shape and status codes (Anthropic's shape under ``/v1/messages``):
 400 ``invalid_request_error`` for a body that does not validate (malformed JSON
 included) or a prompt the model cannot take, 401 for a missing or wrong API key, 404
-``model_not_found`` for another model id, 503 when the queue is full, 500 when a forward
-step fails.
+``model_not_found`` for a model id the server does not serve, 503 when the queue is full
+or the model cannot be loaded within ``--max-memory`` now, 500 when a forward step fails.
+
+Each request picks its model by ``model`` from the ModelRegistry, which loads it on
+first use and evicts idle ones under the memory budget (``model_registry.py``).
 """
 from __future__ import annotations
 
@@ -30,14 +33,16 @@ from ..runner import SamplingParams
 from . import anthropic_format, grammar
 from .anthropic_schemas import MessagesRequest
 from .chat_output import ChatOutput
-from .engine_loop import EngineLoop, Event, QueueFullError
+from .engine_loop import Event, QueueFullError
+from .model_registry import ModelRegistry, ModelUnavailableError, UnknownModelError
 from .openai_format import Response, error_body
 from .responses_format import ResponsesReply
 from .responses_schemas import ResponsesRequest
 from .metrics import Metrics
 from .penalties import OpenAIPenalties
 from .schemas import ChatCompletionRequest, CompletionRequest, NamedToolChoice
-from .tool_parsers import parser_for, template_knows_tools, tools_system_prompt
+from .served_model import ServedModel
+from .tool_parsers import tools_system_prompt
 
 
 DISCONNECT_POLL_SECONDS = 0.25   # how often a non-streamed request checks for its client
@@ -135,29 +140,22 @@ def _choice_seed(seed: Optional[int], index: int) -> Optional[int]:
     return int(np.random.SeedSequence([seed, index]).generate_state(1, np.uint64)[0] >> 1)
 
 
-def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int = 512,
-               reasoning_format: str = "auto", api_key: Optional[str] = None) -> FastAPI:
-    """The application serving ``engine_loop`` under the model id ``model_id``; a
-    request without ``max_tokens`` generates at most ``default_max_tokens``.
-    ``reasoning_format``: ``auto`` splits ``<think>...</think>`` into
-    ``reasoning_content`` for a chat template that uses it, ``deepseek`` for every
-    model, ``none`` never. ``api_key``: every path but ``/health`` needs it, as
-    ``Authorization: Bearer KEY`` or ``x-api-key: KEY`` (else 401). The engine loop is
-    closed when the application shuts down."""
+def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
+               api_key: Optional[str] = None) -> FastAPI:
+    """The application serving the models of ``registry`` (ServedModels: the model's
+    ``reasoning_format`` is set there); a request without ``max_tokens`` generates at
+    most ``default_max_tokens``. ``api_key``: every path but ``/health`` needs it, as
+    ``Authorization: Bearer KEY`` or ``x-api-key: KEY`` (else 401). The loaded models
+    are closed when the application shuts down."""
     @contextlib.asynccontextmanager
     async def lifespan(_):
         yield
-        engine_loop.close()
+        registry.close()
 
     app = FastAPI(title="metalrt", docs_url=None, redoc_url=None, lifespan=lifespan)
-    tokenizer = engine_loop.tokenizer
-    metrics = Metrics(engine_loop)
-    engine_loop.observer = metrics.observe
-    grammars = grammar.GrammarCompiler(tokenizer, engine_loop.model.vocab_size)
-    template = tokenizer.chat_template
-    parser, knows_tools = parser_for(template), template_knows_tools(template)
-    reasoning = reasoning_format == "deepseek" or (
-        reasoning_format == "auto" and "<think>" in (template or ""))
+    metrics = Metrics(lambda: [m.engine_loop for m in list(registry.loaded.values())])
+    for served in registry.loaded.values():
+        served.engine_loop.observer = metrics.observe
 
     if api_key is not None:
         @app.middleware("http")
@@ -186,30 +184,37 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         return _error_response(http, exc.status_code, error_body(str(exc.detail), kind))
 
-    def check_model(name: str) -> None:
-        if name != model_id:
-            raise APIError(404, f"the model '{name}' does not exist; this server serves "
-                                f"'{model_id}'", param="model", code="model_not_found")
+    async def model_for(name: str) -> ServedModel:
+        """The loaded model ``name`` (loaded now when it is not): APIError 404 for a
+        model not served, 503 when it cannot be loaded now."""
+        try:
+            served = await registry.acquire(name)
+        except UnknownModelError as e:
+            raise APIError(404, str(e), param="model", code="model_not_found") from None
+        except ModelUnavailableError as e:
+            raise APIError(503, str(e), "server_error", code="model_unavailable") from None
+        served.engine_loop.observer = metrics.observe
+        return served
 
-    def submit(body: Union[ChatCompletionRequest, CompletionRequest], ids: List[int],
-               top_logprobs: Optional[int], logprobs: bool, processors=list,
+    def submit(m: ServedModel, body: Union[ChatCompletionRequest, CompletionRequest],
+               ids: List[int], top_logprobs: Optional[int], logprobs: bool, processors=list,
                prompt_logprobs: Optional[int] = None):
-        """The generation of ``body``'s ``n`` choices; ``processors()``: a choice's
-        fresh logits processors (a grammar follows one reply)."""
+        """The generation of ``body``'s ``n`` choices on ``m``; ``processors()``: a
+        choice's fresh logits processors (a grammar follows one reply)."""
         choices = []
         for i in range(body.n):
             mine = list(processors())
             if body.frequency_penalty or body.presence_penalty or body.logit_bias:
                 mine.insert(0, OpenAIPenalties(body.frequency_penalty, body.presence_penalty,
-                                               token_bias(body.logit_bias or {})))
+                                               token_bias(m, body.logit_bias or {})))
             choices.append(SamplingParams(
                 temp=body.temperature, top_p=body.top_p, top_k=body.top_k,
                 seed=_choice_seed(body.seed, i), logprobs=logprobs,
                 logits_processors=tuple(mine)))
         try:
-            return engine_loop.submit(ids, choices[0], body.token_limit or default_max_tokens,
-                                      body.stops, top_logprobs, body.stop_token_ids,
-                                      choices[1:], prompt_logprobs)
+            return m.engine_loop.submit(ids, choices[0], body.token_limit or default_max_tokens,
+                                        body.stops, top_logprobs, body.stop_token_ids,
+                                        choices[1:], prompt_logprobs)
         except QueueFullError as e:
             raise APIError(503, str(e), "server_error", code="queue_full") from None
         except ValueError as e:
@@ -224,16 +229,16 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
             events.append(event)
         return events
 
-    def check_stop_ids(body) -> None:
-        vocab = engine_loop.model.vocab_size
+    def check_stop_ids(m: ServedModel, body) -> None:
+        vocab = m.vocab_size
         bad = next((t for t in body.stop_token_ids if not 0 <= t < vocab), None)
         if bad is not None:
             raise APIError(400, f"stop_token_ids holds {bad}, outside the model's vocabulary "
                                 f"[0, {vocab})", param="stop_token_ids")
 
-    def token_bias(bias: dict) -> dict:
+    def token_bias(m: ServedModel, bias: dict) -> dict:
         """logit_bias with int keys; APIError 400 for a key that is no token id."""
-        vocab, out = engine_loop.model.vocab_size, {}
+        vocab, out = m.vocab_size, {}
         for key, value in bias.items():
             if not (key.isdigit() and int(key) < vocab):
                 raise APIError(400, f"logit_bias keys must be token ids in [0, {vocab}), got "
@@ -241,7 +246,7 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
             out[int(key)] = value
         return out
 
-    def constraint(body: ChatCompletionRequest, tools: dict) -> Optional[str]:
+    def constraint(body: ChatCompletionRequest, tools: dict, parser) -> Optional[str]:
         """The grammar the reply must follow, None when it is free; APIError 400 for
         a tool_choice that names no tool of the request."""
         choice = body.tool_choice
@@ -299,18 +304,18 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
         return StreamingResponse(body(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
-    def start_chat(body: ChatCompletionRequest):
+    def start_chat(m: ServedModel, body: ChatCompletionRequest):
         """(generation, split) of a chat request: its tools, grammar and messages
         rendered by the chat template, submitted; ``split`` turns the reply's text into
         reasoning, content and tool calls. APIError 400 for what the request gets wrong
         (the handlers check the model first)."""
         offered = [] if body.tool_choice == "none" else [t.model_dump() for t in body.tools or ()]
         tools = {t["function"]["name"]: t["function"]["parameters"] for t in offered}
-        rule = constraint(body, tools)
-        check_stop_ids(body)
-        messages = _template_messages(body, offered, parser, knows_tools)
+        rule = constraint(body, tools, m.parser)
+        check_stop_ids(m, body)
+        messages = _template_messages(body, offered, m.parser, m.knows_tools)
         try:
-            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+            text = m.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
                                                  tools=offered or None,
                                                  **body.chat_template_kwargs)
         except (ValueError, TypeError, jinja2.TemplateError) as e:
@@ -320,33 +325,32 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
             if rule is None:
                 return []
             try:
-                return [grammars.processor(rule)]
+                return [m.grammars.processor(rule)]
             except ValueError as e:
                 raise APIError(400, f"the grammar of this request is invalid: {e}",
                                param="response_format" if body.response_format else
                                "tool_choice") from None
 
-        ids = tokenizer.encode(text, add_special_tokens=False)
+        ids = m.tokenizer.encode(text, add_special_tokens=False)
         top = body.top_logprobs if body.logprobs else None
-        generation = submit(body, ids, top, body.logprobs, processors)
+        generation = submit(m, body, ids, top, body.logprobs, processors)
         # A forced call or JSON reply is not reasoning; a reply starts inside <think>
         # when the template opened it in the prompt.
-        split = ChatOutput(parser if tools else None, tools, reasoning and rule is None,
+        split = ChatOutput(m.parser if tools else None, tools, m.reasoning and rule is None,
                            thinking=text.rstrip().endswith("<think>"))
         return generation, split
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, http: Request):
-        check_model(body.model)
-        generation, split = start_chat(body)
-        return await answer(http, Response(True, model_id, split, body.include_usage, body.n),
+        m = await model_for(body.model)
+        generation, split = start_chat(m, body)
+        return await answer(http, Response(True, m.id, split, body.include_usage, body.n),
                             generation, body.stream)
 
     def translated(body: Union[ResponsesRequest, MessagesRequest],
                    rename=lambda error: error) -> ChatCompletionRequest:
-        """The chat request a Responses or Messages request becomes, its model checked
-        first; APIError 400 (through ``rename``) when the chat request does not validate."""
-        check_model(body.model)
+        """The chat request a Responses or Messages request becomes; APIError 400
+        (through ``rename``) when the chat request does not validate."""
         try:
             return body.chat_request()
         except ValidationError as e:
@@ -354,55 +358,64 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
 
     @app.post("/v1/responses")
     async def responses(body: ResponsesRequest, http: Request):
+        m = await model_for(body.model)
         try:
             chat = translated(body, _responses_error)
         except ValueError as e:   # an input the translation refuses
             raise APIError(400, str(e), param="input") from None
         try:
-            generation, split = start_chat(chat)
+            generation, split = start_chat(m, chat)
         except APIError as e:
             raise _responses_error(e) from None
         reply = ResponsesReply(body.model_dump(mode="json", by_alias=True,
-                                               exclude_none=True), model_id, split,
-                               lambda text: len(tokenizer.encode(text, add_special_tokens=False)))
+                                               exclude_none=True), m.id, split,
+                               lambda text: len(m.tokenizer.encode(text, add_special_tokens=False)))
         return await answer(http, reply, generation, body.stream)
 
     @app.post("/v1/messages")
     async def messages(body: MessagesRequest, http: Request):
-        generation, split = start_chat(translated(body))
+        m = await model_for(body.model)
+        generation, split = start_chat(m, translated(body))
         return await answer(http, anthropic_format.MessagesResponse(
-            model_id, split, len(generation.ids)), generation, body.stream)
+            m.id, split, len(generation.ids)), generation, body.stream)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, http: Request):
-        check_model(body.model)
+        m = await model_for(body.model)
         try:
-            ids = prompt_ids(tokenizer, body.prompt)
+            ids = prompt_ids(m.tokenizer, body.prompt)
         except (TypeError, ValueError) as e:
             raise APIError(400, str(e), param="prompt") from None
         # A client's id outside the vocabulary is its own error (400), found before the
         # engine thread, where it could only be reported as a 500.
-        vocab = engine_loop.model.vocab_size
+        vocab = m.vocab_size
         bad = next((t for t in ids if not 0 <= t < vocab), None)
         if bad is not None:
             raise APIError(400, f"prompt token id {bad} is outside the model's vocabulary "
                                 f"[0, {vocab})", param="prompt")
-        check_stop_ids(body)
+        check_stop_ids(m, body)
         scored = body.logprobs if body.echo else None
-        generation = submit(body, ids, body.logprobs, body.logprobs is not None,
+        generation = submit(m, body, ids, body.logprobs, body.logprobs is not None,
                             prompt_logprobs=scored)
         # OpenAI echoes a text prompt as given; token ids as their text.
-        echo = (body.prompt if isinstance(body.prompt, str) else tokenizer.decode(ids)) \
+        echo = (body.prompt if isinstance(body.prompt, str) else m.tokenizer.decode(ids)) \
             if body.echo else None
-        return await answer(http, Response(False, model_id, include_usage=body.include_usage,
+        return await answer(http, Response(False, m.id, include_usage=body.include_usage,
                                            n=body.n, echo=echo,
                                            echo_logprobs=scored is not None),
                             generation, body.stream)
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": model_id, "object": "model", "created": 0,
-                                            "owned_by": "metalrt"}]}
+        # OpenAI's model objects, with LM Studio's "state" (loaded / not-loaded) and the
+        # memory a loaded model takes (weights + KV cache, bytes).
+        data = []
+        for name in registry.ids:
+            served = registry.loaded.get(name)
+            data.append({"id": name, "object": "model", "created": 0, "owned_by": "metalrt",
+                         "state": "loaded" if served else "not-loaded",
+                         "memory_bytes": served.memory_bytes if served else None})
+        return {"object": "list", "data": data}
 
     @app.get("/metrics")
     async def prometheus():
@@ -412,6 +425,9 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "model": model_id, "engine": engine_loop.stats()}
+        # "model"/"engine": the first model (its stats None while it is not loaded).
+        stats = {name: m.engine_loop.stats() for name, m in list(registry.loaded.items())}
+        first = registry.ids[0]
+        return {"status": "ok", "model": first, "engine": stats.get(first), "models": stats}
 
     return app

@@ -173,6 +173,12 @@ class EngineLoop:
             self._cancelled.append(generation)
             self._wake.notify()
 
+    @property
+    def busy(self) -> bool:
+        """Requests are submitted and not finished (queued, waiting or running)."""
+        with self._wake:
+            return bool(self._inbox or self._active or self.engine.has_work)
+
     def stats(self) -> dict:
         """Engine counters and KV-cache occupancy (read without stopping the loop)."""
         scheduler = self.engine.scheduler
@@ -267,11 +273,18 @@ class EngineLoop:
         generation.push(Event(prompt_logprobs=entries, prompt_tokens=len(ids)))
         return True
 
-    def _finish(self, request: Optional[Request], reason: str = "stop") -> None:
+    def _finish(self, request: Optional[Request], reason: str = "stop",
+                last: Optional[Event] = None) -> None:
+        """Ends ``request``; ``last``: its final event, pushed once the request is gone
+        from the engine, so a client that sees its reply end finds the model idle (the
+        registry evicts only idle models)."""
         if request is None or request not in self._active:
             return
         self.engine.abort(request, reason)
-        del self._active[request], self._texts[request]
+        generation = self._active.pop(request)
+        del self._texts[request]
+        if last is not None:
+            generation.push(last)
         if self.prompt_cache is not None:   # its blocks are still cached, evictable
             self.prompt_cache.save_from(self.engine, request.prompt)
 
@@ -280,9 +293,8 @@ class EngineLoop:
             outputs = self.engine.step()
         except Exception as e:   # the step's state is unknown: end every request
             message = f"[server] the forward step failed: {type(e).__name__}: {e}"
-            for request, generation in list(self._active.items()):
-                generation.push(Event(error=message))
-                self._finish(request)
+            for request in list(self._active):
+                self._finish(request, last=Event(error=message))
             return
         for out in outputs:
             request = out.request
@@ -294,14 +306,16 @@ class EngineLoop:
             if stopped:
                 self.engine.abort(request, "stop")
             reason = request.finish_reason if stopped else out.finish_reason
-            generation.push(Event(
+            event = Event(
                 text=text, token=out.token, finish_reason=reason, index=generation.index,
                 stop_sequence=self._texts[request].stops.matched if stopped else None,
                 logprobs=self._logprobs(out.token, out.logprobs, generation.top_logprobs),
                 prompt_tokens=len(request.prompt), cached_tokens=request.num_cached_tokens,
-                completion_tokens=len(request.output)))
+                completion_tokens=len(request.output))
             if reason:
-                self._finish(request, reason)
+                self._finish(request, reason, event)
+            else:
+                generation.push(event)
 
     def _logprobs(self, token: int, logprobs: Optional[np.ndarray], top: Optional[int]):
         """{"token", "logprob", "top": [(token text, logprob), ...]} for ``token``."""
