@@ -4,7 +4,8 @@
 // * moe_matmul_bt_gemv_<format>_<dtype> (gemv16_: 16 values per lane and pass, by
 //   QuantGemvChunk's rule with no K split): one threadgroup per (block of 8 rows of N,
 //   (token, slot) pair): the quantized GEMV body (metal/quantized_gemv.h) over expert
-//   e = expert_ids[pair]'s rows e*N .. e*N + N - 1 with m = 1. An id outside [0, E)
+//   e = expert_ids[pair]'s rows e*N .. e*N + N - 1 with m = 1 (function constant gemv_m,
+//   which the host sets to 1). An id outside [0, E)
 //   writes a NaN row (poison: the host cannot check device ids without a wait, so a
 //   bad id must never look like a result) and reads no weight. Expected: bound by the selected experts'
 //   weight bytes (each pair reads its expert's N rows once). Decode and batches of up
@@ -44,7 +45,7 @@ kernel void moe_matmul_bt_gemv(device const T* x [[buffer(0)]],
   }
   device const T* row = x + (moe.per_slot ? pair : pair / moe.slots) * args.k;
   threadgroup float partials[quant_gemv_partials(kQuantGemvRows)];
-  quantized_gemv<F, T, S, W>(row, 1, data, scales, biases, long(expert) * args.n, args.n, y, args, partials,
+  quantized_gemv<F, T, S, W>(row, data, scales, biases, long(expert) * args.n, args.n, y, args, partials,
                           group.x, simdgroup, lane);
 }
 

@@ -2,7 +2,9 @@
 // metal/quantized_blocks.h (8 values sharing one scale and one bias), activations and
 // accumulators in f32. Instantiated per op, variant, format and dtype as
 // <op>_<variant>_<format>_<dtype> (affine: <format> = affine_<scales dtype>), so the
-// profiler shows which ran:
+// profiler shows which ran. Function constants (quantized_args.h): the affine code
+// width affine_bits, and the GEMVs' activation rows gemv_m, so the loops over their
+// private arrays unroll (a pipeline per m the model runs, up to kQuantGemvMaxM per GEMV):
 // * quantized_matmul_bt_gemv_* (m <= 8, decode and small batches). Design: MLX qmv /
 //   llama.cpp mul_mv_q (reference/quantization.md section 3): 2 SIMD-groups of 4 weight
 //   rows each, lanes strided along K one 8-value chunk at a time (quantized_matmul_bt_
@@ -52,7 +54,7 @@ kernel void quantized_matmul_bt_gemv(device const T* x [[buffer(0)]],
                                      uint simdgroup [[simdgroup_index_in_threadgroup]],
                                      uint lane [[thread_index_in_simdgroup]]) {
   threadgroup float partials[quant_gemv_partials(kQuantGemvRows)];
-  quantized_gemv<F, T, S, W>(x, args.m, data, scales, biases, 0, args.n, out, args, partials, group, simdgroup, lane);
+  quantized_gemv<F, T, S, W>(x, data, scales, biases, 0, args.n, out, args, partials, group, simdgroup, lane);
 }
 
 // Fused residual add: out [m, n] = residual + x w^T, the product rounded to T before
@@ -74,10 +76,10 @@ kernel void quantized_matmul_bt_add_gemv(device const T* x [[buffer(0)]],
   long rows[kQuantGemvRows];
   gemv_rows(0, place.row0, args.n, rows);
   float acc[kQuantGemvMaxM * kQuantGemvRows];
-  gemv_accumulate<F, T, S, kQuantGemvRows, W>(x, args.m, data, scales, biases, args, rows, acc, partials, place.part,
+  gemv_accumulate<F, T, S, kQuantGemvRows, W>(x, data, scales, biases, args, rows, acc, partials, place.part,
                                            simdgroup, lane);
   if (place.part != 0 || lane != 0) return;
-  for (int32_t i = 0; i < args.m; ++i)
+  for (int32_t i = 0; i < gemv_m; ++i)
     for (int r = 0; r < kQuantGemvRows; ++r) {
       if (rows[r] < 0) continue;
       const long e = long(i) * args.n + rows[r];
@@ -107,10 +109,10 @@ kernel void quantized_matmul_bt_swiglu_gemv(device const T* x [[buffer(0)]],
   gemv_rows(0, place.row0, inner, rows);
   for (int r = 0; r < kQuantGemvRows; ++r) rows[kQuantGemvRows + r] = rows[r] < 0 ? -1 : inner + rows[r];
   float acc[kQuantGemvMaxM * R];
-  gemv_accumulate<F, T, S, R, W>(x, args.m, data, scales, biases, args, rows, acc, partials, place.part, simdgroup,
+  gemv_accumulate<F, T, S, R, W>(x, data, scales, biases, args, rows, acc, partials, place.part, simdgroup,
                               lane);
   if (place.part != 0 || lane != 0) return;
-  for (int32_t i = 0; i < args.m; ++i)
+  for (int32_t i = 0; i < gemv_m; ++i)
     for (int r = 0; r < kQuantGemvRows; ++r) {
       if (rows[r] < 0) continue;
       const float gate = float(T(acc[i * R + r])), up = float(T(acc[i * R + kQuantGemvRows + r]));
@@ -156,10 +158,10 @@ kernel void quantized_matmul_bt_concat_gemv(device const T* x [[buffer(0)]],
   long rows[kQuantGemvRows];
   gemv_rows(0, row0, n, rows);
   float acc[kQuantGemvMaxM * kQuantGemvRows];
-  gemv_accumulate<F, T, S, kQuantGemvRows, W>(x, args.m, data, scales, biases, args, rows, acc, partials, place.part,
+  gemv_accumulate<F, T, S, kQuantGemvRows, W>(x, data, scales, biases, args, rows, acc, partials, place.part,
                                            simdgroup, lane);
   if (place.part != 0 || lane != 0) return;
-  for (int32_t i = 0; i < args.m; ++i)
+  for (int32_t i = 0; i < gemv_m; ++i)
     for (int r = 0; r < kQuantGemvRows; ++r)
       if (rows[r] >= 0) out[long(i) * args.n + column0 + rows[r]] = T(acc[i * kQuantGemvRows + r]);
 }

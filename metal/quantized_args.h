@@ -10,6 +10,8 @@
 #include <cstdint>
 #endif
 
+// The affine code width and the GEMVs' activation rows are not here: they are the
+// function constants below.
 struct QuantizedArgs {
   int64_t row_bytes;   // bytes of one row of data (GGUF blocks, or affine uint32 words)
   int32_t m;           // activation rows (matmul) or ids (embedding); weight rows for dequantize
@@ -17,11 +19,19 @@ struct QuantizedArgs {
   int32_t k;           // weight columns K
   int32_t groups;      // affine scales per row (K / group_size); GGUF: unused
   int32_t group_size;  // affine values per scale; GGUF: unused
-  int32_t bits;        // affine code width
   int32_t splits;      // GEMVs: SIMD-groups sharing one row block's K (1 or 2; QuantGemvSplits)
-  int32_t unused;      // keeps the struct a multiple of 8 bytes on both sides
+  int32_t unused[2];   // keeps the struct a multiple of 8 bytes on both sides
 };
 static_assert(sizeof(QuantizedArgs) == 40, "QuantizedArgs must match between host and MSL");
+
+// Function constants of the quantized kernels (quantized.metal, moe_matmul.metal), set
+// per pipeline so that the loops over their private arrays have compile-time trip
+// counts and unroll into registers (a run-time bound would leave the arrays in stack
+// memory): the GEMVs' activation rows m (1..kQuantGemvMaxM: the rows of acc; the MoE
+// GEMV's 1) and the MLX affine code width (2..8: the words of a wide chunk; 0 for the
+// other formats, which never read it, so each of them keeps one pipeline).
+METALRT_CONSTANT uint32_t kQuantGemvMConstant = 0;
+METALRT_CONSTANT uint32_t kQuantAffineBitsConstant = 1;
 
 // quantized_matmul_bt_concat: the rows of each weight (0 past the last), whose outputs
 // are concatenated along N in this order (QuantizedArgs.n is their sum).

@@ -10,6 +10,9 @@
 #include "quantized_args.h"
 using namespace metal;
 
+static_assert(kQuantAffineBitsConstant == 1, "affine_bits is function constant 1");
+constant int affine_bits [[function_constant(1)]];
+
 // W values sharing one scale and one bias: the 8-value chunk (QuantChunk) of every
 // kernel, and the GEMVs' wide chunk of kQuantWideChunk values.
 template <int W>
@@ -160,29 +163,29 @@ inline QuantChunkW<W> chunk_q6_k(device const uchar* row, int k0) {
   return q;
 }
 
-// MLX affine: W codes of `bits` bits are W * bits / 8 whole bytes of the row's LSB-first
-// bitstream, starting at byte k0 * bits / 8 (the wide chunk: `bits` 2-byte words, as
-// k0 * bits / 8 is even and rows are whole uint32 words); w = scale * q + bias of the
-// value's group.
+// MLX affine: W codes of `bits` bits (function constant affine_bits) are W * bits / 8
+// whole bytes of the row's LSB-first bitstream, starting at byte k0 * bits / 8 (the wide
+// chunk: `bits` 2-byte words, as k0 * bits / 8 is even and rows are whole uint32 words);
+// w = scale * q + bias of the value's group.
 template <typename S, int W>
 inline QuantChunkW<W> chunk_affine(device const uchar* row, device const S* scales, device const S* biases,
                                    long row_index, int k0, constant QuantizedArgs& args) {
-  device const uchar* p = row + k0 * args.bits / 8;
-  const uint mask = (uint(1) << args.bits) - 1;
+  device const uchar* p = row + k0 * affine_bits / 8;
+  const uint mask = (uint(1) << affine_bits) - 1;
   const long g = row_index * args.groups + k0 / args.group_size;
   QuantChunkW<W> q;
   q.scale = float(scales[g]);
   q.bias = float(biases[g]);
   if (W == kQuantChunk) {
     ulong bits = 0;
-    for (int i = 0; i < args.bits; ++i) bits |= ulong(p[i]) << (8 * i);
-    for (int i = 0; i < W; ++i) q.c[i] = float(uint(bits >> (i * args.bits)) & mask);
+    for (int i = 0; i < affine_bits; ++i) bits |= ulong(p[i]) << (8 * i);
+    for (int i = 0; i < W; ++i) q.c[i] = float(uint(bits >> (i * affine_bits)) & mask);
   } else {
     ushort words[kQuantWideChunk / 2];   // `bits` of them (bits <= 8)
-    for (int i = 0; i < args.bits; ++i) words[i] = ((device const ushort*)p)[i];
+    for (int i = 0; i < affine_bits; ++i) words[i] = ((device const ushort*)p)[i];
     for (int i = 0; i < W; ++i) {
-      const int at = i * args.bits, w = at / 16;
-      const uint pair = uint(words[w]) | (w + 1 < args.bits ? uint(words[w + 1]) << 16 : 0u);
+      const int at = i * affine_bits, w = at / 16;
+      const uint pair = uint(words[w]) | (w + 1 < affine_bits ? uint(words[w + 1]) << 16 : 0u);
       q.c[i] = float((pair >> (at % 16)) & mask);
     }
   }

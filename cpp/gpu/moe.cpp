@@ -86,7 +86,10 @@ bool MetalMoeMatmulBT(const OpCall& call) {
   }
   const QuantizedArgs args = ExpertArgs(call, n);
   const std::string variant = grouped ? "gemm_" : GemvVariant(args, WideChunkAligned(data));
-  KernelLaunch launch(KernelName("moe_matmul_bt", variant + format, x.dtype()));
+  // The GEMV takes one (token, slot) pair's row per threadgroup: m = 1.
+  const int32_t bits = affine ? AffineBitsOf(p.w) : 0;
+  KernelLaunch launch(KernelName("moe_matmul_bt", variant + format, x.dtype()),
+                      grouped ? QuantizedConstants(bits) : GemvConstants(bits, 1));
   launch.input(0, x)
       .input(1, grouped ? order : ids)
       .input(2, data)

@@ -5,7 +5,8 @@
 // chunk for dequantize and quantized_embedding. Kernel names are
 // <op>_<variant>_<format>_<dtype>, the affine format named with its scales' dtype
 // ("affine_bf16"). Buffers: activations or ids, data, scales, biases (GGUF binds data
-// there too: the kernels never read them), out, arguments.
+// there too: the kernels never read them), out, arguments. Function constants
+// (QuantizedConstants, GemvConstants): the affine code width, and a GEMV's m.
 #include <cstdint>
 #include <string>
 
@@ -58,7 +59,8 @@ bool MetalQuantizedMatmulBT(const OpCall& call) {
   QuantizedArgs args = ArgsOf(w, m);
   const int64_t blocks = CeilDiv(w.rows, kQuantGemvRows);
   KernelLaunch launch(gemv ? GemvKernel("quantized_matmul_bt", args, blocks, w, x.dtype(), WideChunkAligned(w.data))
-                           : KernelName("quantized_matmul_bt", "gemm_" + FormatToken(w), x.dtype()));
+                           : KernelName("quantized_matmul_bt", "gemm_" + FormatToken(w), x.dtype()),
+                      gemv ? GemvConstants(AffineBitsOf(w), m) : QuantizedConstants(AffineBitsOf(w)));
   launch.input(0, x);
   BindWeight(launch, w).output(4, call.outputs[0]);
   if (gemv) {
@@ -82,7 +84,8 @@ bool MetalQuantizedMatmulBTFused(const OpCall& call, const char* op, bool swiglu
     return swiglu ? ops::detail::ComposeQuantizedMatmulBTSwiglu(call) : ops::detail::ComposeQuantizedMatmulBTAdd(call);
   QuantizedArgs args = ArgsOf(w, m);
   const int64_t blocks = CeilDiv(swiglu ? w.rows / 2 : w.rows, kQuantGemvRows);
-  KernelLaunch launch(GemvKernel(op, args, blocks, w, x.dtype(), WideChunkAligned(w.data)));
+  KernelLaunch launch(GemvKernel(op, args, blocks, w, x.dtype(), WideChunkAligned(w.data)),
+                      GemvConstants(AffineBitsOf(w), m));
   launch.input(0, x);
   BindWeight(launch, w).output(4, call.outputs[0]);
   if (!swiglu) launch.input(6, call.inputs[1]);
@@ -121,7 +124,8 @@ bool MetalQuantizedMatmulBTConcat(const OpCall& call) {
     blocks += CeilDiv(weights[j].rows, kQuantGemvRows);
     aligned = aligned && WideChunkAligned(weights[j].data);
   }
-  KernelLaunch launch(GemvKernel("quantized_matmul_bt_concat", args, blocks, weights[0], x.dtype(), aligned));
+  KernelLaunch launch(GemvKernel("quantized_matmul_bt_concat", args, blocks, weights[0], x.dtype(), aligned),
+                      GemvConstants(AffineBitsOf(weights[0]), m));
   launch.input(0, x);
   BindWeight(launch, weights[0]).output(4, call.outputs[0]);
   BindWeight(launch, weights[1], 6);
@@ -134,7 +138,8 @@ bool MetalQuantizedMatmulBTConcat(const OpCall& call) {
 bool LaunchRows(const char* op, const char* variant, const Tensor& ids, const QuantizedTensor& w,
                 const Tensor& out, int64_t rows) {
   if (!FitsInt(w.rows, w.cols) || !FitsUint(rows)) return false;
-  KernelLaunch launch(KernelName(op, std::string(variant) + "_" + FormatToken(w), out.dtype()));
+  KernelLaunch launch(KernelName(op, std::string(variant) + "_" + FormatToken(w), out.dtype()),
+                      QuantizedConstants(AffineBitsOf(w)));
   launch.input(0, ids.defined() ? ids : w.data);
   BindWeight(launch, w).output(4, out).bytes(5, ArgsOf(w, rows));
   launch.threads({CeilDiv(w.cols, kQuantChunk), static_cast<uint32_t>(rows), 1}, {kQuantGatherThreads, 1, 1});

@@ -1,6 +1,6 @@
 // How a QuantizedTensor reaches the quantized kernels, shared by the dispatch of the
 // quantized ops (quantized.cpp) and of moe_matmul_bt (moe.cpp): the format's token in
-// kernel names and the QuantizedArgs of the weight.
+// kernel names, the QuantizedArgs of the weight and the kernels' function constants.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,11 +26,26 @@ inline QuantizedArgs ArgsOf(const QuantizedTensor& w, int64_t m, int64_t n) {
   args.k = static_cast<int32_t>(w.cols);
   args.groups = w.format == QuantFormat::kAffine ? static_cast<int32_t>(w.cols / w.group_size) : 0;
   args.group_size = w.group_size;
-  args.bits = w.bits;
   args.splits = 1;
   return args;
 }
 inline QuantizedArgs ArgsOf(const QuantizedTensor& w, int64_t m) { return ArgsOf(w, m, w.rows); }
+
+// The code width of function constant kQuantAffineBitsConstant: w.bits for an affine
+// weight, 0 for the other formats (they never read it: one pipeline each).
+inline int32_t AffineBitsOf(const QuantizedTensor& w) { return w.format == QuantFormat::kAffine ? w.bits : 0; }
+
+// The function constants of the quantized GEMM and row kernels: the affine code width
+// (they do not read gemv_m, so a prefill's varying m compiles no pipelines).
+inline FunctionConstants QuantizedConstants(int32_t affine_bits) {
+  return {Constant(kQuantAffineBitsConstant, affine_bits)};
+}
+
+// A GEMV's: the code width and its m activation rows, kQuantGemvMConstant (a pipeline
+// per m, so up to kQuantGemvMaxM per GEMV kernel and weight format).
+inline FunctionConstants GemvConstants(int32_t affine_bits, int64_t m) {
+  return {Constant(kQuantAffineBitsConstant, affine_bits), Constant(kQuantGemvMConstant, static_cast<int32_t>(m))};
+}
 
 // Whether a weight's data is aligned for the wide GEMV chunk's word loads.
 inline bool WideChunkAligned(const Tensor& data) {

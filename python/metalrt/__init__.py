@@ -17,11 +17,13 @@ from . import ops, profiler, providers
 from .ops.quantized import quantized_tensor
 from .shader import ShaderLibrary, compile_shader
 from .generation import GenerationResponse, batch_generate, generate, load, stream_generate
+from .prompt_cache import PromptCache, load_prompt_cache, make_prompt_cache, save_prompt_cache
 from .doctor import doctor
 
 __all__ = [
     "DTYPES", "GenerationResponse", "QuantizedTensor", "ShaderLibrary", "Tensor", "asarray",
     "batch_generate", "compile_shader", "device_info", "doctor", "embedded_kernel_sources",
-    "empty", "flush", "generate", "is_available", "load", "metal_library_info", "ops",
-    "profiler", "providers", "quantized_tensor", "stream_generate", "synchronize", "zeros",
+    "empty", "flush", "generate", "is_available", "load", "load_prompt_cache",
+    "make_prompt_cache", "metal_library_info", "ops", "PromptCache", "profiler", "providers",
+    "quantized_tensor", "save_prompt_cache", "stream_generate", "synchronize", "zeros",
 ]

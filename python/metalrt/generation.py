@@ -23,6 +23,7 @@ import metalrt
 from .cache import BLOCK_SIZE, blocks_for
 from .loaders import load_model_files
 from .models import CausalLM, build_model
+from .prompt_cache import PromptCache
 from .runner import Engine, SamplingParams
 from .runner.speculative import SpeculativeConfig
 from .runner.stopping import TextStream
@@ -42,7 +43,8 @@ class GenerationResponse:
     generation_tokens / generation_tps: tokens generated so far and their speed
     (tokens/s, first token excluded from the time); peak_memory: the process's peak
     resident memory in GB (1e9 bytes); finish_reason: "stop" (eos or stop string),
-    "length" (max_tokens) or None while generation goes on.
+    "length" (max_tokens) or None while generation goes on; prompt_cached_tokens: prompt
+    tokens taken from a ``prompt_cache`` instead of prefilled (not in mlx-lm).
     """
 
     text: str
@@ -54,6 +56,7 @@ class GenerationResponse:
     generation_tps: float
     peak_memory: float
     finish_reason: Optional[str]
+    prompt_cached_tokens: int = 0
 
 
 def resolve_device(device: str) -> str:
@@ -73,22 +76,33 @@ def resolve_device(device: str) -> str:
 _MODEL_DTYPES = ("float32", "float16", "bfloat16")
 
 
-def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32"):
+def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32",
+         verbose: Optional[bool] = None):
     """(model, tokenizer) from a ``.gguf`` file or a Hugging Face model directory
     (``config.json``, ``*.safetensors``, ``tokenizer.json``); ``path=None`` loads the
     default model (SmolLM2-135M-Instruct, fetched on first use). Weights are uploaded
     once to ``device`` ("auto" | "cpu" | "metal", see ``resolve_device``) in ``dtype``.
+    ``verbose``: a ``tqdm`` bar on standard error of the weight files' bytes read and
+    the rate: True always, None (the default) only when standard error is a terminal,
+    False never (``metalrt.loaders.load_progress``).
 
     Raises FileNotFoundError for a missing path; PermissionError (an OSError) for a
     file without read permission; ValueError for truncated or corrupt files, unknown
-    architectures, bad devices and a dtype other than "float32", "float16" or
-    "bfloat16" (the dtypes the models compute in).
+    architectures (the model's own errors, a missing or mis-shaped tensor, end with
+    "(in <path>)"), bad devices and a dtype other than "float32", "float16" or
+    "bfloat16" (the dtypes the models compute in); TypeError for a ``verbose`` that is
+    not a bool or None.
     """
     if dtype not in _MODEL_DTYPES:
         raise ValueError(f"[load] dtype must be one of {', '.join(_MODEL_DTYPES)}, got {dtype!r}")
     device = resolve_device(device)
-    files = load_model_files(path)
-    model = build_model(files.config, files.weights, device, dtype)
+    files = load_model_files(path, verbose)
+    try:
+        model = build_model(files.config, files.weights, device, dtype)
+    except ValueError as e:
+        # The model names the tensor or key; the file is the loader's to name.
+        raise ValueError(f"{e} (in {files.source})") from None
+    model.source = files.source   # a prompt cache's identity hashes these files
     return model, files.tokenizer
 
 
@@ -154,9 +168,22 @@ def speculative_config(model: CausalLM, spec_type: Optional[str], draft_model,
 
 
 def _engine(model: CausalLM, prompts: Sequence[Sequence[int]], budgets: Sequence[int],
-            max_batched_tokens: int, speculative: Optional[SpeculativeConfig] = None) -> Engine:
+            max_batched_tokens: int, speculative: Optional[SpeculativeConfig] = None,
+            prompt_cache: Optional[PromptCache] = None) -> Engine:
+    """An engine with room for the prompts and their budgets, and, with ``prompt_cache``,
+    prefix caching with the cache's prefix in it (ValueError for a cache of another
+    model or KV type)."""
     blocks = sum(blocks_for(len(p) + b) for p, b in zip(prompts, budgets))
-    return Engine(model, model.kv_cache(blocks), max_batched_tokens, speculative=speculative)
+    if prompt_cache is None:
+        return Engine(model, model.kv_cache(blocks), max_batched_tokens, speculative=speculative)
+    engine = Engine(model, model.kv_cache(blocks + prompt_cache.num_blocks), max_batched_tokens,
+                    prefix_caching=True, speculative=speculative)
+    try:
+        prompt_cache.fill(engine)
+    except BaseException:
+        engine.close()
+        raise
+    return engine
 
 
 def stream_generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int = 100, *,
@@ -164,8 +191,8 @@ def stream_generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int 
                     repetition_penalty: float = 1.0, repetition_context_size: int = 20,
                     seed: Optional[int] = None, stop: Union[str, Sequence[str], None] = None,
                     logprobs: bool = False, max_batched_tokens: int = 512,
-                    spec_type: Optional[str] = None, draft_model=None, num_draft_tokens: int = 4
-                    ) -> Iterator[GenerationResponse]:
+                    spec_type: Optional[str] = None, draft_model=None, num_draft_tokens: int = 4,
+                    prompt_cache: Optional[PromptCache] = None) -> Iterator[GenerationResponse]:
     """Generates up to ``max_tokens`` tokens after ``prompt``, yielding one
     GenerationResponse per token; the last has ``finish_reason`` set. The prompt is
     prefilled in chunks of at most ``max_batched_tokens`` tokens.
@@ -177,10 +204,15 @@ def stream_generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int 
     iterator (mlx-lm checks them at the first ``next``), so a bad setting fails before
     any output. Speculative decoding (``spec_type``, ``draft_model``,
     ``num_draft_tokens``: ``speculative_config``) changes the speed, not the greedy
-    output nor the sampled distribution. Raises ValueError for an empty prompt, a prompt id outside int32, a
+    output nor the sampled distribution. ``prompt_cache`` (``make_prompt_cache``,
+    ``load_prompt_cache``): the longest prefix of the prompt it holds is not prefilled,
+    and after the generation it holds this prompt's (``metalrt.prompt_cache`` states how
+    this differs from mlx-lm). Raises ValueError for an empty prompt, a prompt id outside int32, a
     prompt as long as the context, max_tokens < 1 or out-of-range sampling arguments, and
     TypeError for a max_tokens or sampling argument of the wrong type; OutOfBlocksError
-    cannot occur (the cache is sized for the request).
+    cannot occur (the cache is sized for the request). A ``prompt_cache`` of another
+    model or KV type raises ValueError at the first ``next``, TypeError for one that is
+    not a PromptCache at the call.
     """
     ids = prompt_ids(tokenizer, prompt)
     params = SamplingParams(temp, top_p, top_k, min_p, repetition_penalty,
@@ -188,16 +220,20 @@ def stream_generate(model: CausalLM, tokenizer, prompt: Prompt, max_tokens: int 
     budget = token_budget(model, ids, max_tokens)
     spec = speculative_config(model, spec_type, draft_model, num_draft_tokens, max_batched_tokens,
                               blocks_for(len(ids) + budget) * BLOCK_SIZE)
+    if prompt_cache is not None and not isinstance(prompt_cache, PromptCache):
+        raise TypeError("[generate] prompt_cache must be a PromptCache (make_prompt_cache, "
+                        f"load_prompt_cache), got {type(prompt_cache).__name__}")
     return _stream(model, tokenizer, ids, params, budget, TextStream(tokenizer, stop),
-                   max_batched_tokens, spec)
+                   max_batched_tokens, spec, prompt_cache)
 
 
 def _stream(model: CausalLM, tokenizer, ids: List[int], params: SamplingParams, budget: int,
             text: TextStream, max_batched_tokens: int,
-            spec: Optional[SpeculativeConfig]) -> Iterator[GenerationResponse]:
+            spec: Optional[SpeculativeConfig],
+            prompt_cache: Optional[PromptCache] = None) -> Iterator[GenerationResponse]:
     """The generator behind ``stream_generate``; its KV cache is allocated at the first
     ``next`` and freed when the generator ends or is closed."""
-    engine = _engine(model, [ids], [budget], max_batched_tokens, spec)
+    engine = _engine(model, [ids], [budget], max_batched_tokens, spec, prompt_cache)
     try:
         request = engine.add_request(ids, params, budget, tokenizer.eos_token_ids)
         start = time.perf_counter()
@@ -216,7 +252,10 @@ def _stream(model: CausalLM, tokenizer, ids: List[int], params: SamplingParams, 
                     text=piece, token=out.token, logprobs=out.logprobs,
                     prompt_tokens=len(ids), prompt_tps=prompt_tps, generation_tokens=n,
                     generation_tps=(n - 1) / (now - first_token_time) if n > 1 else 0.0,
-                    peak_memory=peak_memory_gb(), finish_reason=request.finish_reason)
+                    peak_memory=peak_memory_gb(), finish_reason=request.finish_reason,
+                    prompt_cached_tokens=request.num_cached_tokens)
+        if prompt_cache is not None:
+            prompt_cache.update(engine, ids)
     finally:
         engine.close()
 

@@ -1,5 +1,6 @@
 """GGUF fixtures of the dense families whose files carry their RoPE variant (a tiny
-random Llama 3.1 with ``rope_freqs.weight``, a Qwen3 with YaRN metadata), written by
+random Llama 3.1 with ``rope_freqs.weight``, a Qwen3 with YaRN metadata) and of Gemma 3
+(``GEMMA3``: test_gemma3.py's twin with SmolLM2's vocabulary), written by
 llama.cpp's own converter through ``moe_gguf_fixtures.converted`` (same cache, same
 SmolLM2 vocabulary of 49152 the converter accepts). Each original context is cut below
 the 150-token prompts so the scaling bites."""
@@ -24,6 +25,21 @@ CONFIGS = {
 }
 
 
+# test_gemma3.py's geometry: head_dim 256, 4 query heads : 1 KV head, 5 sliding : 1 global
+# layers with the window (16) below the prompts, linear x8 RoPE on the global layers,
+# tied embeddings. Not in CONFIGS: its sliding layers run on the reference tier on Metal.
+# Built once per machine in about 15 s of CPU (36 s wall on a busy 2-core CI machine);
+# 83 MB in the cache.
+GEMMA3 = ("Gemma3TextConfig", dict(
+    vocab_size=49152, hidden_size=128, intermediate_size=192, num_hidden_layers=6,
+    num_attention_heads=4, num_key_value_heads=1, head_dim=256, sliding_window=16,
+    max_position_embeddings=512, query_pre_attn_scalar=256, initializer_range=0.08,
+    rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                     "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+    bos_token_id=None, eos_token_id=None, pad_token_id=None), [])
+
+
 def fixture(name: str) -> dict[str, Path]:
-    """{"hf": the Hugging Face directory, "f32": its GGUF, "q8_0": that quantized}."""
-    return moe_gguf_fixtures.converted(name, CONFIGS[name])
+    """{"hf": the Hugging Face directory, "f32": its GGUF, "q8_0": that quantized} of a
+    CONFIGS entry or "gemma3"."""
+    return moe_gguf_fixtures.converted(name, GEMMA3 if name == "gemma3" else CONFIGS[name])

@@ -65,12 +65,12 @@ def _directory(name: str) -> Path:
 
 def randomize(model, seed: int) -> None:
     """Norm weights made non-trivial: around 0 for the zero-centred (1 + w) norms of the
-    hybrids, around 1 for plain ones (Qwen3-MoE, the GDN output norm); A_log spread
+    hybrids and Gemma 3, around 1 for plain ones (Qwen3-MoE, the GDN output norm); A_log spread
     over fast and slow decays."""
     import torch
 
     torch.manual_seed(seed)
-    zero_centred = type(model).__name__.startswith(("Qwen3Next", "Qwen3_5"))
+    zero_centred = type(model).__name__.startswith(("Qwen3Next", "Qwen3_5", "Gemma3"))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("A_log"):

@@ -39,11 +39,16 @@ def _single_gguf(directory: str) -> str | None:
     return os.path.join(directory, ggufs[0]) if len(ggufs) == 1 else None
 
 
-def load_model_files(path: str | os.PathLike | None = None) -> ModelFiles:
+def load_model_files(path: str | os.PathLike | None = None,
+                     verbose: bool | None = None) -> ModelFiles:
     """Read a model: ``path`` is a ``.gguf`` file, a Hugging Face model directory
     (``config.json`` + ``*.safetensors`` + ``tokenizer.json``), a directory holding
     exactly one ``.gguf``, or None for the default model (SmolLM2-135M-Instruct Q4_1,
     downloaded on first use; see ``metalrt.default_model``).
+
+    ``verbose``: a progress bar of the weight files' bytes read, with the rate, on
+    standard error (``load_progress``): True always, None (the default) when standard
+    error is a terminal, False never.
 
     Raises FileNotFoundError for a path that does not exist and ValueError (naming the
     file and the key or tensor) for anything unreadable, unsupported or incomplete.
@@ -56,12 +61,12 @@ def load_model_files(path: str | os.PathLike | None = None) -> ModelFiles:
         raise FileNotFoundError(f"[load_model_files] {path}: no such file or directory")
     if os.path.isdir(path):
         if os.path.exists(os.path.join(path, "config.json")):
-            config, weights = load_huggingface(path)
+            config, weights = load_huggingface(path, verbose)
             return ModelFiles(config, weights, Tokenizer.from_directory(path), path)
         gguf_path = _single_gguf(path)
         if gguf_path is None:
             raise ValueError(f"[load_model_files] {path}: expected a Hugging Face model "
                              f"directory (config.json) or a directory with one .gguf file")
         path = gguf_path
-    config, weights, gf = load_gguf(path)
+    config, weights, gf = load_gguf(path, verbose)
     return ModelFiles(config, weights, Tokenizer.from_gguf_metadata(gf.metadata, path), path)

@@ -21,6 +21,10 @@ import mmap
 import os
 
 from .. import huge_pages
+from . import load_progress
+
+# Read in slices so that the load's progress bar moves (the copy is the same).
+_CHUNK = 64 << 20
 
 
 def use_file_mapping() -> bool:
@@ -43,12 +47,15 @@ def map_file(path: str) -> memoryview:
         raise ValueError(f"{path}: the file is empty")
     with open(path, "rb") as f:
         if use_file_mapping():
-            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)).toreadonly()
+            mapping = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)).toreadonly()
+            load_progress.advance(size)
+            return mapping
         view = huge_pages.allocate(size)
         read = 0
         while read < size:
-            n = f.readinto(view[read:])
+            n = f.readinto(view[read:read + _CHUNK])
             if not n:
                 raise OSError(f"{path}: the file shrank while it was read ({read} of {size} bytes)")
             read += n
+            load_progress.advance(n)
         return view.toreadonly()

@@ -7,7 +7,8 @@ Architectures: Llama (SmolLM2, Llama 3.x: ``rope_freqs.weight``, llama.cpp's tab
 per-frequency RoPE factors, is read as ``rope_freqs.weight``), Qwen2 (Q/K/V biases), Qwen3 (per-head Q/K
 RMSNorm), Qwen3-MoE (``qwen3moe``: stacked expert tensors, see ``gguf_moe``), Qwen3-Next,
 Qwen3.5 and Qwen3.5-MoE (``qwen3next``, ``qwen35``, ``qwen35moe``: Gated-DeltaNet layers,
-see ``gguf_hybrid``). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
+see ``gguf_hybrid``), Gemma 3 text (``gemma3``: sandwich norms, sliding-window layers,
+see ``gguf_gemma3``). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
 Llama GGUF files store the Q/K projection rows permuted for interleaved (GPT-J) RoPE —
 llama.cpp's ``convert_hf_to_gguf.py`` moves row ``i`` of each head's second half next
 to row ``i`` of its first half; Qwen files are converted without it. Putting the rows
@@ -20,15 +21,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from gguf import GGMLQuantizationType as T
 
+from . import load_progress
 from .gguf_file import GGUFFile
-from .gguf_hybrid import (LAYER_TENSORS, NEXTN_TENSORS, READ_FIXES, hybrid_config,
-                          hybrid_layer_shapes, shared_expert_shapes)
+from .gguf_gemma3 import LAYER_NAMES as GEMMA3_NAMES, READ_FIXES as GEMMA3_FIXES
+from .gguf_gemma3 import gemma3_config, gemma3_layer_shapes
+from .gguf_hybrid import (LAYER_TENSORS, NEXTN_TENSORS, READ_FIXES as HYBRID_FIXES,
+                          hybrid_config, hybrid_layer_shapes, shared_expert_shapes)
 from .gguf_moe import LAYER_NAMES, moe_config, moe_layer_shapes
 from .quants import (ACTIVATION_ONLY, FLOAT_TYPES, GGUF_FORMATS, SUPPORTED_TYPES, QuantizedWeight,
                      bf16_to_float32, dequantize, row_bytes)
@@ -44,6 +48,11 @@ class Architecture:
     moe: bool = False       # sparse MoE blocks instead of the dense MLP (gguf_moe)
     hybrid: bool = False    # Gated-DeltaNet and gated-attention layers (gguf_hybrid)
     v_heads_tiled: bool = False   # Qwen3.5's GDN tensors, value heads tiled (gguf_hybrid)
+    gemma3: bool = False    # Gemma 3's sandwich norms and window metadata (gguf_gemma3)
+    # GGUF layer tensor -> Hugging Face name where this family differs from _LAYER_NAMES.
+    layer_names: dict = field(default_factory=dict, compare=False)
+    # GGUF tensor (after "blk.N.", or global) -> its value in transformers' semantics.
+    read_fixes: dict = field(default_factory=dict, compare=False)
 
 
 ARCHITECTURES = {
@@ -53,12 +62,17 @@ ARCHITECTURES = {
     "qwen3moe": Architecture("Qwen3MoeForCausalLM", permuted_qk=False, qk_norm=True,
                              model_type="qwen3_moe", moe=True),
     "qwen3next": Architecture("Qwen3NextForCausalLM", permuted_qk=False, qk_norm=True,
-                              model_type="qwen3_next", moe=True, hybrid=True),
+                              model_type="qwen3_next", moe=True, hybrid=True,
+                              read_fixes=HYBRID_FIXES),
     "qwen35": Architecture("Qwen3_5ForCausalLM", permuted_qk=False, qk_norm=True,
-                           model_type="qwen3_5_text", hybrid=True, v_heads_tiled=True),
+                           model_type="qwen3_5_text", hybrid=True, v_heads_tiled=True,
+                           read_fixes=HYBRID_FIXES),
     "qwen35moe": Architecture("Qwen3_5MoeForCausalLM", permuted_qk=False, qk_norm=True,
                               model_type="qwen3_5_moe_text", moe=True, hybrid=True,
-                              v_heads_tiled=True),
+                              v_heads_tiled=True, read_fixes=HYBRID_FIXES),
+    "gemma3": Architecture("Gemma3ForCausalLM", permuted_qk=False, qk_norm=True,
+                           model_type="gemma3_text", gemma3=True, layer_names=GEMMA3_NAMES,
+                           read_fixes=GEMMA3_FIXES),
 }
 
 _GLOBAL_NAMES = {
@@ -83,10 +97,15 @@ _LAYER_NAMES = {
 }
 
 
-def hf_name(gguf_name: str, layers: int | None = None) -> str:
+def hf_name(gguf_name: str, layers: int | None = None, arch: str | None = None) -> str:
     """The ``transformers`` name of a GGUF tensor name (one of ``expected_shapes``, or
     of an MTP block: ``blk.N.*`` with N >= ``layers``, the model's layer count, is
-    ``mtp.layers.{N - layers}.*``, its ``nextn.*`` tensors ``mtp.*``)."""
+    ``mtp.layers.{N - layers}.*``, its ``nextn.*`` tensors ``mtp.*``) in a file of
+    ``general.architecture`` ``arch`` (None: a name every architecture spells alike)."""
+    names = ARCHITECTURES[arch].layer_names if arch in ARCHITECTURES else {}
+    if gguf_name.startswith("blk.") and gguf_name.split(".")[2] in names:
+        _, layer, part, suffix = gguf_name.split(".")
+        return f"model.layers.{layer}.{names[part]}.{suffix}"
     if layers is not None and gguf_name.startswith("blk.") and int(gguf_name.split(".")[1]) >= layers:
         _, block, rest = gguf_name.split(".", 2)
         if rest in NEXTN_TENSORS:
@@ -164,8 +183,9 @@ class GGUFTensors(Mapping[str, "np.ndarray | QuantizedWeight"]):
 
     def __init__(self, gf: GGUFFile, layers: int):
         self._gf = gf
-        self._gguf_names = {hf_name(name, layers): name for name in gf.tensors}
-        self._fixes = READ_FIXES if ARCHITECTURES[gf.metadata["general.architecture"]].hybrid else {}
+        arch = gf.metadata["general.architecture"]
+        self._gguf_names = {hf_name(name, layers, arch): name for name in gf.tensors}
+        self._fixes = ARCHITECTURES[arch].read_fixes
 
     def __getitem__(self, name: str) -> np.ndarray | QuantizedWeight:
         gguf_name = self._gguf_names[name]
@@ -281,6 +301,9 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
     if ARCHITECTURES[arch].hybrid:
         config.update(hybrid_config(arch, count, meta, head_dim, config["num_hidden_layers"], moe,
                                     ARCHITECTURES[arch].v_heads_tiled, gf.path))
+    if ARCHITECTURES[arch].gemma3:
+        del config["hidden_act"]
+        config.update(gemma3_config(arch, meta, config, gf.path))
     if mtp:
         config["mtp_num_hidden_layers"] = mtp
     return config
@@ -307,6 +330,8 @@ def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
         layer.update({"attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,)})
     if arch.qk_norm:
         layer.update({"attn_q_norm.weight": (d,), "attn_k_norm.weight": (d,)})
+    if arch.gemma3:
+        layer.update(gemma3_layer_shapes(config))
     if arch.moe:
         for name in ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"):
             del layer[name]
@@ -338,7 +363,8 @@ def _hybrid_shapes(config, shapes, layer):
     return shapes
 
 
-def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], GGUFTensors, GGUFFile]:
+def load_gguf(path: str | os.PathLike,
+              verbose: bool | None = None) -> tuple[dict[str, Any], GGUFTensors, GGUFFile]:
     """Read a GGUF model: returns ``(config, weights, gguf_file)`` where ``weights`` maps
     Hugging Face names to the file's tensors (``GGUFTensors``: quantized ones stay
     quantized, nothing is copied) and ``gguf_file.metadata`` holds the tokenizer.
@@ -347,9 +373,11 @@ def load_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], GGUFTensors, GGU
     Raises ValueError naming the file and the tensor or key for a corrupt or truncated
     file, a wrong magic, an unknown architecture, inconsistent metadata, an unsupported
     tensor type, a missing tensor, a tensor the architecture does not have, or a tensor
-    of the wrong shape.
+    of the wrong shape. ``verbose``: the progress bar of the read
+    (``load_progress.reading``).
     """
-    gf = GGUFFile(path)
+    with load_progress.reading([os.fspath(path)], verbose):
+        gf = GGUFFile(path)
     config = config_from_metadata(gf)
     shapes = expected_shapes({**config, "rope_freqs": "rope_freqs.weight" in gf.tensors})
     for name, shape in shapes.items():

@@ -67,7 +67,8 @@ NEXTN_TENSORS = {
 }
 
 
-def _minus_one(x):
+def minus_one(x):
+    """x - 1 in float32 (the converter's + 1 on a zero-centred norm taken off)."""
     return np.asarray(x, np.float32) - np.float32(1)
 
 
@@ -75,7 +76,7 @@ def _minus_one(x):
 READ_FIXES: dict[str, Callable[[Any], Any]] = {
     **dict.fromkeys(("attn_norm.weight", "post_attention_norm.weight", "output_norm.weight",
                      "attn_q_norm.weight", "attn_k_norm.weight", "nextn.enorm.weight",
-                     "nextn.hnorm.weight", "nextn.shared_head_norm.weight"), _minus_one),
+                     "nextn.hnorm.weight", "nextn.shared_head_norm.weight"), minus_one),
     "ssm_a": lambda a: np.log(-np.asarray(a, np.float64)).astype(np.float32),
     "ssm_conv1d.weight": lambda w: np.asarray(w)[:, None, :],
     # [1, H]; llama.cpp's quantizer writes it as [H].

@@ -20,6 +20,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from .. import buffer_windows
+from . import load_progress
 from .file_map import map_file
 from .mlx_layout import to_transformers
 from .mlx_quant import group_quantized
@@ -150,20 +151,24 @@ def read_safetensors(path: str) -> dict[str, tuple[np.ndarray, str]]:
     return tensors
 
 
-def load_huggingface(directory: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
+def load_huggingface(directory: str | os.PathLike,
+                     verbose: bool | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(config, weights)`` of a Hugging Face model directory; the layers of an MLX
     quantized model are ``QuantizedWeight``s under ``<layer>.weight`` (see
     ``mlx_quant.group_quantized``; their bf16 scales stay uint16 bit patterns), float
     tensors are views in their stored dtype but BF16, widened to float32. Raises ValueError naming the directory or file (and
     the tensor) when ``config.json`` or the weights are missing, corrupt or
-    inconsistent with the ``quantization`` entry."""
+    inconsistent with the ``quantization`` entry. ``verbose``: the progress bar of the
+    reads (``load_progress.reading``)."""
     directory = os.fspath(directory)
     config = _read_config(directory)
     weights: dict[str, tuple[str, np.ndarray, str]] = {}
-    for path in safetensors_files(directory):
-        if not os.path.exists(path):
-            raise ValueError(f"[huggingface] {directory}: {_INDEX} lists "
-                             f"{os.path.basename(path)}, which does not exist")
-        weights.update((name, (path, *t)) for name, t in read_safetensors(path).items())
+    files = safetensors_files(directory)
+    with load_progress.reading(files, verbose):
+        for path in files:
+            if not os.path.exists(path):
+                raise ValueError(f"[huggingface] {directory}: {_INDEX} lists "
+                                 f"{os.path.basename(path)}, which does not exist")
+            weights.update((name, (path, *t)) for name, t in read_safetensors(path).items())
     grouped = group_quantized(config, weights, os.path.join(directory, "config.json"))
     return config, to_transformers(grouped)

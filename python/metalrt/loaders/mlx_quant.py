@@ -101,7 +101,8 @@ def group_quantized(config: Mapping[str, Any],
 
     Raises ValueError naming the file and the tensor for scales without a
     ``quantization`` entry, an unknown mode, a missing weight or biases, shapes that do
-    not fit together, bits outside 2/3/4/5/6/8 or a group size outside 32/64/128.
+    not fit together, a packed uint32 weight without its scales, bits outside
+    2/3/4/5/6/8 or a group size outside 32/64/128.
     """
     arrays = {name: array for name, (_, array, _) in tensors.items()}
     layers = [name[:-len(_SUFFIX)] for name in arrays if name.endswith(_SUFFIX)]
@@ -110,6 +111,12 @@ def group_quantized(config: Mapping[str, Any],
         raise ValueError(f"[mlx] {tensors[layers[0] + _SUFFIX][0]}: tensor "
                          f"'{layers[0]}{_SUFFIX}' exists but {config_path} has no "
                          f"quantization entry")
+    for name, (path, _, dtype) in tensors.items():
+        # A packed weight whose scales are gone would pass for an integer matrix.
+        if entry is not None and dtype == "U32" and name.endswith(".weight") \
+                and name[:-len(".weight")] + _SUFFIX not in arrays:
+            raise ValueError(f"[mlx] {path}: tensor '{name}' is packed uint32 but its "
+                             f"'{name[:-len('.weight')]}{_SUFFIX}' is missing")
     for layer in layers:
         where = tensors[layer + _SUFFIX][0]
         arrays[layer + ".weight"] = _affine(

@@ -92,17 +92,21 @@ class Attention:
     position encoding (a callable ``(q, k, step) -> (q, k)`` or None), cache write,
     variable-length paged attention, output projection. A merged projection (or three
     quantized ones concatenated in one GEMV) with plain ``Rope`` runs the split, RoPE
-    and cache write as one ``ops.qkv_rope_cache``."""
+    and cache write as one ``ops.qkv_rope_cache``. ``scale``: the score scale (default
+    head_dim ** -0.5); ``window``: a sliding window of that many positions (0: full
+    causal attention), passed to ``ops.paged_attention``."""
 
     def __init__(self, qkv: Sequence[Linear], out: Linear, heads: int, kv_heads: int,
-                 head_dim: int, positional: Optional[Callable]):
+                 head_dim: int, positional: Optional[Callable], scale: Optional[float] = None,
+                 window: int = 0):
         if heads % kv_heads:
             raise ValueError(f"[attention] {heads} heads are not a multiple of {kv_heads} kv heads")
         if len(qkv) not in (1, 3):
             raise ValueError(f"[attention] expected 1 merged or 3 Q/K/V projections, got {len(qkv)}")
         self.qkv, self.out, self.positional = list(qkv), out, positional
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.scale = head_dim ** -0.5
+        self.scale = head_dim ** -0.5 if scale is None else float(scale)
+        self.window = int(window)
         self.concat_weights = _concatenable(self.qkv)
         # Projections whose GEMMs the CPU runs on bf16 (coarse weights): the attention's
         # products then follow them (their q, k and v already carry bf16's error).
@@ -164,7 +168,7 @@ class Attention:
     def paged_attention(self, q, step: StepInputs, key_cache, value_cache):
         attn = ops.paged_attention(q, key_cache, value_cache, step.block_tables, step.seq_lens,
                                    step.query_start_loc, self.scale,
-                                   coarse_projections=self.coarse_projections)
+                                   coarse_projections=self.coarse_projections, window=self.window)
         return attn.reshape(q.shape[0], self.heads * self.head_dim)
 
 

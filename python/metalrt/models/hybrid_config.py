@@ -5,7 +5,7 @@ per-layer mixer (``layer_types`` or ``full_attention_interval``) and the sparse-
 rule (``mlp_only_layers``, ``decoder_sparse_step``)."""
 from __future__ import annotations
 
-from typing import List, Mapping, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from .config_values import config_int
 
@@ -31,11 +31,22 @@ def layer_types(config: Mapping, arch: str) -> List[str]:
     pattern), else full attention at layers i with (i + 1) % full_attention_interval
     == 0 (default 4). Raises ValueError naming ``layer_types`` for a wrong length or an
     unknown entry, and ``full_attention_interval`` for a non-positive one."""
+    types = listed_layer_types(config, arch, (LINEAR, FULL))
+    if types is None:
+        interval = config_int(config, "full_attention_interval", arch, 4)
+        n = config_int(config, "num_hidden_layers", arch)
+        return [FULL if (i + 1) % interval == 0 else LINEAR for i in range(n)]
+    return types
+
+
+def listed_layer_types(config: Mapping, arch: str, kinds: Sequence[str]) -> Optional[List[str]]:
+    """The config's ``layer_types`` (None when it has none), checked: a list of
+    num_hidden_layers entries, each one of ``kinds``; else ValueError naming
+    ``layer_types``."""
     n = config_int(config, "num_hidden_layers", arch)
     types = config.get("layer_types")
     if types is None:
-        interval = config_int(config, "full_attention_interval", arch, 4)
-        return [FULL if (i + 1) % interval == 0 else LINEAR for i in range(n)]
+        return None
     if not isinstance(types, (list, tuple)):
         raise ValueError(f"[{arch}] config 'layer_types' must be a list of "
                          f"num_hidden_layers = {n} entries, got {type(types).__name__} {types!r}")
@@ -43,10 +54,10 @@ def layer_types(config: Mapping, arch: str) -> List[str]:
     if len(types) != n:
         raise ValueError(f"[{arch}] config 'layer_types' has {len(types)} entries, expected "
                          f"num_hidden_layers = {n}")
-    bad = sorted(set(types) - {LINEAR, FULL})
+    bad = sorted(set(map(str, types)) - set(kinds))
     if bad:
         raise ValueError(f"[{arch}] config 'layer_types' holds {bad}; expected "
-                         f"'{LINEAR}' or '{FULL}'")
+                         f"{' or '.join(repr(k) for k in kinds)}")
     return types
 
 

@@ -15,13 +15,15 @@ class StopStrings:
     def __init__(self, stops: Iterable[str] = ()):
         self.stops = [s for s in stops if s]
         self.pending = ""
+        self.matched: Optional[str] = None   # the stop string that was found
 
     def feed(self, text: str) -> Tuple[str, bool]:
         """(text to emit, whether a stop string was found)."""
         self.pending += text
-        hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        hits = [(i, s) for i, s in ((self.pending.find(s), s) for s in self.stops) if i >= 0]
         if hits:
-            out, self.pending = self.pending[:min(hits)], ""
+            at, self.matched = min(hits, key=lambda hit: hit[0])
+            out, self.pending = self.pending[:at], ""
             return out, True
         hold = max((k for s in self.stops for k in range(1, len(s))
                     if self.pending.endswith(s[:k])), default=0)

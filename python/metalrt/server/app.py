@@ -1,10 +1,16 @@
-"""The FastAPI application: OpenAI's ``/v1/chat/completions``, ``/v1/completions`` and
-``/v1/models``, plus ``/health`` with the engine's counters.
+"""The FastAPI application: OpenAI's ``/v1/chat/completions``, ``/v1/responses``
+(stateless), ``/v1/completions`` and ``/v1/models``, Anthropic's ``/v1/messages``, plus
+``/health`` with the engine's counters and ``/metrics``. Responses and Messages requests
+are translated into chat requests and served by the chat path.
 
-Errors use OpenAI's shape and status codes: 400 ``invalid_request_error`` for a body
-that does not validate (malformed JSON included) or a prompt the model cannot take,
-404 ``model_not_found`` for another model id, 503 when the queue is full, 500 when a
-forward step fails.
+Errors use OpenAI's shape and status codes (Anthropic's shape under ``/v1/messages``):
+400 ``invalid_request_error`` for a body that does not validate (malformed JSON
+included) or a prompt the model cannot take, 401 for a missing or wrong API key, 404
+``model_not_found`` for a model id the server does not serve, 503 when the queue is full
+or the model cannot be loaded within ``--max-memory`` now, 500 when a forward step fails.
+
+Each request picks its model by ``model`` from the ModelRegistry, which loads it on
+first use and evicts idle ones under the memory budget (``model_registry.py``).
 """
 from __future__ import annotations
 
@@ -15,24 +21,32 @@ import secrets
 from typing import List, Optional, Union
 
 import jinja2
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response as HTTPResponse, StreamingResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from ..generation import prompt_ids
 from ..runner import SamplingParams
-from . import grammar
+from . import anthropic_format, grammar
+from .anthropic_schemas import MessagesRequest
 from .chat_output import ChatOutput
-from .engine_loop import EngineLoop, Event, QueueFullError
+from .engine_loop import Event, QueueFullError
+from .model_registry import ModelRegistry, ModelUnavailableError, UnknownModelError
 from .openai_format import Response, error_body
+from .responses_format import ResponsesReply
+from .responses_schemas import ResponsesRequest
 from .metrics import Metrics
 from .penalties import OpenAIPenalties
 from .schemas import ChatCompletionRequest, CompletionRequest, NamedToolChoice
-from .tool_parsers import parser_for, template_knows_tools, tools_system_prompt
+from .served_model import ServedModel
+from .tool_parsers import tools_system_prompt
 
 
 DISCONNECT_POLL_SECONDS = 0.25   # how often a non-streamed request checks for its client
+ANTHROPIC_PATHS = ("/v1/messages",)   # errors there take Anthropic's shape
 
 
 class APIError(Exception):
@@ -44,6 +58,14 @@ class APIError(Exception):
         self.status, self.body = status, error_body(message, type_, param, code)
 
 
+def _error_response(http: Request, status: int, body: dict) -> JSONResponse:
+    """``body`` (OpenAI's error shape) answered with ``status``, in Anthropic's shape
+    under its paths."""
+    if http.url.path in ANTHROPIC_PATHS:
+        body = anthropic_format.error_body(status, body["error"]["message"])
+    return JSONResponse(body, status_code=status)
+
+
 def _validation_error(exc: RequestValidationError) -> APIError:
     first = exc.errors()[0]
     where = [str(p) for p in first.get("loc", ()) if p != "body"]
@@ -51,6 +73,24 @@ def _validation_error(exc: RequestValidationError) -> APIError:
         return APIError(400, f"the request body is not valid JSON: {first.get('msg')}")
     param = ".".join(where) or None
     return APIError(400, f"{param or 'body'}: {first.get('msg')}", param=param)
+
+
+# The chat request's fields that an error names, as the Responses API calls them
+# (the input items are not the chat messages one for one, so no index is kept).
+_RESPONSES_NAMES = {"response_format.json_schema.schema": "text.format.schema",
+                    "response_format": "text.format", "messages": "input"}
+
+
+def _responses_error(error: APIError) -> APIError:
+    """``error`` of the chat request a Responses request became, in the Responses
+    API's names."""
+    body = error.body["error"]
+    for chat, responses in _RESPONSES_NAMES.items():
+        if chat.startswith("response_format"):
+            body["message"] = body["message"].replace(chat, responses)
+        if (body["param"] or "").startswith(chat):
+            body["param"] = responses
+    return error
 
 
 def _template_messages(body: ChatCompletionRequest, tools: list, parser, knows_tools: bool):
@@ -91,29 +131,31 @@ def _template_messages(body: ChatCompletionRequest, tools: list, parser, knows_t
     return messages
 
 
-def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int = 512,
-               reasoning_format: str = "auto", api_key: Optional[str] = None) -> FastAPI:
-    """The application serving ``engine_loop`` under the model id ``model_id``; a
-    request without ``max_tokens`` generates at most ``default_max_tokens``.
-    ``reasoning_format``: ``auto`` splits ``<think>...</think>`` into
-    ``reasoning_content`` for a chat template that uses it, ``deepseek`` for every
-    model, ``none`` never. ``api_key``: every path but ``/health`` needs it, as
-    ``Authorization: Bearer KEY`` or ``x-api-key: KEY`` (else 401). The engine loop is
-    closed when the application shuts down."""
+def _choice_seed(seed: Optional[int], index: int) -> Optional[int]:
+    """The seed of choice ``index``: the request's own for choice 0 (so n=1 draws as
+    before), one derived from (seed, index) for the others, so each choice draws its own
+    stream and the same request draws the same choices; None (fresh entropy) without."""
+    if seed is None or index == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, index]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
+               api_key: Optional[str] = None) -> FastAPI:
+    """The application serving the models of ``registry`` (ServedModels: the model's
+    ``reasoning_format`` is set there); a request without ``max_tokens`` generates at
+    most ``default_max_tokens``. ``api_key``: every path but ``/health`` needs it, as
+    ``Authorization: Bearer KEY`` or ``x-api-key: KEY`` (else 401). The loaded models
+    are closed when the application shuts down."""
     @contextlib.asynccontextmanager
     async def lifespan(_):
         yield
-        engine_loop.close()
+        registry.close()
 
     app = FastAPI(title="metalrt", docs_url=None, redoc_url=None, lifespan=lifespan)
-    tokenizer = engine_loop.tokenizer
-    metrics = Metrics(engine_loop)
-    engine_loop.observer = metrics.observe
-    grammars = grammar.GrammarCompiler(tokenizer, engine_loop.model.vocab_size)
-    template = tokenizer.chat_template
-    parser, knows_tools = parser_for(template), template_knows_tools(template)
-    reasoning = reasoning_format == "deepseek" or (
-        reasoning_format == "auto" and "<think>" in (template or ""))
+    metrics = Metrics(lambda: [m.engine_loop for m in list(registry.loaded.values())])
+    for served in registry.loaded.values():
+        served.engine_loop.observer = metrics.observe
 
     if api_key is not None:
         @app.middleware("http")
@@ -123,42 +165,56 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
             if scheme.lower() == "bearer":
                 given = given or token.strip()
             if http.url.path != "/health" and not secrets.compare_digest(given, api_key):
-                return JSONResponse(error_body("a valid API key is needed (Authorization: "
-                                               "Bearer KEY or x-api-key: KEY)",
-                                               "invalid_request_error", code="invalid_api_key"),
-                                    status_code=401)
+                return _error_response(http, 401, error_body(
+                    "a valid API key is needed (Authorization: Bearer KEY or x-api-key: KEY)",
+                    "invalid_request_error", code="invalid_api_key"))
             return await call_next(http)
 
     @app.exception_handler(APIError)
-    async def _api_error(_, exc: APIError):
-        return JSONResponse(exc.body, status_code=exc.status)
+    async def _api_error(http: Request, exc: APIError):
+        return _error_response(http, exc.status, exc.body)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_, exc: RequestValidationError):
+    async def _invalid(http: Request, exc: RequestValidationError):
         error = _validation_error(exc)
-        return JSONResponse(error.body, status_code=error.status)
+        return _error_response(http, error.status, error.body)
 
     @app.exception_handler(HTTPException)
-    async def _http(_, exc: HTTPException):
+    async def _http(http: Request, exc: HTTPException):
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return JSONResponse(error_body(str(exc.detail), kind), status_code=exc.status_code)
+        return _error_response(http, exc.status_code, error_body(str(exc.detail), kind))
 
-    def check_model(name: str) -> None:
-        if name != model_id:
-            raise APIError(404, f"the model '{name}' does not exist; this server serves "
-                                f"'{model_id}'", param="model", code="model_not_found")
-
-    def submit(body: Union[ChatCompletionRequest, CompletionRequest], ids: List[int],
-               top_logprobs: Optional[int], logprobs: bool, processors=()):
-        processors = list(processors)
-        if body.frequency_penalty or body.presence_penalty or body.logit_bias:
-            processors.insert(0, OpenAIPenalties(body.frequency_penalty, body.presence_penalty,
-                                                 token_bias(body.logit_bias or {})))
-        params = SamplingParams(temp=body.temperature, top_p=body.top_p, seed=body.seed,
-                                logprobs=logprobs, logits_processors=tuple(processors))
+    async def model_for(name: str) -> ServedModel:
+        """The loaded model ``name`` (loaded now when it is not): APIError 404 for a
+        model not served, 503 when it cannot be loaded now."""
         try:
-            return engine_loop.submit(ids, params, body.token_limit or default_max_tokens,
-                                      body.stops, top_logprobs, body.stop_token_ids)
+            served = await registry.acquire(name)
+        except UnknownModelError as e:
+            raise APIError(404, str(e), param="model", code="model_not_found") from None
+        except ModelUnavailableError as e:
+            raise APIError(503, str(e), "server_error", code="model_unavailable") from None
+        served.engine_loop.observer = metrics.observe
+        return served
+
+    def submit(m: ServedModel, body: Union[ChatCompletionRequest, CompletionRequest],
+               ids: List[int], top_logprobs: Optional[int], logprobs: bool, processors=list,
+               prompt_logprobs: Optional[int] = None):
+        """The generation of ``body``'s ``n`` choices on ``m``; ``processors()``: a
+        choice's fresh logits processors (a grammar follows one reply)."""
+        choices = []
+        for i in range(body.n):
+            mine = list(processors())
+            if body.frequency_penalty or body.presence_penalty or body.logit_bias:
+                mine.insert(0, OpenAIPenalties(body.frequency_penalty, body.presence_penalty,
+                                               token_bias(m, body.logit_bias or {})))
+            choices.append(SamplingParams(
+                temp=body.temperature, top_p=body.top_p, top_k=body.top_k,
+                seed=_choice_seed(body.seed, i), logprobs=logprobs,
+                logits_processors=tuple(mine)))
+        try:
+            return m.engine_loop.submit(ids, choices[0], body.token_limit or default_max_tokens,
+                                        body.stops, top_logprobs, body.stop_token_ids,
+                                        choices[1:], prompt_logprobs)
         except QueueFullError as e:
             raise APIError(503, str(e), "server_error", code="queue_full") from None
         except ValueError as e:
@@ -173,16 +229,16 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
             events.append(event)
         return events
 
-    def check_stop_ids(body) -> None:
-        vocab = engine_loop.model.vocab_size
+    def check_stop_ids(m: ServedModel, body) -> None:
+        vocab = m.vocab_size
         bad = next((t for t in body.stop_token_ids if not 0 <= t < vocab), None)
         if bad is not None:
             raise APIError(400, f"stop_token_ids holds {bad}, outside the model's vocabulary "
                                 f"[0, {vocab})", param="stop_token_ids")
 
-    def token_bias(bias: dict) -> dict:
+    def token_bias(m: ServedModel, bias: dict) -> dict:
         """logit_bias with int keys; APIError 400 for a key that is no token id."""
-        vocab, out = engine_loop.model.vocab_size, {}
+        vocab, out = m.vocab_size, {}
         for key, value in bias.items():
             if not (key.isdigit() and int(key) < vocab):
                 raise APIError(400, f"logit_bias keys must be token ids in [0, {vocab}), got "
@@ -190,7 +246,7 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
             out[int(key)] = value
         return out
 
-    def constraint(body: ChatCompletionRequest, tools: dict) -> Optional[str]:
+    def constraint(body: ChatCompletionRequest, tools: dict, parser) -> Optional[str]:
         """The grammar the reply must follow, None when it is free; APIError 400 for
         a tool_choice that names no tool of the request."""
         choice = body.tool_choice
@@ -215,8 +271,10 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                                 f"schema: {e}", param="response_format") from None
         return None
 
-    async def answer(http: Request, response: Response, generation, stream: bool,
-                     include_usage: bool):
+    async def answer(http: Request, response, generation, stream: bool):
+        """The HTTP answer of ``response`` to ``generation``: one JSON object
+        (``full``), or the stream of its ``stream_*`` events (the reply protocol of
+        ``sse.py``: an openai_format.Response, a ResponsesReply or a MessagesResponse)."""
         if not stream:
             # A client that goes away before the whole answer is ready cancels it (its
             # KV blocks are freed), as a dropped stream does.
@@ -226,87 +284,138 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
-                    return JSONResponse(error_body("the client disconnected", "cancelled"),
-                                        status_code=499)
+                    return _error_response(http, 499, error_body("the client disconnected",
+                                                                 "cancelled"))
             return JSONResponse(response.full(task.result()))
 
-        def sse(obj) -> str:
-            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
         async def body():
-            first = response.first_chunk()
-            if first:
-                yield sse(first)
+            for text in response.stream_start():
+                yield text
             async for event in generation.events():
                 if event.error:
-                    yield sse(error_body(event.error, "server_error"))
+                    for text in response.stream_error(event.error):
+                        yield text
                     return
-                if event.text or event.logprobs or event.finish_reason:
-                    for chunk in response.chunks(event):
-                        yield sse(chunk)
-                if event.finish_reason and include_usage:
-                    yield sse(response.usage_chunk(event))
-            yield "data: [DONE]\n\n"
+                for text in response.stream_event(event):
+                    yield text
+            for text in response.stream_end():
+                yield text
 
         return StreamingResponse(body(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, http: Request):
-        check_model(body.model)
+    def start_chat(m: ServedModel, body: ChatCompletionRequest):
+        """(generation, split) of a chat request: its tools, grammar and messages
+        rendered by the chat template, submitted; ``split`` turns the reply's text into
+        reasoning, content and tool calls. APIError 400 for what the request gets wrong
+        (the handlers check the model first)."""
         offered = [] if body.tool_choice == "none" else [t.model_dump() for t in body.tools or ()]
         tools = {t["function"]["name"]: t["function"]["parameters"] for t in offered}
-        rule = constraint(body, tools)
-        check_stop_ids(body)
-        messages = _template_messages(body, offered, parser, knows_tools)
+        rule = constraint(body, tools, m.parser)
+        check_stop_ids(m, body)
+        messages = _template_messages(body, offered, m.parser, m.knows_tools)
         try:
-            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+            text = m.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
                                                  tools=offered or None,
                                                  **body.chat_template_kwargs)
         except (ValueError, TypeError, jinja2.TemplateError) as e:
             raise APIError(400, f"the chat template cannot render these messages: {e}",
                            param="messages") from None
-        processors = []
-        if rule is not None:
+        def processors():
+            if rule is None:
+                return []
             try:
-                processors.append(grammars.processor(rule))
+                return [m.grammars.processor(rule)]
             except ValueError as e:
                 raise APIError(400, f"the grammar of this request is invalid: {e}",
                                param="response_format" if body.response_format else
                                "tool_choice") from None
-        ids = tokenizer.encode(text, add_special_tokens=False)
+
+        ids = m.tokenizer.encode(text, add_special_tokens=False)
         top = body.top_logprobs if body.logprobs else None
-        generation = submit(body, ids, top, body.logprobs, processors)
+        generation = submit(m, body, ids, top, body.logprobs, processors)
         # A forced call or JSON reply is not reasoning; a reply starts inside <think>
         # when the template opened it in the prompt.
-        split = ChatOutput(parser if tools else None, tools, reasoning and rule is None,
+        split = ChatOutput(m.parser if tools else None, tools, m.reasoning and rule is None,
                            thinking=text.rstrip().endswith("<think>"))
-        return await answer(http, Response(True, model_id, split), generation, body.stream,
-                            body.include_usage)
+        return generation, split
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, http: Request):
+        m = await model_for(body.model)
+        generation, split = start_chat(m, body)
+        return await answer(http, Response(True, m.id, split, body.include_usage, body.n),
+                            generation, body.stream)
+
+    def translated(body: Union[ResponsesRequest, MessagesRequest],
+                   rename=lambda error: error) -> ChatCompletionRequest:
+        """The chat request a Responses or Messages request becomes; APIError 400
+        (through ``rename``) when the chat request does not validate."""
+        try:
+            return body.chat_request()
+        except ValidationError as e:
+            raise rename(_validation_error(RequestValidationError(e.errors()))) from None
+
+    @app.post("/v1/responses")
+    async def responses(body: ResponsesRequest, http: Request):
+        m = await model_for(body.model)
+        try:
+            chat = translated(body, _responses_error)
+        except ValueError as e:   # an input the translation refuses
+            raise APIError(400, str(e), param="input") from None
+        try:
+            generation, split = start_chat(m, chat)
+        except APIError as e:
+            raise _responses_error(e) from None
+        reply = ResponsesReply(body.model_dump(mode="json", by_alias=True,
+                                               exclude_none=True), m.id, split,
+                               lambda text: len(m.tokenizer.encode(text, add_special_tokens=False)))
+        return await answer(http, reply, generation, body.stream)
+
+    @app.post("/v1/messages")
+    async def messages(body: MessagesRequest, http: Request):
+        m = await model_for(body.model)
+        generation, split = start_chat(m, translated(body))
+        return await answer(http, anthropic_format.MessagesResponse(
+            m.id, split, len(generation.ids)), generation, body.stream)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, http: Request):
-        check_model(body.model)
+        m = await model_for(body.model)
         try:
-            ids = prompt_ids(tokenizer, body.prompt)
+            ids = prompt_ids(m.tokenizer, body.prompt)
         except (TypeError, ValueError) as e:
             raise APIError(400, str(e), param="prompt") from None
         # A client's id outside the vocabulary is its own error (400), found before the
         # engine thread, where it could only be reported as a 500.
-        vocab = engine_loop.model.vocab_size
+        vocab = m.vocab_size
         bad = next((t for t in ids if not 0 <= t < vocab), None)
         if bad is not None:
             raise APIError(400, f"prompt token id {bad} is outside the model's vocabulary "
                                 f"[0, {vocab})", param="prompt")
-        check_stop_ids(body)
-        generation = submit(body, ids, body.logprobs, body.logprobs is not None)
-        return await answer(http, Response(False, model_id), generation, body.stream,
-                            body.include_usage)
+        check_stop_ids(m, body)
+        scored = body.logprobs if body.echo else None
+        generation = submit(m, body, ids, body.logprobs, body.logprobs is not None,
+                            prompt_logprobs=scored)
+        # OpenAI echoes a text prompt as given; token ids as their text.
+        echo = (body.prompt if isinstance(body.prompt, str) else m.tokenizer.decode(ids)) \
+            if body.echo else None
+        return await answer(http, Response(False, m.id, include_usage=body.include_usage,
+                                           n=body.n, echo=echo,
+                                           echo_logprobs=scored is not None),
+                            generation, body.stream)
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": model_id, "object": "model", "created": 0,
-                                            "owned_by": "metalrt"}]}
+        # OpenAI's model objects, with LM Studio's "state" (loaded / not-loaded) and the
+        # memory a loaded model takes (weights + KV cache, bytes).
+        data = []
+        for name in registry.ids:
+            served = registry.loaded.get(name)
+            data.append({"id": name, "object": "model", "created": 0, "owned_by": "metalrt",
+                         "state": "loaded" if served else "not-loaded",
+                         "memory_bytes": served.memory_bytes if served else None})
+        return {"object": "list", "data": data}
 
     @app.get("/metrics")
     async def prometheus():
@@ -316,6 +425,9 @@ def create_app(engine_loop: EngineLoop, model_id: str, default_max_tokens: int =
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "model": model_id, "engine": engine_loop.stats()}
+        # "model"/"engine": the first model (its stats None while it is not loaded).
+        stats = {name: m.engine_loop.stats() for name, m in list(registry.loaded.items())}
+        first = registry.ids[0]
+        return {"status": "ok", "model": first, "engine": stats.get(first), "models": stats}
 
     return app

@@ -5,7 +5,9 @@ import argparse
 import os
 import socket
 import sys
-from typing import Optional
+from typing import Optional, Sequence, Union
+
+from .model_registry import model_entries, parse_bytes
 
 DEFAULT_PORT = 8080
 
@@ -13,9 +15,16 @@ DEFAULT_PORT = 8080
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The server's command-line settings (shared by ``metalrt serve`` and
     ``python -m metalrt.server``)."""
-    parser.add_argument("--model", metavar="PATH", default=None,
-                        help="a .gguf file or a Hugging Face model directory; default: "
+    parser.add_argument("--model", metavar="[ID=]PATH", action="append", default=None,
+                        help="a .gguf file or a Hugging Face model directory, served as ID "
+                             "(default: its file name); again, or a directory of models, to "
+                             "serve several (requests pick by `model`; the first loads at "
+                             "start-up, the others on first use); default: "
                              "SmolLM2-135M-Instruct Q4_1, downloaded on first use")
+    parser.add_argument("--max-memory", metavar="SIZE", type=parse_bytes, default=None,
+                        help="memory budget of the loaded models (weights + KV cache) as "
+                             "bytes or with K/M/G/T (1024-based), e.g. 8G: loading one more "
+                             "evicts the least recently used idle ones (default: no limit)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind; anything but loopback exposes the model to "
                              "the network, without authentication (default: %(default)s)")
@@ -39,6 +48,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
                         help="do not reuse the KV cache of repeated prompt prefixes")
+    parser.add_argument("--prompt-cache-dir", metavar="DIR", default=None,
+                        help="keep long prompt prefixes' KV cache in DIR/ID, one "
+                             "subdirectory per served model (safetensors files), and load "
+                             "them when the model loads, so a restart does not prefill them "
+                             "again; a file of another model or KV type is skipped with a "
+                             "warning (default: none)")
+    parser.add_argument("--prompt-cache-min-tokens", type=int, default=1024, metavar="N",
+                        help="with --prompt-cache-dir: write the prefix of a prompt of at "
+                             "least N tokens (default: %(default)s)")
+    parser.add_argument("--prompt-cache-max-bytes", type=int, default=4 << 30, metavar="N",
+                        help="with --prompt-cache-dir: delete a model's least recently used "
+                             "files beyond N bytes (default: %(default)s, 4 GiB)")
     parser.add_argument("--spec-type", choices=("ngram", "draft", "mtp"), default=None,
                         help="speculative decoding, as for `metalrt generate` (default: none, "
                              "or 'draft' with --draft-model)")
@@ -61,31 +82,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="uvicorn's log level (default: %(default)s)")
 
 
-def model_id(path: Optional[str]) -> str:
-    """The id ``/v1/models`` reports: the model file or directory name without .gguf."""
-    from ..default_model import FILENAME
-
-    name = os.path.basename(os.path.normpath(path)) if path else FILENAME
-    return name[:-len(".gguf")] if name.endswith(".gguf") else name
-
-
-def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens: int = 8192,
+def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto",
+              kv_cache_tokens: int = 8192,
               max_batched_tokens: int = 512, max_queue: int = 64, max_tokens: int = 512,
               prefix_cache: bool = True, spec_type: Optional[str] = None,
               draft_model: Optional[str] = None, num_draft_tokens: int = 4,
               reasoning_format: str = "auto", chat_template: Optional[str] = None,
-              api_key: Optional[str] = None):
-    """Loads the model and returns the FastAPI application serving it (its engine loop
-    stops when the application shuts down). The settings are those of ``metalrt serve``;
-    this is also the builder a host such as Ray Serve calls in each replica
-    (docs/serving.md). ``chat_template``: a jinja2 file replacing the model's template.
-    Raises ValueError for a setting out of range or an unreadable template, before
-    loading."""
+              api_key: Optional[str] = None, max_memory: Optional[int] = None,
+              prompt_cache_dir: Optional[str] = None, prompt_cache_min_tokens: int = 1024,
+              prompt_cache_max_bytes: int = 4 << 30):
+    """Loads the (first) model and returns the FastAPI application serving it (its
+    engine loops stop when the application shuts down). The settings are those of
+    ``metalrt serve``; this is also the builder a host such as Ray Serve calls in each
+    replica (docs/serving.md). ``model``: one ``--model`` value or a list of them
+    (``model_registry.model_entries``); the models after the first load on first use,
+    each with its own engine and KV cache of ``kv_cache_tokens``; ``max_memory``: their
+    budget in bytes. ``chat_template``: a jinja2 file replacing the model's template.
+    ``prompt_cache_dir``: prompt prefixes on disk, each model's in its subdirectory
+    ``prompt_cache_dir/ID`` (``prompt_cache_dir.PromptCacheDir``, bounded by
+    ``prompt_cache_max_bytes`` each). Raises ValueError for a setting out of range, an
+    unreadable template, a missing model path, or a draft model with several models,
+    before loading."""
     for name, value, least in (("kv_cache_tokens", kv_cache_tokens, 1),
                                ("max_batched_tokens", max_batched_tokens, 1),
                                ("max_tokens", max_tokens, 1), ("max_queue", max_queue, 0)):
         if value < least:
             raise ValueError(f"[serve] --{name.replace('_', '-')} must be >= {least}, got {value}")
+    entries = model_entries([model] if isinstance(model, str) else model)
+    if draft_model is not None and len(entries) > 1:
+        raise ValueError("[serve] --draft-model drafts for one model; it cannot be used with "
+                         "several --model")
     template = None
     if chat_template is not None:
         try:
@@ -98,18 +124,37 @@ def build_app(model: Optional[str] = None, device: str = "auto", kv_cache_tokens
     from ..cache import BLOCK_SIZE, blocks_for
     from .app import create_app
     from .engine_loop import EngineLoop
+    from .model_registry import ModelRegistry, weight_bytes
+    from .served_model import ServedModel
 
+    from ..default_model import default_model_path
     from ..generation import speculative_config
+    from .prompt_cache_dir import PromptCacheDir
 
-    loaded, tokenizer = metalrt.load(model, device=device)
-    if template is not None:
-        tokenizer.chat_template = template
-    draft = None if draft_model is None else metalrt.load(draft_model, device=device)[0]
-    spec = speculative_config(loaded, spec_type, draft, num_draft_tokens, max_batched_tokens,
-                              blocks_for(kv_cache_tokens) * BLOCK_SIZE)
-    loop = EngineLoop(loaded, tokenizer, blocks_for(kv_cache_tokens), max_batched_tokens,
-                      max_queue, prefix_cache, spec)
-    return create_app(loop, model_id(model), max_tokens, reasoning_format, api_key)
+    if prompt_cache_dir is not None and not prefix_cache:
+        raise ValueError("[serve] --prompt-cache-dir needs the prefix cache "
+                         "(drop --no-prefix-cache)")
+    # One subdirectory per model: a model loads only its own files (no warning for each
+    # file of the others) and its writes never evict another model's prefixes.
+    disks = {} if prompt_cache_dir is None else {
+        name: PromptCacheDir(os.path.join(prompt_cache_dir, name), prompt_cache_min_tokens,
+                             prompt_cache_max_bytes) for name in entries}
+
+    def load(name: str, path: Optional[str]) -> ServedModel:
+        loaded, tokenizer = metalrt.load(path, device=device)
+        if template is not None:
+            tokenizer.chat_template = template
+        draft = None if draft_model is None else metalrt.load(draft_model, device=device)[0]
+        spec = speculative_config(loaded, spec_type, draft, num_draft_tokens,
+                                  max_batched_tokens, blocks_for(kv_cache_tokens) * BLOCK_SIZE)
+        loop = EngineLoop(loaded, tokenizer, blocks_for(kv_cache_tokens), max_batched_tokens,
+                          max_queue, prefix_cache, spec, disks.get(name))
+        return ServedModel(name, loop, weight_bytes(path or default_model_path()),
+                           reasoning_format)
+
+    registry = ModelRegistry(entries, load, max_memory)
+    registry.load_now(registry.ids[0])
+    return create_app(registry, max_tokens, api_key)
 
 
 def _check_can_listen(host: str, port: int) -> None:
@@ -143,6 +188,8 @@ def serve(args: argparse.Namespace) -> int:
     app = build_app(args.model, args.device, args.kv_cache_tokens, args.max_batched_tokens,
                     args.max_queue, args.max_tokens, args.prefix_cache, args.spec_type,
                     args.draft_model, args.num_draft_tokens, args.reasoning_format,
-                    args.chat_template, args.api_key or os.environ.get("METALRT_API_KEY"))
+                    args.chat_template, args.api_key or os.environ.get("METALRT_API_KEY"),
+                    args.max_memory, args.prompt_cache_dir, args.prompt_cache_min_tokens,
+                    args.prompt_cache_max_bytes)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -12,10 +12,12 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 
 
 
 class Metrics:
-    """The metrics of one engine loop, in their own ``registry``; ``observe`` is called
-    by the engine thread for each event a request receives."""
+    """The metrics of the server's engine loops, in their own ``registry``:
+    ``engine_loops()`` lists the loaded ones (their counts are summed; with several
+    models the ratios are over all their KV blocks and prompt tokens). ``observe`` is
+    called by an engine thread for each event a request receives."""
 
-    def __init__(self, engine_loop):
+    def __init__(self, engine_loops):
         self.registry = r = CollectorRegistry()
         self.requests = Counter("metalrt_requests", "Requests finished, by finish reason",
                                 ["finish_reason"], registry=r)
@@ -28,17 +30,20 @@ class Metrics:
         self.itl = Histogram("metalrt_inter_token_latency_seconds", "Between two generated "
                              "tokens of a request", buckets=LATENCY_BUCKETS, registry=r)
 
+        def total(*names):
+            stats = [loop.stats() for loop in engine_loops()]
+            return [sum(s[name] for s in stats) for name in names]
+
         def stat(name):
-            return lambda: engine_loop.stats()[name]
+            return lambda: total(name)[0]
 
         def kv_usage():
-            s = engine_loop.stats()
-            return 1 - s["kv_blocks_free"] / s["kv_blocks"]
+            free, blocks = total("kv_blocks_free", "kv_blocks")
+            return 1 - free / blocks if blocks else 0.0
 
         def hit_rate():
-            s = engine_loop.stats()
-            total = s["prompt_tokens_cached"] + s["prompt_tokens_computed"]
-            return s["prompt_tokens_cached"] / total if total else 0.0
+            cached, computed = total("prompt_tokens_cached", "prompt_tokens_computed")
+            return cached / (cached + computed) if cached + computed else 0.0
 
         for name, doc, read in (
                 ("metalrt_requests_running", "Requests in the running batch", stat("running")),

@@ -8,23 +8,28 @@ that only label or shape a request without changing the tokens (``user``,
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional, Union
+from typing import Any, ClassVar, Dict, List, Literal, Optional, Tuple, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator,
                       model_validator)
 from pydantic_core import PydanticCustomError
 
 _IGNORED = ("user", "metadata", "store", "service_tier")
+MAX_CHOICES = 16   # n: each choice is an engine request, all admitted together
 
 
 class _Body(BaseModel):
+    """A request object: unknown fields are refused, the ``IGNORED`` ones accepted and
+    dropped (an API's labels and settings that change nothing here)."""
+
     model_config = ConfigDict(extra="forbid")
+    IGNORED: ClassVar[Tuple[str, ...]] = _IGNORED
 
     @model_validator(mode="before")
     @classmethod
     def _drop_labels(cls, data):
         if isinstance(data, dict):
-            return {k: v for k, v in data.items() if k not in _IGNORED}
+            return {k: v for k, v in data.items() if k not in cls.IGNORED}
         return data
 
 
@@ -83,12 +88,13 @@ class _Sampling(_Body):
     max_tokens: Optional[StrictInt] = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: StrictInt = Field(0, ge=0)   # vLLM's extension (0 = off); Anthropic's top_k
     seed: Optional[StrictInt] = Field(None, ge=0)
     stop: Union[str, List[str], None] = None
     stop_token_ids: List[StrictInt] = Field(default_factory=list)   # vLLM's extension
     stream: StrictBool = False
     stream_options: Optional[StreamOptions] = None
-    n: StrictInt = Field(1, ge=1, le=1)   # one choice per request
+    n: StrictInt = Field(1, ge=1, le=MAX_CHOICES)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     logit_bias: Optional[Dict[str, float]] = None
@@ -165,6 +171,14 @@ class ChatCompletionRequest(_Sampling):
     logprobs: StrictBool = False
     top_logprobs: Optional[StrictInt] = Field(None, ge=0, le=20)
 
+    @field_validator("top_logprobs")
+    @classmethod
+    def _needs_logprobs(cls, value, info):
+        # OpenAI's rule; 0 asks for nothing, so it is let through.
+        if value and not info.data.get("logprobs"):
+            raise PydanticCustomError("top_logprobs", "top_logprobs needs logprobs: true")
+        return value
+
     @property
     def token_limit(self) -> Optional[int]:
         """``max_completion_tokens`` (OpenAI's newer name), else ``max_tokens``."""
@@ -197,7 +211,7 @@ class CompletionRequest(_Sampling):
             "prompt_type", "must be a string or a list of token ids (integers); got {got}",
             {"got": got})
     logprobs: Optional[StrictInt] = Field(None, ge=0, le=20)
-    echo: Literal[False] = False
+    echo: StrictBool = False   # the prompt before the text (its logprobs with logprobs)
 
     @property
     def token_limit(self) -> Optional[int]:
