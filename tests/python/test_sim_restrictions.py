@@ -5,6 +5,8 @@ words in comments and string literals are not flagged."""
 import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -127,3 +129,16 @@ kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]])
 """)
     text, _ = msl_to_cpp.generate(str(path), include_dirs=[str(METAL_DIR)])
     assert '{"k", &metalrt_kernel_0' in text
+
+
+@pytest.mark.parametrize("tail", ['{ "abc ', "{ x[0] = 1;", "{ {"])
+def test_an_unclosed_brace_ends_the_check(tmp_path, tail):
+    # The program-scope scan once restarted from the top on an unclosed brace (an
+    # unterminated string masks the rest): compile_shader never returned.
+    path = tmp_path / "unclosed.metal"
+    path.write_text(HEAD + "kernel void k(device float* x [[buffer(0)]]) " + tail)
+    done = subprocess.run([sys.executable, "-c", "import sys; from metalrt._sim import msl_to_cpp\n"
+                           "try:\n    msl_to_cpp.generate(sys.argv[1])\n"
+                           "except msl_to_cpp.MslError as e:\n    print(e)\n", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

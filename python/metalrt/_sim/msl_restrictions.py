@@ -67,6 +67,8 @@ def _namespace_scope_violations(code: str):
                 start = i + 1
             else:
                 close = match_close(code, i, "{", "}")
+                if close < 0:
+                    return   # an unclosed brace: the C++ compile names the error
                 is_type = "(" not in head and re.search(r"\b(struct|class|union|enum)\b", head)
                 if "=" not in head and not is_type:
                     start = close + 1   # a function body ends its statement
