@@ -3,10 +3,12 @@ round trips into a fresh model object that prefills only the prompt's tail with 
 greedy output (default model; the tiny Qwen3-Next hybrid with its state checkpoint);
 truncated, foreign and tampered files refused with ValueError naming the file; and
 ``metalrt serve --prompt-cache-dir`` serving a 4k-token prefix after a restart from the
-file it wrote, skipping corrupt and foreign files with a warning."""
+file it wrote, skipping corrupt and foreign files with a warning; the engine thread
+only copies a finished prefix's KV rows, a writer thread writes the file."""
 import json
 import os
 import struct
+import threading
 import time
 
 import pytest
@@ -14,6 +16,9 @@ import pytest
 import metalrt
 import tiny_hybrid
 from metalrt.cache import BLOCK_SIZE
+from metalrt.cache import prompt_file
+from metalrt.runner import Engine, SamplingParams
+from metalrt.server import prompt_cache_dir
 from server_process import MODEL_ID, ServerProcess
 
 WORDS = "The river town traded salt, wool and timber with its neighbours across the hills. "
@@ -67,6 +72,40 @@ def test_round_trip_prefills_only_the_tail_in_a_fresh_model(saved):
     # Another tail after the same prefix reuses the cache as far as they agree.
     other = ids[:300] + tokenizer.encode(" And the wool?")
     assert run(model, tokenizer, other, metalrt.load_prompt_cache(path))[1] == 288
+
+
+def test_save_from_copies_on_the_engine_thread_and_writes_on_another(smollm2, saved,
+                                                                    tmp_path, monkeypatch):
+    model, tokenizer = smollm2
+    ids = saved[1]
+    engine = Engine(model, model.kv_cache(64), 512, True)
+    request = engine.add_request(ids, SamplingParams(), 2)
+    while engine.has_work:
+        engine.step()
+    release, writers = threading.Event(), []
+
+    def slow_write(path, prefix):   # a disk that takes its time
+        writers.append(threading.current_thread())
+        release.wait(5)
+        prompt_file.write(path, prefix)
+
+    monkeypatch.setattr(prompt_cache_dir, "write", slow_write)
+    disk = prompt_cache_dir.PromptCacheDir(str(tmp_path), min_tokens=16)
+    started = time.monotonic()
+    path = disk.save_from(engine, request.prompt)
+    assert time.monotonic() - started < 2.5    # did not wait for the write
+    assert path and not os.path.exists(path) and disk.written == 0
+    assert disk.save_from(engine, request.prompt) == path    # queued once
+    release.set()
+    disk.close()                                # flushes what is pending
+    assert os.path.exists(path) and disk.written == 1
+    assert len(writers) == 1 and writers[0] is not threading.current_thread()
+    restored = prompt_file.read(path, prompt_file.identity(model, engine.cache))
+    assert restored.tokens == ids[:len(ids) // BLOCK_SIZE * BLOCK_SIZE]
+    engine.close()
+    empty = Engine(model, model.kv_cache(64), 512, True)
+    assert disk.save_from(empty, ids) is None      # nothing of it cached
+    empty.close()
 
 
 def rewrite_header(path, change):

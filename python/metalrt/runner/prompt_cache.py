@@ -33,22 +33,32 @@ def _write(tensor, blocks: Sequence[int], rows: np.ndarray) -> None:
         tensor[a:b].copy_from(np.ascontiguousarray(rows[at:at + b - a]))
 
 
+def _cached(engine, keys: List[bytes]):
+    """(block ids, state checkpoint or None) of the longest cached prefix of ``keys``
+    that ``capture`` can take: for a hybrid model it ends at a checkpointed block."""
+    scheduler = engine.scheduler
+    blocks = scheduler.pool.match(keys)
+    if not engine.cache.num_state_slots:
+        return blocks, None
+    checkpoints = scheduler.checkpoints
+    n = len(blocks) if checkpoints is not None else 0
+    while n and keys[n - 1] not in checkpoints:
+        n -= 1
+    return blocks[:n], (checkpoints.get(keys[n - 1]) if n else None)
+
+
+def cached_tokens(engine, tokens: Sequence[int]) -> int:
+    """How many tokens of ``tokens`` ``capture`` would copy (0 when nothing is cached),
+    without copying anything. Call it between steps."""
+    return len(_cached(engine, prefix_keys(list(tokens)))[0]) * BLOCK_SIZE
+
+
 def capture(engine, tokens: Sequence[int]) -> Optional[PrefixState]:
     """The longest prefix of ``tokens`` (whole blocks) that ``engine``'s prefix cache
     holds, copied to the host; for a hybrid model, only up to the last block whose
     state is checkpointed (the state there comes with it). None when nothing of it is
     cached (or the engine runs without prefix caching). Call it between steps."""
-    scheduler = engine.scheduler
-    keys = prefix_keys(list(tokens))
-    blocks = scheduler.pool.match(keys)
-    state = None
-    if engine.cache.num_state_slots:
-        checkpoints = scheduler.checkpoints
-        n = len(blocks) if checkpoints is not None else 0
-        while n and keys[n - 1] not in checkpoints:
-            n -= 1
-        blocks = blocks[:n]
-        state = checkpoints.get(keys[n - 1]) if n else None
+    blocks, state = _cached(engine, prefix_keys(list(tokens)))
     if not blocks:
         return None
     kv = {i: (_read(layer.keys, blocks), _read(layer.values, blocks))

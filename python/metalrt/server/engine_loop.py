@@ -199,6 +199,8 @@ class EngineLoop:
             self._closing = True
             self._wake.notify()
         self._thread.join()
+        if self.prompt_cache is not None:   # the prefixes of the last requests
+            self.prompt_cache.close()
         self.engine.close()
 
     # -- the engine thread ----------------------------------------------------------

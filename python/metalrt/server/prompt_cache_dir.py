@@ -10,14 +10,20 @@ error, and serving goes on. After a request ends, the cached prefix of its promp
 written when it is at least ``min_tokens`` long and no file holds it yet (one file per
 prefix, named by the hash of its last block; a file that already holds it is touched,
 which makes it the newest). The directory is then kept under ``max_bytes`` by deleting
-the least recently written or used files. Files are written on the engine thread, between
-steps: a 4k-token prefix of the default model (f32 KV, ~190 MB) costs about a second
-once, which a prefill of 4k tokens on the CPU costs anyway.
+the least recently written or used files. The engine thread only copies
+the prefix's KV rows out of the cache (``capture``, a memory copy) and hands them to a
+writer thread, which converts, hashes and writes the file: a 4k-token prefix of the
+default model (f32 KV, ~190 MB) takes about a second to write, which would otherwise
+stall every running request's decode. At most ``max_pending`` copies wait for the
+writer; a prefix that finds the queue full is not kept (a later request with it is).
+``close`` writes what is pending.
 """
 from __future__ import annotations
 
 import os
+import queue
 import sys
+import threading
 from typing import Callable, List, Optional
 
 from ..cache import BLOCK_SIZE, OutOfBlocksError
@@ -37,7 +43,9 @@ class PromptCacheDir:
     path that is not a directory or a bound below 1."""
 
     def __init__(self, directory: str, min_tokens: int = 1024, max_bytes: int = 4 << 30,
-                 warn: Callable[[str], None] = _warn):
+                 warn: Callable[[str], None] = _warn, max_pending: int = 2):
+        if max_pending < 1:
+            raise ValueError(f"[serve] max_pending must be >= 1, got {max_pending}")
         if min_tokens < BLOCK_SIZE or max_bytes < 1:
             raise ValueError(f"[serve] --prompt-cache-min-tokens must be >= {BLOCK_SIZE} and "
                              f"--prompt-cache-max-bytes >= 1, got {min_tokens}, {max_bytes}")
@@ -49,6 +57,9 @@ class PromptCacheDir:
         self.directory, self.min_tokens, self.max_bytes = directory, min_tokens, max_bytes
         self.warn = warn
         self.loaded = self.written = self.refused = 0
+        self._pending: "queue.Queue" = queue.Queue(max_pending)
+        self._paths = set()   # files queued, not written yet
+        self._writer: Optional[threading.Thread] = None
 
     def _files(self) -> List[str]:
         """The cache files, newest first."""
@@ -71,28 +82,58 @@ class PromptCacheDir:
         return self.loaded
 
     def save_from(self, engine, prompt) -> Optional[str]:
-        """Writes the cached prefix of ``prompt`` (a finished request's) when it is long
-        enough and not on disk yet; the file holding it, or None. An error writing is a
-        warning: the request was already served."""
+        """Queues the cached prefix of ``prompt`` (a finished request's) for writing when
+        it is long enough and not on disk or queued yet; the file that holds or will hold
+        it, or None. Returns once the KV rows are copied: the writer thread writes the
+        file. An error writing is a warning: the request was already served."""
         if (len(prompt) - 1) // BLOCK_SIZE * BLOCK_SIZE < self.min_tokens:
             return None
-        keys = prefix_keys(prompt)
-        try:
-            prefix = engine_cache.capture(engine, prompt)
-            if prefix is None or len(prefix.tokens) < self.min_tokens:
-                return None
-            path = os.path.join(self.directory,
-                                keys[len(prefix.tokens) // BLOCK_SIZE - 1].hex()[:32] + SUFFIX)
-            if os.path.exists(path):
+        cached = engine_cache.cached_tokens(engine, prompt)
+        if cached < self.min_tokens:
+            return None
+        path = os.path.join(self.directory,
+                            prefix_keys(prompt[:cached])[-1].hex()[:32] + SUFFIX)
+        if path in self._paths:
+            return path
+        if os.path.exists(path):
+            try:
                 os.utime(path)
-            else:
+            except OSError as e:   # deleted meanwhile, or the directory went away
+                self.warn(f"prompt cache not touched in {self.directory}: {e.strerror or e}")
+            return path
+        if self._pending.full():
+            return None
+        prefix = engine_cache.capture(engine, prompt)
+        self._paths.add(path)
+        self._pending.put((path, prefix))
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_pending, daemon=True,
+                                            name="metalrt-prompt-cache")
+            self._writer.start()
+        return path
+
+    def close(self) -> None:
+        """Writes the queued prefixes, then stops the writer thread."""
+        if self._writer is not None:
+            self._pending.put(None)
+            self._writer.join()
+            self._writer = None
+
+    def _write_pending(self) -> None:
+        while True:
+            job = self._pending.get()
+            if job is None:
+                return
+            path, prefix = job
+            try:
                 write(path, prefix)
                 self.written += 1
-            self._trim()
-            return path
-        except OSError as e:
-            self.warn(f"prompt cache not written in {self.directory}: {e.strerror or e}")
-            return None
+                self._trim()
+            except Exception as e:   # the writer lives on: close() waits for it
+                reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+                self.warn(f"prompt cache not written in {self.directory}: {reason}")
+            finally:
+                self._paths.discard(path)
 
     def _trim(self) -> None:
         """Deletes the oldest files until the directory holds at most ``max_bytes``."""

@@ -60,6 +60,11 @@ def _parts(cls, value):
     return _validate_list(_PARTS, value, "part") if isinstance(value, list) else value
 
 
+def _joined(value: Union[str, List[InputText]]) -> str:
+    """A string, or the text of ``input_text`` / ``output_text`` parts put together."""
+    return value if isinstance(value, str) else "".join(part.text for part in value)
+
+
 class MessageItem(_Body):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
@@ -72,9 +77,7 @@ class MessageItem(_Body):
 
     @property
     def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
+        return _joined(self.content)
 
 
 class FunctionCallItem(_Body):
@@ -101,9 +104,7 @@ class FunctionCallOutputItem(_Body):
 
     @property
     def text(self) -> str:
-        if isinstance(self.output, str):
-            return self.output
-        return "".join(part.text for part in self.output)
+        return _joined(self.output)
 
 
 class ReasoningItem(_Body):
