@@ -3,13 +3,16 @@
 streams reassemble with the client's helpers into the non-streamed message, forced
 tool_use blocks validate against their input_schema, tool_result follow-ups, the stop
 reasons (max_tokens, stop_sequence, end_turn, tool_use), thinking blocks on a
-``<think>`` template, and bad input answered in Anthropic's error shape while the server
-keeps serving."""
+``<think>`` template, ``messages.count_tokens`` counting the rendered prompt (system and
+tools included) as ``messages.create`` reports it, and bad input answered in Anthropic's
+error shape while the server keeps serving."""
 import json
 
 import anthropic
 import jsonschema
 import pytest
+
+import metalrt
 
 from server_process import MODEL_ID, ServerProcess
 from test_server_agents import THINK_TEMPLATE
@@ -152,6 +155,48 @@ def test_a_tool_result_follow_up_is_accepted(client):
         # The prompt held the call and its result.
         prompt = reply.usage.input_tokens + reply.usage.cache_read_input_tokens
         assert prompt > base.usage.input_tokens + base.usage.cache_read_input_tokens + 10
+
+
+def test_count_tokens_counts_the_rendered_prompt_with_system_and_tools(client):
+    _, tokenizer = metalrt.load(device="cpu")
+    plain = client.messages.count_tokens(model=MODEL_ID, messages=ASK)
+    assert isinstance(plain, anthropic.types.MessageTokensCount)
+    system = client.messages.count_tokens(model=MODEL_ID, messages=ASK, system=SYSTEM)
+    # SmolLM2's template puts a default system prompt where the request has none.
+    for counted, messages in ((plain, ASK), (system, [{"role": "system", "content": SYSTEM},
+                                                      *ASK])):
+        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        assert counted.input_tokens == len(tokenizer.encode(rendered, add_special_tokens=False))
+    assert system.input_tokens != plain.input_tokens
+    tools = client.messages.count_tokens(model=MODEL_ID, messages=ASK, system=SYSTEM,
+                                         tools=[WEATHER, TIME])
+    assert tools.input_tokens > system.input_tokens + 20     # the tools' descriptions
+    # What the Messages endpoint reports as the prompt of the same request.
+    for kwargs in ({}, {"system": SYSTEM}, {"system": SYSTEM, "tools": [WEATHER, TIME]}):
+        usage = client.messages.create(model=MODEL_ID, messages=ASK, max_tokens=1,
+                                       **kwargs).usage
+        counted = client.messages.count_tokens(model=MODEL_ID, messages=ASK, **kwargs)
+        assert counted.input_tokens == usage.input_tokens + usage.cache_read_input_tokens
+
+
+@pytest.mark.parametrize("body, says", [
+    ({"messages": []}, "messages"),
+    ({"max_tokens": 4}, "max_tokens"),                  # a count has no reply settings
+    ({"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}}, "nope"),
+    ({"system": 3}, "system"),
+])
+def test_count_tokens_bad_input_is_a_400_in_anthropics_shape(client, body, says):
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.post("/v1/messages/count_tokens", body={"model": MODEL_ID, "messages": ASK,
+                                                        **body},
+                    cast_to=anthropic.types.MessageTokensCount)
+    assert e.value.body["type"] == "error"
+    assert e.value.body["error"]["type"] == "invalid_request_error"
+    assert says in e.value.body["error"]["message"], e.value.body
+    assert client.messages.count_tokens(model=MODEL_ID, messages=ASK).input_tokens > 5
+    with pytest.raises(anthropic.NotFoundError) as e:
+        client.messages.count_tokens(model="not-this-model", messages=ASK)
+    assert e.value.body["error"]["type"] == "not_found_error"
 
 
 def _post(client, body: dict):

@@ -160,19 +160,15 @@ class ThinkingConfig(_Body):
         return self
 
 
-class MessagesRequest(_Body):
+class _Conversation(_Body):
+    """What ``/v1/messages`` and ``/v1/messages/count_tokens`` share: the prompt."""
+
     model: str
     messages: List[MessageParam] = Field(min_length=1)
-    max_tokens: StrictInt = Field(ge=1)
     system: Optional[_text_or(TextBlock)] = None
-    stop_sequences: Optional[List[str]] = None
-    temperature: float = Field(1.0, ge=0.0, le=1.0)
-    top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
-    top_k: Optional[StrictInt] = Field(None, ge=0)
     tools: Optional[List[ToolParam]] = None
     tool_choice: Optional[ToolChoice] = None
     thinking: Optional[ThinkingConfig] = None
-    stream: StrictBool = False
 
     @model_validator(mode="after")
     def _ends_with_a_user_turn(self):
@@ -182,11 +178,11 @@ class MessagesRequest(_Body):
                 "assistant prefill is not supported)")
         return self
 
-    def chat_request(self) -> ChatCompletionRequest:
-        """The same request as a chat completion: ``system`` first, tool_result
-        blocks as ``role: tool`` messages, tool_use blocks as ``tool_calls``, tool_choice
-        ``any`` as ``required``, ``thinking`` as ``chat_template_kwargs.enable_thinking``.
-        Raises pydantic's ValidationError where the chat request is stricter."""
+    def _chat_body(self) -> Dict[str, Any]:
+        """The chat request's messages, tools, tool_choice and template kwargs:
+        ``system`` first, tool_result blocks as ``role: tool`` messages, tool_use
+        blocks as ``tool_calls``, tool_choice ``any`` as ``required``, ``thinking`` as
+        ``chat_template_kwargs.enable_thinking``."""
         messages = []
         if self.system:
             messages.append({"role": "system", "content": self.system if isinstance(
@@ -199,22 +195,48 @@ class MessagesRequest(_Body):
             choice = {"type": "function", "function": {"name": self.tool_choice.name}} \
                 if kind == "tool" else {"any": "required"}.get(kind, kind)
         body: Dict[str, Any] = {
-            "model": self.model, "messages": messages, "max_tokens": self.max_tokens,
-            "temperature": self.temperature, "stop": self.stop_sequences,
-            "tool_choice": choice, "stream": self.stream,
+            "model": self.model, "messages": messages, "tool_choice": choice,
             "parallel_tool_calls": not (self.tool_choice and
                                         self.tool_choice.disable_parallel_tool_use)}
-        if self.top_p is not None:
-            body["top_p"] = self.top_p
-        if self.top_k is not None:
-            body["top_k"] = self.top_k
         if self.tools:
             body["tools"] = [{"type": "function", "function": {
                 "name": t.name, "description": t.description, "parameters": t.input_schema,
                 "strict": t.strict}} for t in self.tools]
         if self.thinking is not None and self.thinking.type != "adaptive":
             body["chat_template_kwargs"] = {"enable_thinking": self.thinking.type == "enabled"}
+        return body
+
+
+class MessagesRequest(_Conversation):
+    max_tokens: StrictInt = Field(ge=1)
+    stop_sequences: Optional[List[str]] = None
+    temperature: float = Field(1.0, ge=0.0, le=1.0)
+    top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
+    top_k: Optional[StrictInt] = Field(None, ge=0)
+    stream: StrictBool = False
+
+    def chat_request(self) -> ChatCompletionRequest:
+        """The same request as a chat completion (``_chat_body`` and the sampling
+        settings). Raises pydantic's ValidationError where the chat request is stricter."""
+        body = {**self._chat_body(), "max_tokens": self.max_tokens,
+                "temperature": self.temperature, "stop": self.stop_sequences,
+                "stream": self.stream}
+        if self.top_p is not None:
+            body["top_p"] = self.top_p
+        if self.top_k is not None:
+            body["top_k"] = self.top_k
         return ChatCompletionRequest.model_validate(body)
+
+
+class CountTokensRequest(_Conversation):
+    """``POST /v1/messages/count_tokens``: a Messages request's prompt, no sampling
+    settings (Anthropic's ``MessageCountTokensParams``); a field that ``/v1/messages``
+    refuses is refused here too."""
+
+    def chat_request(self) -> ChatCompletionRequest:
+        """The chat request whose prompt is counted (one token of reply: unused).
+        Raises pydantic's ValidationError where the chat request is stricter."""
+        return ChatCompletionRequest.model_validate({**self._chat_body(), "max_tokens": 1})
 
 
 def _chat_messages(m: MessageParam) -> List[dict]:

@@ -1,5 +1,6 @@
 """The FastAPI application: OpenAI's ``/v1/chat/completions``, ``/v1/responses``
-(stateless), ``/v1/completions`` and ``/v1/models``, Anthropic's ``/v1/messages``, plus
+(stateless), ``/v1/completions`` and ``/v1/models``, Anthropic's ``/v1/messages``
+(and ``/v1/messages/count_tokens``), plus
 ``/health`` with the engine's counters and ``/metrics``. Responses and Messages requests
 are translated into chat requests and served by the chat path.
 
@@ -31,7 +32,7 @@ from starlette.exceptions import HTTPException
 from ..generation import prompt_ids
 from ..runner import SamplingParams
 from . import anthropic_format, grammar
-from .anthropic_schemas import MessagesRequest
+from .anthropic_schemas import CountTokensRequest, MessagesRequest
 from .chat_output import ChatOutput
 from .engine_loop import Event, QueueFullError
 from .model_registry import ModelRegistry, ModelUnavailableError, UnknownModelError
@@ -46,7 +47,7 @@ from .tool_parsers import tools_system_prompt
 
 
 DISCONNECT_POLL_SECONDS = 0.25   # how often a non-streamed request checks for its client
-ANTHROPIC_PATHS = ("/v1/messages",)   # errors there take Anthropic's shape
+ANTHROPIC_PATHS = ("/v1/messages", "/v1/messages/count_tokens")   # errors there take Anthropic's shape
 
 
 class APIError(Exception):
@@ -304,11 +305,10 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
         return StreamingResponse(body(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
-    def start_chat(m: ServedModel, body: ChatCompletionRequest):
-        """(generation, split) of a chat request: its tools, grammar and messages
-        rendered by the chat template, submitted; ``split`` turns the reply's text into
-        reasoning, content and tool calls. APIError 400 for what the request gets wrong
-        (the handlers check the model first)."""
+    def render_chat(m: ServedModel, body: ChatCompletionRequest):
+        """(prompt text, tools {name: parameters}, grammar or None) of a chat request:
+        its tools and messages rendered by the model's chat template. APIError 400 for
+        what the request gets wrong (the handlers check the model first)."""
         offered = [] if body.tool_choice == "none" else [t.model_dump() for t in body.tools or ()]
         tools = {t["function"]["name"]: t["function"]["parameters"] for t in offered}
         rule = constraint(body, tools, m.parser)
@@ -321,6 +321,14 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
         except (ValueError, TypeError, jinja2.TemplateError) as e:
             raise APIError(400, f"the chat template cannot render these messages: {e}",
                            param="messages") from None
+        return text, tools, rule
+
+    def start_chat(m: ServedModel, body: ChatCompletionRequest):
+        """(generation, split) of a chat request: ``render_chat``'s prompt submitted with
+        its grammar; ``split`` turns the reply's text into reasoning, content and tool
+        calls. APIError 400 as ``render_chat``."""
+        text, tools, rule = render_chat(m, body)
+
         def processors():
             if rule is None:
                 return []
@@ -347,7 +355,7 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
         return await answer(http, Response(True, m.id, split, body.include_usage, body.n),
                             generation, body.stream)
 
-    def translated(body: Union[ResponsesRequest, MessagesRequest],
+    def translated(body: Union[ResponsesRequest, MessagesRequest, CountTokensRequest],
                    rename=lambda error: error) -> ChatCompletionRequest:
         """The chat request a Responses or Messages request becomes; APIError 400
         (through ``rename``) when the chat request does not validate."""
@@ -378,6 +386,12 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
         generation, split = start_chat(m, translated(body))
         return await answer(http, anthropic_format.MessagesResponse(
             m.id, split, len(generation.ids)), generation, body.stream)
+
+    @app.post("/v1/messages/count_tokens")
+    async def count_tokens(body: CountTokensRequest):
+        m = await model_for(body.model)
+        text, _, _ = render_chat(m, translated(body))
+        return {"input_tokens": len(m.tokenizer.encode(text, add_special_tokens=False))}
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, http: Request):
