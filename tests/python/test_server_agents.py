@@ -236,19 +236,22 @@ def test_a_wrong_api_key_is_a_401_and_the_right_ones_pass(server, client):
 def test_metrics_parse_with_prometheus_client(server, client):
     from prometheus_client.parser import text_string_to_metric_families
 
-    client.chat.completions.create(model=MODEL_ID, messages=ASK, max_tokens=4, temperature=0)
+    for _ in range(2):    # the second finds the prompt's blocks cached
+        client.chat.completions.create(model=MODEL_ID, messages=ASK, max_tokens=4,
+                                       temperature=0)
     with server.opener.open(server.url + "/metrics", timeout=30) as r:
         text = r.read().decode()
     samples = {s.name + str(sorted(s.labels.items())): s.value
                for family in text_string_to_metric_families(text) for s in family.samples}
-    assert samples["metalrt_requests_total[('finish_reason', 'length')]"] >= 1
-    assert samples["metalrt_generation_tokens_total[]"] >= 4
-    assert samples["metalrt_prompt_tokens_total[]"] > 0
-    assert samples["metalrt_time_to_first_token_seconds_count[]"] >= 1
-    assert samples["metalrt_inter_token_latency_seconds_count[]"] >= 3
-    assert samples["metalrt_requests_waiting[]"] == 0
-    assert 0 <= samples["metalrt_kv_cache_usage_ratio[]"] <= 1
-    assert 0 < samples["metalrt_prefix_cache_hit_ratio[]"] <= 1   # ASK was asked before
+    model = f"('model', '{MODEL_ID}')"   # every sample names its model
+    assert samples[f"metalrt_requests_total[('finish_reason', 'length'), {model}]"] >= 1
+    assert samples[f"metalrt_generation_tokens_total[{model}]"] >= 4
+    assert samples[f"metalrt_prompt_tokens_total[{model}]"] > 0
+    assert samples[f"metalrt_time_to_first_token_seconds_count[{model}]"] >= 1
+    assert samples[f"metalrt_inter_token_latency_seconds_count[{model}]"] >= 3
+    assert samples[f"metalrt_requests_waiting[{model}]"] == 0
+    assert 0 <= samples[f"metalrt_kv_cache_usage_ratio[{model}]"] <= 1
+    assert 0 < samples[f"metalrt_prefix_cache_hit_ratio[{model}]"] <= 1
 
 
 def test_stop_token_ids_end_the_reply_without_their_text(client):

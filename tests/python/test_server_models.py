@@ -5,7 +5,8 @@ The second model loads on first use; under a ``--max-memory`` that fits one mode
 alternating requests evict and reload the least recently used one; a model with a
 stream in flight is not evicted (the other model's request gets 503); an unknown id
 is a 404 in OpenAI's and Anthropic's shapes; a bad ``--max-memory`` is a CLI error;
-``--prompt-cache-dir`` keeps each model's prefixes in its own subdirectory.
+``--prompt-cache-dir`` keeps each model's prefixes in its own subdirectory; ``/metrics``
+labels each sample with its model.
 The registry's own rules (one load for concurrent first requests, LRU order, sizes)
 are checked in-process with a stand-in loader."""
 import asyncio
@@ -111,6 +112,56 @@ def test_unknown_model_is_a_404_in_each_apis_shape(server):
     assert status == 404 and body["type"] == "error"
     assert body["error"]["type"] == "not_found_error"
     assert _models(server)[TINY]["id"] == TINY   # still serving
+
+
+def _metrics(server) -> dict:
+    """{(sample name, model): value} of /metrics, parsed by prometheus_client."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with server.opener.open(server.url + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            labels = dict(sample.labels)
+            key = (sample.name, labels.pop("model"), *sorted(labels.items()))
+            out[key] = sample.value
+    return out
+
+
+def test_metrics_count_each_models_requests_under_its_label(server):
+    client = server.client(timeout=120)
+    prompt = PROMPT * 12      # whole 16-token blocks: the prefix cache holds them
+    for model in (MODEL_ID, TINY):          # both loaded: each has its engine gauges
+        client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0)
+    before, prompts = _metrics(server), {MODEL_ID: 0, TINY: 0}
+    for model, tokens in ((MODEL_ID, 3), (TINY, 5), (TINY, 5)):
+        reply = client.completions.create(model=model, prompt=prompt, max_tokens=tokens,
+                                          temperature=0)
+        assert reply.usage.completion_tokens == tokens
+        prompts[model] += reply.usage.prompt_tokens
+    after = _metrics(server)
+
+    def grew(name, model, *labels):
+        return after[(name, model, *labels)] - before.get((name, model, *labels), 0)
+
+    length = ("finish_reason", "length")
+    assert (grew("metalrt_requests_total", MODEL_ID, length),
+            grew("metalrt_requests_total", TINY, length)) == (1, 2)
+    assert (grew("metalrt_generation_tokens_total", MODEL_ID),
+            grew("metalrt_generation_tokens_total", TINY)) == (3, 10)
+    assert (grew("metalrt_time_to_first_token_seconds_count", MODEL_ID),
+            grew("metalrt_time_to_first_token_seconds_count", TINY)) == (1, 2)
+    assert (grew("metalrt_inter_token_latency_seconds_count", MODEL_ID),
+            grew("metalrt_inter_token_latency_seconds_count", TINY)) == (2, 8)
+    assert {m: grew("metalrt_prompt_tokens_total", m) for m in prompts} == prompts
+    for gauge in ("metalrt_requests_running", "metalrt_requests_waiting",
+                  "metalrt_kv_cache_usage_ratio", "metalrt_prefix_cache_hit_ratio"):
+        assert {k[1] for k in after if k[0] == gauge} == {MODEL_ID, TINY}, gauge
+    assert after[("metalrt_requests_waiting", TINY)] == 0
+    assert after[("metalrt_prefix_cache_hit_ratio", TINY)] > 0     # the prompt came again
 
 
 @pytest.fixture(scope="module")

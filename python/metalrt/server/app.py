@@ -154,9 +154,9 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
         registry.close()
 
     app = FastAPI(title="metalrt", docs_url=None, redoc_url=None, lifespan=lifespan)
-    metrics = Metrics(lambda: [m.engine_loop for m in list(registry.loaded.values())])
+    metrics = Metrics(lambda: {i: m.engine_loop for i, m in list(registry.loaded.items())})
     for served in registry.loaded.values():
-        served.engine_loop.observer = metrics.observe
+        served.engine_loop.observer = metrics.observer(served.id)
 
     if api_key is not None:
         @app.middleware("http")
@@ -194,7 +194,8 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
             raise APIError(404, str(e), param="model", code="model_not_found") from None
         except ModelUnavailableError as e:
             raise APIError(503, str(e), "server_error", code="model_unavailable") from None
-        served.engine_loop.observer = metrics.observe
+        if served.engine_loop.observer is None:   # loaded now (again): a new engine loop
+            served.engine_loop.observer = metrics.observer(served.id)
         return served
 
     def submit(m: ServedModel, body: Union[ChatCompletionRequest, CompletionRequest],

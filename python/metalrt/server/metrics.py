@@ -1,68 +1,90 @@
 """``GET /metrics``: the server's counters in Prometheus' text format
-(prometheus-client): requests by finish reason, prompt and generated tokens, time to
-first token and inter-token latency histograms, and, read from the engine at each
-scrape, running and waiting requests, KV-cache use and the prefix-cache hit rate."""
+(prometheus-client), each labelled with the ``model`` id it concerns: requests by
+finish reason, prompt and generated tokens, time to first token and inter-token
+latency histograms, and, read from each loaded model's engine at each scrape, running
+and waiting requests, KV-cache use and the prefix-cache hit rate (``sum by`` or
+``sum without (model)`` gives the server's totals)."""
 from __future__ import annotations
 
 import time
+from typing import Callable, Dict
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
+def _kv_usage(stats: dict) -> float:
+    blocks = stats["kv_blocks"]
+    return 1 - stats["kv_blocks_free"] / blocks if blocks else 0.0
+
+
+def _hit_rate(stats: dict) -> float:
+    cached, computed = stats["prompt_tokens_cached"], stats["prompt_tokens_computed"]
+    return cached / (cached + computed) if cached + computed else 0.0
+
+
+# name, help, value of one engine's stats: the gauges read at each scrape.
+ENGINE_GAUGES = (
+    ("metalrt_requests_running", "Requests in the running batch", lambda s: s["running"]),
+    ("metalrt_requests_waiting", "Requests waiting for admission (queue depth)",
+     lambda s: s["waiting"]),
+    ("metalrt_kv_cache_usage_ratio", "KV-cache blocks in use / all", _kv_usage),
+    ("metalrt_prefix_cache_hit_ratio", "Prompt tokens served from the prefix cache / all "
+     "prompt tokens", _hit_rate))
+
+
+class _EngineGauges:
+    """A prometheus collector of ``ENGINE_GAUGES`` for each loaded model."""
+
+    def __init__(self, engine_loops: Callable[[], Dict[str, object]]):
+        self.engine_loops = engine_loops
+
+    def collect(self):
+        stats = {name: loop.stats() for name, loop in self.engine_loops().items()}
+        for name, doc, read in ENGINE_GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=["model"])
+            for model, values in stats.items():
+                family.add_metric([model], read(values))
+            yield family
+
+
 class Metrics:
     """The metrics of the server's engine loops, in their own ``registry``:
-    ``engine_loops()`` lists the loaded ones (their counts are summed; with several
-    models the ratios are over all their KV blocks and prompt tokens). ``observe`` is
-    called by an engine thread for each event a request receives."""
+    ``engine_loops()`` maps each loaded model's id to its engine loop. ``observer(id)``
+    is the function an engine thread of model ``id`` calls for each event a request
+    receives (``EngineLoop.observer``)."""
 
-    def __init__(self, engine_loops):
+    def __init__(self, engine_loops: Callable[[], Dict[str, object]]):
         self.registry = r = CollectorRegistry()
         self.requests = Counter("metalrt_requests", "Requests finished, by finish reason",
-                                ["finish_reason"], registry=r)
+                                ["model", "finish_reason"], registry=r)
         self.prompt_tokens = Counter("metalrt_prompt_tokens", "Prompt tokens of finished "
-                                     "requests", registry=r)
+                                     "requests", ["model"], registry=r)
         self.generation_tokens = Counter("metalrt_generation_tokens", "Tokens generated",
-                                         registry=r)
+                                         ["model"], registry=r)
         self.ttft = Histogram("metalrt_time_to_first_token_seconds", "From submission to the "
-                              "first generated token", buckets=LATENCY_BUCKETS, registry=r)
+                              "first generated token", ["model"], buckets=LATENCY_BUCKETS,
+                              registry=r)
         self.itl = Histogram("metalrt_inter_token_latency_seconds", "Between two generated "
-                             "tokens of a request", buckets=LATENCY_BUCKETS, registry=r)
+                             "tokens of a request", ["model"], buckets=LATENCY_BUCKETS,
+                             registry=r)
+        r.register(_EngineGauges(engine_loops))
 
-        def total(*names):
-            stats = [loop.stats() for loop in engine_loops()]
-            return [sum(s[name] for s in stats) for name in names]
+    def observer(self, model: str) -> Callable[[object, object], None]:
+        """``observe`` for the requests of ``model``."""
+        return lambda generation, event: self.observe(model, generation, event)
 
-        def stat(name):
-            return lambda: total(name)[0]
-
-        def kv_usage():
-            free, blocks = total("kv_blocks_free", "kv_blocks")
-            return 1 - free / blocks if blocks else 0.0
-
-        def hit_rate():
-            cached, computed = total("prompt_tokens_cached", "prompt_tokens_computed")
-            return cached / (cached + computed) if cached + computed else 0.0
-
-        for name, doc, read in (
-                ("metalrt_requests_running", "Requests in the running batch", stat("running")),
-                ("metalrt_requests_waiting", "Requests waiting for admission (queue depth)",
-                 stat("waiting")),
-                ("metalrt_kv_cache_usage_ratio", "KV-cache blocks in use / all", kv_usage),
-                ("metalrt_prefix_cache_hit_ratio", "Prompt tokens served from the prefix "
-                 "cache / all prompt tokens", hit_rate)):
-            Gauge(name, doc, registry=r).set_function(read)
-
-    def observe(self, generation, event) -> None:
+    def observe(self, model: str, generation, event) -> None:
         now = time.monotonic()
         if event.token is not None:
-            self.generation_tokens.inc()
+            self.generation_tokens.labels(model).inc()
             if generation.last_token_at is None:
-                self.ttft.observe(now - generation.submitted_at)
+                self.ttft.labels(model).observe(now - generation.submitted_at)
             else:
-                self.itl.observe(now - generation.last_token_at)
+                self.itl.labels(model).observe(now - generation.last_token_at)
             generation.last_token_at = now
         if event.finish_reason or event.error:
-            self.requests.labels(event.finish_reason or "error").inc()
-            self.prompt_tokens.inc(event.prompt_tokens)
+            self.requests.labels(model, event.finish_reason or "error").inc()
+            self.prompt_tokens.labels(model).inc(event.prompt_tokens)
