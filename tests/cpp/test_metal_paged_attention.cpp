@@ -182,12 +182,14 @@ std::vector<std::string> KernelsOf(const Lens& lens, DType dtype, int32_t window
   return kernels;
 }
 
-// The batch attended on the Metal device into a NaN-poisoned output of its dtype.
-Tensor AttendOnMetal(const AttentionBatch& bt, float scale) {
+// The batch attended on the Metal device into a NaN-poisoned output of its dtype (with a
+// window, and SinksOf(heads) when `sinks`).
+Tensor AttendOnMetal(const AttentionBatch& bt, float scale, int64_t window = 0, bool sinks = false) {
   const Tensor out = PoisonedMetal(bt.query.shape(), bt.query.dtype());
   ops::PagedAttention(ToMetal(bt.query), ToMetal(bt.key_cache), ToMetal(bt.value_cache),
                       ToMetal(bt.block_tables), ToMetal(bt.seq_lens), ToMetal(bt.query_start_loc),
-                      scale, out);
+                      scale, out, false, window,
+                      sinks ? ops::OptTensor(ToMetal(SinksTensor(bt.query.dim(1)))) : std::nullopt);
   return out;
 }
 
@@ -195,8 +197,9 @@ Tensor AttendOnMetal(const AttentionBatch& bt, float scale) {
 // OutputBar.
 void CheckAgainstReference(const std::vector<double>& got, const AttentionBatch& bt,
                            const std::vector<AttentionRequest>& reqs, const AttentionGeometry& g,
-                           double scale, const char* what) {
-  const std::vector<double> ref = AttentionReference(bt, reqs, g, scale);
+                           double scale, const char* what, int64_t window = 0, bool sinks = false) {
+  const std::vector<double> ref =
+      AttentionReference(bt, reqs, g, scale, window, sinks ? SinksOf(g.heads) : std::vector<float>{});
   CHECK(Nmse(got, ref) <= 5e-4);
   CheckClose(got, ref, OutputBar(bt.query.dtype()), what);
 }
@@ -252,12 +255,7 @@ TEST_CASE("metal paged_attention: windows and sinks match float64, change the re
     const std::vector<float> sinks = w.sinks ? SinksOf(w.a.heads) : std::vector<float>{};
     const double scale = ScaleOf(w.a.head_dim);
     ResetProviderStats();
-    const Tensor out = PoisonedMetal(bt.query.shape(), DType::kF32);
-    ops::PagedAttention(ToMetal(bt.query), ToMetal(bt.key_cache), ToMetal(bt.value_cache),
-                        ToMetal(bt.block_tables), ToMetal(bt.seq_lens), ToMetal(bt.query_start_loc),
-                        static_cast<float>(scale), out, false, w.window,
-                        w.sinks ? ops::OptTensor(ToMetal(SinksTensor(w.a.heads)))
-                                : std::nullopt);
+    const Tensor out = AttendOnMetal(bt, static_cast<float>(scale), w.window, w.sinks);
     CheckNativeProvider("paged_attention", "metal_paged_attention", 1);
     const std::vector<double> got = ReadMetal(out);
     const std::vector<double> ref = AttentionReference(bt, reqs, g, scale, w.window, sinks);
@@ -288,12 +286,8 @@ TEST_CASE("metal paged_attention: a decode at context 4,096 with window 512 read
     const Lens lens = {{1, 4096}};
     const std::vector<AttentionRequest> reqs = ShuffledRequests(lens, g, 3);
     const AttentionBatch bt = MakeAttentionBatch(reqs, g, DType::kF16, 17, e.window);
-    const Tensor out = PoisonedMetal(bt.query.shape(), DType::kF16);
-    const auto rows = ProfiledRows([&] {
-      ops::PagedAttention(ToMetal(bt.query), ToMetal(bt.key_cache), ToMetal(bt.value_cache),
-                          ToMetal(bt.block_tables), ToMetal(bt.seq_lens), ToMetal(bt.query_start_loc),
-                          0.125f, out, false, e.window);
-    });
+    Tensor out;
+    const auto rows = ProfiledRows([&] { out = AttendOnMetal(bt, 0.125f, e.window); });
     const ProfileRow* split = nullptr;
     for (const ProfileRow& row : rows)
       if (row.name == "paged_attention_decode_split_f16") split = &row;
@@ -301,9 +295,7 @@ TEST_CASE("metal paged_attention: a decode at context 4,096 with window 512 read
     CHECK(split->threadgroups == 3 * e.partitions);
     CHECK(split->last_grid[2] == e.partitions);
     CHECK(Dispatches(rows, "paged_attention_decode_merge_f16") == 1);
-    const std::vector<double> ref = AttentionReference(bt, reqs, g, 0.125, e.window);
-    CHECK(Nmse(ReadMetal(out), ref) <= 5e-4);
-    CheckClose(ReadMetal(out), ref, OutputBar(DType::kF16), "windowed split-KV decode vs float64");
+    CheckAgainstReference(ReadMetal(out), bt, reqs, g, 0.125, "windowed split-KV decode vs float64", e.window);
   }
 }
 
@@ -459,17 +451,21 @@ TEST_CASE("metal paged_attention: prefill runs one threadgroup per (query tile, 
 
 TEST_CASE("metal paged_attention: the prefill kernel gives the same bytes in every fiber order") {
   // A missing barrier between staging, the SIMD-group matrix stores and the softmax
-  // lanes' reads, or a lane-order assumption, changes the result between orders.
+  // lanes' reads, or a lane-order assumption, changes the result between orders; in full
+  // and with window 7 and sinks (the sinks' normalisation shuffled from the row owners).
   AttentionGeometry g{9, 3, 64, 5, 0, 0};
   const Lens lens = {{23, 41}, {11, 11}};
   const std::vector<AttentionRequest> reqs = ShuffledRequests(lens, g, 13);
-  const AttentionBatch bt = MakeAttentionBatch(reqs, g, DType::kF32, 77);
-  std::vector<std::vector<double>> results;
-  for (const std::string& order : SimOrders()) {
-    CAPTURE(order);
-    const ScopedFiberOrder scoped(order);
-    results.push_back(ReadMetal(AttendOnMetal(bt, 0.125f)));
-    CheckAgainstReference(results.back(), bt, reqs, g, 0.125, "prefill vs float64");
+  for (int64_t window : {0, 7}) {
+    CAPTURE(window);
+    const AttentionBatch bt = MakeAttentionBatch(reqs, g, DType::kF32, 77, window);
+    std::vector<std::vector<double>> results;
+    for (const std::string& order : SimOrders()) {
+      CAPTURE(order);
+      const ScopedFiberOrder scoped(order);
+      results.push_back(ReadMetal(AttendOnMetal(bt, 0.125f, window, window > 0)));
+      CheckAgainstReference(results.back(), bt, reqs, g, 0.125, "prefill vs float64", window, window > 0);
+    }
+    for (const std::vector<double>& r : results) CHECK(r == results.front());
   }
-  for (const std::vector<double>& r : results) CHECK(r == results.front());
 }
