@@ -4,7 +4,9 @@
 // more than one query (prefill, chunked prefill; the one-query decode kernels are in
 // paged_attention_decode.metal). Query i of request b sits at position
 // seq_lens[b] - q_len + i and attends to positions 0 .. that position of kv head
-// h / (heads / kv_heads).
+// h / (heads / kv_heads); with a sliding window (args.window > 0) only to the last
+// `window` of them. With sinks (args.has_sinks), head h's logit sinks[h] joins the
+// softmax denominator only (attention_sinks.h).
 //
 // One threadgroup per (query tile of one request, kv head) serves the kv head's whole
 // GQA group: its kPrefillRows query rows are (query position, query head) pairs, row
@@ -21,7 +23,9 @@
 //   at positions <= the row's position), and
 //   O = diag(e^(m_old - m_new)) O + P V on simdgroup_multiply_accumulate,
 // all in f32. The output is O / l, rounded once to the query's dtype. Key tiles stop at
-// the tile's last query position. Rows past the request's end or the chunk's heads
+// the tile's last query position and, with a window, start at the first position the
+// tile's first query sees: earlier positions and their block-table entries are never
+// read; the mask keeps each row's keys inside its own window. Rows past the request's end or the chunk's heads
 // (a partial tile) have zero queries and weights and write nothing.
 //
 // The accumulators' per-row scaling and the stores go through thread_elements(), whose
@@ -29,6 +33,7 @@
 // the sim's shim implements it), and the host probes the device once before its first
 // use, declining the call on a device that differs (cpp/gpu/simdgroup_layout_probe.cpp).
 #include <metal_stdlib>
+#include "attention_sinks.h"
 #include "paged_attention_args.h"
 #include "simdgroup_layout.h"
 using namespace metal;
@@ -45,9 +50,9 @@ inline int32_t key_tile() { return PrefillKeyTile(padded_dim()); }
 
 // What one threadgroup computes: request b's queries tile * query_tile ..
 // (tile + 1) * query_tile - 1 (of q_len, the first at query row `token`), query heads
-// first_head .. first_head + heads - 1 of kv head kv_head, keys at positions 0 .. keys - 1.
+// first_head .. first_head + heads - 1 of kv head kv_head, keys at positions lo .. keys - 1.
 struct PrefillTask {
-  int32_t b, token, q_len, context, tile, query_tile, group_heads, kv_head, first_head, heads, keys;
+  int32_t b, token, q_len, context, tile, query_tile, group_heads, kv_head, first_head, heads, lo, keys;
 };
 
 // Grid: (prefill tiles, kv_heads * chunks) threadgroups; tiles are numbered request by
@@ -77,14 +82,16 @@ inline PrefillTask prefill_task(uint2 group, device const int32_t* seq_lens,
   t.heads = min(t.group_heads, group_size - chunk_first);
   // The tile's last query sees the most keys; later positions are masked for all rows.
   t.keys = t.context - t.q_len + min(t.q_len, (t.tile + 1) * t.query_tile);
+  // The tile's first query sees the earliest key: its window's first position.
+  t.lo = args.window > 0 ? max(0, t.context - t.q_len + t.tile * t.query_tile - args.window + 1) : 0;
   return t;
 }
 
-// Query row r (0 .. kPrefillRows - 1) of the task: whether it exists, its position, and
-// the element offset of its query (and output) row.
+// Query row r (0 .. kPrefillRows - 1) of the task: whether it exists, its position, its
+// query head, and the element offset of its query (and output) row.
 struct QueryRow {
   bool active;
-  int32_t position;
+  int32_t position, head;
   long offset;
 };
 
@@ -94,6 +101,7 @@ inline QueryRow query_row(PrefillTask t, int32_t r, constant PagedAttentionArgs&
   QueryRow q;
   q.active = pos_in_tile < t.query_tile && h < t.heads && i < t.q_len;
   q.position = t.context - t.q_len + i;
+  q.head = t.first_head + h;
   q.offset = (long(t.token + i) * args.heads + t.first_head + h) * head_dim;
   return q;
 }
@@ -126,22 +134,23 @@ inline void stage_kv_tile(device const T* key_cache, device const T* value_cache
 // Lane r < 8's online-softmax step for its SIMD-group's row r over the staged keys:
 // scores[0 .. key_tile() - 1] (the row's q . k, already scaled; the row is kPrefillKeyTile
 // long) become the weights exp(score - new max), 0 where masked (the key's position is
-// past `position`, or it is not staged). Returns the factor e^(old max - new max) the row's accumulator takes
-// (1 while no key has been visible).
+// past `position`, before its window (window > 0), or it is not staged). Returns the
+// factor e^(old max - new max) the row's accumulator takes (1 while no key has been visible).
 inline float softmax_step(threadgroup float* scores, bool active, int32_t position, int32_t first,
-                          int32_t count, thread float& row_max, thread float& row_sum) {
+                          int32_t count, int32_t window, thread float& row_max, thread float& row_sum) {
+  const int32_t begin = window > 0 ? max(0, position - window + 1 - first) : 0;
   const int32_t visible = active ? min(count, position - first + 1) : 0;
   float tile_max = -INFINITY;
-  for (int32_t j = 0; j < visible; ++j) tile_max = max(tile_max, scores[j]);
+  for (int32_t j = begin; j < visible; ++j) tile_max = max(tile_max, scores[j]);
   const float new_max = max(row_max, tile_max);
-  if (visible <= 0) {
+  if (visible <= begin) {
     for (int32_t j = 0; j < kPrefillKeyTile; ++j) scores[j] = 0.0f;
     return 1.0f;
   }
   const float rescale = exp(row_max - new_max);   // 0 for the first visible tile
   row_sum *= rescale;
   for (int32_t j = 0; j < kPrefillKeyTile; ++j) {
-    const float weight = j < visible ? exp(scores[j] - new_max) : 0.0f;
+    const float weight = j >= begin && j < visible ? exp(scores[j] - new_max) : 0.0f;
     row_sum += weight;
     scores[j] = weight;
   }
@@ -158,6 +167,7 @@ kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
                                     device const int32_t* query_start_loc [[buffer(5)]],
                                     device T* out [[buffer(6)]],
                                     constant PagedAttentionArgs& args [[buffer(7)]],
+                                    device const float* sinks [[buffer(8)]],
                                     uint2 group [[threadgroup_position_in_grid]],
                                     uint tid [[thread_index_in_threadgroup]],
                                     uint simdgroup [[simdgroup_index_in_threadgroup]],
@@ -185,7 +195,7 @@ kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
   float row_max = -INFINITY, row_sum = 0.0f;
 
   device const int32_t* blocks = block_tables + long(t.b) * args.max_blocks;
-  for (int32_t first = 0; first < t.keys; first += key_tile()) {
+  for (int32_t first = t.lo; first < t.keys; first += key_tile()) {
     const int32_t count = min(key_tile(), t.keys - first);
     stage_kv_tile(key_cache, value_cache, blocks, first, count, t.kv_head, args, k_tile, v_tile, tid);
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -203,7 +213,7 @@ kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
     float rescale = 1.0f;
     if (lane < 8)
       rescale = softmax_step(scores + lane * kPrefillKeyTile, owned.active, owned.position, first,
-                             count, row_max, row_sum);
+                             count, args.window, row_max, row_sum);
     simdgroup_barrier(mem_flags::mem_threadgroup);
     // O = diag(rescale) O + P V.
     const float factor = simd_shuffle(rescale, ushort(SimdgroupElementRow(lane)));
@@ -219,12 +229,15 @@ kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);   // before the next tile is staged
   }
-  const float sum = simd_shuffle(row_sum, ushort(SimdgroupElementRow(lane)));
+  const bool sink = args.has_sinks != 0 && owned.active;
+  const SoftmaxNorm norm = softmax_norm(row_max, row_sum, sink, sink ? sinks[owned.head] : 0.0f);
+  const float scale = simd_shuffle(norm.scale, ushort(SimdgroupElementRow(lane)));
+  const float denom = simd_shuffle(norm.denom, ushort(SimdgroupElementRow(lane)));
   if (!mine.active) return;
   for (int32_t j = 0; j < head_blocks(); ++j)
     for (int32_t e = 0; e < 2; ++e) {
       const int32_t d = 8 * j + col + e;
-      if (d < head_dim) out[mine.offset + d] = T(o[j].thread_elements()[e] / sum);
+      if (d < head_dim) out[mine.offset + d] = T(o[j].thread_elements()[e] * scale / denom);
     }
 }
 
@@ -233,7 +246,7 @@ kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
   paged_attention_prefill<T>(device const T*, device const T*, device const T*,             \
                              device const int32_t*, device const int32_t*,                  \
                              device const int32_t*, device T*, constant PagedAttentionArgs&, \
-                             uint2, uint, uint, uint);
+                             device const float*, uint2, uint, uint, uint);
 
 METALRT_PAGED_ATTENTION(float, f32)
 METALRT_PAGED_ATTENTION(half, f16)

@@ -33,6 +33,15 @@ METALRT_CONSTANT int32_t kDecodeSimdgroups = 4;
 METALRT_CONSTANT int32_t kDecodeThreads = kDecodeSimdgroups * kAttentionSimdWidth;
 // The merge pass: one SIMD-group per (request, query head).
 METALRT_CONSTANT int32_t kDecodeMergeThreads = kAttentionSimdWidth;
+// The first context position a decode query (the last of a context of seq_len) sees:
+// partitions cover DecodeFirstPosition .. seq_len - 1 only.
+inline int32_t DecodeFirstPosition(int32_t seq_len, int32_t window) {
+  return window > 0 && seq_len > window ? seq_len - window : 0;
+}
+// Partitions of a decode query's visible positions.
+inline int32_t DecodePartitions(int32_t seq_len, int32_t window) {
+  return (seq_len - DecodeFirstPosition(seq_len, window) + kDecodePartition - 1) / kDecodePartition;
+}
 // Prefill: one threadgroup per (query tile of one request, kv head) holds kPrefillRows
 // query rows, (query position, query head) pairs of the kv head's GQA group, as four
 // 8-row blocks of SIMD-group matrices (one SIMD-group each). A group of more than
@@ -66,7 +75,12 @@ struct PagedAttentionArgs {
   int32_t max_blocks;     // block_tables row stride
   int32_t partitions;     // decode split: partial rows per (request, query head)
   float scale;            // softmax scale applied to q . k
-  int32_t unused[2];      // keeps the size a multiple of 8
+  // Sliding window: the query at position p sees p - window + 1 .. p; 0 = full causal.
+  // Positions before a query's window are never read (nor their block-table entries).
+  int32_t window;
+  // 1: buffer `sinks` holds a logit per query head that joins only the softmax
+  // denominator (gpt-oss); 0: no sinks (the buffer bound there is not read).
+  int32_t has_sinks;
 };
 static_assert(sizeof(PagedAttentionArgs) == 32, "PagedAttentionArgs must match between host and MSL");
 

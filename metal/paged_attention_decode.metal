@@ -1,10 +1,13 @@
 // paged_attention decode: the requests of a batch with exactly one query (the query at
-// position seq_len - 1 attends to positions 0 .. seq_len - 1 of its kv head), over the
+// position seq_len - 1 attends to positions lo .. seq_len - 1 of its kv head, lo = 0, or
+// seq_len - window with a sliding window: DecodeFirstPosition), over the
 // paged KV cache [num_blocks, block_size, kv_heads, head_dim] (vLLM's layout; the CPU
 // oracle cpp/cpu/paged_attention.cpp is the spec).
 //
-// Split-KV (FlashDecoding, Dao et al. 2023; vLLM's paged attention v2): the context is
-// cut into partitions of kDecodePartition positions and one threadgroup per (request,
+// Split-KV (FlashDecoding, Dao et al. 2023; vLLM's paged attention v2): the visible
+// positions lo .. seq_len - 1 are cut into partitions of kDecodePartition positions (a
+// window's positions only: those before it, and their block-table entries, are never
+// read) and one threadgroup per (request,
 // kv head, partition) computes, for the query heads of the GQA group it serves, the
 // partition's softmax state: the maximum score m, the sum s of exp(score - m) and the
 // unnormalised sum of exp(score - m) * v. Each K and V row is read once, straight from
@@ -18,9 +21,12 @@
 //   scratch and paged_attention_decode_merge_<dtype> combines the partitions of each
 //   (request, head) by log-sum-exp: M = max m_p, out = sum_p acc_p e^(m_p - M) /
 //   sum_p s_p e^(m_p - M).
+// With sinks (args.has_sinks), head h's sink logit sinks[h] joins the denominator only,
+// at the final normalisation (attention_sinks.h).
 // Everything is f32; the output is rounded once to the query's dtype. Threadgroups of a
 // request without exactly one query, or past its context, return at once.
 #include <metal_stdlib>
+#include "attention_sinks.h"
 #include "paged_attention_args.h"
 using namespace metal;
 
@@ -40,7 +46,8 @@ inline int32_t partial_stride() { return head_dim + 2; }
 inline int32_t dims_per_lane() { return (head_dim + kAttentionSimdWidth - 1) / kAttentionSimdWidth; }
 
 // What one threadgroup computes: request b (its query row `token`), query heads
-// first_head .. first_head + heads - 1 (all of kv head kv_head), positions first .. end - 1.
+// first_head .. first_head + heads - 1 (all of kv head kv_head), positions first .. end - 1
+// (partition group.z of the positions the query sees).
 struct DecodeTask {
   int32_t b, token, kv_head, first_head, heads, first, end;
   bool valid;
@@ -58,7 +65,7 @@ inline DecodeTask decode_task(uint3 group, device const int32_t* seq_lens,
   const int32_t chunk_first = (int32_t(group.y) % chunks) * group_heads;
   t.first_head = t.kv_head * group_size + chunk_first;
   t.heads = min(group_heads, group_size - chunk_first);
-  t.first = int32_t(group.z) * kDecodePartition;
+  t.first = DecodeFirstPosition(seq_lens[t.b], args.window) + int32_t(group.z) * kDecodePartition;
   t.end = min(seq_lens[t.b], t.first + kDecodePartition);
   t.valid = query_start_loc[t.b + 1] - t.token == 1 && t.first < t.end;
   return t;
@@ -144,7 +151,7 @@ inline void attend_partition(DecodeTask t, device const T* query, device const T
 }
 
 // Single pass. Grid: (B, kv_heads * ceil(group / group_heads), 1) threadgroups of
-// kDecodeThreads; every decode context is at most kDecodePartition.
+// kDecodeThreads; every decode query sees at most kDecodePartition positions.
 template <typename T>
 [[max_total_threads_per_threadgroup(128)]]
 kernel void paged_attention_decode(device const T* query [[buffer(0)]],
@@ -155,6 +162,7 @@ kernel void paged_attention_decode(device const T* query [[buffer(0)]],
                                    device const int32_t* query_start_loc [[buffer(5)]],
                                    device T* out [[buffer(6)]],
                                    constant PagedAttentionArgs& args [[buffer(7)]],
+                                   device const float* sinks [[buffer(8)]],
                                    uint3 group [[threadgroup_position_in_grid]],
                                    uint tid [[thread_index_in_threadgroup]],
                                    uint simdgroup [[simdgroup_index_in_threadgroup]],
@@ -168,7 +176,9 @@ kernel void paged_attention_decode(device const T* query [[buffer(0)]],
                    args, tg_max, tg_sum, tg_acc, simdgroup, lane);
   for (int32_t e = int32_t(tid); e < t.heads * head_dim; e += kDecodeThreads) {
     const int32_t h = e / head_dim, d = e % head_dim;
-    out[(long(t.token) * args.heads + t.first_head + h) * head_dim + d] = T(tg_acc[e] / tg_sum[h]);
+    const SoftmaxNorm n = softmax_norm(combined_max(tg_max, h), tg_sum[h], args.has_sinks != 0,
+                                       args.has_sinks != 0 ? sinks[t.first_head + h] : 0.0f);
+    out[(long(t.token) * args.heads + t.first_head + h) * head_dim + d] = T(tg_acc[e] * n.scale / n.denom);
   }
 }
 
@@ -209,7 +219,7 @@ kernel void paged_attention_decode_split(device const T* query [[buffer(0)]],
 }
 
 // Second pass. Grid: (B, heads) threadgroups of kDecodeMergeThreads (one SIMD-group,
-// lane l holding features l + 32 i); reads the ceil(seq_len / kDecodePartition)
+// lane l holding features l + 32 i); reads the DecodePartitions(seq_len, window)
 // partitions the first pass wrote for the request.
 template <typename T>
 [[max_total_threads_per_threadgroup(32)]]
@@ -218,12 +228,13 @@ kernel void paged_attention_decode_merge(device const float* partials [[buffer(0
                                          device const int32_t* query_start_loc [[buffer(2)]],
                                          device T* out [[buffer(3)]],
                                          constant PagedAttentionArgs& args [[buffer(4)]],
+                                         device const float* sinks [[buffer(5)]],
                                          uint2 group [[threadgroup_position_in_grid]],
                                          uint lane [[thread_index_in_simdgroup]]) {
   const int32_t b = int32_t(group.x), head = int32_t(group.y);
   const int32_t token = query_start_loc[b];
   if (query_start_loc[b + 1] - token != 1) return;
-  const int32_t count = (seq_lens[b] + kDecodePartition - 1) / kDecodePartition;
+  const int32_t count = DecodePartitions(seq_lens[b], args.window);
   device const float* rows =
       partials + (long(b) * args.heads + head) * args.partitions * partial_stride();
   float m = -INFINITY;
@@ -239,9 +250,10 @@ kernel void paged_attention_decode_merge(device const float* partials [[buffer(0
       if (d < head_dim) acc[i] += partial[2 + d] * weight;
     }
   }
+  const SoftmaxNorm n = softmax_norm(m, sum, args.has_sinks != 0, args.has_sinks != 0 ? sinks[head] : 0.0f);
   for (int32_t i = 0; i < dims_per_lane(); ++i) {
     const int32_t d = int32_t(lane) + kAttentionSimdWidth * i;
-    if (d < head_dim) out[(long(token) * args.heads + head) * head_dim + d] = T(acc[i] / sum);
+    if (d < head_dim) out[(long(token) * args.heads + head) * head_dim + d] = T(acc[i] * n.scale / n.denom);
   }
 }
 
@@ -250,7 +262,7 @@ kernel void paged_attention_decode_merge(device const float* partials [[buffer(0
   paged_attention_decode<T>(device const T*, device const T*, device const T*,                 \
                             device const int32_t*, device const int32_t*,                      \
                             device const int32_t*, device T*, constant PagedAttentionArgs&,    \
-                            uint3, uint, uint, uint);                                          \
+                            device const float*, uint3, uint, uint, uint);                     \
   template [[host_name("paged_attention_decode_split_" #SUFFIX)]] kernel void                  \
   paged_attention_decode_split<T>(device const T*, device const T*, device const T*,           \
                                   device const int32_t*, device const int32_t*,                \
@@ -259,7 +271,7 @@ kernel void paged_attention_decode_merge(device const float* partials [[buffer(0
   template [[host_name("paged_attention_decode_merge_" #SUFFIX)]] kernel void                  \
   paged_attention_decode_merge<T>(device const float*, device const int32_t*,                  \
                                   device const int32_t*, device T*,                            \
-                                  constant PagedAttentionArgs&, uint2, uint);
+                                  constant PagedAttentionArgs&, device const float*, uint2, uint);
 
 METALRT_PAGED_ATTENTION_DECODE(float, f32)
 METALRT_PAGED_ATTENTION_DECODE(half, f16)

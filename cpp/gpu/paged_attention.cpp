@@ -20,6 +20,11 @@
 //   only their rows, so the two run over disjoint request sets and in either order.
 // A pure decode batch therefore dispatches the decode kernel only, a prefill-only batch
 // the prefill kernel only. Requests with no query are skipped by both.
+// A sliding window (args.window) is skipped, not masked: the decode partitions cover
+// only the positions the query sees (DecodePartitions: at context 4,096 with window 512,
+// 2 partitions, not 16), and prefill tiles start at their first query's window. Sinks
+// (float32 [heads]) are bound at the kernels' sinks index; without them the query is
+// bound there and has_sinks = 0 says it is not read.
 // head_dim is a function constant (specialised pipelines); heads above
 // kAttentionMaxHeadDim are declined (the reference tier serves them), and so is a
 // batch with prefill requests on a device whose simdgroup_matrix lane layout differs
@@ -44,34 +49,36 @@ bool MetalPagedAttention(const OpCall& call) {
   const int64_t heads = query.dim(1), head_dim = query.dim(2), kv_heads = key_cache.dim(2);
   const int64_t batch = block_tables.dim(0);
   if (head_dim > kAttentionMaxHeadDim) return false;
-  // Sliding windows and sinks: the reference tier's (their kernels are to come).
-  if (call.param<ops::PagedAttentionParams>().window > 0 || call.inputs.size() > 6) return false;
-  // The kernels count requests, heads, block slots and table columns in int32 (element
-  // offsets are 64-bit).
-  if (!FitsInt(heads, batch, key_cache.dim(1), block_tables.dim(1))) return false;
+  const auto& params = call.param<ops::PagedAttentionParams>();
+  const bool has_sinks = call.inputs.size() > 6;
+  // The kernels count requests, heads, block slots, table columns and the window in
+  // int32 (element offsets are 64-bit).
+  if (!FitsInt(heads, batch, key_cache.dim(1), block_tables.dim(1), params.window)) return false;
+  const int32_t window = static_cast<int32_t>(params.window);
   if (query.numel() == 0) return true;   // nothing to attend (no tokens, heads or features)
 
   const int32_t* starts = call.inputs[5].data_as<int32_t>();
   const int32_t* seq_lens = call.inputs[4].data_as<int32_t>();
   const int64_t group = heads / kv_heads;
   const int64_t query_tile = PrefillQueryTile(static_cast<int32_t>(group));
-  int64_t decode_context = 0, prefill_tiles = 0;   // the longest decode context
+  int64_t partitions = 0, prefill_tiles = 0;   // the most partitions of a decode request
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t q_len = starts[b + 1] - starts[b];
-    if (q_len == 1) decode_context = std::max<int64_t>(decode_context, seq_lens[b]);
+    if (q_len == 1) partitions = std::max<int64_t>(partitions, DecodePartitions(seq_lens[b], window));
     if (q_len > 1) prefill_tiles += (q_len + query_tile - 1) / query_tile;
   }
   // Before anything is encoded: the reference tier serves the whole call.
   if (prefill_tiles > 0 && !ActiveMetalBackend().simdgroup_layout().Mismatch().empty()) return false;
   const int64_t group_heads = std::min<int64_t>(group, kDecodeGroupHeads);
-  const int64_t partitions = (decode_context + kDecodePartition - 1) / kDecodePartition;
   const PagedAttentionArgs args{static_cast<int32_t>(heads),
                                 static_cast<int32_t>(kv_heads),
                                 static_cast<int32_t>(key_cache.dim(1)),
                                 static_cast<int32_t>(block_tables.dim(1)),
                                 static_cast<int32_t>(partitions),
-                                call.param<ops::PagedAttentionParams>().scale,
-                                {0, 0}};
+                                params.scale,
+                                window,
+                                has_sinks ? 1 : 0};
+  const Tensor& sinks = has_sinks ? call.inputs[6] : query;
   // A pipeline per (head_dim, group_heads): one or two per model (kernel headers).
   const FunctionConstants constants = {Constant(kAttentionHeadDimConstant, static_cast<int32_t>(head_dim))};
   FunctionConstants decode_constants = constants;
@@ -79,7 +86,7 @@ bool MetalPagedAttention(const OpCall& call) {
   auto launch = [&](const char* variant, const Tensor& result, const FunctionConstants& values) {
     KernelLaunch kernel(KernelName("paged_attention", variant, query.dtype()), values);
     for (uint32_t i = 0; i < 6; ++i) kernel.input(i, call.inputs[i]);
-    kernel.output(6, result).bytes(7, args);
+    kernel.output(6, result).bytes(7, args).input(8, sinks);
     return kernel;
   };
   if (partitions > 0) {
@@ -99,6 +106,7 @@ bool MetalPagedAttention(const OpCall& call) {
           .input(2, call.inputs[5])
           .output(3, out)
           .bytes(4, args)
+          .input(5, sinks)
           .threadgroups({static_cast<uint32_t>(batch), static_cast<uint32_t>(heads), 1},
                         {static_cast<uint32_t>(kDecodeMergeThreads), 1, 1});
     }

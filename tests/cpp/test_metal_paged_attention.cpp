@@ -7,8 +7,10 @@
 // of 7/8/9, GQA groups wider than a decode threadgroup, odd block sizes); which kernel a
 // batch dispatches; the prefill kernel's GQA-shared grid at GQA 1/3/8/16/40, head_dim 64
 // and 128, mid-tile and mid-block ends, chunked prefill and m up to 300 (and in every
-// fiber order); f32 versus float64; heads the kernels decline. Every cache slot a
-// request does not own is NaN, so a read outside a context fails the comparison.
+// fiber order); f32 versus float64; heads the kernels decline; sliding windows and sinks
+// (decode single pass and split-KV, prefill; a decode at context 4,096 with window 512
+// runs only the window's partitions). Every cache slot a request does not own is NaN, so
+// a read outside a context fails the comparison.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -112,6 +114,44 @@ const std::vector<AttentionCase> kBoundaries = {
     {"block_size5", 6, 3, 128, 5, {{1, 23}, {10, 18}}},
 };
 
+// Sliding windows and sinks (gpt-oss's per-head logit): the rows before a request's
+// first window are NaN and their whole blocks -1 in the table. Windows 1, 32, 37 and 513
+// (not multiples of the block size), past every context (64: only the sinks act), 300 and
+// 512 over split-KV decodes (2 and 3 partitions of the window, not of the context), prefill
+// tiles across the window's edge, head_dim 256 at Gemma 3 1B's GQA 4, a GQA group of 40.
+struct WindowedCase {
+  AttentionCase a;
+  int64_t window;
+  bool sinks;
+};
+const std::vector<WindowedCase> kWindowed = {
+    {{"window32/decode", 4, 2, 64, 16, {{1, 100}, {1, 20}}}, 32, false},
+    {{"window1/mixed", 4, 2, 64, 16, {{1, 50}, {12, 12}, {5, 30}}}, 1, false},
+    {{"window64_past_contexts/sinks", 8, 2, 64, 16, {{1, 40}, {9, 9}}}, 64, true},
+    {{"window37/prefill_tiles", 4, 2, 64, 16, {{45, 80}, {1, 80}}}, 37, true},
+    {{"window300/decode_split", 4, 2, 64, 16, {{1, 1000}, {1, 700}}}, 300, false},
+    {{"window513/block_size5/split_sinks", 8, 2, 64, 5, {{1, 900}, {3, 530}}}, 513, true},
+    {{"gemma3_1b/window512/split_and_prefill_sinks", 4, 1, 256, 16, {{1, 1100}, {21, 60}}}, 512, true},
+    {{"gemma3_1b/window16/prefill", 4, 1, 256, 16, {{21, 60}, {1, 600}}}, 16, false},
+    {{"sinks/decode_split", 9, 3, 64, 16, {{1, 300}, {1, 1}}}, 0, true},
+    {{"gqa40/window8/sinks", 40, 1, 64, 16, {{3, 19}, {2, 2}}}, 8, true},
+};
+
+// Sink logits around the scores' range (6 outweighs every score, -30 weighs nothing),
+// cycled over the heads.
+std::vector<float> SinksOf(int64_t heads) {
+  const float pattern[] = {0.5f, -1.0f, 2.0f, 6.0f, -30.0f, 0.0f, 1.5f, -0.25f};
+  std::vector<float> sinks;
+  for (int64_t h = 0; h < heads; ++h) sinks.push_back(pattern[h % 8]);
+  return sinks;
+}
+
+// SinksOf as the op's float32 [heads] tensor (on the CPU).
+Tensor SinksTensor(int64_t heads) {
+  const std::vector<float> sinks = SinksOf(heads);
+  return MakeFloat({heads}, DType::kF32, std::vector<double>(sinks.begin(), sinks.end()));
+}
+
 // The kernels' f32 results differ from the oracle's by accumulation order (~1e-6 of
 // outputs of magnitude <= 1, which are convex combinations of values in [-1, 1]); f16 and
 // bf16 outputs may round to the neighbouring value (one ulp, two unit roundoffs).
@@ -122,31 +162,34 @@ float ScaleOf(int64_t head_dim) { return static_cast<float>(1.0 / std::sqrt(stat
 // The kernels a batch dispatches: for one-query requests the single-pass decode kernel
 // when every such context fits one partition, else the split and merge kernels; prefill
 // for longer ones.
-std::vector<std::string> KernelsOf(const Lens& lens, DType dtype) {
-  int32_t decode_context = 0;
+// (A window's decode sees only its last `window` positions.)
+std::vector<std::string> KernelsOf(const Lens& lens, DType dtype, int32_t window = 0) {
+  int32_t partitions = 0;
   bool prefill = false;
   for (const auto& [q_len, seq_len] : lens) {
-    if (q_len == 1) decode_context = std::max(decode_context, seq_len);
+    if (q_len == 1) partitions = std::max(partitions, DecodePartitions(seq_len, window));
     prefill |= q_len > 1;
   }
   const std::string suffix = gpu::KernelDTypeSuffix(dtype);
   std::vector<std::string> kernels;
-  if (decode_context > kDecodePartition) {
+  if (partitions > 1) {
     kernels.push_back("paged_attention_decode_split_" + suffix);
     kernels.push_back("paged_attention_decode_merge_" + suffix);
-  } else if (decode_context > 0) {
+  } else if (partitions > 0) {
     kernels.push_back("paged_attention_decode_" + suffix);
   }
   if (prefill) kernels.push_back("paged_attention_prefill_" + suffix);
   return kernels;
 }
 
-// The batch attended on the Metal device into a NaN-poisoned output of its dtype.
-Tensor AttendOnMetal(const AttentionBatch& bt, float scale) {
+// The batch attended on the Metal device into a NaN-poisoned output of its dtype (with a
+// window, and SinksOf(heads) when `sinks`).
+Tensor AttendOnMetal(const AttentionBatch& bt, float scale, int64_t window = 0, bool sinks = false) {
   const Tensor out = PoisonedMetal(bt.query.shape(), bt.query.dtype());
   ops::PagedAttention(ToMetal(bt.query), ToMetal(bt.key_cache), ToMetal(bt.value_cache),
                       ToMetal(bt.block_tables), ToMetal(bt.seq_lens), ToMetal(bt.query_start_loc),
-                      scale, out);
+                      scale, out, false, window,
+                      sinks ? ops::OptTensor(ToMetal(SinksTensor(bt.query.dim(1)))) : std::nullopt);
   return out;
 }
 
@@ -154,26 +197,29 @@ Tensor AttendOnMetal(const AttentionBatch& bt, float scale) {
 // OutputBar.
 void CheckAgainstReference(const std::vector<double>& got, const AttentionBatch& bt,
                            const std::vector<AttentionRequest>& reqs, const AttentionGeometry& g,
-                           double scale, const char* what) {
-  const std::vector<double> ref = AttentionReference(bt, reqs, g, scale);
+                           double scale, const char* what, int64_t window = 0, bool sinks = false) {
+  const std::vector<double> ref =
+      AttentionReference(bt, reqs, g, scale, window, sinks ? SinksOf(g.heads) : std::vector<float>{});
   CHECK(Nmse(got, ref) <= 5e-4);
   CheckClose(got, ref, OutputBar(bt.query.dtype()), what);
 }
 
-OpCase MakeCase(const AttentionCase& a, DType dtype, uint32_t seed) {
+OpCase MakeCase(const AttentionCase& a, DType dtype, uint32_t seed, int64_t window = 0, bool sinks = false) {
   AttentionGeometry g{a.heads, a.kv_heads, a.head_dim, a.block_size, 0, 0};
   const std::vector<AttentionRequest> reqs = ShuffledRequests(a.lens, g, seed);
-  const AttentionBatch bt = MakeAttentionBatch(reqs, g, dtype, seed);
+  const AttentionBatch bt = MakeAttentionBatch(reqs, g, dtype, seed, window);
   OpCase c;
   c.name = std::string("paged_attention/") + gpu::KernelDTypeSuffix(dtype) + "/" + a.name;
   c.op = "paged_attention";
   c.provider = "metal_paged_attention";
-  c.kernels = KernelsOf(a.lens, dtype);
+  c.kernels = KernelsOf(a.lens, dtype, static_cast<int32_t>(window));
   c.inputs = {bt.query, bt.key_cache, bt.value_cache, bt.block_tables, bt.seq_lens, bt.query_start_loc};
+  if (sinks) c.inputs.push_back(SinksTensor(a.heads));
   c.outputs = {{bt.query.shape(), dtype}};
   const float scale = ScaleOf(a.head_dim);
-  c.run = [scale](const Inputs& in, const Outputs& out) {
-    ops::PagedAttention(in[0], in[1], in[2], in[3], in[4], in[5], scale, out[0]);
+  c.run = [scale, window](const Inputs& in, const Outputs& out) {
+    ops::PagedAttention(in[0], in[1], in[2], in[3], in[4], in[5], scale, out[0], false, window,
+                        in.size() > 6 ? ops::OptTensor(in[6]) : std::nullopt);
     return Returned{};
   };
   c.bar = OutputBar(dtype);
@@ -195,7 +241,62 @@ METALRT_OP_CASES(paged_attention_cases) {
   for (const auto& [a, dtype] : kPrefillLong) cases.push_back(MakeCase(a, dtype, seed += 10));
   for (const AttentionCase& a : kBoundaries)
     for (DType dtype : {DType::kF32, DType::kF16}) cases.push_back(MakeCase(a, dtype, seed += 10));
+  for (const WindowedCase& w : kWindowed)
+    for (DType dtype : kFloatDTypes) cases.push_back(MakeCase(w.a, dtype, seed += 10, w.window, w.sinks));
   return cases;
+}
+
+TEST_CASE("metal paged_attention: windows and sinks match float64, change the result, and run natively") {
+  for (const WindowedCase& w : kWindowed) {
+    CAPTURE(w.a.name);
+    AttentionGeometry g{w.a.heads, w.a.kv_heads, w.a.head_dim, w.a.block_size, 0, 0};
+    const std::vector<AttentionRequest> reqs = ShuffledRequests(w.a.lens, g, 19);
+    const AttentionBatch bt = MakeAttentionBatch(reqs, g, DType::kF32, 29, w.window);
+    const std::vector<float> sinks = w.sinks ? SinksOf(w.a.heads) : std::vector<float>{};
+    const double scale = ScaleOf(w.a.head_dim);
+    ResetProviderStats();
+    const Tensor out = AttendOnMetal(bt, static_cast<float>(scale), w.window, w.sinks);
+    CheckNativeProvider("paged_attention", "metal_paged_attention", 1);
+    const std::vector<double> got = ReadMetal(out);
+    const std::vector<double> ref = AttentionReference(bt, reqs, g, scale, w.window, sinks);
+    CHECK(Nmse(got, ref) <= 1e-10);
+    CheckClose(got, ref, {0.0, 1e-5}, "windowed paged_attention f32 vs float64");
+    // The same values attended in full, without sinks (a batch owning every position).
+    const AttentionBatch full = MakeAttentionBatch(reqs, g, DType::kF32, 29);
+    const std::vector<double> plain = AttentionReference(full, reqs, g, scale);
+    double moved = 0;
+    for (size_t i = 0; i < ref.size(); ++i) moved = std::max(moved, std::abs(ref[i] - plain[i]));
+    CHECK(moved > 1e-2);
+  }
+}
+
+TEST_CASE("metal paged_attention: a decode at context 4,096 with window 512 reads only the window's 2 partitions (profiler)") {
+  // SmolLM2's geometry (9 heads, 3 kv heads, head_dim 64), f16. Each split threadgroup
+  // reads one partition of <= 256 positions: window 512 gives 3 x 2 threadgroups (512
+  // positions per kv head, 3 x 512 x 64 x 2 bytes x (K, V) = 393,216 bytes), full
+  // attention 3 x 16 (4,096 positions, 3,145,728 bytes). The 3,584 rows before the window
+  // are NaN and their 224 table entries -1, so a read of any of them fails.
+  struct Expect {
+    int64_t window;
+    uint32_t partitions;
+  };
+  for (const Expect& e : {Expect{512, 2}, Expect{0, 16}}) {
+    CAPTURE(e.window);
+    AttentionGeometry g{9, 3, 64, 16, 0, 0};
+    const Lens lens = {{1, 4096}};
+    const std::vector<AttentionRequest> reqs = ShuffledRequests(lens, g, 3);
+    const AttentionBatch bt = MakeAttentionBatch(reqs, g, DType::kF16, 17, e.window);
+    Tensor out;
+    const auto rows = ProfiledRows([&] { out = AttendOnMetal(bt, 0.125f, e.window); });
+    const ProfileRow* split = nullptr;
+    for (const ProfileRow& row : rows)
+      if (row.name == "paged_attention_decode_split_f16") split = &row;
+    REQUIRE(split != nullptr);
+    CHECK(split->threadgroups == 3 * e.partitions);
+    CHECK(split->last_grid[2] == e.partitions);
+    CHECK(Dispatches(rows, "paged_attention_decode_merge_f16") == 1);
+    CheckAgainstReference(ReadMetal(out), bt, reqs, g, 0.125, "windowed split-KV decode vs float64", e.window);
+  }
 }
 
 TEST_CASE("metal paged_attention: decode batches dispatch only the decode kernel, prefill batches the prefill kernel") {
@@ -350,17 +451,21 @@ TEST_CASE("metal paged_attention: prefill runs one threadgroup per (query tile, 
 
 TEST_CASE("metal paged_attention: the prefill kernel gives the same bytes in every fiber order") {
   // A missing barrier between staging, the SIMD-group matrix stores and the softmax
-  // lanes' reads, or a lane-order assumption, changes the result between orders.
+  // lanes' reads, or a lane-order assumption, changes the result between orders; in full
+  // and with window 7 and sinks (the sinks' normalisation shuffled from the row owners).
   AttentionGeometry g{9, 3, 64, 5, 0, 0};
   const Lens lens = {{23, 41}, {11, 11}};
   const std::vector<AttentionRequest> reqs = ShuffledRequests(lens, g, 13);
-  const AttentionBatch bt = MakeAttentionBatch(reqs, g, DType::kF32, 77);
-  std::vector<std::vector<double>> results;
-  for (const std::string& order : SimOrders()) {
-    CAPTURE(order);
-    const ScopedFiberOrder scoped(order);
-    results.push_back(ReadMetal(AttendOnMetal(bt, 0.125f)));
-    CheckAgainstReference(results.back(), bt, reqs, g, 0.125, "prefill vs float64");
+  for (int64_t window : {0, 7}) {
+    CAPTURE(window);
+    const AttentionBatch bt = MakeAttentionBatch(reqs, g, DType::kF32, 77, window);
+    std::vector<std::vector<double>> results;
+    for (const std::string& order : SimOrders()) {
+      CAPTURE(order);
+      const ScopedFiberOrder scoped(order);
+      results.push_back(ReadMetal(AttendOnMetal(bt, 0.125f, window, window > 0)));
+      CheckAgainstReference(results.back(), bt, reqs, g, 0.125, "prefill vs float64", window, window > 0);
+    }
+    for (const std::vector<double>& r : results) CHECK(r == results.front());
   }
-  for (const std::vector<double>& r : results) CHECK(r == results.front());
 }

@@ -101,14 +101,25 @@ SINKS = (0.5, -1.0, 2.0, 6.0, -30.0, 0.0, 1.5, -0.25)
     (8, 2, 64, 16, [1, 1], [1, 70], 0, SINKS),              # sinks, decode (a context of one)
     (8, 2, 64, 16, [33, 5], [33, 50], 0, SINKS),             # sinks, prefill
     (8, 4, 64, 16, [21, 1], [21, 160], 8, SINKS),            # gpt-oss: window and sinks together
+    (4, 2, 64, 16, [1, 12], [50, 12], 1, None),              # window 1: each query sees itself
+    (4, 2, 64, 16, [45, 1], [80, 80], 37, SINKS),            # prefill tiles across the window's edge
+    (8, 2, 64, 16, [1, 9], [40, 9], 64, SINKS),              # window past every context, sinks
+    (4, 2, 64, 16, [1, 1], [1000, 700], 300, None),          # split-KV over the window: 2 partitions
+    (8, 2, 64, 5, [1, 3], [900, 530], 513, SINKS),           # split-KV, partitions mid-block, sinks
+    (4, 1, 256, 16, [21, 1], [60, 600], 16, None),           # Gemma 3 1B's heads: prefill, window 16
+    (4, 1, 256, 16, [1], [1100], 512, SINKS),                # Gemma 3's window 512, split-KV, sinks
 ])
 def test_windows_and_sinks(dtype, heads, kv_heads, head_dim, block_size, q_lens, seq_lens,
                            window, sinks, device):
     """A sliding window (positions before it NaN in the cache, their blocks -1: never
-    read) and per-head sinks against the float64 reference; each changes the result."""
+    read) and per-head sinks against the float64 reference; each changes the result. On
+    Metal the native kernels serve every call (the reference tier is never hit)."""
+    metalrt.providers.reset_stats()
     result, expected = run_case(device, dtype, heads, kv_heads, head_dim, block_size, q_lens,
                                 seq_lens, seed=3, window=window,
                                 sinks=None if sinks is None else np.float32(sinks[:heads]))
+    if device == "metal":
+        assert_native("paged_attention", "metal_paged_attention", 1)
     assert_matches(result, expected, dtype)
     _, plain = run_case("cpu", dtype, heads, kv_heads, head_dim, block_size, q_lens, seq_lens,
                         seed=3)
@@ -119,7 +130,10 @@ def test_window_beyond_the_context_is_full_attention(device):
     """A window at least as long as every context is full attention (within f32's bar:
     the two may run on different providers)."""
     geometry = (4, 2, 32, 16, [5, 1], [5, 40])
+    metalrt.providers.reset_stats()
     windowed, expected = run_case(device, "float32", *geometry, window=40)
+    if device == "metal":
+        assert_native("paged_attention", "metal_paged_attention", 1)
     full, _ = run_case(device, "float32", *geometry)
     assert_matches(windowed, full.numpy(), "float32")
     assert_matches(windowed, expected, "float32")
@@ -254,6 +268,21 @@ def test_query_start_loc_far_below_the_previous_start(device):
                             np.array([0, 3, -2**31 + 1, 3], np.int32), 0.5)
 
 
+def check_metal_kernels(dtype, geometry, kernels, seed, **options):
+    """run_case on Metal dispatches exactly `kernels` (once each, the profiler's names),
+    served natively, and matches the CPU oracle and the float64 reference."""
+    suffix = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[dtype]
+    cpu, expected = run_case("cpu", dtype, *geometry, seed=seed, **options)
+    metal = []
+    metalrt.providers.reset_stats()
+    rows = profiled(lambda: metal.append(run_case("metal", dtype, *geometry, seed=seed, **options)[0]))
+    assert {name: n for name, n in rows.items() if name.startswith("paged_attention")} == {
+        f"paged_attention_{kernel}_{suffix}": 1 for kernel in kernels}
+    assert_native("paged_attention", "metal_paged_attention", 1)
+    assert_matches(metal[0], cpu.numpy(), dtype)
+    assert_matches(metal[0], expected, dtype)
+
+
 @pytest.mark.skipif("metal" not in DEVICES, reason="no Metal device")
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("q_lens, seq_lens, kernels", [
@@ -269,14 +298,49 @@ def test_metal_kernels_match_the_cpu(dtype, q_lens, seq_lens, kernels, heads, kv
     ones) against the CPU oracle on the same inputs, at the Qwen3 geometry (GQA 2:1, head_dim
     128) and the Qwen3-Next / Qwen3.5 full-attention one (GQA 8:1, head_dim 256); the
     profiler names the kernels that ran."""
-    suffix = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[dtype]
-    geometry = (heads, kv_heads, head_dim, 16, q_lens, seq_lens)
-    cpu, expected = run_case("cpu", dtype, *geometry, seed=7)
-    metal = []
-    metalrt.providers.reset_stats()
-    rows = profiled(lambda: metal.append(run_case("metal", dtype, *geometry, seed=7)[0]))
-    assert {name: n for name, n in rows.items() if name.startswith("paged_attention")} == {
-        f"paged_attention_{kernel}_{suffix}": 1 for kernel in kernels}
-    assert_native("paged_attention", "metal_paged_attention", 1)
-    assert_matches(metal[0], cpu.numpy(), dtype)
-    assert_matches(metal[0], expected, dtype)
+    check_metal_kernels(dtype, (heads, kv_heads, head_dim, 16, q_lens, seq_lens), kernels, seed=7)
+
+
+@pytest.mark.skipif("metal" not in DEVICES, reason="no Metal device")
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("q_lens, seq_lens, window, sinks, kernels", [
+    ([1, 1], [300, 40], 256, None, ["decode"]),          # 300 positions, one partition seen
+    ([1, 1], [300, 40], 0, SINKS, ["decode_split", "decode_merge"]),
+    ([1, 1], [2000, 300], 600, SINKS, ["decode_split", "decode_merge"]),
+    ([13, 1, 9], [70, 77, 9], 20, None, ["decode", "prefill"]),
+    ([13, 1, 9], [70, 77, 9], 20, SINKS, ["decode", "prefill"]),
+])
+def test_metal_window_and_sink_kernels(dtype, q_lens, seq_lens, window, sinks, kernels):
+    """Windows and sinks on the native kernels (the profiler names them; 0 reference-tier
+    calls) against the CPU oracle, at the Gemma 3 1B head geometry (GQA 4, head_dim 256);
+    a decode at context 300 with window 256 needs the single pass only."""
+    check_metal_kernels(dtype, (4, 1, 256, 16, q_lens, seq_lens), kernels, seed=9, window=window,
+                        sinks=None if sinks is None else np.float32(sinks[:4]))
+
+
+@pytest.mark.skipif("metal" not in DEVICES, reason="no Metal device")
+def test_metal_decode_reads_only_the_window():
+    """A decode at context 4,096 (SmolLM2's 9 heads / 3 kv heads, head_dim 64, float16):
+    the split-KV grid covers the positions the query sees, so window 512 runs 2 partitions
+    of 256 positions per kv head (3 x 2 threadgroups: 512 positions, 3 x 512 x 64 x 2 x 2 =
+    393,216 bytes of K and V) where full attention runs 16 (4,096 positions, 3,145,728
+    bytes). Every cache row before the window is NaN and its block-table entry -1."""
+    def grid(window):
+        rows = []
+        metalrt.profiler.reset()
+        metalrt.profiler.enable(True)
+        try:
+            result, expected = run_case("metal", "float16", 9, 3, 64, 16, [1], [4096], seed=5,
+                                        window=window)
+            metalrt.synchronize("metal")
+            rows = {row["name"]: row for row in metalrt.profiler.rows()}
+        finally:
+            metalrt.profiler.enable(False)
+            metalrt.profiler.reset()
+        assert_matches(result, expected, "float16")
+        split = rows["paged_attention_decode_split_f16"]
+        assert rows["paged_attention_decode_merge_f16"]["threadgroups"] == 9
+        return split["threadgroups"], tuple(split["last_grid"])
+
+    assert grid(512) == (3 * 2, (1, 3, 2))
+    assert grid(0) == (3 * 16, (1, 3, 16))
