@@ -262,6 +262,8 @@ inline void VisitRow(const GemvArgs& a, int64_t row, Sink& sink) {
       const float d = Half(f16, p + 108);
       int sc[16];
       Q3KScales(p, sc);
+      // Unrolled, so each block's shifts are constants and its code loop vectorises.
+#pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) {
         Q3KCodes(p, j, u);
         const BlockMap map{{d * float(sc[2 * j]), d * float(sc[2 * j + 1])}, {0.0f, 0.0f}};
@@ -271,9 +273,10 @@ inline void VisitRow(const GemvArgs& a, int64_t row, Sink& sink) {
   } else if constexpr (F == GemvFormat::kQ2_K) {
     for (int64_t sb = 0; sb < blocks / 8; ++sb, p += kQ2KBytes) {
       const float d = Half(f16, p + 80), dmin = Half(f16, p + 82);
+#pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) {
+        const uint8_t s0 = p[2 * j], s1 = p[2 * j + 1];   // before u's stores, which may alias p
         Q2KCodes(p, j, u);
-        const uint8_t s0 = p[2 * j], s1 = p[2 * j + 1];
         const BlockMap map{{d * float(s0 & 15), d * float(s1 & 15)}, {-(dmin * float(s0 >> 4)), -(dmin * float(s1 >> 4))}};
         sink.template Add<false>(8 * sb + j, Isa::Load(u), map);
       }
