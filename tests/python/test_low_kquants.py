@@ -53,7 +53,8 @@ def test_dequantize_and_embedding_are_bit_exact(fmt, extreme, device):
     out = ops.dequantize(w, out=poisoned((n, k), "float32", device))
     np.testing.assert_array_equal(bits_of(out), reference.view(np.uint32))
     ids = [6, 0, 3, 6]
-    rows = ops.quantized_embedding(metalrt.asarray(np.array(ids, np.int32), device=device), w, out=poisoned((len(ids), k), "float32", device))
+    ids_t = metalrt.asarray(np.array(ids, np.int32), device=device)
+    rows = ops.quantized_embedding(ids_t, w, out=poisoned((len(ids), k), "float32", device))
     np.testing.assert_array_equal(bits_of(rows), reference[ids].view(np.uint32))
 
 
@@ -80,7 +81,8 @@ def test_matmul_against_the_reference_dot(fmt, shape, device):
     if device == "cpu" and m <= 16:
         assert stats["last_selected"] == "cpu_fast_quantized_matmul_bt"
     assert not stats["last_selected"].startswith("reference")
-    assert nmse(y, x.astype(np.float64) @ w_ref.T) < (3e-5 if device == "cpu" and m > 16 else 1e-7)
+    bar = 3e-5 if device == "cpu" and m > 16 else 1e-7
+    assert nmse(y, x.astype(np.float64) @ w_ref.T) < bar
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
@@ -96,6 +98,7 @@ def test_loader_truncated_blocks_name_file_and_tensor(tmp_path, fmt):
     write_llama_gguf(tmp_path / "t.gguf", model, drop=("output_norm.weight",),
                      raw={"blk.0.ffn_down.weight": (blocks(fmt, 256, 512, seed=1), qtype)})
     last = max(GGUFFile(tmp_path / "t.gguf").tensors.values(), key=lambda t: t.offset)
-    (tmp_path / "cut.gguf").write_bytes((tmp_path / "t.gguf").read_bytes()[:last.offset + last.nbytes - 1])
+    whole = (tmp_path / "t.gguf").read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(whole[:last.offset + last.nbytes - 1])
     with pytest.raises(ValueError, match=rf"cut\.gguf: tensor '{last.name}' data"):
         load_model_files(tmp_path / "cut.gguf")

@@ -75,6 +75,7 @@ SOURCES = {
     "gguf_q8_0_q4_0": lambda d, b: gguf_model(d, ["Q8_0", "Q4_0"]),
     "gguf_k_mix": lambda d, b: gguf_model(d, ["Q5_0", "Q8_0", "Q4_K", "Q6_K", "Q5_1", "Q4_1",
                                               "Q5_K"]),
+    "gguf_q3_k_q2_k": lambda d, b: gguf_model(d, ["Q3_K", "Q2_K"]),
     "mlx_4bit_g64": lambda d, b: write_mlx_dir(d, TinyLlama(layers=2, hidden=128, ffn=256, heads=4,
                                                             kv_heads=2, head_dim=32), b) and d,
     "mlx_mixed_untied": lambda d, b: write_mlx_dir(
