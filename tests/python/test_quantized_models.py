@@ -172,6 +172,7 @@ def test_quantized_files_continue_as_their_reference(name):
 
 @pytest.mark.parametrize("name,formats", [("q8_0", {"q8_0"}),
                                           ("q4_k_m", {"q5_0", "q8_0", "q4_k", "q6_k"}),
+                                          ("q2_k", {"q4_0", "q8_0", "q3_k"}),
                                           ("mlx_4bit_g64", {("affine", 4, 64)}),
                                           ("mlx_8bit_g64", {("affine", 8, 64)})])
 def test_quantized_files_hold_the_expected_mix(name, formats):
@@ -182,7 +183,7 @@ def test_quantized_files_hold_the_expected_mix(name, formats):
     assert found == formats
 
 
-BLOCK_TYPES = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"}
+BLOCK_TYPES = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "q3_k"}
 
 
 @pytest.fixture(scope="module")
