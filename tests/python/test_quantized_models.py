@@ -7,7 +7,7 @@
   its greedy continuation is the float32 reference's;
 * (the step counters of a quantized model on the Metal device are gated in
   test_step_counters.py, whose model fixture includes an MLX 4-bit one);
-* the Q8_0 and Q4_K_M GGUFs and the MLX 4-bit and 8-bit directories made from the
+* the Q8_0, Q4_K_M and Q2_K (its ffn_down Q3_K) GGUFs and the MLX 4-bit and 8-bit directories made from the
   default model (``quant_fixtures``) continue the prompt as their own reference
   implementation does (llama.cpp, mlx-lm) wherever its top-2 margin is clear;
 * every GGUF block type, as llama.cpp's quantizer wrote it into a real file, dequantizes
