@@ -19,8 +19,10 @@ import numpy as np
 import metalrt
 from metalrt import ops
 
-# format -> (values per block, bytes per block) for the GGUF formats timed here.
-_BLOCKS = {"q4_1": (32, 20), "q8_0": (32, 34)}
+# format -> (values per block, bytes per block, offsets of its f16 scale and min) for
+# the GGUF formats timed here (q3_k and q2_k: K a multiple of 256, not the default's).
+_BLOCKS = {"q4_1": (32, 20, (0, 2)), "q8_0": (32, 34, (0,)), "q3_k": (256, 110, (108,)),
+           "q2_k": (256, 84, (80, 82))}
 FAST_PROVIDER = "cpu_fast_quantized_matmul_bt"
 GEMV_MAX_ROWS = 16   # cpp/cpu/fast/gemv/matmul_dispatch.h kGemvMaxRows: the fast GEMV's rows
 FORMATS = ("q4_1", "q8_0", "affine4g64")
@@ -28,11 +30,10 @@ FORMATS = ("q4_1", "q8_0", "affine4g64")
 
 def random_weight(fmt: str, n: int, k: int, device: str, rng) -> metalrt.QuantizedTensor:
     if fmt in _BLOCKS:
-        values, size = _BLOCKS[fmt]
+        values, size, halves = _BLOCKS[fmt]
         data = rng.integers(0, 256, (n, k // values, size), dtype=np.uint8)
-        data[:, :, 0:2] = np.array([0.01], np.float16).view(np.uint8)   # finite scales (and mins)
-        if fmt == "q4_1":
-            data[:, :, 2:4] = np.array([-0.05], np.float16).view(np.uint8)
+        for offset, value in zip(halves, (0.01, -0.05)):   # finite scales (and mins)
+            data[:, :, offset:offset + 2] = np.array([value], np.float16).view(np.uint8)
         return metalrt.quantized_tensor(fmt, (n, k), data.reshape(n, -1), device=device)
     words = rng.integers(0, 2 ** 32, (n, k // 8), dtype=np.uint32)
     scales = np.full((n, k // 64), 0.01, np.float16)

@@ -44,7 +44,7 @@ static_assert(sizeof(QuantizedConcatArgs) == 16, "QuantizedConcatArgs must match
 METALRT_CONSTANT int32_t kQuantChunk = 8;
 // The GEMVs' wide chunk (kernels <op>_gemv16_*): 16 values per lane and pass, which
 // still share one scale and bias in every format (GGUF blocks and K-quant sub-blocks of
-// 32, Q6_K's 16-value scales, affine groups of >= 32), their quants read as 2- or
+// 32, Q6_K's, Q3_K's and Q2_K's 16-value scales, affine groups of >= 32), their quants read as 2- or
 // 4-byte words (quantized_blocks.h) and the scale decoded once per 16 values.
 METALRT_CONSTANT int32_t kQuantWideChunk = 16;
 METALRT_CONSTANT int32_t kQuantSimdWidth = 32;

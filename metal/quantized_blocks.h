@@ -163,6 +163,46 @@ inline QuantChunkW<W> chunk_q6_k(device const uchar* row, int k0) {
   return q;
 }
 
+// Q3_K (110: hmask[32], qs[64], scales[12], d): value v = 128h + 32s + l takes its low
+// two bits from qs[32h + l] at bit 2s and subtracts 4 where bit v / 32 of hmask[l] is
+// clear; its 16 values' scale j = v / 16 is 6 bits (low nibble of byte j % 8, the high
+// one for j >= 8; top two bits of byte 8 + j % 4 at bit 2 (j / 4)) minus 32.
+// w = (d * sc) * q.
+template <int W>
+inline QuantChunkW<W> chunk_q3_k(device const uchar* row, int k0) {
+  device const uchar* b = row + (k0 / 256) * 110;
+  const int v = k0 % 256, j = v / 16;
+  uchar qs[W], hm[W];
+  load_quants<W, 2>(b + 32 + 32 * (v / 128) + v % 32, qs);
+  load_quants<W, 2>(b + v % 32, hm);
+  device const uchar* s = b + 96;
+  const int sc = (int((s[j % 8] >> (4 * (j / 8))) & 15) | int((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+  const int shift = 2 * (v % 128 / 32), high = v / 32;
+  QuantChunkW<W> q;
+  q.scale = load_half(b + 108) * float(sc);
+  q.bias = 0.0f;
+  for (int i = 0; i < W; ++i) q.c[i] = float(int((qs[i] >> shift) & 3) - (((hm[i] >> high) & 1) ? 0 : 4));
+  return q;
+}
+
+// Q2_K (84: scales[16], qs[64], d, dmin): value v = 128h + 32s + l is bits 2s of
+// qs[32h + l]; byte v / 16 of scales holds its scale (low nibble) and min (high).
+// w = (d * sc) * q - dmin * m.
+template <int W>
+inline QuantChunkW<W> chunk_q2_k(device const uchar* row, int k0) {
+  device const uchar* b = row + (k0 / 256) * 84;
+  const int v = k0 % 256;
+  uchar qs[W];
+  load_quants<W, 4>(b + 16 + 32 * (v / 128) + v % 32, qs);
+  const uchar s = b[v / 16];
+  const int shift = 2 * (v % 128 / 32);
+  QuantChunkW<W> q;
+  q.scale = load_half(b + 80) * float(s & 15);
+  q.bias = -(load_half(b + 82) * float(s >> 4));
+  for (int i = 0; i < W; ++i) q.c[i] = float((qs[i] >> shift) & 3);
+  return q;
+}
+
 // MLX affine: W codes of `bits` bits (function constant affine_bits) are W * bits / 8
 // whole bytes of the row's LSB-first bitstream, starting at byte k0 * bits / 8 (the wide
 // chunk: `bits` 2-byte words, as k0 * bits / 8 is even and rows are whole uint32 words);
@@ -202,6 +242,8 @@ struct FormatQ8_0 { static constant constexpr bool kHasBias = false; };
 struct FormatQ4_K { static constant constexpr bool kHasBias = true; };
 struct FormatQ5_K { static constant constexpr bool kHasBias = true; };
 struct FormatQ6_K { static constant constexpr bool kHasBias = false; };
+struct FormatQ3_K { static constant constexpr bool kHasBias = false; };
+struct FormatQ2_K { static constant constexpr bool kHasBias = true; };
 struct FormatAffine { static constant constexpr bool kHasBias = true; };
 
 // The quantized formats every quantized kernel file instantiates, one X(tag type, kernel
@@ -216,6 +258,8 @@ struct FormatAffine { static constant constexpr bool kHasBias = true; };
   X(FormatQ4_K, "q4_k", half)          \
   X(FormatQ5_K, "q5_k", half)          \
   X(FormatQ6_K, "q6_k", half)          \
+  X(FormatQ3_K, "q3_k", half)          \
+  X(FormatQ2_K, "q2_k", half)          \
   X(FormatAffine, "affine_f32", float) \
   X(FormatAffine, "affine_f16", half)  \
   X(FormatAffine, "affine_bf16", bfloat)
@@ -254,6 +298,8 @@ inline QuantChunkW<W> load_chunk(device const uchar* data, device const S* scale
   if (is_same<F, FormatQ4_K>::value) return chunk_qk<false, W>(row, k0);
   if (is_same<F, FormatQ5_K>::value) return chunk_qk<true, W>(row, k0);
   if (is_same<F, FormatQ6_K>::value) return chunk_q6_k<W>(row, k0);
+  if (is_same<F, FormatQ3_K>::value) return chunk_q3_k<W>(row, k0);
+  if (is_same<F, FormatQ2_K>::value) return chunk_q2_k<W>(row, k0);
   if (FloatFormatValue<F>::kIsFloat) return chunk_float<typename FloatFormatValue<F>::type, W>(row, k0);
   return chunk_affine<S, W>(row, scales, biases, row_index, k0, args);
 }

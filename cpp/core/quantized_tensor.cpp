@@ -20,12 +20,13 @@ struct GgufFormat {
   int bits;
 };
 
-// Block sizes from ggml-common.h (block_q4_0 ... block_q6_K).
+// Block sizes from ggml-common.h (block_q4_0 ... block_q6_K, block_q3_K, block_q2_K).
 constexpr GgufFormat kGgufFormats[] = {
     {QuantFormat::kQ4_0, "q4_0", 32, 18, 4},   {QuantFormat::kQ4_1, "q4_1", 32, 20, 4},
     {QuantFormat::kQ5_0, "q5_0", 32, 22, 5},   {QuantFormat::kQ5_1, "q5_1", 32, 24, 5},
     {QuantFormat::kQ8_0, "q8_0", 32, 34, 8},   {QuantFormat::kQ4_K, "q4_k", 256, 144, 4},
     {QuantFormat::kQ5_K, "q5_k", 256, 176, 5}, {QuantFormat::kQ6_K, "q6_k", 256, 210, 6},
+    {QuantFormat::kQ3_K, "q3_k", 256, 110, 3}, {QuantFormat::kQ2_K, "q2_k", 256, 84, 2},
 };
 
 const GgufFormat& Gguf(QuantFormat format) {

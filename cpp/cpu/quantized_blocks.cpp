@@ -114,6 +114,38 @@ void Q6KBlock(const uint8_t* b, float* y) {
     }
 }
 
+// Q3_K: hmask[32], qs[64], 12 bytes of sixteen 6-bit scales, f16 d. Element
+// e = 128h + 32s + l has the 2 low bits (qs[32h + l] >> 2s) & 3 and the high bit
+// (hmask[l] >> (e / 32)) & 1, which when CLEAR subtracts 4: q = low - 4 (1 - high).
+// Scale j: low nibble of byte j % 8 (high nibble for j >= 8), top 2 bits of byte
+// 8 + j % 4 at bit 2 (j / 4); sc = that - 32. y = (d * sc[e / 16]) * q.
+void Q3KBlock(const uint8_t* b, float* y) {
+  const uint8_t* hmask = b;
+  const uint8_t* qs = b + 32;
+  const uint8_t* s = b + 96;
+  const float d = Half(b + 108);
+  for (int e = 0; e < 256; ++e) {
+    const int j = e / 16;
+    const int sc = (((s[j % 8] >> (4 * (j / 8))) & 15) | ((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+    const int low = (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+    const int high = (hmask[e % 32] >> (e / 32)) & 1;
+    y[e] = (d * float(sc)) * float(low - (high ? 0 : 4));
+  }
+}
+
+// Q2_K: scales[16] (low nibble scale, high nibble min of each 16 values), qs[64],
+// f16 d, f16 dmin; element e = 128h + 32s + l has the code (qs[32h + l] >> 2s) & 3.
+// y = (d * sc) * q - (dmin * m).
+void Q2KBlock(const uint8_t* b, float* y) {
+  const uint8_t* s = b;
+  const uint8_t* qs = b + 16;
+  const float d = Half(b + 80), dmin = Half(b + 82);
+  for (int e = 0; e < 256; ++e) {
+    const int q = (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+    y[e] = (d * float(s[e / 16] & 15)) * float(q) - dmin * float(s[e / 16] >> 4);
+  }
+}
+
 void GgufBlock(QuantFormat format, const uint8_t* b, float* y) {
   switch (format) {
     case QuantFormat::kQ4_0: return Q4Block(b, false, y);
@@ -124,6 +156,8 @@ void GgufBlock(QuantFormat format, const uint8_t* b, float* y) {
     case QuantFormat::kQ4_K: return QKBlock(b, false, y);
     case QuantFormat::kQ5_K: return QKBlock(b, true, y);
     case QuantFormat::kQ6_K: return Q6KBlock(b, y);
+    case QuantFormat::kQ3_K: return Q3KBlock(b, y);
+    case QuantFormat::kQ2_K: return Q2KBlock(b, y);
     case QuantFormat::kAffine: break;
   }
 }

@@ -23,7 +23,8 @@ struct WeightSpec {
 // Every GGUF block format the runtime reads.
 inline constexpr QuantFormat kGgufFormats[] = {QuantFormat::kQ4_1, QuantFormat::kQ8_0, QuantFormat::kQ4_K,
                                                QuantFormat::kQ6_K, QuantFormat::kQ5_0, QuantFormat::kQ4_0,
-                                               QuantFormat::kQ5_K, QuantFormat::kQ5_1};
+                                               QuantFormat::kQ5_K, QuantFormat::kQ5_1, QuantFormat::kQ3_K,
+                                               QuantFormat::kQ2_K};
 
 // Every GGUF format, then the given MLX affine layouts: the weight specs of a
 // boundary table that covers every format.
@@ -36,7 +37,8 @@ inline std::vector<WeightSpec> GgufSpecsAnd(std::initializer_list<WeightSpec> af
 
 // The K-quants: blocks of 256 values.
 inline bool IsKQuant(QuantFormat f) {
-  return f == QuantFormat::kQ4_K || f == QuantFormat::kQ5_K || f == QuantFormat::kQ6_K;
+  return f == QuantFormat::kQ4_K || f == QuantFormat::kQ5_K || f == QuantFormat::kQ6_K ||
+         f == QuantFormat::kQ3_K || f == QuantFormat::kQ2_K;
 }
 
 inline bool IsAffine(const WeightSpec& s) { return s.format == QuantFormat::kAffine; }
@@ -53,6 +55,8 @@ inline std::vector<int> HalfFields(QuantFormat f) {
     case QuantFormat::kQ4_1: case QuantFormat::kQ5_1: case QuantFormat::kQ4_K: case QuantFormat::kQ5_K:
       return {0, 2};
     case QuantFormat::kQ6_K: return {208};
+    case QuantFormat::kQ3_K: return {108};
+    case QuantFormat::kQ2_K: return {80, 82};
     default: return {0};
   }
 }

@@ -182,13 +182,12 @@ METALRT_OP_CASES(moe_matmul_cases) {
                                 {QuantFormat::kQ5_K}, {QuantFormat::kQ6_K},
                                 {QuantFormat::kAffine, 4, 64, DType::kBF16},
                                 {QuantFormat::kAffine, 8, 32, DType::kF16},
-                                {QuantFormat::kAffine, 3, 128, DType::kF32}};
+                                {QuantFormat::kAffine, 3, 128, DType::kF32},
+                                {QuantFormat::kQ3_K}, {QuantFormat::kQ2_K}};
   // The small MoE of the issue: 8 experts top-2, H = 64..256 (K of gate/up), I = 32..128
   // (N of gate/up, K of down); K-quants need K = 256.
   for (const WeightSpec& s : formats) {
-    const bool k_quant = s.format == QuantFormat::kQ4_K || s.format == QuantFormat::kQ5_K ||
-                         s.format == QuantFormat::kQ6_K;
-    const int64_t k = k_quant || (IsAffine(s) && s.group_size == 128) ? 256 : 64;
+    const int64_t k = IsKQuant(s.format) || (IsAffine(s) && s.group_size == 128) ? 256 : 64;
     cases.push_back(MatmulCase(&s, {1, 2, 8, k, 32}, DType::kF32, false, next()));
     cases.push_back(MatmulCase(&s, {3, 2, 8, 256, 128}, DType::kF32, false, next()));
     cases.push_back(MatmulCase(&s, {17, 2, 8, k, 40}, DType::kBF16, true, next()));
@@ -208,6 +207,8 @@ METALRT_OP_CASES(moe_matmul_cases) {
   // A prefill-sized batch (GEMM tiles: several per expert, partial last tiles) and a
   // batch where some experts get no pair.
   cases.push_back(MatmulCase(&formats[1], {70, 2, 8, 64, 40}, DType::kF32, false, next()));
+  cases.push_back(MatmulCase(&formats[11], {40, 2, 8, 256, 40}, DType::kF32, false, next()));   // Q3_K
+  cases.push_back(MatmulCase(&formats[12], {40, 2, 8, 256, 40}, DType::kBF16, true, next()));   // Q2_K
   cases.push_back(MatmulCase(&formats[8], {40, 8, 128, 64, 16}, DType::kBF16, true, next()));
   // Qwen3-MoE-like top-8 of 128 experts at a small width, one token and a batch.
   cases.push_back(MatmulCase(&formats[4], {1, 8, 128, 64, 16}, DType::kF32, false, next()));

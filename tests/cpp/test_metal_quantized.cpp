@@ -159,6 +159,15 @@ METALRT_OP_CASES(quantized_cases) {
     cases.push_back(MatmulCase(s, 7, 1536, 576, DType::kF16, next()));
     cases.push_back(MatmulCase(s, 8, 256, 3, DType::kF32, next()));
   }
+  // Q3_K and Q2_K at the shapes of a hidden-768 model (the default's K = 576 holds no
+  // 256-value block): the projections (K = 768), down_proj split (K = 2048), batched.
+  for (QuantFormat f : {QuantFormat::kQ3_K, QuantFormat::kQ2_K}) {
+    const WeightSpec s{f};
+    cases.push_back(MatmulCase(s, 1, 768, 192, DType::kF32, next()));
+    cases.push_back(MatmulCase(s, 1, 2048, 768, DType::kF32, next()));
+    cases.push_back(MatmulCase(s, 5, 768, 96, DType::kBF16, next()));
+    cases.push_back(MatmulCase(s, 64, 768, 40, DType::kF32, next()));
+  }
   const WeightSpec affine4{QuantFormat::kAffine, 4, 64, DType::kBF16};
   cases.push_back(MatmulCase(affine4, 2, 576, 8, DType::kBF16, next()));
   cases.push_back(MatmulCase(affine4, 33, 576, 40, DType::kBF16, next()));

@@ -43,7 +43,7 @@ TEST_CASE("quantized_tensor: the validating constructor names what was expected"
   CheckThrows<TypeError>(
       [&] { MakeQuantizedTensor(QuantFormat::kQ8_0, 1, 32, Tensor::Empty({1, 34}, DType::kI8, DeviceType::kCPU)); },
       "[quantized_tensor] data must be uint8");
-  CheckThrows<std::invalid_argument>([] { QuantFormatFromName("q2_k"); }, "[quantized_tensor] unknown format 'q2_k'");
+  CheckThrows<std::invalid_argument>([] { QuantFormatFromName("iq4_xs"); }, "[quantized_tensor] unknown format 'iq4_xs'");
   CHECK(QuantFormatFromName("Q6_K") == QuantFormat::kQ6_K);
 
   const WeightSpec s{QuantFormat::kAffine, 4, 64, DType::kF16};
@@ -105,6 +105,36 @@ TEST_CASE("cpu dequantize: hand-decoded blocks of each layout") {
     const std::vector<double> w = Dequantized(MakeQuantizedTensor(QuantFormat::kQ5_0, 1, 32, Bytes(b, 1)));
     CHECK(w[0] == -15.0);
     CHECK(w[16] == 2.0);
+  }
+  SUBCASE("q3_k: a CLEAR hmask bit subtracts 4; 6-bit scales split over two bytes, minus 32") {
+    std::vector<uint8_t> b(110, 0);
+    PutHalf(b, 108, 0.5f);
+    b[32] = 0x03;    // element 0: low bits 3
+    b[0] = 0x01;     // hmask[0] bit 0: element 0's high bit set -> q = 3
+    b[96] = 0x05;    // scale 0: low nibble 5 ...
+    b[104] = 0x02;   // ... top bits 2 -> 37 - 32 = 5; element 1: q = 0 - 4
+    b[72] = 0x10;    // element 200 = 128 + 2 * 32 + 8: qs[40] bits 4..5 = 1
+    b[8] = 0x40;     // hmask[8] bit 6 (200 / 32) set -> q = 1
+    b[100] = 0x70;   // scale 12: high nibble of byte 4, top bits 0 -> 7 - 32 = -25
+    const std::vector<double> w = Dequantized(MakeQuantizedTensor(QuantFormat::kQ3_K, 1, 256, Bytes(b, 1)));
+    CHECK(w[0] == 7.5);
+    CHECK(w[1] == -10.0);
+    CHECK(w[200] == -12.5);
+  }
+  SUBCASE("q2_k: byte v / 16 of scales is scale (low) and min (high); w = d * sc * q - dmin * m") {
+    std::vector<uint8_t> b(84, 0);
+    PutHalf(b, 80, 0.25f);
+    PutHalf(b, 82, 1.0f);
+    b[0] = 0x3A;     // scale 10, min 3
+    b[16] = 0x42;    // element 0: bits 0..1 = 2; element 96: bits 6..7 = 1
+    b[6] = 0x04;     // element 96's scale 4, min 0
+    b[79] = 0xC0;    // element 255 = 128 + 3 * 32 + 31: qs[63] bits 6..7 = 3
+    b[15] = 0x21;    // scale 1, min 2
+    const std::vector<double> w = Dequantized(MakeQuantizedTensor(QuantFormat::kQ2_K, 1, 256, Bytes(b, 1)));
+    CHECK(w[0] == 2.0);
+    CHECK(w[96] == 1.0);
+    CHECK(w[255] == -1.25);
+    CHECK(w[1] == -3.0);
   }
   SUBCASE("affine 3-bit: codes straddle uint32 words (LSB-first bitstream)") {
     // Code 10 occupies bits 30..32: two bits at the top of word 0, one in word 1.

@@ -1,10 +1,11 @@
 """Quantized variants of the default model and their reference outputs, made once per
 machine in ``<metalrt cache>/quant-fixtures`` (never committed):
 
-* ``q8_0``, ``q4_k_m``, ``q4_0``, ``q5_1`` and ``q5_k_m``: GGUFs requantized from the default Q4_1 file by llama.cpp's
+* ``q8_0``, ``q4_k_m``, ``q4_0``, ``q5_1``, ``q5_k_m`` and ``q2_k``: GGUFs requantized from the default Q4_1 file by llama.cpp's
   quantizer (``llama_model_quantize`` of ``llama-cpp-python``, ``allow_requantize``:
   it dequantizes to float32 first). With K = 576 the Q4_K_M recipe falls back to
-  Q5_0 / Q8_0 for most tensors; ffn_down (K = 1536) gets Q4_K / Q6_K.
+  Q5_0 / Q8_0 for most tensors; ffn_down (K = 1536) gets Q4_K / Q6_K. The Q2_K recipe
+  falls back to Q4_0 at K = 576 and gives ffn_down Q3_K (the real Q3_K blocks).
 * ``mlx_4bit_g64`` and ``mlx_8bit_g64``: MLX directories converted by ``mlx_lm.convert``
   from the float Hugging Face export of the default model (``bench/export_hf.py``).
 
@@ -38,12 +39,12 @@ PROMPT = [6403, 1980, 253, 655]     # "Once upon a time"
 STEPS = 16
 REFERENCE = "reference.json"
 # llama.cpp's llama_ftype values (include/llama.h).
-GGUF_FTYPES = {"q8_0": 7, "q4_k_m": 15, "q4_0": 2, "q5_1": 9, "q5_k_m": 17}
+GGUF_FTYPES = {"q8_0": 7, "q4_k_m": 15, "q4_0": 2, "q5_1": 9, "q5_k_m": 17, "q2_k": 10}
 MLX_BITS = {"mlx_4bit_g64": (4, 64), "mlx_8bit_g64": (8, 64)}
 # Continued against their reference by test_quantized_models; with the default Q4_1
 # file, the other GGUFs complete the real-file dequantize gate's set of block types.
-FIXTURES = ("q8_0", "q4_k_m", *MLX_BITS)
-REAL_FILE_GGUFS = ("q8_0", "q4_k_m", "q4_0", "q5_1", "q5_k_m")
+FIXTURES = ("q8_0", "q4_k_m", "q2_k", *MLX_BITS)
+REAL_FILE_GGUFS = ("q8_0", "q4_k_m", "q4_0", "q5_1", "q5_k_m", "q2_k")
 
 
 class FixtureUnavailable(RuntimeError):

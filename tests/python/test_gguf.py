@@ -213,7 +213,7 @@ def test_unsupported_quant_type(tmp_path):
     write_llama_gguf(tmp_path / "q.gguf", model, raw={name: (iq4, T.IQ4_NL)})
     with pytest.raises(ValueError, match=r"q\.gguf: tensor 'blk\.0\.ffn_up\.weight' has type "
                                          r"IQ4_NL; supported types are F32, F16, BF16, Q4_0, Q4_1, "
-                                         r"Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K"):
+                                         r"Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K"):
         load_model_files(tmp_path / "q.gguf")
 
 

@@ -21,11 +21,12 @@ from tiny_models import TinyLlama, tokenizer_metadata, write_llama_gguf
 from tiny_quant import quantized_layers, write_mlx_dir
 
 FORMATS = {T.Q4_0: "q4_0", T.Q4_1: "q4_1", T.Q5_0: "q5_0", T.Q5_1: "q5_1", T.Q8_0: "q8_0",
-           T.Q4_K: "q4_k", T.Q5_K: "q5_k", T.Q6_K: "q6_k"}
+           T.Q4_K: "q4_k", T.Q5_K: "q5_k", T.Q6_K: "q6_k", T.Q3_K: "q3_k", T.Q2_K: "q2_k"}
 
 
 # Byte ranges of the f16 scale fields of the K-quant blocks (ggml-common.h).
-K_SCALE_FIELDS = {T.Q4_K: slice(0, 4), T.Q5_K: slice(0, 4), T.Q6_K: slice(208, 210)}
+K_SCALE_FIELDS = {T.Q4_K: slice(0, 4), T.Q5_K: slice(0, 4), T.Q6_K: slice(208, 210),
+                  T.Q3_K: slice(108, 110), T.Q2_K: slice(80, 84)}
 
 
 def random_blocks(rng, qtype, rows, cols):
@@ -137,7 +138,7 @@ def test_gate_and_up_stack_in_place_when_adjacent_in_the_file():
 ACTIVATION_ONLY = " (an activation format of llama.cpp's CPU dot products, never a weight)"
 
 
-@pytest.mark.parametrize("qtype,why", [(T.IQ4_NL, ""), (T.Q2_K, ""), (T.Q3_K, ""),
+@pytest.mark.parametrize("qtype,why", [(T.IQ4_NL, ""), (T.IQ4_XS, ""), (T.IQ2_XXS, ""),
                                        (T.Q8_1, ACTIVATION_ONLY), (T.Q8_K, ACTIVATION_ONLY)],
                          ids=lambda v: getattr(v, "name", ""))
 def test_unsupported_gguf_types_name_file_tensor_and_type(tmp_path, qtype, why):

@@ -17,6 +17,7 @@ GGUF = {
     "q4_0": (32, 18, (0,)), "q4_1": (32, 20, (0, 2)), "q5_0": (32, 22, (0,)),
     "q5_1": (32, 24, (0, 2)), "q8_0": (32, 34, (0,)), "q4_k": (256, 144, (0, 2)),
     "q5_k": (256, 176, (0, 2)), "q6_k": (256, 210, (208,)),
+    "q3_k": (256, 110, (108,)), "q2_k": (256, 84, (80, 82)),
 }
 
 
@@ -223,7 +224,9 @@ def test_to_moves_every_part():
 @pytest.mark.parametrize("args, kwargs, error, message", [
     (("q4_1", (2, 64), np.zeros((2, 39), np.uint8)), {}, ValueError,
      r"data must have shape \[2, 40\], got \[2, 39\] \(truncated"),
-    (("q2_k", (2, 256), np.zeros((2, 84), np.uint8)), {}, ValueError, "unknown format 'q2_k'"),
+    (("iq4_xs", (2, 256), np.zeros((2, 136), np.uint8)), {}, ValueError, "unknown format 'iq4_xs'"),
+    (("q3_k", (2, 512), np.zeros((2, 219), np.uint8)), {}, ValueError,
+     r"data must have shape \[2, 220\], got \[2, 219\] \(truncated"),
     (("affine", (2, 64), np.zeros((2, 8), np.uint32), np.ones((2, 2), np.float16),
       np.ones((2, 2), np.float16)), {"bits": 7, "group_size": 32}, ValueError, "bits must be one of"),
     (("affine", (2, 96), np.zeros((2, 12), np.uint32), np.ones((2, 2), np.float16),

@@ -7,7 +7,7 @@
   its greedy continuation is the float32 reference's;
 * (the step counters of a quantized model on the Metal device are gated in
   test_step_counters.py, whose model fixture includes an MLX 4-bit one);
-* the Q8_0 and Q4_K_M GGUFs and the MLX 4-bit and 8-bit directories made from the
+* the Q8_0, Q4_K_M and Q2_K (its ffn_down Q3_K) GGUFs and the MLX 4-bit and 8-bit directories made from the
   default model (``quant_fixtures``) continue the prompt as their own reference
   implementation does (llama.cpp, mlx-lm) wherever its top-2 margin is clear;
 * every GGUF block type, as llama.cpp's quantizer wrote it into a real file, dequantizes
@@ -75,6 +75,7 @@ SOURCES = {
     "gguf_q8_0_q4_0": lambda d, b: gguf_model(d, ["Q8_0", "Q4_0"]),
     "gguf_k_mix": lambda d, b: gguf_model(d, ["Q5_0", "Q8_0", "Q4_K", "Q6_K", "Q5_1", "Q4_1",
                                               "Q5_K"]),
+    "gguf_q3_k_q2_k": lambda d, b: gguf_model(d, ["Q3_K", "Q2_K"]),
     "mlx_4bit_g64": lambda d, b: write_mlx_dir(d, TinyLlama(layers=2, hidden=128, ffn=256, heads=4,
                                                             kv_heads=2, head_dim=32), b) and d,
     "mlx_mixed_untied": lambda d, b: write_mlx_dir(
@@ -171,6 +172,7 @@ def test_quantized_files_continue_as_their_reference(name):
 
 @pytest.mark.parametrize("name,formats", [("q8_0", {"q8_0"}),
                                           ("q4_k_m", {"q5_0", "q8_0", "q4_k", "q6_k"}),
+                                          ("q2_k", {"q4_0", "q8_0", "q3_k"}),
                                           ("mlx_4bit_g64", {("affine", 4, 64)}),
                                           ("mlx_8bit_g64", {("affine", 8, 64)})])
 def test_quantized_files_hold_the_expected_mix(name, formats):
@@ -181,7 +183,7 @@ def test_quantized_files_hold_the_expected_mix(name, formats):
     assert found == formats
 
 
-BLOCK_TYPES = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"}
+BLOCK_TYPES = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "q3_k"}
 
 
 @pytest.fixture(scope="module")

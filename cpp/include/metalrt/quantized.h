@@ -19,9 +19,10 @@
 
 namespace metalrt {
 
-enum class QuantFormat { kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kAffine };
+enum class QuantFormat { kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kQ3_K, kQ2_K, kAffine };
 
-// "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "affine".
+// "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "q3_k", "q2_k",
+// "affine".
 const char* QuantFormatName(QuantFormat format);
 // Inverse of QuantFormatName (case-insensitive); std::invalid_argument listing the
 // known names otherwise.
@@ -30,7 +31,7 @@ QuantFormat QuantFormatFromName(const std::string& name);
 // Affine: the group is the block, so these are not defined (std::invalid_argument).
 int64_t BlockValues(QuantFormat format);
 int64_t BlockBytes(QuantFormat format);
-// Bits per weight of a GGUF format's codes (4, 5, 6 or 8).
+// Bits per weight of a GGUF format's codes (2, 3, 4, 5, 6 or 8).
 int GgufBits(QuantFormat format);
 
 struct QuantizedTensor {

@@ -21,7 +21,8 @@ from gguf import quants as gguf_quants
 
 # GGML weight types that stay quantized → metalrt.QuantizedTensor format names.
 GGUF_FORMATS = {T.Q4_0: "q4_0", T.Q4_1: "q4_1", T.Q5_0: "q5_0", T.Q5_1: "q5_1",
-                T.Q8_0: "q8_0", T.Q4_K: "q4_k", T.Q5_K: "q5_k", T.Q6_K: "q6_k"}
+                T.Q8_0: "q8_0", T.Q4_K: "q4_k", T.Q5_K: "q5_k", T.Q6_K: "q6_k",
+                T.Q3_K: "q3_k", T.Q2_K: "q2_k"}
 # Float types, kept as views of the file in their own dtype (BF16 as its uint16 bits).
 FLOAT_TYPES = {T.F32: np.float32, T.F16: np.float16, T.BF16: np.uint16}
 SUPPORTED_TYPES = (*FLOAT_TYPES, *GGUF_FORMATS)
@@ -36,7 +37,7 @@ AFFINE_GROUP_SIZES = (32, 64, 128)
 class QuantizedWeight:
     """One quantized weight matrix on the host, as read from a model file.
 
-    format: a ``metalrt.QuantizedTensor`` format ("q4_0" ... "q6_k", "affine");
+    format: a ``metalrt.QuantizedTensor`` format ("q4_0" ... "q6_k", "q3_k", "q2_k", "affine");
     shape: (N rows, K columns) of the float matrix it stands for; data: uint8
     [N, row_bytes] (GGUF) or uint32 [N, K·bits/32] (affine), usually a read-only view
     of the mapped file; scales / biases: [N, K/group_size] float (affine only);

@@ -1,4 +1,4 @@
-"""Quantized weights: GGUF block types (Q4_0 ... Q6_K) and MLX affine, kept in their
+"""Quantized weights: GGUF block types (Q4_0 ... Q6_K, Q3_K, Q2_K) and MLX affine, kept in their
 file's layout, with the ops that use them without a float copy (layouts:
 cpp/include/metalrt/quantized.h; math: ops.h, "quantized weights"; docs/quantization.md)."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ def quantized_tensor(format: str, shape, data, scales=None, biases=None, *, bits
     """A quantized weight of `shape` (N, K), validated. Layouts: quantized.h.
 
     format: a GGUF block type ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k",
-    "q6_k": the table of cpp/core/quantized_tensor.cpp) or "affine". GGUF formats: data
+    "q6_k", "q3_k", "q2_k": the table of cpp/core/quantized_tensor.cpp) or "affine". GGUF formats: data
     uint8 [N, K / block * block_bytes], each row's blocks byte for byte as in the file;
     no scales or biases. "affine" (MLX): data uint32 [N, K * bits / 32], scales and
     biases [N, K / group_size] float32/float16/bfloat16, bits in {2, 3, 4, 5, 6, 8},

@@ -9,7 +9,7 @@
 
 namespace metalrt::cpu::fast {
 
-enum class GemvFormat : uint8_t { kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kAffine };
+enum class GemvFormat : uint8_t { kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kQ3_K, kQ2_K, kAffine };
 enum class ScaleDType : uint8_t { kF32, kF16, kBF16 };   // affine scales and biases
 
 struct GemvArgs {

@@ -25,6 +25,8 @@ GemvFormat FormatOf(QuantFormat f) {
     case QuantFormat::kQ4_K: return GemvFormat::kQ4_K;
     case QuantFormat::kQ5_K: return GemvFormat::kQ5_K;
     case QuantFormat::kQ6_K: return GemvFormat::kQ6_K;
+    case QuantFormat::kQ3_K: return GemvFormat::kQ3_K;
+    case QuantFormat::kQ2_K: return GemvFormat::kQ2_K;
     case QuantFormat::kAffine: break;
   }
   return GemvFormat::kAffine;

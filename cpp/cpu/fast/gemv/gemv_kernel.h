@@ -19,6 +19,7 @@
 #endif
 
 #include "cpu/fast/gemv/gemv_args.h"
+#include "cpu/fast/gemv/gemv_low_kquant.h"
 
 namespace metalrt::cpu::fast {
 namespace {
@@ -255,6 +256,31 @@ inline void VisitRow(const GemvArgs& a, int64_t row, Sink& sink) {
         sink.template Add<false>(8 * sb + j, Isa::Load(u), BlockMap{{a0, a1}, {-32.0f * a0, -32.0f * a1}});
       }
     }
+  } else if constexpr (F == GemvFormat::kQ3_K) {
+    // Signed codes u - 4 (the offset out of the bias, as Q4_0), one scale per half.
+    for (int64_t sb = 0; sb < blocks / 8; ++sb, p += kQ3KBytes) {
+      const float d = Half(f16, p + 108);
+      int sc[16];
+      Q3KScales(p, sc);
+      // Unrolled, so each block's shifts are constants and its code loop vectorises.
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        Q3KCodes(p, j, u);
+        const BlockMap map{{d * float(sc[2 * j]), d * float(sc[2 * j + 1])}, {0.0f, 0.0f}};
+        sink.template Add<true>(8 * sb + j, Isa::Centered(Isa::Load(u), 4), map);
+      }
+    }
+  } else if constexpr (F == GemvFormat::kQ2_K) {
+    for (int64_t sb = 0; sb < blocks / 8; ++sb, p += kQ2KBytes) {
+      const float d = Half(f16, p + 80), dmin = Half(f16, p + 82);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const uint8_t s0 = p[2 * j], s1 = p[2 * j + 1];   // before u's stores, which may alias p
+        Q2KCodes(p, j, u);
+        const BlockMap map{{d * float(s0 & 15), d * float(s1 & 15)}, {-(dmin * float(s0 >> 4)), -(dmin * float(s1 >> 4))}};
+        sink.template Add<false>(8 * sb + j, Isa::Load(u), map);
+      }
+    }
   } else {
     switch (a.bits) {
       case 2: return VisitAffineRow<Isa, 2>(a, row, sink);
@@ -307,6 +333,8 @@ void GemvRows(const GemvArgs& a, int64_t begin, int64_t end) {
     case GemvFormat::kQ4_K: return RowsOfFormat<Isa, GemvFormat::kQ4_K>(a, begin, end);
     case GemvFormat::kQ5_K: return RowsOfFormat<Isa, GemvFormat::kQ5_K>(a, begin, end);
     case GemvFormat::kQ6_K: return RowsOfFormat<Isa, GemvFormat::kQ6_K>(a, begin, end);
+    case GemvFormat::kQ3_K: return RowsOfFormat<Isa, GemvFormat::kQ3_K>(a, begin, end);
+    case GemvFormat::kQ2_K: return RowsOfFormat<Isa, GemvFormat::kQ2_K>(a, begin, end);
     case GemvFormat::kAffine: return RowsOfFormat<Isa, GemvFormat::kAffine>(a, begin, end);
   }
 }
