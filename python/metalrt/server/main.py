@@ -77,6 +77,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", metavar="KEY", default=None,
                         help="require this key (Authorization: Bearer KEY or x-api-key: KEY) "
                              "on every path but /health; default: $METALRT_API_KEY, else none")
+    parser.add_argument("--ray", action="store_true",
+                        help="serve through Ray Serve: --ray-replicas engine replicas behind "
+                             "one endpoint on --host:--port, autoscaled on ongoing requests, "
+                             "a dead replica restarted (needs the extra: pip install "
+                             "'metalrt[ray]'; docs/serving.md)")
+    parser.add_argument("--ray-replicas", type=int, default=2, metavar="N",
+                        help="with --ray: engine replicas to run (default: %(default)s)")
+    parser.add_argument("--ray-max-replicas", type=int, default=0, metavar="N",
+                        help="with --ray: autoscale up to N replicas on ongoing requests "
+                             "(default: a fixed --ray-replicas)")
+    parser.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                        help="with --ray: the Ray cluster to join, e.g. auto or HOST:6379 "
+                             "(default: start a local one)")
+    parser.add_argument("--ray-cpus-per-replica", type=float, default=1.0, metavar="N",
+                        help="with --ray: Ray CPUs each replica reserves (default: %(default)s)")
+    parser.add_argument("--ray-max-ongoing-requests", type=int, default=0, metavar="N",
+                        help="with --ray: requests one replica holds at most; Ray Serve "
+                             "routes the rest to the other replicas (default: --max-queue + 1)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"),
                         help="uvicorn's log level (default: %(default)s)")
@@ -185,11 +203,27 @@ def serve(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     _check_can_listen(args.host, args.port)
-    app = build_app(args.model, args.device, args.kv_cache_tokens, args.max_batched_tokens,
-                    args.max_queue, args.max_tokens, args.prefix_cache, args.spec_type,
-                    args.draft_model, args.num_draft_tokens, args.reasoning_format,
-                    args.chat_template, args.api_key or os.environ.get("METALRT_API_KEY"),
-                    args.max_memory, args.prompt_cache_dir, args.prompt_cache_min_tokens,
-                    args.prompt_cache_max_bytes)
+    settings = dict(
+        model=args.model, device=args.device, kv_cache_tokens=args.kv_cache_tokens,
+        max_batched_tokens=args.max_batched_tokens, max_queue=args.max_queue,
+        max_tokens=args.max_tokens, prefix_cache=args.prefix_cache, spec_type=args.spec_type,
+        draft_model=args.draft_model, num_draft_tokens=args.num_draft_tokens,
+        reasoning_format=args.reasoning_format, chat_template=args.chat_template,
+        api_key=args.api_key or os.environ.get("METALRT_API_KEY"),
+        max_memory=args.max_memory, prompt_cache_dir=args.prompt_cache_dir,
+        prompt_cache_min_tokens=args.prompt_cache_min_tokens,
+        prompt_cache_max_bytes=args.prompt_cache_max_bytes)
+    if args.ray:
+        from . import ray_serve
+
+        try:
+            ray_serve.import_ray_app()
+        except RuntimeError as e:
+            print(f"metalrt: error: {e}", file=sys.stderr)
+            return 1
+        return ray_serve.run(settings, args.host, args.port, args.ray_replicas,
+                             args.ray_max_replicas, args.ray_address,
+                             args.ray_cpus_per_replica, args.ray_max_ongoing_requests)
+    app = build_app(**settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -1,0 +1,44 @@
+"""``metalrt serve --ray``: starts (or joins) a Ray cluster and runs ``ray_app``'s
+application under Ray Serve until interrupted."""
+from __future__ import annotations
+
+from typing import Optional
+
+RAY_EXTRA = "pip install 'metalrt[ray]'"
+
+
+def import_ray_app():
+    """The ``ray_app`` module; RuntimeError naming the extra when Ray Serve is missing."""
+    try:
+        from . import ray_app
+    except ImportError as e:
+        if "ray" not in str(e):
+            raise
+        raise RuntimeError(f"[serve] --ray needs Ray Serve ({e}): {RAY_EXTRA}") from None
+    return ray_app
+
+
+def run(settings: dict, host: str, port: int, replicas: int, max_replicas: int,
+        address: Optional[str], cpus_per_replica: float,
+        max_ongoing_requests: int = 0) -> int:
+    """Serves ``main.build_app(**settings)`` as ``replicas`` (up to ``max_replicas``,
+    autoscaled; each holding at most ``max_ongoing_requests``, 0: its
+    engine's queue) engine replicas behind Ray Serve's HTTP proxy on ``host:port``, in the
+    Ray cluster at ``address`` (None: start a local one). Blocks until interrupted."""
+    ray_app = import_ray_app()
+    import ray
+    from ray import serve
+
+    target = ray_app.application(settings, replicas, max_replicas,
+                                 cpus_per_replica=cpus_per_replica,
+                                 max_ongoing_requests=max_ongoing_requests)
+    ray.init(address=address, include_dashboard=False, log_to_driver=True)
+    try:
+        serve.start(http_options={"host": host, "port": port})
+        serve.run(target, name="metalrt", route_prefix="/", blocking=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return 0
