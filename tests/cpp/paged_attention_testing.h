@@ -67,11 +67,18 @@ inline std::vector<AttentionRequest> ShuffledRequests(const std::vector<std::pai
   return reqs;
 }
 
+// The first position some query of a request sees under a sliding window (0: none).
+inline int64_t FirstSeen(const AttentionRequest& r, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, r.seq_len - r.q_len - window + 1) : 0;
+}
+
 // Builds the batch: queries uniform in [-2, 2), cache rows in [-1, 1), every cache slot
 // NaN except the positions the requests own, so a read outside a request's context
-// poisons the result.
+// poisons the result. With a window, the positions before FirstSeen are NaN too and the
+// table entries of blocks holding only such positions -1 (freed), as the op allows.
 inline AttentionBatch MakeAttentionBatch(const std::vector<AttentionRequest>& reqs,
-                                         const AttentionGeometry& g, DType dtype, uint32_t seed = 41) {
+                                         const AttentionGeometry& g, DType dtype, uint32_t seed = 41,
+                                         int64_t window = 0) {
   AttentionBatch bt;
   int64_t tokens = 0;
   std::vector<int32_t> table(reqs.size() * static_cast<size_t>(g.max_blocks), -1), lens, starts = {0};
@@ -80,6 +87,7 @@ inline AttentionBatch MakeAttentionBatch(const std::vector<AttentionRequest>& re
     lens.push_back(reqs[b].seq_len);
     starts.push_back(static_cast<int32_t>(tokens));
     std::copy(reqs[b].blocks.begin(), reqs[b].blocks.end(), table.begin() + b * g.max_blocks);
+    for (int64_t i = 0; i < FirstSeen(reqs[b], window) / g.block_size; ++i) table[b * g.max_blocks + i] = -1;
   }
   const int64_t batch = static_cast<int64_t>(reqs.size());
   const int64_t row = g.kv_heads * g.head_dim;
@@ -90,7 +98,7 @@ inline AttentionBatch MakeAttentionBatch(const std::vector<AttentionRequest>& re
   std::vector<double> kc(cache_n, std::numeric_limits<double>::quiet_NaN()), vc = kc;
   const std::vector<double> kr = RandomValues(cache_n, seed + 1), vr = RandomValues(cache_n, seed + 2);
   for (const AttentionRequest& r : reqs)
-    for (int32_t j = 0; j < r.seq_len; ++j) {
+    for (int64_t j = FirstSeen(r, window); j < r.seq_len; ++j) {
       const int64_t slot = r.blocks[j / g.block_size] * g.block_size + j % g.block_size;
       for (int64_t e = slot * row; e < (slot + 1) * row; ++e) {
         kc[e] = kr[e];
@@ -108,10 +116,13 @@ inline AttentionBatch MakeAttentionBatch(const std::vector<AttentionRequest>& re
   return bt;
 }
 
-// float64 attention: query i of a request sits at position seq_len - q_len + i and
-// attends to positions 0..that position of its kv head h / (heads / kv_heads).
+// float64 attention: query i of a request sits at position p = seq_len - q_len + i and
+// attends to positions lo..p of its kv head h / (heads / kv_heads), lo = 0 or, with a
+// window, max(0, p - window + 1); sinks (one logit per head, or empty) join the
+// denominator only.
 inline std::vector<double> AttentionReference(const AttentionBatch& bt, const std::vector<AttentionRequest>& reqs,
-                                              const AttentionGeometry& g, double scale) {
+                                              const AttentionGeometry& g, double scale, int64_t window = 0,
+                                              const std::vector<double>& sinks = {}) {
   const int64_t heads = g.heads, kv_heads = g.kv_heads, head_dim = g.head_dim;
   std::vector<double> out(bt.q.size());
   int64_t token = 0;
@@ -124,19 +135,22 @@ inline std::vector<double> AttentionReference(const AttentionBatch& bt, const st
           const int64_t slot = r.blocks[j / g.block_size] * g.block_size + j % g.block_size;
           return cache.data() + (slot * kv_heads + kv) * head_dim;
         };
-        std::vector<double> s(static_cast<size_t>(pos + 1));
-        for (int64_t j = 0; j <= pos; ++j) {
-          s[j] = 0;
-          for (int64_t d = 0; d < head_dim; ++d) s[j] += q[d] * kv_row(bt.k, j)[d];
-          s[j] *= scale;
+        const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+        std::vector<double> s(static_cast<size_t>(pos + 1 - lo));
+        for (int64_t j = lo; j <= pos; ++j) {
+          double& x = s[j - lo];
+          x = 0;
+          for (int64_t d = 0; d < head_dim; ++d) x += q[d] * kv_row(bt.k, j)[d];
+          x *= scale;
         }
-        const double m = *std::max_element(s.begin(), s.end());
-        double l = 0;
+        const double sink = sinks.empty() ? -INFINITY : sinks[h];
+        const double m = std::max(sink, *std::max_element(s.begin(), s.end()));
+        double l = std::exp(sink - m);
         for (double& x : s) l += (x = std::exp(x - m));
         double* o = out.data() + (token * heads + h) * head_dim;
         for (int64_t d = 0; d < head_dim; ++d) {
           o[d] = 0;
-          for (int64_t j = 0; j <= pos; ++j) o[d] += s[j] / l * kv_row(bt.v, j)[d];
+          for (int64_t j = lo; j <= pos; ++j) o[d] += s[j - lo] / l * kv_row(bt.v, j)[d];
         }
       }
   return out;
