@@ -7,13 +7,13 @@
 
 namespace metalrt::cpu {
 
-// dst[g][j][:] = the cache row of kv head g at context position j, for the positions
-// begin <= j < end (of a context of len), in f32, the position's slot found through the
+// dst[g][j - origin][:] = the cache row of kv head g at context position j, for the
+// positions begin <= j < end (origin <= begin; len rows a kv head), in f32, the position's slot found through the
 // request's block table `blocks` (validated by the entry point); dst is already sized
 // kv_heads x len x head_dim. Gathered once per request, so the block lookup and dtype
 // conversion are not repeated per query and head; threads may gather disjoint ranges, and
 // positions no query sees (before a sliding window) are left out.
 void GatherContextRange(const Tensor& cache, const int32_t* blocks, int64_t len, int64_t begin, int64_t end,
-                        float* dst);
+                        float* dst, int64_t origin = 0);
 
 }  // namespace metalrt::cpu

@@ -67,9 +67,9 @@ inline std::vector<AttentionRequest> ShuffledRequests(const std::vector<std::pai
   return reqs;
 }
 
-// The first position any query of request r sees with a sliding window (0: none).
-inline int32_t FirstSeen(const AttentionRequest& r, int64_t window) {
-  return window > 0 ? static_cast<int32_t>(std::max<int64_t>(0, r.seq_len - r.q_len - window + 1)) : 0;
+// The first position some query of a request sees under a sliding window (0: none).
+inline int64_t FirstSeen(const AttentionRequest& r, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, r.seq_len - r.q_len - window + 1) : 0;
 }
 
 // Builds the batch: queries uniform in [-2, 2), cache rows in [-1, 1), every cache slot
@@ -99,7 +99,7 @@ inline AttentionBatch MakeAttentionBatch(const std::vector<AttentionRequest>& re
   std::vector<double> kc(cache_n, std::numeric_limits<double>::quiet_NaN()), vc = kc;
   const std::vector<double> kr = RandomValues(cache_n, seed + 1), vr = RandomValues(cache_n, seed + 2);
   for (const AttentionRequest& r : reqs)
-    for (int32_t j = FirstSeen(r, window); j < r.seq_len; ++j) {
+    for (int64_t j = FirstSeen(r, window); j < r.seq_len; ++j) {
       const int64_t slot = r.blocks[j / g.block_size] * g.block_size + j % g.block_size;
       for (int64_t e = slot * row; e < (slot + 1) * row; ++e) {
         kc[e] = kr[e];
@@ -117,14 +117,15 @@ inline AttentionBatch MakeAttentionBatch(const std::vector<AttentionRequest>& re
   return bt;
 }
 
-// float64 attention: query i of a request sits at position seq_len - q_len + i and
-// attends to positions lo..that position of its kv head h / (heads / kv_heads), lo = 0
-// or, with a window, max(0, position - window + 1) (transformers' sliding window); a
-// head's sink logit (sinks non-empty) joins the softmax's denominator only
+// float64 attention: query i of a request sits at position p = seq_len - q_len + i and
+// attends to positions lo..p of its kv head h / (heads / kv_heads), lo = 0 or, with a
+// window, max(0, p - window + 1) (transformers' sliding window); a head's sink logit
+// (sinks non-empty, float or double) joins the softmax's denominator only
 // (transformers' GptOssAttention).
+template <class Sink = double>
 inline std::vector<double> AttentionReference(const AttentionBatch& bt, const std::vector<AttentionRequest>& reqs,
-                                              const AttentionGeometry& g, double scale,
-                                              int64_t window = 0, const std::vector<float>& sinks = {}) {
+                                              const AttentionGeometry& g, double scale, int64_t window = 0,
+                                              const std::vector<Sink>& sinks = {}) {
   const int64_t heads = g.heads, kv_heads = g.kv_heads, head_dim = g.head_dim;
   std::vector<double> out(bt.q.size());
   int64_t token = 0;

@@ -8,7 +8,11 @@ directory. Bars: max |Δlogit| <= 1e-3 x the logit range on prompts of 40 and 15
 
 On the Metal device the sliding-window layers' attention is served by the CPU reference
 tier (the Metal provider declines ``window``; the fast CPU one takes it): the gates pin
-that list so it shrinks to nothing when the Metal kernels take windows."""
+that list so it shrinks to nothing when the Metal kernels take windows. On the CPU every
+attention of a step (the sliding layers' included) is served by a fast provider: the
+steps run with the oracle (``cpu_paged_attention``) disabled, so a call it would have
+served fails."""
+import contextlib
 import functools
 import json
 import shutil
@@ -85,6 +89,17 @@ def reference_logits(model, ids):
         return model(torch.tensor([ids])).logits[0].double().numpy()
 
 
+@contextlib.contextmanager
+def fast_attention_only(device):
+    """On the CPU, paged_attention without its oracle: a call no fast provider takes raises."""
+    if device == "cpu":
+        metalrt.providers.set_enabled("cpu_paged_attention", False)
+    try:
+        yield
+    finally:
+        metalrt.providers.set_enabled("cpu_paged_attention", True)
+
+
 def reference_tier_ops(device):
     return [op for op in metalrt.providers.ops()
             if metalrt.providers.stats(op, device)["reference_hits"]]
@@ -103,8 +118,11 @@ def test_logits_match_transformers(twin, length, device):
     ids = tiny_hf.prompt(length, length)
     expected = reference_logits(twin()[0], ids)
     metalrt.providers.reset_stats()
-    got = model.logits(ids)
+    with fast_attention_only(device):
+        got = model.logits(ids)
     assert reference_tier_ops(device) == REFERENCE_TIER[device]
+    if device == "cpu":
+        assert metalrt.providers.stats("paged_attention", "cpu")["calls"] == 6   # one per layer
     assert got.dtype == np.float32 and got.shape == (length, tiny_hf.VOCAB)
     assert_close(got, expected)
 
@@ -118,8 +136,9 @@ def test_greedy_tokens_match_transformers(twin, device):
                                       pad_token_id=0)[0, len(ids):].tolist()
     # Prefill in chunks of 8 tokens (chunks cross the window), then 15 paged decode steps.
     metalrt.providers.reset_stats()
-    got = [r.token for r in metalrt.stream_generate(model, tokenizer, ids, max_tokens=16,
-                                                    max_batched_tokens=8)]
+    with fast_attention_only(device):
+        got = [r.token for r in metalrt.stream_generate(model, tokenizer, ids, max_tokens=16,
+                                                        max_batched_tokens=8)]
     assert reference_tier_ops(device) == REFERENCE_TIER[device]
     assert got == expected
 

@@ -9,11 +9,17 @@
 // (a 768-byte stride through 256-byte rows) ran at half the oracle's speed on a cold
 // cache, which gathers rows in order.
 //
+// A sliding window (params.window > 0) gives the token at position p the keys
+// p - window + 1 .. p: its items are the chunks that meet that range, the first one cut
+// at its start, so no key before it (nor its block-table entry) is read. Sinks (a logit
+// per head, gpt-oss) join only the merge's denominator.
+//
 // Per item (every head h, its kv head g = h / group, keys j of the chunk), in f32:
 //   s_hj = (q_h . k_j) * scale;  m_h = max_j s_hj;  w_hj = exp(s_hj - m_h)
 //   l_h = sum over j ascending of w_hj;  o_h = sum over j ascending of w_hj v_j
 // then per (token, head) the chunks are merged in ascending order (flash-decoding's
-// split softmax):  M = max_c m_c;  e_c = exp(m_c - M);  out = (sum_c e_c o_c) / (sum_c e_c l_c),
+// split softmax):  M = max(max_c m_c, sink_h);  e_c = exp(m_c - M);
+// out = (sum_c e_c o_c) / (sum_c e_c l_c + exp(sink_h - M)) (no sink: -inf, a 0 term),
 // which is the oracle's two-pass softmax when the context is one chunk. The chunks
 // depend on the context length only, never on the thread count, so results are
 // bit-identical for any METALRT_CPU_THREADS. The dots, the softmax weights (a
@@ -42,8 +48,13 @@ constexpr int64_t kChunkKeys = 32;
 constexpr int64_t kMinWorkPerChunk = int64_t{1} << 15;
 
 struct Item {
-  int64_t b, token, chunk, n;   // request, query row, chunk, keys the token sees
+  int64_t b, token, chunk;   // request, query row, chunk (positions chunk * kChunkKeys ..)
+  int64_t lo, n;             // the token sees positions lo .. n - 1
 };
+
+// The token's chunks: those holding a position of lo .. n - 1.
+int64_t FirstChunk(const Item& it) { return it.lo / kChunkKeys; }
+int64_t ChunkCount(const Item& it) { return (it.n - 1) / kChunkKeys - FirstChunk(it) + 1; }
 
 struct Geometry {
   int64_t heads, head_dim, kv_heads, group, block_size;
@@ -105,7 +116,7 @@ void RunItem(const OpCall& call, const Geometry& geo, const AttentionKernels& ke
   q.resize(static_cast<size_t>(heads * head_dim));
   s.resize(static_cast<size_t>(heads * kChunkKeys));
   LoadRowF32(query.data(), query.dtype(), it.token * heads * head_dim, heads * head_dim, q.data());
-  const int64_t j0 = it.chunk * kChunkKeys, j1 = std::min(it.n, j0 + kChunkKeys);
+  const int64_t j0 = std::max(it.lo, it.chunk * kChunkKeys), j1 = std::min(it.n, it.chunk * kChunkKeys + kChunkKeys);
   const int64_t row_stride = geo.kv_heads * head_dim;
   const float scale = call.param<ops::PagedAttentionParams>().scale;
   auto args = [&](int64_t g) {
@@ -129,16 +140,18 @@ void RunItem(const OpCall& call, const Geometry& geo, const AttentionKernels& ke
   });
 }
 
-// out row of (token, head h) from the token's chunks, items first, first + 1, ...
+// out row of (token, head h) from the token's chunks, items first, first + 1, ...;
+// `sinks` the heads' sink logits or null.
 void Merge(const OpCall& call, const Geometry& geo, const std::vector<Item>& items, const float* partials,
-           int64_t first, int64_t h) {
+           const float* sinks, int64_t first, int64_t h) {
   thread_local std::vector<float> acc;
   const int64_t head_dim = geo.head_dim;
   const Item& it = items[first];
-  const int64_t chunks = (it.n + kChunkKeys - 1) / kChunkKeys;
+  const int64_t chunks = ChunkCount(it);
   auto partial = [&](int64_t c) { return partials + (first + c) * geo.partial_stride; };
   acc.assign(static_cast<size_t>(head_dim), 0.0f);
-  float big = -INFINITY;
+  const float sink = sinks ? sinks[h] : -INFINITY;
+  float big = sink;
   for (int64_t c = 0; c < chunks; ++c) big = std::max(big, partial(c)[h]);
   float l = 0.0f;
   for (int64_t c = 0; c < chunks; ++c) {
@@ -148,6 +161,7 @@ void Merge(const OpCall& call, const Geometry& geo, const std::vector<Item>& ite
     const float* o = p + 2 * geo.heads + h * head_dim;
     for (int64_t d = 0; d < head_dim; ++d) acc[d] += e * o[d];
   }
+  l += std::exp(sink - big);   // 0 without a sink
   for (int64_t d = 0; d < head_dim; ++d) acc[d] /= l;
   StoreRowF32(call.outputs[0].data(), call.outputs[0].dtype(), (it.token * geo.heads + h) * head_dim, head_dim,
               acc.data());
@@ -159,8 +173,8 @@ bool FastPagedAttention(const OpCall& call) {
   const Tensor& block_tables = call.inputs[3];
   const int32_t* seq_lens = call.inputs[4].data_as<int32_t>();
   const int32_t* query_start_loc = call.inputs[5].data_as<int32_t>();
-  // Sliding windows and sinks: the oracle's (their SIMD form is to come).
-  if (call.param<ops::PagedAttentionParams>().window > 0 || call.inputs.size() > 6) return false;
+  const int64_t window = call.param<ops::PagedAttentionParams>().window;
+  const float* sinks = call.inputs.size() > 6 ? call.inputs[6].data_as<float>() : nullptr;
   if (query.numel() == 0) return true;   // no tokens, heads or features to attend
   Geometry geo{query.dim(1), query.dim(2), key_cache.dim(2), 0, key_cache.dim(1), 0};
   geo.group = geo.heads / geo.kv_heads;
@@ -181,10 +195,13 @@ bool FastPagedAttention(const OpCall& call) {
   for (int64_t b = 0; b < block_tables.dim(0); ++b) {
     const int64_t q_len = query_start_loc[b + 1] - query_start_loc[b];
     for (int64_t i = 0; i < q_len; ++i) {
-      const int64_t token = query_start_loc[b] + i, n = seq_lens[b] - q_len + i + 1;   // causal: 0 .. p
-      widest = std::max(widest, n);
+      const int64_t token = query_start_loc[b] + i, n = seq_lens[b] - q_len + i + 1;   // causal: .. p
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, n - window) : 0;
+      widest = std::max(widest, n - lo);
       first[token] = static_cast<int64_t>(items.size());
-      for (int64_t c = 0; c * kChunkKeys < n; ++c) items.push_back({b, token, c, n});
+      const Item head{b, token, 0, lo, n};
+      for (int64_t c = FirstChunk(head); c < FirstChunk(head) + ChunkCount(head); ++c)
+        items.push_back({b, token, c, lo, n});
     }
   }
   partials.resize(items.size() * static_cast<size_t>(geo.partial_stride));
@@ -196,11 +213,11 @@ bool FastPagedAttention(const OpCall& call) {
                   RunItem(call, geo, kernels, items[i], partials.data() + i * geo.partial_stride);
               });
   // A token's heads read only its own items; a decode batch's merge is too small to fork.
-  const int64_t merge_work = geo.head_dim * ((widest + kChunkKeys - 1) / kChunkKeys);
+  const int64_t merge_work = geo.head_dim * ((widest + 2 * kChunkKeys - 2) / kChunkKeys);   // chunks, at most
   ParallelFor(tokens * geo.heads, std::max<int64_t>(1, kMinWorkPerChunk / merge_work), [&](int64_t begin, int64_t end) {
     for (int64_t th = begin; th < end; ++th) {
       const int64_t token = th / geo.heads, h = th % geo.heads;
-      if (first[token] >= 0) Merge(call, geo, items, partials.data(), first[token], h);
+      if (first[token] >= 0) Merge(call, geo, items, partials.data(), sinks, first[token], h);
     }
   });
   return true;

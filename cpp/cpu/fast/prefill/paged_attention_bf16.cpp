@@ -27,7 +27,8 @@ using namespace prefill_attention;
 
 int64_t RoundUp(int64_t n, int64_t step) { return (n + step - 1) / step * step; }
 
-// One request's operands of the bf16 products: K as bf16 rows [kv_heads][seq_len][head_dim];
+// One request's operands of the bf16 products, over its gathered positions (Request's
+// kv_len of them, `seq_len` here): K as bf16 rows [kv_heads][seq_len][head_dim];
 // V^T per kv head packed as the GEMM's activations (gemm_bf16.h), head_dim rows of
 // keys_pad = seq_len rounded up to the AMX step, the keys past seq_len zero.
 struct Bf16Context {
@@ -76,8 +77,11 @@ struct Bf16Products {
 void AttendBlockBf16(const OpCall& call, const Request& r, int64_t g, int64_t i0, int64_t i1, const Bf16Context& ctx,
                      const Bf16Products& gemm, bool vector_exp) {
   const int64_t head_dim = call.inputs[0].dim(2), group = call.inputs[0].dim(1) / call.inputs[1].dim(2);
-  const int64_t rows = (i1 - i0) * group;
-  const int64_t n_keys = r.seq_len - r.q_len + i1, n_pad = RoundUp(n_keys, kAmxK);
+  const int64_t rows = (i1 - i0) * group, past = r.seq_len - r.q_len;
+  // Gathered rows k0 .. the block's last position: k0 the first its first query sees,
+  // rounded down to the AMX step so that it starts a pair group of the packed V^T.
+  const int64_t k0 = (WindowStart(call, past + i0) - r.kv_begin) / kAmxK * kAmxK;
+  const int64_t n_keys = past + i1 - r.kv_begin - k0, n_pad = RoundUp(n_keys, kAmxK);
   static thread_local std::vector<float> q, s, o_t, l;
   static thread_local std::vector<uint32_t> packed_q;
   static thread_local std::vector<uint16_t> w;
@@ -85,16 +89,21 @@ void AttendBlockBf16(const OpCall& call, const Request& r, int64_t g, int64_t i0
   packed_q.resize(static_cast<size_t>(Bf16PackedSize(rows, head_dim)));
   PackRowsBf16Avx512(q.data(), rows, head_dim, 0, Bf16RowBlocks(rows), packed_q.data());
   s.resize(std::max(s.size(), static_cast<size_t>(rows * n_pad)));
-  gemm.qk(packed_q.data(), rows, head_dim, ctx.keys.data() + g * r.seq_len * head_dim, n_keys, s.data(), n_pad);
+  gemm.qk(packed_q.data(), rows, head_dim, ctx.keys.data() + (g * r.kv_len + k0) * head_dim, n_keys, s.data(),
+          n_pad);
   l.resize(static_cast<size_t>(rows));
-  for (int64_t row = 0; row < rows; ++row)
-    l[row] = SoftmaxWeights(s.data() + row * n_pad, n_pad, r.seq_len - r.q_len + i0 + row / group, vector_exp);
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t p = past + i0 + row / group, origin = r.kv_begin + k0;   // s's column 0
+    l[row] = SoftmaxWeights(s.data() + row * n_pad, n_pad, WindowStart(call, p) - origin, p - origin,
+                            Sink(call, g * group + row % group), vector_exp);
+  }
   w.resize(std::max(w.size(), static_cast<size_t>(rows * n_pad)));
   RoundToBf16Avx512(s.data(), rows * n_pad, w.data());
   // O^T [head_dim, rows], 16 rows of V^T a product: the block's keys are a prefix of each
   // 16-row group's pairs in the request's packing, not of the whole packing.
   o_t.resize(static_cast<size_t>(head_dim * rows));
-  const uint32_t* v_t = ctx.values_t.data() + g * ctx.packed_per_head;
+  // Key k0's pair group: kBf16RowBlock words a pair (gemm_bf16.h's packing).
+  const uint32_t* v_t = ctx.values_t.data() + g * ctx.packed_per_head + k0 / 2 * kBf16RowBlock;
   for (int64_t d0 = 0; d0 < head_dim; d0 += kBf16RowBlock)
     gemm.pv(v_t + d0 * (ctx.keys_pad / 2), std::min(kBf16RowBlock, head_dim - d0), n_pad, w.data(), rows,
             o_t.data() + d0 * rows, rows);
@@ -105,7 +114,7 @@ bool PrefillAttentionBf16(const OpCall& call) {
   // Pairs of head_dim for the bf16 products.
   const int64_t head_dim = call.inputs[0].dim(2);
   // The projections of a batch of up to kGemvMaxRows tokens ran on the f32 GEMV.
-  if (!HasPrefill(call) || !FullCausal(call) || call.inputs[0].dim(0) <= kGemvMaxRows || head_dim % 2 != 0 ||
+  if (!HasPrefill(call) || call.inputs[0].dim(0) <= kGemvMaxRows || head_dim % 2 != 0 ||
       !PrefillGemmIsBf16(call.param<ops::PagedAttentionParams>().coarse_projections))
     return false;
   const Bf16Products gemm{SelectedBf16Gemm(head_dim), SelectedBf16Gemm(kAmxK)};
@@ -115,7 +124,7 @@ bool PrefillAttentionBf16(const OpCall& call) {
   EachBlock(
       call,
       [&](const Request& r, const std::vector<float>& k, const std::vector<float>& v) {
-        PrepareBf16(k, v, call.inputs[1].dim(2), r.seq_len, head_dim, ctx);
+        PrepareBf16(k, v, call.inputs[1].dim(2), r.kv_len, head_dim, ctx);
       },
       [&](const Request& r, const std::vector<float>&, const std::vector<float>&, int64_t g, int64_t i0, int64_t i1) {
         AttendBlockBf16(call, r, g, i0, i1, ctx, gemm, vector_exp);

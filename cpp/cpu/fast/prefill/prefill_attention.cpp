@@ -25,19 +25,31 @@ float RowMax(const float* s, int64_t n) {
 
 }  // namespace
 
-float SoftmaxWeights(float* s, int64_t n_keys, int64_t last, bool vector_exp) {
-  const float m = RowMax(s, last + 1);
+int64_t WindowStart(const OpCall& call, int64_t p) {
+  const int64_t window = call.param<ops::PagedAttentionParams>().window;
+  return window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+}
+
+float Sink(const OpCall& call, int64_t head) {
+  return call.inputs.size() > 6 ? call.inputs[6].data_as<float>()[head] : -INFINITY;
+}
+
+float SoftmaxWeights(float* s, int64_t n_keys, int64_t first, int64_t last, float sink, bool vector_exp) {
+  float* row = s + first;
+  const int64_t n = last + 1 - first;
+  const float m = std::max(RowMax(row, n), sink);
   float l = 0.0f;
   if (vector_exp && std::isfinite(m)) {
-    l = ExpShiftedRowAvx512(s, last + 1, m);
+    l = ExpShiftedRowAvx512(row, n, m);
   } else {
-    for (int64_t j = 0; j <= last; ++j) {
-      s[j] = std::exp(s[j] - m);
-      l += s[j];
+    for (int64_t j = 0; j < n; ++j) {
+      row[j] = std::exp(row[j] - m);
+      l += row[j];
     }
   }
+  std::fill(s, row, 0.0f);
   std::fill(s + last + 1, s + n_keys, 0.0f);
-  return l;
+  return l + std::exp(sink - m);   // + 0 without a sink
 }
 
 void LoadScaledQueries(const OpCall& call, const Request& r, int64_t g, int64_t i0, int64_t i1,
@@ -75,10 +87,6 @@ bool HasPrefill(const OpCall& call) {
   for (int64_t b = 0; b < call.inputs[3].dim(0); ++b)
     if (query_start_loc[b + 1] - query_start_loc[b] > 1) return true;
   return false;
-}
-
-bool FullCausal(const OpCall& call) {
-  return call.param<ops::PagedAttentionParams>().window == 0 && call.inputs.size() == 6;
 }
 
 }  // namespace metalrt::cpu::fast::prefill_attention

@@ -18,9 +18,10 @@ void AttendBlock(const OpCall& call, const Request& r, int64_t g, int64_t i0, in
   const int64_t head_dim = call.inputs[0].dim(2), group = call.inputs[0].dim(1) / call.inputs[1].dim(2);
   const int64_t rows = (i1 - i0) * group;
   const int64_t past = r.seq_len - r.q_len;        // positions before the first query
-  const int64_t n_keys = past + i1;                // keys 0 .. the block's last position
-  const float* k = keys.data() + g * r.seq_len * head_dim;
-  const float* v = values.data() + g * r.seq_len * head_dim;
+  // Keys k0 .. the block's last position, k0 = the first its first query sees.
+  const int64_t k0 = WindowStart(call, past + i0), n_keys = past + i1 - k0;
+  const float* k = keys.data() + (g * r.kv_len + k0 - r.kv_begin) * head_dim;
+  const float* v = values.data() + (g * r.kv_len + k0 - r.kv_begin) * head_dim;
   // Per thread and grown only: a fresh vector zero-filled its rows x n_keys scores, which
   // the sgemm then overwrote.
   static thread_local std::vector<float> q, s, o, l;
@@ -29,14 +30,17 @@ void AttendBlock(const OpCall& call, const Request& r, int64_t g, int64_t i0, in
   o.resize(q.size());
   l.resize(static_cast<size_t>(rows));
   Sgemm(rows, n_keys, head_dim, q.data(), head_dim, k, head_dim, true, s.data(), n_keys);
-  for (int64_t row = 0; row < rows; ++row)
-    l[row] = SoftmaxWeights(s.data() + row * n_keys, n_keys, past + i0 + row / group, vector_exp);
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t p = past + i0 + row / group;
+    l[row] = SoftmaxWeights(s.data() + row * n_keys, n_keys, WindowStart(call, p) - k0, p - k0,
+                            Sink(call, g * group + row % group), vector_exp);
+  }
   Sgemm(rows, head_dim, n_keys, s.data(), n_keys, v, head_dim, false, o.data(), head_dim);
   StoreBlock(call, r, g, i0, i1, o.data(), false, l);
 }
 
 bool PrefillAttention(const OpCall& call) {
-  if (!HasPrefill(call) || call.inputs[0].numel() == 0 || !BlasAvailable() || !FullCausal(call)) return false;
+  if (!HasPrefill(call) || call.inputs[0].numel() == 0 || !BlasAvailable()) return false;
   const bool vector_exp = SelectedGemvIsa() == GemvIsa::kAvx512Vnni;
   EachBlock(
       call, [](const Request&, const std::vector<float>&, const std::vector<float>&) {},
