@@ -33,11 +33,24 @@ def _write(tensor, blocks: Sequence[int], rows: np.ndarray) -> None:
         tensor[a:b].copy_from(np.ascontiguousarray(rows[at:at + b - a]))
 
 
+def check_windows(engine) -> None:
+    """ValueError when ``engine``'s sliding-window layers keep only their window's blocks
+    (``cache.window``): a prefix's blocks before its window are gone from them, so the
+    file could not hold what its format says (every block of every attention layer)."""
+    if engine.cache.window:
+        raise ValueError("[prompt_cache] this cache's sliding-window layers keep only their "
+                         "window's blocks, so a prefix cannot be saved or restored with them; "
+                         "make the cache with model.new_cache(..., window_blocks=None) to "
+                         "keep every position (docs/generation.md)")
+
+
 def capture(engine, tokens: Sequence[int]) -> Optional[PrefixState]:
     """The longest prefix of ``tokens`` (whole blocks) that ``engine``'s prefix cache
     holds, copied to the host; for a hybrid model, only up to the last block whose
     state is checkpointed (the state there comes with it). None when nothing of it is
-    cached (or the engine runs without prefix caching). Call it between steps."""
+    cached (or the engine runs without prefix caching). Call it between steps.
+    ValueError for a cache whose sliding-window layers drop blocks (``check_windows``)."""
+    check_windows(engine)
     scheduler = engine.scheduler
     keys = prefix_keys(list(tokens))
     blocks = scheduler.pool.match(keys)
@@ -71,6 +84,7 @@ def fill(engine, prefix: PrefixState, where: str = "the prompt cache") -> int:
     the tokens added (0 when the cache already held them). ValueError as ``check``, and
     when the engine runs without prefix caching; OutOfBlocksError when fewer blocks are
     free than the prefix holds. Call it between steps."""
+    check_windows(engine)
     check(engine, prefix, where)
     scheduler = engine.scheduler
     if not scheduler.pool.caching:

@@ -114,8 +114,12 @@ class EngineLoop:
                  max_queued: int = 64, prefix_caching: bool = True, speculative=None,
                  prompt_cache=None):
         self.model, self.tokenizer = model, tokenizer
-        self.engine = Engine(model, model.kv_cache(num_blocks), max_batched_tokens,
-                             prefix_caching, speculative=speculative)
+        # Prompt-cache files hold every block of a prefix: with them, sliding-window layers
+        # keep every position (runner.prompt_cache.check_windows).
+        cache = model.kv_cache(num_blocks, **({} if prompt_cache is None else
+                                              {"window_blocks": None}))
+        self.engine = Engine(model, cache, max_batched_tokens, prefix_caching,
+                             speculative=speculative)
         self.prompt_cache = prompt_cache
         if prompt_cache is not None:
             prompt_cache.load_into(self.engine)
