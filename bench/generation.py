@@ -63,6 +63,8 @@ class MetalrtEngine(Engine):
         self.model, _ = metalrt.load(spec.get("gguf"), device=self.device)
         self.decode_tokens = spec["decode_tokens"]
         self.cache = self.model.new_cache(blocks_for(max(spec["prompt_lengths"]) + self.decode_tokens))
+        # What the cache holds (sliding-window layers: their window pool only).
+        self.kv_bytes = self.cache.nbytes
         self._runner, self._params = Runner, SamplingParams()
         self.engine = None
 
@@ -256,6 +258,7 @@ def _result(engine: Engine, prefill: Dict[int, List[float]], decode: List[float]
         "decode_tps": summary(decode),
         "decode_tokens": spec["decode_tokens"],
         "peak_memory_gb": peak_memory_bytes() / 1e9,
+        **({"kv_bytes": engine.kv_bytes} if getattr(engine, "kv_bytes", None) else {}),
         "greedy_tokens": tokens[:16],
     }
 

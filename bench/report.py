@@ -83,6 +83,10 @@ def generation_table(result: Dict) -> str:
             partial.append(f"* {name}: {len(r['decode_tps'].get('runs', []))} of {gen['runs']} "
                            f"runs, then {r.get('reason') or 'stopped'}")
     table = _table(header, rows) if rows else "(no engine was measured)"
+    kv = [f"{r.get('engine')} {r.get('variant')} {r['kv_bytes'] / 1e6:.1f} MB"
+          for r in gen["rows"] if r.get("kv_bytes")]
+    if kv:
+        table += "\n\nkv bytes (the KV cache a row's engine holds): " + ", ".join(kv)
     if rows and not base:
         why = ("it is not in this result" if cpu is None else
                f"it has fewer than {MIN_RUNS} runs" if cpu.get("decode_tps") else

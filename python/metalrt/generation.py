@@ -176,7 +176,9 @@ def _engine(model: CausalLM, prompts: Sequence[Sequence[int]], budgets: Sequence
     blocks = sum(blocks_for(len(p) + b) for p, b in zip(prompts, budgets))
     if prompt_cache is None:
         return Engine(model, model.kv_cache(blocks), max_batched_tokens, speculative=speculative)
-    engine = Engine(model, model.kv_cache(blocks + prompt_cache.num_blocks), max_batched_tokens,
+    # Prompt caches hold every block of a prefix: sliding-window layers keep every position.
+    engine = Engine(model, model.kv_cache(blocks + prompt_cache.num_blocks, window_blocks=None),
+                    max_batched_tokens,
                     prefix_caching=True, speculative=speculative)
     try:
         prompt_cache.fill(engine)

@@ -102,7 +102,7 @@ def load_prompt_cache(file_name: str, return_metadata: bool = False, model=None)
         raise FileNotFoundError(f"[prompt_cache] {file_name}: no such file")
     expected = None
     if model is not None:
-        layout_cache = model.new_cache(1)
+        layout_cache = model.new_cache(1, window_blocks=None)   # as the engines of prompt caches
         expected = identity(model, layout_cache)
     prefix = read(file_name, expected)
     cache = PromptCache(model)

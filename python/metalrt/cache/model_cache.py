@@ -13,16 +13,28 @@ class ModelCache:
     (``num_slots``, 0 for none; a layer with slots has ``reset(slot)``).
 
     ``num_blocks``: the KV blocks of every paged layer (one block table serves them
-    all); ``num_state_slots``: the request slots of the layers with per-request state
+    all) except sliding-window layers made with their own pool (``PagedKVLayer.window``
+    > 0): those hold ``num_window_blocks`` blocks, addressed through a second block table
+    per sequence (``cache.window``); ``window``: their window (0: none);
+    ``num_state_slots``: the request slots of the layers with per-request state
     (0: none), which the engine hands out as requests are admitted. ``in_use`` marks a
     cache an engine holds, so that a second generation running at the same time gets
     its own; ``decode_plans`` are the plans recorded over this cache, kept for the next
     engine that holds it (``runner.engine``: recording a plan runs the model op by op).
     """
 
-    def __init__(self, layers: Sequence, num_blocks: int):
+    def __init__(self, layers: Sequence, num_blocks: int, num_window_blocks: int = 0):
         self.layers = list(layers)
         self.num_blocks = num_blocks
+        windows = sorted({layer.window for layer in self.layers if getattr(layer, "window", 0)})
+        if len(windows) > 1:
+            raise ValueError(f"[cache] the sliding-window layers have windows {windows}; one "
+                             "window is needed (their blocks share one table)")
+        if windows and num_window_blocks < 1:
+            raise ValueError("[cache] sliding-window layers with their own blocks need "
+                             f"num_window_blocks >= 1, got {num_window_blocks}")
+        self.window = windows[0] if windows else 0
+        self.num_window_blocks = num_window_blocks if windows else 0
         self.in_use = False
         self.decode_plans = None
         self._stateful = [layer for layer in self.layers if layer.num_slots]
@@ -37,6 +49,13 @@ class ModelCache:
         """Whether requests may reuse the KV blocks of another request's prompt prefix:
         no layer keeps state that cannot be rolled back to a prefix."""
         return all(layer.shares_prefixes for layer in self.layers)
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes of every layer's KV blocks and state pools."""
+        return sum(t.nbytes for layer in self.layers
+                   for t in ((layer.keys, layer.values) if not layer.num_slots
+                             else (layer.conv, layer.recurrent)))
 
     def snapshot(self, slot: int) -> list:
         """Host copies of request slot ``slot`` of every layer with per-request state (to

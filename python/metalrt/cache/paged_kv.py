@@ -28,16 +28,19 @@ class PagedKVLayer:
     num_slots = 0            # no per-request state: the blocks are the whole cache
     shares_prefixes = True
 
-    def __init__(self, keys: "metalrt.Tensor", values: "metalrt.Tensor"):
-        self.keys, self.values = keys, values
+    def __init__(self, keys: "metalrt.Tensor", values: "metalrt.Tensor", window: int = 0):
+        # window > 0: a sliding-window layer's own pool, read through the step's
+        # window tables (``cache.window``); 0: the blocks of the shared block tables.
+        self.keys, self.values, self.window = keys, values, int(window)
 
 
 def paged_kv_layers(num_layers: int, num_blocks: int, kv_heads: int, head_dim: int,
-                    device: str, dtype: str = "float32") -> List[PagedKVLayer]:
+                    device: str, dtype: str = "float32", window: int = 0) -> List[PagedKVLayer]:
     """The caches of ``num_layers`` attention layers on ``device``.
 
     Memory: ``2 * num_layers * num_blocks * 16 * kv_heads * head_dim`` elements of
-    ``dtype``, zero-filled. On a GPU each layer's side is its own buffer, since one
+    ``dtype``, zero-filled; ``window`` > 0 makes them sliding-window layers' own pools
+    (``PagedKVLayer``). On a GPU each layer's side is its own buffer, since one
     Metal buffer cannot exceed ``maxBufferLength`` and a server's cache of every
     layer can (``device_info(device)["max_buffer_length"]``; RuntimeError naming it
     when one layer's side is larger). On the CPU there is one allocation a side with a
@@ -55,13 +58,13 @@ def paged_kv_layers(num_layers: int, num_blocks: int, kv_heads: int, head_dim: i
     # (A cache of no elements, e.g. a hybrid model with no attention layer, has no
     # pages to place.)
     if device != "cpu":
-        return [PagedKVLayer(*(metalrt.zeros(shape[1:], dtype, device) for _ in range(2)))
-                for _ in range(num_layers)]
+        return [PagedKVLayer(*(metalrt.zeros(shape[1:], dtype, device) for _ in range(2)),
+                             window=window) for _ in range(num_layers)]
     if dtype in _STORAGE and huge_pages.available() and all(shape):
         keys, values = (_huge_page_side(shape, dtype) for _ in range(2))
     else:
         keys, values = (metalrt.zeros(shape, dtype, device) for _ in range(2))
-    return [PagedKVLayer(keys[layer], values[layer]) for layer in range(num_layers)]
+    return [PagedKVLayer(keys[layer], values[layer], window) for layer in range(num_layers)]
 
 
 def _huge_page_side(shape, dtype: str) -> metalrt.Tensor:

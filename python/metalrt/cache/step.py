@@ -29,7 +29,10 @@ class StepInputs:
     this step, e.g. a step of prompt chunks only); max_position: the largest entry of
     positions, kept on the host so position tables can grow ahead of use;
     state_slots int32 [B]: each sequence's slot in the recurrent-state pools (models
-    with Gated-DeltaNet layers, ``cache.recurrent``); derived: tensors that every layer
+    with Gated-DeltaNet layers, ``cache.recurrent``); window_tables int32 [B, max_blocks]
+    and window_slots int64 [T]: the block tables and cache slots of the sliding-window
+    layers' own pool (``cache.window``; -1 entries for blocks out of the window), None
+    when no layer has one; derived: tensors that every layer
     would otherwise compute again from these inputs, made by the first layer that
     needs them and kept for this step only (RoPE's cos|sin rows of the step's tokens,
     keyed by their maker).
@@ -45,6 +48,8 @@ class StepInputs:
     num_logit_rows: int
     max_position: int
     state_slots: Optional["metalrt.Tensor"] = None
+    window_tables: Optional["metalrt.Tensor"] = None
+    window_slots: Optional["metalrt.Tensor"] = None
     derived: Dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -55,13 +60,15 @@ class ScheduledChunk:
     which of its rows need logits: "last" (the next token is sampled), "all" (a
     whole-prompt scoring pass) or "none" (a prompt chunk that is not the last).
     ``state_slot``: the sequence's recurrent-state slot (0 for a one-off pass over a
-    fresh cache)."""
+    fresh cache); ``window_table``: its table in the sliding-window layers' own pool
+    (``cache.window``, as long as ``block_table``), None for a cache without one."""
 
     token_ids: Sequence[int]
     start: int
     block_table: Sequence[int]
     logits: str = "last"
     state_slot: int = 0
+    window_table: Optional[Sequence[int]] = None
 
 
 class StepBuffers:
@@ -75,7 +82,8 @@ class StepBuffers:
 
     _DTYPES = {"token_ids": np.int32, "positions": np.int32, "slot_mapping": np.int64,
                "block_tables": np.int32, "seq_lens": np.int32, "query_start_loc": np.int32,
-               "logit_rows": np.int32, "state_slots": np.int32}
+               "logit_rows": np.int32, "state_slots": np.int32, "window_tables": np.int32,
+               "window_slots": np.int64}
 
     def __init__(self, device: str):
         self.device = device
@@ -105,6 +113,11 @@ def build_step(chunks: Sequence[ScheduledChunk], device: str,
     ids, positions, slots, seq_lens, starts, rows = [], [], [], [], [0], []
     max_blocks = max(len(c.block_table) for c in chunks)
     tables = np.zeros((len(chunks), max(max_blocks, 1)), dtype=np.int32)
+    windowed = chunks[0].window_table is not None
+    if any((c.window_table is not None) != windowed for c in chunks):
+        raise ValueError("[build_step] every chunk of a step needs a window table, or none")
+    window_tables = np.full(tables.shape, -1, dtype=np.int32) if windowed else None
+    window_slots = []
     for b, chunk in enumerate(chunks):
         n = len(chunk.token_ids)
         end = chunk.start + n
@@ -117,6 +130,13 @@ def build_step(chunks: Sequence[ScheduledChunk], device: str,
         positions.append(pos)
         slots.append(table[pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE)
         tables[b, :len(table)] = table
+        if windowed:
+            window = np.asarray(chunk.window_table, dtype=np.int64)
+            if len(window) != len(table) or (window[pos // BLOCK_SIZE] < 0).any():
+                raise ValueError(f"[build_step] the window table of a chunk at {chunk.start} has "
+                                 "no block for a token it writes")
+            window_tables[b, :len(window)] = window
+            window_slots.append(window[pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE)
         seq_lens.append(end)
         starts.append(starts[-1] + n)
         if chunk.logits == "last":
@@ -142,4 +162,6 @@ def build_step(chunks: Sequence[ScheduledChunk], device: str,
         num_logit_rows=len(rows),
         max_position=int(all_positions.max()),
         state_slots=up("state_slots", [c.state_slot for c in chunks]),
+        window_tables=up("window_tables", window_tables) if windowed else None,
+        window_slots=up("window_slots", np.concatenate(window_slots)) if windowed else None,
     )

@@ -116,6 +116,10 @@ class Attention:
         """TypeError unless ``cache`` is a ``PagedKVLayer``; ValueError unless its keys and
         values are rows [16, kv_heads, head_dim] of ``dtype`` on ``device``."""
         expect_kind(cache, PagedKVLayer, where)
+        if cache.window and cache.window != self.window:
+            raise ValueError(f"[cache] {where}: its cache keeps a window of {cache.window} "
+                             f"positions, the layer attends {self.window or 'all'} (a cache "
+                             "made for another model?)")
         for name in ("keys", "values"):
             expect_rows(getattr(cache, name), name, (BLOCK_SIZE, self.kv_heads, self.head_dim),
                         dtype, device, where)
@@ -144,29 +148,43 @@ class Attention:
         """h += attention(x), in place, the output projection fused with the add."""
         return self.out.add_to(self.attend(x, step, cache), h)
 
+    @staticmethod
+    def tables(step: StepInputs, cache: PagedKVLayer):
+        """(block tables, slot mapping) that address ``cache``: the step's window tables
+        for a sliding-window layer's own pool (``cache.window``), else the shared ones.
+        ValueError for a step built without window tables over such a pool."""
+        if not cache.window:
+            return step.block_tables, step.slot_mapping
+        if step.window_tables is None:
+            raise ValueError("[attention] this sliding-window layer's cache has its own blocks "
+                             "(new_cache(window_blocks=...)); the step has no window tables")
+        return step.window_tables, step.window_slots
+
     def attend(self, x, step: StepInputs, cache: PagedKVLayer):
         """The attention output [tokens, heads * head_dim] before the output projection."""
         tokens = x.shape[0]
         key_cache, value_cache = cache.keys, cache.values
+        block_tables, slot_mapping = self.tables(step, cache)
         rope = self.positional
         qkv = self.merged_qkv(x) if isinstance(rope, Rope) and not rope.scaled else None
         if qkv is not None:
             # Split, RoPE of q and k and the cache write in one op (byte for byte the same).
             q = ops.qkv_rope_cache(qkv, step.positions, key_cache, value_cache,
-                                   step.slot_mapping, self.heads, rope.rotary_dim, rope.base,
+                                   slot_mapping, self.heads, rope.rotary_dim, rope.base,
                                    rope.neox)
-            return self.paged_attention(q, step, key_cache, value_cache)
+            return self.paged_attention(q, step, key_cache, value_cache, block_tables)
         q, k, v = self.project_qkv(x)
         q = q.reshape(tokens, self.heads, self.head_dim)
         k = k.reshape(tokens, self.kv_heads, self.head_dim)
         v = v.reshape(tokens, self.kv_heads, self.head_dim)
         if self.positional is not None:
             q, k = self.positional(q, k, step)
-        ops.reshape_and_cache(k, v, key_cache, value_cache, step.slot_mapping)
-        return self.paged_attention(q, step, key_cache, value_cache)
+        ops.reshape_and_cache(k, v, key_cache, value_cache, slot_mapping)
+        return self.paged_attention(q, step, key_cache, value_cache, block_tables)
 
-    def paged_attention(self, q, step: StepInputs, key_cache, value_cache):
-        attn = ops.paged_attention(q, key_cache, value_cache, step.block_tables, step.seq_lens,
+    def paged_attention(self, q, step: StepInputs, key_cache, value_cache, block_tables=None):
+        block_tables = step.block_tables if block_tables is None else block_tables
+        attn = ops.paged_attention(q, key_cache, value_cache, block_tables, step.seq_lens,
                                    step.query_start_loc, self.scale,
                                    coarse_projections=self.coarse_projections, window=self.window)
         return attn.reshape(q.shape[0], self.heads * self.head_dim)

@@ -13,8 +13,10 @@ import numpy as np
 import metalrt
 from metalrt import ops
 
-from ..cache import ModelCache, ScheduledChunk, StepInputs, blocks_for, build_step, paged_kv_layers
-from ..tensor import check_int_range
+from ..cache import (BLOCK_SIZE, ModelCache, ScheduledChunk, StepInputs, blocks_for, build_step,
+                     paged_kv_layers)
+from ..cache.window import window_blocks_per_sequence
+from ..tensor import check_int_range, is_int
 from .config_values import config_int
 from .layers import linear, residual_add
 from .logits import as_float32
@@ -101,17 +103,63 @@ class CausalLM:
             layer.attention.check_cache(layer_cache, self.dtype, self.device,
                                         f"{self.arch} layer {i}")
 
-    def new_cache(self, num_blocks: int) -> ModelCache:
-        """A cache of ``num_blocks`` KV blocks for every layer (all attention layers)."""
-        return ModelCache(paged_kv_layers(self.num_layers, num_blocks, self.num_kv_heads,
-                                          self.head_dim, self.device, self.dtype), num_blocks)
+    # The sequences a default window pool holds at a whole window and a full prompt
+    # chunk each (``new_cache``), and the chunk it assumes (the engine's default).
+    WINDOW_SEQUENCES, WINDOW_STEP_TOKENS = 8, 512
 
-    def kv_cache(self, num_blocks: int) -> ModelCache:
-        """A cache of at least ``num_blocks`` blocks that no engine holds: the last one
-        made is reused (stale rows are never read: attention stops at seq_len)."""
-        if self._cache is None or self._cache.in_use or self._cache.num_blocks < num_blocks:
-            self._cache = self.new_cache(num_blocks)
+    def new_cache(self, num_blocks: int, window_blocks="auto") -> ModelCache:
+        """A cache of ``num_blocks`` KV blocks for every attention layer; sliding-window
+        layers (``attention.window`` > 0) get a pool of their own of ``window_blocks``
+        blocks (``cache.window``: they keep only their window's blocks). "auto":
+        ``WINDOW_SEQUENCES`` sequences at a whole window and a ``WINDOW_STEP_TOKENS``-token
+        step each, at most ``num_blocks``; None: they share the blocks of the other
+        layers and keep every position (one block table for all layers).
+
+        Memory: ``2 * 16 * kv_heads * head_dim`` elements a block, times ``num_blocks``
+        for each global layer plus ``window_blocks`` for each sliding-window layer."""
+        windows = [getattr(getattr(layer, "attention", None), "window", 0) for layer in self.layers]
+        window = self._windowed()
+        if not window or window_blocks is None:
+            return ModelCache(paged_kv_layers(self.num_layers, num_blocks, self.num_kv_heads,
+                                              self.head_dim, self.device, self.dtype), num_blocks)
+        if window_blocks == "auto":
+            window_blocks = self.new_cache_window_blocks(num_blocks)
+        if not is_int(window_blocks) or window_blocks < 1:
+            raise ValueError(f"[{self.arch}] window_blocks must be an int >= 1, \"auto\" or None, "
+                             f"got {window_blocks!r}")
+        geometry = (self.num_kv_heads, self.head_dim, self.device, self.dtype)
+        pools = {0: iter(paged_kv_layers(windows.count(0), num_blocks, *geometry)),
+                 window: iter(paged_kv_layers(len(windows) - windows.count(0), window_blocks,
+                                              *geometry, window=window))}
+        return ModelCache([next(pools[w]) for w in windows], num_blocks, window_blocks)
+
+    def kv_cache(self, num_blocks: int, window_blocks="auto") -> ModelCache:
+        """A cache of at least ``num_blocks`` blocks (``window_blocks`` as ``new_cache``)
+        that no engine holds: the last one made is reused when its pools are as large
+        and of the same kind (stale rows are never read: attention stops at seq_len)."""
+        old = self._cache
+        if old is None or old.in_use or old.num_blocks < num_blocks or \
+                not self._same_window_pool(old, num_blocks, window_blocks):
+            # (A model without windows takes new_cache's other defaults: hybrids' slots.)
+            self._cache = self.new_cache(num_blocks, window_blocks) if self._windowed() \
+                else self.new_cache(num_blocks)
         return self._cache
+
+    def _same_window_pool(self, cache: ModelCache, num_blocks: int, window_blocks) -> bool:
+        if window_blocks is None or not cache.window:
+            return (window_blocks is None) == (not cache.window) or not self._windowed()
+        if window_blocks == "auto":
+            return cache.num_window_blocks == self.new_cache_window_blocks(num_blocks)
+        return cache.num_window_blocks >= window_blocks
+
+    def _windowed(self) -> int:
+        return max((getattr(getattr(layer, "attention", None), "window", 0)
+                    for layer in self.layers), default=0)
+
+    def new_cache_window_blocks(self, num_blocks: int) -> int:
+        """The window pool ``new_cache(num_blocks)`` gives sliding-window layers ("auto")."""
+        return min(num_blocks, self.WINDOW_SEQUENCES * window_blocks_per_sequence(
+            self._windowed(), num_blocks * BLOCK_SIZE, self.WINDOW_STEP_TOKENS))
 
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """float32 [n_tokens, vocab]: the logits after every token of ``token_ids``,
@@ -121,7 +169,7 @@ class CausalLM:
         if not ids:
             raise ValueError("[logits] token_ids must not be empty")
         check_int_range(min(ids), max(ids), "int32", "[logits] token id")
-        cache = self.new_cache(blocks_for(len(ids)))
+        cache = self.new_cache(blocks_for(len(ids)), window_blocks=None)   # one pass: one table
         step = build_step([ScheduledChunk(ids, 0, list(range(cache.num_blocks)), "all")],
                           self.device)
         return self.forward(step, cache).numpy()

@@ -79,9 +79,11 @@ class HybridModel(CausalLM):
         self.lm_head = (self.embed_tokens.table if tied
                         else w.matrix("lm_head.weight", (vocab, hidden)))
 
-    def new_cache(self, num_blocks: int, num_slots: int = DEFAULT_STATE_SLOTS) -> ModelCache:
+    def new_cache(self, num_blocks: int, num_slots: int = DEFAULT_STATE_SLOTS,
+                  window_blocks=None) -> ModelCache:
         """KV blocks for the full-attention layers and ``num_slots`` request slots of
-        recurrent state for the GDN layers."""
+        recurrent state for the GDN layers. ``window_blocks``: taken as ``CausalLM``'s and
+        unused (no layer has a sliding window)."""
         g = self.gdn
         kv = iter(paged_kv_layers(self.layer_types.count(FULL), num_blocks, self.num_kv_heads,
                                   self.head_dim, self.device, self.dtype))

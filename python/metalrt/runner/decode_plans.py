@@ -42,8 +42,10 @@ class DecodeSlots:
     """The fixed device tensors one phase of a decode plan reads: token_ids int32 [B],
     positions int32 [B], slot_mapping int64 [B], block_tables int32 [B, W],
     seq_lens int32 [B], state_slots int32 [B] (the requests' recurrent-state slots;
-    zeros for a model without recurrent state), query_start_loc int32 [B + 1] (0..B:
-    one token per request, written once)."""
+    zeros for a model without recurrent state), window_tables int32 [B, W] and
+    window_slots int64 [B] (the sliding-window layers' own pool, ``cache.window``;
+    unused without one), query_start_loc int32 [B + 1] (0..B: one token per request,
+    written once)."""
 
     def __init__(self, device: str, rows: int, width: int):
         self.rows, self.width = rows, width
@@ -53,13 +55,17 @@ class DecodeSlots:
         self.block_tables = metalrt.empty((rows, width), "int32", device)
         self.seq_lens = metalrt.empty(rows, "int32", device)
         self.state_slots = metalrt.zeros(rows, "int32", device)
+        self.window_tables = metalrt.empty((rows, width), "int32", device)
+        self.window_slots = metalrt.empty(rows, "int64", device)
         self.query_start_loc = metalrt.asarray(np.arange(rows + 1, dtype=np.int32), device=device)
 
-    def step_inputs(self, max_position: int) -> StepInputs:
+    def step_inputs(self, max_position: int, windowed: bool = False) -> StepInputs:
         return StepInputs(self.token_ids, self.positions, self.slot_mapping, self.block_tables,
                           self.seq_lens, self.query_start_loc, logit_rows=None,
                           num_logit_rows=self.rows, max_position=max_position,
-                          state_slots=self.state_slots)
+                          state_slots=self.state_slots,
+                          window_tables=self.window_tables if windowed else None,
+                          window_slots=self.window_slots if windowed else None)
 
 
 @dataclass
@@ -152,11 +158,13 @@ class DecodePlans:
 
     def launch(self, blocks: Sequence[Sequence[int]], positions: Sequence[int],
                token_ids: Optional[Sequence[int]], after: Optional[DecodeRun] = None,
-               state_slots: Optional[Sequence[int]] = None) -> DecodeRun:
+               state_slots: Optional[Sequence[int]] = None,
+               window_tables: Optional[Sequence[Sequence[int]]] = None) -> DecodeRun:
         """Commits the decode step of len(positions) requests: request b feeds
         ``token_ids[b]`` at ``positions[b]`` (its block table ``blocks[b]``, its
         recurrent state at ``state_slots[b]``: distinct slots of the cache's pools, for
-        a model with recurrent state), or, with ``token_ids`` None, the ids ``after`` (a
+        a model with recurrent state; its table in the sliding-window layers' own pool
+        ``window_tables[b]``, for a cache with one), or, with ``token_ids`` None, the ids ``after`` (a
         run of the same key) produces on the device. Replays the key's plan, or records
         it (running the step through the model) on a miss. Returns without waiting for
         the device. The slots are checked when the step records, not when it replays
@@ -184,13 +192,21 @@ class DecodePlans:
             pairs.append((slots.token_ids, np.asarray(token_ids, dtype=np.int32)))
         if state_slots is not None:
             pairs.append((slots.state_slots, np.asarray(state_slots, dtype=np.int32)))
+        if window_tables is not None:
+            windows = np.full((len(pos), slots.width), -1, dtype=np.int32)
+            for b, table in enumerate(window_tables):
+                windows[b, :len(table)] = table
+            rows = windows[np.arange(len(pos)), pos // BLOCK_SIZE].astype(np.int64)
+            pairs += [(slots.window_tables, windows),
+                      (slots.window_slots, rows * BLOCK_SIZE + pos % BLOCK_SIZE)]
         write_inputs(pairs)
         if current.plan is None:
             plan = Plan(self.model.device)
             with plan.record():
                 # In the model's dtype: the argmax needs no cast (read_logits casts).
-                logits = self.model.forward(slots.step_inputs(int(pos.max())), self.cache,
-                                            float32_logits=False)
+                logits = self.model.forward(
+                    slots.step_inputs(int(pos.max()), window_tables is not None), self.cache,
+                    float32_logits=False)
                 ops.greedy_argmax(logits, out=following.slots.token_ids)
             current.plan, current.logits = plan, logits
             self.records += 1

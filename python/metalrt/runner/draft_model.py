@@ -48,7 +48,8 @@ class DraftModelDrafter:
 
     def __init__(self, model, num_blocks: int):
         self.model = model
-        self.cache = model.new_cache(num_blocks)
+        # One table for all layers: its own sequences keep every position.
+        self.cache = model.new_cache(num_blocks, window_blocks=None)
         self.allocator = BlockAllocator(num_blocks)
         self.inputs = StepBuffers(model.device)
         self._sequences: Dict[int, _Sequence] = {}   # request_id -> its draft sequence

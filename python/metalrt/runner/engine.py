@@ -108,7 +108,9 @@ class Engine:
         self.scheduler = Scheduler(BlockAllocator(cache.num_blocks), max_batched_tokens,
                                    prefix_caching and (cache.supports_prefix_caching
                                                        or checkpoints is not None),
-                                   slots, checkpoints)
+                                   slots, checkpoints, cache.window,
+                                   BlockAllocator(cache.num_window_blocks, "window block")
+                                   if cache.window else None)
         # Taken once every argument is accepted: a refused engine leaves it free.
         self.model, self.cache = model, cache
         cache.in_use = True
@@ -230,7 +232,9 @@ class Engine:
             chunks = [c for _, c in scheduled]
             run = self.plans.launch([c.block_table for c in chunks], [c.start for c in chunks],
                                     [c.token_ids[0] for c in chunks],
-                                    state_slots=self._state_slots(requests))
+                                    state_slots=self._state_slots(requests),
+                                    window_tables=None if not self.cache.window
+                                    else [c.window_table for c in chunks])
             for request in requests:
                 self.scheduler.advance(request, 1)
             self._count_step(len(requests))
@@ -329,7 +333,8 @@ class Engine:
                 # then the kept tokens again.
                 self.cache.restore(request.state_slot, snapshots[id(request)])
                 reruns.append(ScheduledChunk(request.tokens[start:start + kept + 1], start,
-                                             request.blocks, "none", request.state_slot))
+                                             request.blocks, "none", request.state_slot,
+                                             self.scheduler.window_table(request, kept + 1)))
             done.append((request, kept + 1))
         if reruns:
             self.model.forward(build_step(reruns, self.model.device, self.inputs), self.cache)
@@ -384,8 +389,11 @@ class Engine:
         # A next step of another key (its positions reach a new bucket) starts unpipelined.
         if live == requests and self._can_pipeline(requests) and \
                 self.plans.can_follow(run, blocks, positions):
+            windows = None if not self.cache.window else \
+                [self.scheduler.window_table(r, 1) for r in requests]
             self._inflight = (self.plans.launch(blocks, positions, None, after=run,
-                                                state_slots=self._state_slots(requests)),
+                                                state_slots=self._state_slots(requests),
+                                                window_tables=windows),
                               requests)
             self.stats.pipelined_steps += 1
         rows = [(row, r) for row, r in enumerate(requests) if r in live]

@@ -53,11 +53,24 @@ def cached_tokens(engine, tokens: Sequence[int]) -> int:
     return len(_cached(engine, prefix_keys(list(tokens)))[0]) * BLOCK_SIZE
 
 
+def check_windows(engine) -> None:
+    """ValueError when ``engine``'s sliding-window layers keep only their window's blocks
+    (``cache.window``): a prefix's blocks before its window are gone from them, so the
+    file could not hold what its format says (every block of every attention layer)."""
+    if engine.cache.window:
+        raise ValueError("[prompt_cache] this cache's sliding-window layers keep only their "
+                         "window's blocks, so a prefix cannot be saved or restored with them; "
+                         "make the cache with model.new_cache(..., window_blocks=None) to "
+                         "keep every position (docs/generation.md)")
+
+
 def capture(engine, tokens: Sequence[int]) -> Optional[PrefixState]:
     """The longest prefix of ``tokens`` (whole blocks) that ``engine``'s prefix cache
     holds, copied to the host; for a hybrid model, only up to the last block whose
     state is checkpointed (the state there comes with it). None when nothing of it is
-    cached (or the engine runs without prefix caching). Call it between steps."""
+    cached (or the engine runs without prefix caching). Call it between steps.
+    ValueError for a cache whose sliding-window layers drop blocks (``check_windows``)."""
+    check_windows(engine)
     blocks, state = _cached(engine, prefix_keys(list(tokens)))
     if not blocks:
         return None
@@ -81,6 +94,7 @@ def fill(engine, prefix: PrefixState, where: str = "the prompt cache") -> int:
     the tokens added (0 when the cache already held them). ValueError as ``check``, and
     when the engine runs without prefix caching; OutOfBlocksError when fewer blocks are
     free than the prefix holds. Call it between steps."""
+    check_windows(engine)
     check(engine, prefix, where)
     scheduler = engine.scheduler
     if not scheduler.pool.caching:

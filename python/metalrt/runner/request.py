@@ -32,6 +32,11 @@ class Request:
     speculative: bool = False
     draft: List[int] = field(default_factory=list)
     restore_state: Optional[list] = None   # the checkpoint its cached prefix ends with
+    # Sliding-window layers' own pool (cache.window): the table (-1: no block), the
+    # blocks reserved for the request, the first entry not dropped yet.
+    window_blocks: Optional[List[int]] = None
+    window_reserve: int = 0
+    window_first: int = 0
 
     def __post_init__(self):
         if not self.prompt:

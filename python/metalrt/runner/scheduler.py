@@ -18,6 +18,16 @@ block it fills completely is then cached for later requests. For a model with
 recurrent state (``checkpoints``, ``state_checkpoints``) the prefix is cut back to its
 last block that has a state checkpoint, restored into the request's slot, and prompt
 chunks end at block boundaries so that their state can be checkpointed there.
+
+With ``window`` and ``window_allocator`` (a cache whose sliding-window layers have their
+own pool, ``cache.window``), admission accounts the blocks of each layer type: a
+request takes its whole life's blocks from ``allocator`` (the global layers) and
+reserves, in the window pool, the most blocks it can hold at once
+(``window_blocks_per_sequence``: the window and one step's tokens); it is admitted when
+both fit. Its window blocks are taken as its steps reach them and dropped (freed, or
+left to the prefix cache) once they fall out of the window, so a 32k-token context
+costs the window pool only a window's blocks. A cached prefix is used only as far as
+the window pool still holds the window before its end (cut back otherwise).
 """
 from __future__ import annotations
 
@@ -25,6 +35,7 @@ from collections import deque
 from typing import Deque, List, Optional, Tuple
 
 from ..cache import BLOCK_SIZE, BlockAllocator, OutOfBlocksError, ScheduledChunk, blocks_for
+from ..cache.window import NO_BLOCK, droppable_blocks, first_window_block, window_blocks_per_sequence
 from ..tensor import is_int
 from .prefix_cache import ROOT_KEY, BlockPool, block_key, prefix_keys
 from .state_checkpoints import StateCheckpoints
@@ -34,7 +45,8 @@ from .request import Request
 class Scheduler:
     def __init__(self, allocator: BlockAllocator, max_batched_tokens: int = 512,
                  prefix_caching: bool = False, state_slots: Optional[BlockAllocator] = None,
-                 checkpoints: Optional[StateCheckpoints] = None):
+                 checkpoints: Optional[StateCheckpoints] = None, window: int = 0,
+                 window_allocator: Optional[BlockAllocator] = None):
         if not is_int(max_batched_tokens):
             raise TypeError(f"[scheduler] max_batched_tokens must be an int, got "
                             f"{type(max_batched_tokens).__name__} {max_batched_tokens!r}")
@@ -48,6 +60,9 @@ class Scheduler:
         self.checkpoints = checkpoints if prefix_caching else None
         if self.checkpoints is not None:
             self.pool.on_evict = self.checkpoints.drop
+        self.window = window if window_allocator is not None else 0
+        self.window_pool = BlockPool(window_allocator, prefix_caching) if self.window else None
+        self.window_reserved = 0        # window blocks reserved by running requests
         self.waiting: Deque[Request] = deque()
         self.running: List[Request] = []
 
@@ -57,7 +72,18 @@ class Scheduler:
         if needed > self.allocator.num_blocks:
             raise OutOfBlocksError(f"[scheduler] request {request.request_id} needs {needed} "
                                    f"blocks, the cache has {self.allocator.num_blocks}")
+        if self.window and self.window_reserve(request) > self.window_pool.num_blocks:
+            raise OutOfBlocksError(f"[scheduler] request {request.request_id} needs "
+                                   f"{self.window_reserve(request)} sliding-window blocks, the "
+                                   f"cache's window pool has {self.window_pool.num_blocks}")
         self.waiting.append(request)
+
+    def window_reserve(self, request: Request) -> int:
+        """Window-pool blocks ``request`` can hold at once (0 without a window pool)."""
+        if not self.window:
+            return 0
+        return window_blocks_per_sequence(self.window, request.max_cached_tokens,
+                                          self.max_batched_tokens)
 
     def finish(self, request: Request) -> None:
         """Removes a finished (or aborted) request and frees its blocks."""
@@ -65,6 +91,10 @@ class Scheduler:
             self.running.remove(request)
             self.pool.release(request.blocks)
             request.blocks = []
+            if self.window:
+                self.window_pool.release([b for b in request.window_blocks if b != NO_BLOCK])
+                self.window_reserved -= request.window_reserve
+                request.window_blocks, request.window_reserve = None, 0
             if request.state_slot is not None:
                 self.state_slots.free([request.state_slot])
                 request.state_slot = None
@@ -97,9 +127,12 @@ class Scheduler:
             if self.checkpoints is not None:
                 while cached and keys[len(cached) - 1] not in self.checkpoints:
                     cached = cached[:-1]
+            cached, window_cached = self._window_prefix(keys, cached)
             needed = blocks_for(request.max_cached_tokens) - len(cached)
+            reserve = self.window_reserve(request)
             if needed > self.pool.available_for(cached) or (
-                    self.state_slots is not None and self.state_slots.num_free == 0):
+                    self.state_slots is not None and self.state_slots.num_free == 0) or (
+                    self.window and self.window_reserved + reserve > self.window_pool.num_blocks):
                 break  # first come, first served: later requests wait too
             self.waiting.popleft()
             if self.state_slots is not None:
@@ -107,6 +140,13 @@ class Scheduler:
             request.blocks = self.pool.acquire(cached, needed)
             request.block_keys = keys[:len(cached)]
             request.num_computed = request.num_cached_tokens = len(cached) * BLOCK_SIZE
+            if self.window:
+                first = first_window_block(request.num_computed, self.window)
+                table = [NO_BLOCK] * len(request.blocks)
+                table[first:len(cached)] = self.window_pool.acquire(window_cached, 0)
+                request.window_blocks, request.window_first = table, first
+                request.window_reserve = reserve
+                self.window_reserved += reserve
             if self.checkpoints is not None and cached:
                 request.restore_state = self.checkpoints.get(keys[len(cached) - 1])
             self.running.append(request)
@@ -119,15 +159,47 @@ class Scheduler:
         """Records that a step put ``n`` more tokens of ``request`` in the cache, and
         caches the blocks that became full."""
         request.num_computed += n
-        if not self.pool.caching:
-            return
         tokens = request.tokens
-        while len(request.block_keys) < request.num_computed // BLOCK_SIZE:
+        while self.pool.caching and len(request.block_keys) < request.num_computed // BLOCK_SIZE:
             i = len(request.block_keys)
             parent = request.block_keys[-1] if i else ROOT_KEY
             key = block_key(parent, tokens[i * BLOCK_SIZE:(i + 1) * BLOCK_SIZE])
             request.block_keys.append(key)
             self.pool.register(request.blocks[i], key)
+            if self.window and request.window_blocks[i] != NO_BLOCK:
+                self.window_pool.register(request.window_blocks[i], key)
+        if self.window:
+            # Registered first: a dropped block stays in the prefix cache (evictable).
+            table, end = request.window_blocks, droppable_blocks(request.num_computed, self.window)
+            dropped = [table[i] for i in range(request.window_first, end) if table[i] != NO_BLOCK]
+            table[request.window_first:end] = [NO_BLOCK] * max(0, end - request.window_first)
+            request.window_first = max(request.window_first, end)
+            self.window_pool.release(dropped)
+
+    def window_table(self, request: Request, n: int) -> Optional[List[int]]:
+        """The request's window table once it has blocks for its next ``n`` tokens (taken
+        from the window pool: its reservation guarantees them); None without a window
+        pool."""
+        if not self.window:
+            return None
+        table, start = request.window_blocks, request.num_computed
+        missing = [i for i in range(start // BLOCK_SIZE, (start + n - 1) // BLOCK_SIZE + 1)
+                   if table[i] == NO_BLOCK]
+        for i, block in zip(missing, self.window_pool.acquire([], len(missing))):
+            table[i] = block
+        return list(table)
+
+    def _window_prefix(self, keys, cached):
+        """(cached cut back to where the window pool holds the window before its end,
+        those window blocks)."""
+        if not self.window:
+            return cached, []
+        for m in range(len(cached), 0, -1):
+            wanted = keys[first_window_block(m * BLOCK_SIZE, self.window):m]
+            held = self.window_pool.match(wanted)
+            if len(held) == len(wanted):
+                return cached[:m], held
+        return [], []
 
     def _aligned(self, request: Request, n: int) -> int:
         """With state checkpoints, a prompt chunk of ``n`` tokens shortened to end at a
@@ -143,15 +215,16 @@ class Scheduler:
             return end // BLOCK_SIZE * BLOCK_SIZE - start
         return n
 
-    @staticmethod
-    def _chunk(request: Request, n: int) -> ScheduledChunk:
+    def _chunk(self, request: Request, n: int) -> ScheduledChunk:
         """The request's next ``n`` tokens; a decode with a draft also feeds the drafted
         tokens, with logits at every row (the target's prediction after each)."""
         start = request.num_computed
         tokens = request.tokens
         last = start + n == len(tokens)
         if last and request.draft:
-            return ScheduledChunk(tokens[start:] + request.draft, start, request.blocks, "all",
-                                  request.state_slot or 0)
+            fed = tokens[start:] + request.draft
+            return ScheduledChunk(fed, start, request.blocks, "all", request.state_slot or 0,
+                                  self.window_table(request, len(fed)))
         return ScheduledChunk(tokens[start:start + n], start, request.blocks,
-                              "last" if last else "none", request.state_slot or 0)
+                              "last" if last else "none", request.state_slot or 0,
+                              self.window_table(request, n))

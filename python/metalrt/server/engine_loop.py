@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ..cache import blocks_for
+from ..cache.window import window_blocks_per_sequence
 from ..generation import token_budget
 from ..runner import Engine, Request, SamplingParams
 from ..runner.sampling import log_softmax
@@ -114,8 +115,12 @@ class EngineLoop:
                  max_queued: int = 64, prefix_caching: bool = True, speculative=None,
                  prompt_cache=None):
         self.model, self.tokenizer = model, tokenizer
-        self.engine = Engine(model, model.kv_cache(num_blocks), max_batched_tokens,
-                             prefix_caching, speculative=speculative)
+        # Prompt-cache files hold every block of a prefix: with them, sliding-window layers
+        # keep every position (runner.prompt_cache.check_windows).
+        cache = model.kv_cache(num_blocks, **({} if prompt_cache is None else
+                                              {"window_blocks": None}))
+        self.engine = Engine(model, cache, max_batched_tokens, prefix_caching,
+                             speculative=speculative)
         self.prompt_cache = prompt_cache
         if prompt_cache is not None:
             prompt_cache.load_into(self.engine)
@@ -149,6 +154,14 @@ class EngineLoop:
             raise ValueError(f"[server] the prompt ({len(ids)} tokens) and max_tokens "
                              f"({max_tokens}) need {needed} KV-cache blocks of 16 tokens; "
                              f"the server's cache has {total}")
+        cache = self.engine.cache
+        if cache.window:
+            ring = window_blocks_per_sequence(cache.window, len(ids) + max_tokens - 1,
+                                              self.engine.scheduler.max_batched_tokens)
+            if ring > cache.num_window_blocks:
+                raise ValueError(f"[server] the prompt ({len(ids)} tokens) and max_tokens "
+                                 f"({max_tokens}) need {ring} sliding-window blocks; the "
+                                 f"server's window pool has {cache.num_window_blocks}")
         generation = Generation(self, ids, params, max_tokens, stops, top_logprobs)
         generation.stop_ids = tuple(stop_ids)
         generation.prompt_logprobs = prompt_logprobs
