@@ -19,6 +19,8 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64" AND CMAKE_CXX_COMPILER_ID
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gemv/gemv_avx512_vnni.cpp PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni")
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gemv/gemv_kquant_avx512.cpp PROPERTIES
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/gemv/q8_activation_avx512.cpp PROPERTIES
     COMPILE_OPTIONS "-mavx512f;-mavx512bw")
   set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/attention/attention_avx2.cpp PROPERTIES
