@@ -114,7 +114,8 @@ def agree(a: List[int], b: List[int]) -> int:
 def scaled_moe(rows: List[Dict]) -> List[Dict]:
     """Qwen3-30B-A3B at its 48 layers, per engine and thread count, from the decode
     step times s4, s8 of the two cuts: per layer (s8 - s4) / 4, then
-    s48 = s8 + 40 * per layer (the embedding and head are in both cuts once)."""
+    s48 = s8 + 40 * per layer (the embedding and head are in both cuts once). No row where
+    the 8-layer cut decoded faster than the 4-layer one (noise, not a figure)."""
     released = shapes_gguf.SHAPES["qwen3-30b-a3b"].layers
     lo, hi = CUT_LAYERS
     out = []
@@ -127,6 +128,8 @@ def scaled_moe(rows: List[Dict]) -> List[Dict]:
             continue
         s_hi, s_lo = 1 / r["decode_tps"]["median"], 1 / other["decode_tps"]["median"]
         per_layer = (s_hi - s_lo) / (hi - lo)
+        if per_layer <= 0:
+            continue   # the longer cut was the faster (a noisy run): no per-layer figure
         s_full = s_hi + (released - hi) * per_layer
         shape = shapes_gguf.SHAPES["qwen3-30b-a3b"]
         out.append({"model": model_key("qwen3-30b-a3b", "q4_k_m", None) + " (scaled from cuts)",

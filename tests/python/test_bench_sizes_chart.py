@@ -51,8 +51,8 @@ def test_the_plotted_points_are_the_results_figures(tmp_path):
     # Main-thread points, the scaled 48-layer row last; GB a token reads on x.
     assert list(mine.get_xdata()) == [2.0, 0.5]
     assert list(mine.get_ydata()) == [7.0, 25.0]
-    assert list(lines[f"metalrt - {label}"].get_xdata()) == [8.0]
-    assert list(lines[f"metalrt - {label}"].get_ydata()) == [1.5]
+    assert list(lines[f"metalrt (48 layers, scaled) - {label}"].get_xdata()) == [8.0]
+    assert list(lines[f"metalrt (48 layers, scaled) - {label}"].get_ydata()) == [1.5]
     assert list(lines[f"llama.cpp q4_k_m - {label}"].get_ydata()) == [5.0]
     roof = lines[f"roofline - {label} (20 GB/s, 2 thr)"]
     np.testing.assert_allclose(roof.get_ydata(), 20.0 / np.asarray(roof.get_xdata()))
@@ -101,3 +101,16 @@ def test_a_row_of_an_unknown_model_and_no_results_are_value_errors(tmp_path, cap
     path.write_text(json.dumps({"environment": {}}))
     assert sizes_chart.main([str(tmp_path / "c.png"), str(path)]) == 1
     assert "lacks sizes" in capsys.readouterr().err
+
+
+def test_cuts_whose_longer_one_was_faster_give_no_scaled_figure():
+    from bench import sizes
+    cut = lambda n, tps: {"model": sizes.model_key("qwen3-30b-a3b", "q4_k_m", n), "engine": "metalrt",
+                          "threads": 1, "decode_tps": {"median": tps}}
+    assert sizes.scaled_moe([cut(4, 2.0), cut(8, 3.0)]) == []
+    [row] = sizes.scaled_moe([cut(4, 2.0), cut(8, 1.0)])
+    assert row["per_layer_ms"] == pytest.approx(125.0)   # (1/1 - 1/2) / 4 s
+    # A negative figure an older run kept is not plotted (a log axis).
+    result = copy.deepcopy(RESULT)
+    result["sizes"]["scaled"][0]["decode_tps_scaled"] = -8.0
+    assert "metalrt (48 layers, scaled) - x" not in lines_of(sizes_chart.render([("x", result)]))
