@@ -369,6 +369,12 @@ def parse(argv: List[str]):
     p.add_argument("--scaling-threads", default=None,
                    help="sizes section: comma-separated thread counts of the decode scaling "
                         "(default: 1, 2, 4, ... up to the CPUs, and the CPUs)")
+    p.add_argument("--sizes-models", default=None,
+                   help="sizes section: comma-separated models to measure, of: "
+                        f"{', '.join(sizes.model_names())} (default: all)")
+    p.add_argument("--sizes-small", action="store_true",
+                   help="sizes section: prefill at 128 tokens only and 16 decode tokens (a "
+                        "loaded machine; the JSON says small)")
     p.add_argument("--engines", default=None,
                    help="comma-separated generation rows to measure, of: "
                         f"{', '.join(engine_rows())} (default: all; the others are rows "
@@ -404,6 +410,11 @@ def parse(argv: List[str]):
         p.error(f"--scaling-threads must be comma-separated integers, got {args.scaling_threads!r}")
     if not args.scaling_threads or not all(1 <= n <= MAX_THREADS for n in args.scaling_threads):
         p.error(f"--scaling-threads must name counts in 1-{MAX_THREADS}")
+    args.sizes_models = [n.strip() for n in (args.sizes_models or "").split(",") if n.strip()]
+    try:
+        sizes.selected_models(args.sizes_models)
+    except ValueError as e:
+        p.error(f"--sizes-models: {e}")
     unknown = set(args.peers) - set(peers.peer_names())
     if unknown:
         p.error(f"unknown peers {sorted(unknown)}; known: {peers.peer_names()}")
@@ -431,6 +442,19 @@ def parse(argv: List[str]):
                        else peers.default_venv())
     args.out_dir = args.out_dir.expanduser().absolute()
     return args
+
+
+def sizes_chart(result: Dict, path: Path) -> None:
+    """The sizes chart of ``result`` next to its JSON (``bench/sizes_chart.py``); a warning
+    where matplotlib is missing or the section has no figure to plot."""
+    from . import sizes_chart as chart
+    try:
+        out = chart.write([(chart.source_label(result), result)], path.with_suffix(".png"))
+        print(f"bench: sizes chart: {out}", file=sys.stderr)
+    except ImportError as e:
+        print(f"bench: warning: no sizes chart ({e}; pip install 'metalrt[bench]')", file=sys.stderr)
+    except ValueError as e:
+        print(f"bench: warning: no sizes chart: {e}", file=sys.stderr)
 
 
 def threads_exceed_cpus(threads: int) -> bool:
@@ -607,6 +631,8 @@ def run(args, path: Path, saved: List[bool]) -> int:
     result["complete"] = True
 
     save()
+    if "sizes" in result:
+        sizes_chart(result, path)
     from .report import SIGPIPE_EXIT, print_tables, render
     shown = print_tables(f"{render(result)}\n\nwritten: {path} "
                          f"({result['environment']['seconds']:.0f} s)")

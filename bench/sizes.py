@@ -6,6 +6,10 @@ under the metalrt cache): Llama-3.2-1B Q4_K_M and Q8_0, Llama-3.1-8B Q4_K_M, and
 Qwen3-30B-A3B Q4_K_M cut to CUT_LAYERS (its 48 layers do not fit a 23 GB machine beside
 two engines); the 48-layer figure is scaled from the two cuts (``scaled_moe``).
 
+``--sizes-models`` picks some of MODELS (``model_names`` spellings); ``--sizes-small``
+measures SMALL_FULL / SMALL_SCALING instead (a loaded machine). The chart of a run:
+``bench/sizes_chart.py``.
+
 At ``--threads``: prefill (FULL prompt lengths) and decode tok/s and peak RSS, for
 metalrt on the CPU and llama.cpp (and transformers bf16 for the 1B Q4_K_M), each engine
 in its own worker (``bench/generation.py``) on the same file, prompt ids and threads.
@@ -32,6 +36,10 @@ from . import bandwidth, peers, shapes_gguf
 
 FULL = {"prompt_lengths": [128, 512], "decode_tokens": 32}
 SCALING = {"prompt_lengths": [16], "decode_tokens": 32}
+# --sizes-small: a loaded 2-core machine (the prefill at 128 only; 16 decode tokens, as many
+# as the greedy-id comparison reads).
+SMALL_FULL = {"prompt_lengths": [128], "decode_tokens": 16}
+SMALL_SCALING = {"prompt_lengths": [16], "decode_tokens": 16}
 CUT_LAYERS = (4, 8)                       # the Qwen3-30B-A3B cuts
 MODELS = [("llama-3.2-1b", "q4_k_m", None), ("llama-3.2-1b", "q8_0", None),
           ("llama-3.1-8b", "q4_k_m", None),
@@ -41,6 +49,22 @@ AGREE_STEPS = 16
 
 def model_key(key: str, quant: str, layers: Optional[int]) -> str:
     return f"{key}{f'-{layers}l' if layers else ''} {quant}"
+
+
+def model_names() -> List[str]:
+    """The ``--sizes-models`` spelling of MODELS: ``key[-<n>l]:quant``."""
+    return [model_key(*m).replace(" ", ":") for m in MODELS]
+
+
+def selected_models(names: Optional[List[str]]) -> List[tuple]:
+    """The MODELS rows ``names`` (``model_names`` spellings) pick, in MODELS order; all
+    of them for None or []. Raises ValueError naming the known ones for an unknown name."""
+    if not names:
+        return list(MODELS)
+    unknown = sorted(set(names) - set(model_names()))
+    if unknown:
+        raise ValueError(f"unknown sizes models {unknown}; known: {', '.join(model_names())}")
+    return [m for m in MODELS if model_key(*m).replace(" ", ":") in names]
 
 
 def decode_weight_bytes(shape: shapes_gguf.Shape, quant: str) -> int:
@@ -90,7 +114,8 @@ def agree(a: List[int], b: List[int]) -> int:
 def scaled_moe(rows: List[Dict]) -> List[Dict]:
     """Qwen3-30B-A3B at its 48 layers, per engine and thread count, from the decode
     step times s4, s8 of the two cuts: per layer (s8 - s4) / 4, then
-    s48 = s8 + 40 * per layer (the embedding and head are in both cuts once)."""
+    s48 = s8 + 40 * per layer (the embedding and head are in both cuts once). No row where
+    the 8-layer cut decoded faster than the 4-layer one (noise, not a figure)."""
     released = shapes_gguf.SHAPES["qwen3-30b-a3b"].layers
     lo, hi = CUT_LAYERS
     out = []
@@ -103,6 +128,8 @@ def scaled_moe(rows: List[Dict]) -> List[Dict]:
             continue
         s_hi, s_lo = 1 / r["decode_tps"]["median"], 1 / other["decode_tps"]["median"]
         per_layer = (s_hi - s_lo) / (hi - lo)
+        if per_layer <= 0:
+            continue   # the longer cut was the faster (a noisy run): no per-layer figure
         s_full = s_hi + (released - hi) * per_layer
         shape = shapes_gguf.SHAPES["qwen3-30b-a3b"]
         out.append({"model": model_key("qwen3-30b-a3b", "q4_k_m", None) + " (scaled from cuts)",
@@ -118,13 +145,16 @@ def run(args, save: Callable[[Dict], None], run_worker, prompt_ids) -> Dict:
     from metalrt.loaders import load_model_files
 
     threads_list = sorted(set(args.scaling_threads) | {args.threads})
-    section = {"full": FULL, "scaling": SCALING, "threads": threads_list, "main_threads": args.threads,
+    small = getattr(args, "sizes_small", False)
+    full, scaling = (SMALL_FULL, SMALL_SCALING) if small else (FULL, SCALING)
+    section = {"full": full, "scaling": scaling, "small": small, "threads": threads_list, "main_threads": args.threads,
                "runs": args.runs, "models": {}, "probes": {}, "rows": []}
     available = peers.availability(args.peers_venv, ["llama.cpp", "transformers"],
                                    min(args.timeout, 300))
     python = str(peers.python_of(args.peers_venv))
     files = {}
-    for key, quant, layers in MODELS:
+    models = selected_models(getattr(args, "sizes_models", None))
+    for key, quant, layers in models:
         shape = shapes_gguf.shape_of(key, layers)
         path = shapes_gguf.ensure(key, quant, layers)
         files[(key, quant, layers)] = path
@@ -134,9 +164,9 @@ def run(args, save: Callable[[Dict], None], run_worker, prompt_ids) -> Dict:
             "bytes_per_token": decode_weight_bytes(shape, quant)}
     save(section)
     for threads in sorted(threads_list, key=lambda t: t != args.threads):
-        sizes = FULL if threads == args.threads else SCALING
+        sizes = full if threads == args.threads else scaling
         probes = [("start", bandwidth.probe(threads))]
-        for key, quant, layers in MODELS:
+        for key, quant, layers in models:
             path = str(files[(key, quant, layers)])
             tokenizer = load_model_files(path).tokenizer
             prompts = {str(n): prompt_ids(tokenizer, n) for n in sizes["prompt_lengths"]}
@@ -145,6 +175,8 @@ def run(args, save: Callable[[Dict], None], run_worker, prompt_ids) -> Dict:
                 row = {"model": name, "engine": engine, "variant": variant, "threads": threads}
                 if engine == "transformers" and threads != args.threads:
                     continue   # the 1B's transformers row is at --threads only
+                if engine != "metalrt" and engine not in getattr(args, "peers", [engine]):
+                    continue   # --peers leaves it out
                 if engine != "metalrt" and not available[engine]["available"]:
                     row["reason"] = available[engine]["reason"]
                     section["rows"].append(row)

@@ -64,5 +64,7 @@ def sizes_tables(section: Dict) -> str:
         parts.append("Qwen3-30B-A3B at 48 layers, scaled from the cuts (step = fixed + 48 x per layer): "
                      + "; ".join(f"{s['engine']} @{s['threads']}: {s['decode_tps_scaled']:.2f} tok/s "
                                  f"({s['per_layer_ms']:.2f} ms/layer, {s['fixed_ms']:.1f} ms fixed)"
+                                 if s["decode_tps_scaled"] > 0 else
+                                 f"{s['engine']} @{s['threads']}: none (the 8-layer cut was the faster)"
                                  for s in scaled))
     return "\n\n".join(parts)

@@ -100,12 +100,44 @@ def bench_in_process(monkeypatch, tmp_path, *argv):
      "--engines rows ['mlx fp32'] belong to peers that --peers leaves out"),
     (["--peers", "vllm"], "unknown peers ['vllm']"),
     (["--sections", "speed"], "unknown sections ['speed']"),
+    (["--sizes-models", "llama-3.2-1b:q4_0"],
+     "--sizes-models: unknown sizes models ['llama-3.2-1b:q4_0']; known: llama-3.2-1b:q4_k_m"),
 ])
 def test_bad_arguments_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:
         bench.parse(argv)
     assert stop.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_sizes_models_pick_the_named_models_in_their_order():
+    args = bench.parse(["--sections", "sizes", "--sizes-models",
+                        "qwen3-30b-a3b-8l:q4_k_m, llama-3.2-1b:q8_0"])
+    assert bench.sizes.selected_models(args.sizes_models) == [
+        ("llama-3.2-1b", "q8_0", None), ("qwen3-30b-a3b", "q4_k_m", 8)]
+    assert bench.sizes.selected_models(bench.parse([]).sizes_models) == bench.sizes.MODELS
+
+
+def test_a_sizes_run_writes_its_chart_next_to_its_json(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")   # without it the run warns (the next test)
+    section = {"main_threads": 1, "threads": [1], "runs": 3,
+               "full": {"prompt_lengths": [], "decode_tokens": 8}, "models": {"m q8_0": {"bytes_per_token": 10 ** 9}},
+               "rows": [{"model": "m q8_0", "engine": "metalrt", "variant": "cpu", "threads": 1,
+                         "decode_tps": {"median": 3.0, "min": 2.9, "max": 3.1}}]}
+    monkeypatch.setattr(bench.sizes, "run", lambda args, save, run_worker, prompt_ids: section)
+    for k in bench.worker_env(1):
+        if k.startswith(("METALRT_", "OMP_")):
+            monkeypatch.setenv(k, os.environ.get(k, "1"))
+    bench.main(["--sections", "sizes", "--threads", "1", "--out-dir", str(tmp_path)])
+    [path] = list(tmp_path.glob("*.json"))
+    assert path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    assert f"sizes chart: {path.with_suffix('.png')}" in capsys.readouterr().err
+    # A section the chart cannot read (a scaled row without its bytes): a warning, no PNG.
+    section["scaled"] = [{"model": "m", "engine": "metalrt", "threads": 1, "decode_tps_scaled": 1.0,
+                          "per_layer_ms": 1.0, "fixed_ms": 1.0}]
+    bench.main(["--sections", "sizes", "--threads", "1", "--out-dir", str(tmp_path / "b")])
+    assert not list((tmp_path / "b").glob("*.png"))
+    assert "no sizes chart: sizes chart: scaled row 0 lacks bytes_per_token" in capsys.readouterr().err
 
 
 def test_paths_are_made_absolute(tmp_path, monkeypatch):
