@@ -72,12 +72,14 @@ def bytes_read(op: str, args: Iterable, kwargs: Dict, weights: Dict[int, object]
 
 def selected_expert_bytes(args: Iterable, kwargs: Dict, weights: Dict[int, object]):
     """For a ``moe_matmul_bt`` call: a function giving the bytes of the distinct experts
-    its ``expert_ids`` select (each expert owns num_experts-th of the weight's rows), to
-    call once the step is done (reading the ids sooner would add a host wait)."""
+    its ``expert_ids`` select (each expert owns num_experts-th of the weight's rows, and
+    of the ``up`` stack's when given), to call once the step is done (reading the ids
+    sooner would add a host wait)."""
     args = list(args)
     w = kwargs.get("w", args[1] if len(args) > 1 else None)
     ids = kwargs.get("expert_ids", args[2] if len(args) > 2 else None)
     if id(w) not in weights:
         return lambda: 0
-    per_expert = w.nbytes // int(kwargs["num_experts"])
+    stacks = [t for t in (w, kwargs.get("up")) if t is not None and id(t) in weights]
+    per_expert = sum(t.nbytes for t in stacks) // int(kwargs["num_experts"])
     return lambda: per_expert * len(set(ids.numpy().reshape(-1).tolist()))

@@ -23,12 +23,12 @@ struct MoeRouterArgs {
 };
 static_assert(sizeof(MoeRouterArgs) == 16, "MoeRouterArgs must match between host and MSL");
 
-// moe_matmul_bt (with QuantizedArgs: n = rows per expert N, k = K).
+// moe_matmul_bt (with QuantizedArgs: n = rows per expert N of each stack, k = K).
 struct MoeMatmulArgs {
   int32_t experts;    // E: ids outside [0, E) give zero rows
   int32_t slots;      // k: pairs per token
   int32_t per_slot;   // 1: x is [T, k, K] (one row per pair), 0: [T, K]
-  int32_t unused;
+  int32_t stacks;     // 1, or 2: gate and up stacks (buffers 2-4 and 9-11), out rows of 2N
 };
 static_assert(sizeof(MoeMatmulArgs) == 16, "MoeMatmulArgs must match between host and MSL");
 

@@ -10,6 +10,10 @@
 //   bad id must never look like a result) and reads no weight. Expected: bound by the selected experts'
 //   weight bytes (each pair reads its expert's N rows once). Decode and batches of up
 //   to kQuantGemvMaxM tokens.
+// * Both take a second stack (buffers 9-11: the up projection beside the gate one in
+//   buffers 2-4, each read in place where the file put it) when moe.stacks == 2: the
+//   grid's x doubles, its second half reads the up stack and writes columns N .. 2N - 1
+//   of the pair's output row of 2N.
 // * moe_group_pairs_<dtype> then moe_matmul_bt_gemm_<format>_<dtype> (larger batches):
 //   the pairs grouped by expert on the device (a count and a scan of expert_ids per
 //   expert, pair order kept, so the result does not depend on thread timing), then one
@@ -31,22 +35,28 @@ kernel void moe_matmul_bt_gemv(device const T* x [[buffer(0)]],
                                device T* out [[buffer(5)]],
                                constant QuantizedArgs& args [[buffer(6)]],
                                constant MoeMatmulArgs& moe [[buffer(7)]],
+                               device const uchar* up_data [[buffer(9)]],
+                               device const S* up_scales [[buffer(10)]],
+                               device const S* up_biases [[buffer(11)]],
                                uint2 group [[threadgroup_position_in_grid]],
                                uint tid [[thread_index_in_threadgroup]],
                                uint simdgroup [[simdgroup_index_in_threadgroup]],
                                uint lane [[thread_index_in_simdgroup]]) {
+  constexpr int32_t kBlockRows = kQuantGemvRows * kQuantGemvSimdgroups;
+  const uint blocks = uint((args.n + kBlockRows - 1) / kBlockRows);
+  const uint stack = group.x / blocks, block = group.x % blocks;
   const long pair = long(group.y);
   const int expert = expert_ids[pair];
-  device T* y = out + pair * args.n;
+  device T* y = out + (pair * moe.stacks + stack) * args.n;
   if (expert < 0 || expert >= moe.experts) {
-    const int32_t r = int32_t(group.x) * kQuantGemvRows * kQuantGemvSimdgroups + int32_t(tid);
-    if (int32_t(tid) < kQuantGemvRows * kQuantGemvSimdgroups && r < args.n) y[r] = T(NAN);
+    const int32_t r = int32_t(block) * kBlockRows + int32_t(tid);
+    if (int32_t(tid) < kBlockRows && r < args.n) y[r] = T(NAN);
     return;
   }
   device const T* row = x + (moe.per_slot ? pair : pair / moe.slots) * args.k;
   threadgroup float partials[quant_gemv_partials(kQuantGemvRows)];
-  quantized_gemv<F, T, S, W>(row, data, scales, biases, long(expert) * args.n, args.n, y, args, partials,
-                          group.x, simdgroup, lane);
+  quantized_gemv<F, T, S, W>(row, stack ? up_data : data, stack ? up_scales : scales, stack ? up_biases : biases,
+                             long(expert) * args.n, args.n, y, args, partials, block, simdgroup, lane);
 }
 
 template <typename T>
@@ -95,17 +105,24 @@ kernel void moe_group_pairs(device const int* expert_ids [[buffer(0)]],
   for (int32_t t = used_tiles[0] + int32_t(tid); t < args.max_tiles; t += int32_t(kMoeThreads)) tiles[3 * long(t)] = -1;
 }
 
-// Tile rows of one expert's pairs: order[begin + i] for i < count.
+// Tile rows of one expert's pairs: order[begin + i] for i < count. out rows are of one
+// stack's N columns: pair p's output row of stacks * N holds stacks of them.
 struct MoeGemmRows {
   device const int* order;
   int32_t begin;
   int32_t count;
   int32_t slots;
   int32_t per_slot;
-  long out_row(int32_t i) const { return i < count ? long(order[begin + i]) : -1; }
+  int32_t stacks;
+  int32_t stack;
+  long pair(int32_t i) const { return i < count ? long(order[begin + i]) : -1; }
+  long out_row(int32_t i) const {
+    const long p = pair(i);
+    return p < 0 ? -1 : p * stacks + stack;
+  }
   long x_row(int32_t i) const {
-    const long pair = out_row(i);
-    return pair < 0 || per_slot ? pair : pair / slots;
+    const long p = pair(i);
+    return p < 0 || per_slot ? p : p / slots;
   }
 };
 
@@ -119,6 +136,9 @@ kernel void moe_matmul_bt_gemm(device const T* x [[buffer(0)]],
                                constant QuantizedArgs& args [[buffer(6)]],
                                constant MoeMatmulArgs& moe [[buffer(7)]],
                                device const int* tiles [[buffer(8)]],
+                               device const uchar* up_data [[buffer(9)]],
+                               device const S* up_scales [[buffer(10)]],
+                               device const S* up_biases [[buffer(11)]],
                                uint2 group [[threadgroup_position_in_grid]],
                                uint tid [[thread_index_in_threadgroup]],
                                uint simdgroup [[simdgroup_index_in_threadgroup]]) {
@@ -128,25 +148,31 @@ kernel void moe_matmul_bt_gemm(device const T* x [[buffer(0)]],
   device const int* tile = tiles + 3 * long(group.y);
   const int expert = tile[0];
   if (expert < 0) return;   // an unused tile (the grid is sized for the worst grouping)
-  const MoeGemmRows rows{order, tile[1], tile[2], moe.slots, moe.per_slot};
-  quantized_gemm_tile<F, T, S>(x, rows, 0, data, scales, biases, long(expert) * args.n,
-                               int32_t(group.x) * kQuantGemmTile, out, args, tid, simdgroup, x_tile, w_tile,
-                               c_tile);
+  const uint column_tiles = uint((args.n + kQuantGemmTile - 1) / kQuantGemmTile);
+  const uint stack = group.x / column_tiles;
+  const MoeGemmRows rows{order, tile[1], tile[2], moe.slots, moe.per_slot, moe.stacks, int32_t(stack)};
+  quantized_gemm_tile<F, T, S>(x, rows, 0, stack ? up_data : data, stack ? up_scales : scales,
+                               stack ? up_biases : biases, long(expert) * args.n,
+                               int32_t(group.x % column_tiles) * kQuantGemmTile, out, args, tid, simdgroup,
+                               x_tile, w_tile, c_tile);
 }
 
 #define METALRT_MOE_MATMUL(F, FNAME, T, TNAME, S)                                                     \
   template [[host_name("moe_matmul_bt_gemv_" FNAME "_" TNAME)]] kernel void                          \
   moe_matmul_bt_gemv<F, T, S, kQuantChunk>(device const T*, device const int*, device const uchar*, device const S*, \
                               device const S*, device T*, constant QuantizedArgs&,                   \
-                              constant MoeMatmulArgs&, uint2, uint, uint, uint);                  \
+                              constant MoeMatmulArgs&, device const uchar*, device const S*,         \
+                              device const S*, uint2, uint, uint, uint);                             \
   template [[host_name("moe_matmul_bt_gemv16_" FNAME "_" TNAME)]] kernel void                          \
   moe_matmul_bt_gemv<F, T, S, kQuantWideChunk>(device const T*, device const int*, device const uchar*, device const S*, \
                               device const S*, device T*, constant QuantizedArgs&,                   \
-                              constant MoeMatmulArgs&, uint2, uint, uint, uint);                  \
+                              constant MoeMatmulArgs&, device const uchar*, device const S*,         \
+                              device const S*, uint2, uint, uint, uint);                             \
   template [[host_name("moe_matmul_bt_gemm_" FNAME "_" TNAME)]] kernel void                          \
   moe_matmul_bt_gemm<F, T, S>(device const T*, device const int*, device const uchar*, device const S*, \
                               device const S*, device T*, constant QuantizedArgs&,                   \
-                              constant MoeMatmulArgs&, device const int*, uint2, uint, uint);
+                              constant MoeMatmulArgs&, device const int*, device const uchar*,       \
+                              device const S*, device const S*, uint2, uint, uint);
 
 #define METALRT_MOE_MATMUL_DTYPES(F, FNAME, S)       \
   METALRT_MOE_MATMUL(F, FNAME, float, "f32", S)     \

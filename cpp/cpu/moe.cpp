@@ -5,7 +5,8 @@
 //   winning ties; weights p (divided by their slot-order sum iff renormalize);
 // * moe_matmul_bt: the (token, slot) pairs grouped by expert, each selected expert row
 //   dequantized (DequantizeRow) or converted once and dotted with its pairs' rows in
-//   the order of Dot8 — the other experts' rows are never read;
+//   the order of Dot8 — the other experts' rows are never read; gated (two stacks):
+//   output column c < N from the gate stack's row, c >= N from the up stack's row c - N;
 // * moe_combine: sum over slots in slot order of weight * y, plus the gated shared
 //   expert, in f32, rounded once.
 #include <cmath>
@@ -74,7 +75,7 @@ bool CpuMoeMatmulBT(const OpCall& call) {
   const auto& p = call.param<ops::MoeMatmulParams>();
   const Tensor& out = call.outputs[0];
   const int64_t pairs = call.inputs[1].numel(), slots = call.inputs[1].dim(1);
-  const int64_t k = x.dim(-1), n = out.dim(2);
+  const int64_t k = x.dim(-1), width = out.dim(2), n = p.gated ? width / 2 : width;
   const bool per_slot = x.ndim() == 3;
   const std::vector<float> xf = ToF32(x);
   // The pairs of each expert. The CPU entry point rejects ids outside [0, E); one that
@@ -85,20 +86,23 @@ bool CpuMoeMatmulBT(const OpCall& call) {
   std::vector<int64_t> active;
   for (int64_t e = 0; e < p.num_experts; ++e)
     if (!by_expert[e].empty()) active.push_back(e);
-  std::vector<float> result(static_cast<size_t>(pairs * n));
-  ParallelFor(static_cast<int64_t>(active.size()) * n, 8, [&](int64_t begin, int64_t end) {
+  std::vector<float> result(static_cast<size_t>(pairs * width));
+  ParallelFor(static_cast<int64_t>(active.size()) * width, 8, [&](int64_t begin, int64_t end) {
     std::vector<float> row(static_cast<size_t>(k));
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t e = active[item / n], r = item % n, weight_row = e * n + r;
-      if (p.quantized) DequantizeRow(p.w, weight_row, row.data());
-      else LoadRowF32(call.inputs[2].data(), call.inputs[2].dtype(), weight_row * k, k, row.data());
+      const int64_t e = active[item / width], c = item % width, up = c / n, weight_row = e * n + c % n;
+      if (p.quantized) DequantizeRow(up ? p.up : p.w, weight_row, row.data());
+      else {
+        const Tensor& w = call.inputs[2 + up];
+        LoadRowF32(w.data(), w.dtype(), weight_row * k, k, row.data());
+      }
       for (int64_t i : by_expert[e]) {
         const float* xr = xf.data() + (per_slot ? i : i / slots) * k;
-        result[i * n + r] = Dot8(xr, row.data(), k);
+        result[i * width + c] = Dot8(xr, row.data(), k);
       }
     }
   });
-  StoreRowF32(out.data(), out.dtype(), 0, pairs * n, result.data());
+  StoreRowF32(out.data(), out.dtype(), 0, pairs * width, result.data());
   return true;
 }
 

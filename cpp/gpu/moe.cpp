@@ -2,7 +2,8 @@
 // token), moe_matmul_bt (metal/moe_matmul.metal: the GEMV over (row block, (token,
 // slot) pair) for up to kQuantGemvMaxM tokens; above, the pairs grouped by expert on
 // the device, then the GEMM per expert tile — the ids stay on the device, the host never
-// reads them, so no wait) and moe_combine (metal/moe_combine.metal, one thread per
+// reads them, so no wait; gated: the gate and up stacks as two operands, the grid's x
+// doubled) and moe_combine (metal/moe_combine.metal, one thread per
 // output element). Shapes beyond the kernels' index types decline.
 #include <algorithm>
 #include <cstdint>
@@ -54,7 +55,8 @@ bool MetalMoeMatmulBT(const OpCall& call) {
   const Tensor& ids = call.inputs[1];
   const auto& p = call.param<ops::MoeMatmulParams>();
   const Tensor& out = call.outputs[0];
-  const int64_t k = x.dim(-1), n = out.dim(2), tokens = ids.dim(0), pairs = ids.numel();
+  const int64_t stacks = p.gated ? 2 : 1;
+  const int64_t k = x.dim(-1), n = out.dim(2) / stacks, tokens = ids.dim(0), pairs = ids.numel();
   const int64_t rows = p.quantized ? p.w.rows : call.inputs[2].dim(0);
   const int64_t max_tiles = (pairs + kQuantGemmTile - 1) / kQuantGemmTile + std::min(p.num_experts, pairs);
   if (!FitsInt(rows, k, pairs, 3 * max_tiles) || !FitsUint(pairs)) return false;
@@ -69,8 +71,11 @@ bool MetalMoeMatmulBT(const OpCall& call) {
   const std::string format = p.quantized ? FormatToken(p.w) : "float";
   const bool affine = p.quantized && p.w.format == QuantFormat::kAffine;
   const Tensor& data = call.inputs[2];
+  // The up stack's tensors, or stand-ins the kernel does not read.
+  const Tensor& up_data = !p.gated ? data : p.quantized ? p.up.data : call.inputs[3];
+  const bool up_affine = p.gated && affine;
   const MoeMatmulArgs moe{static_cast<int32_t>(p.num_experts), static_cast<int32_t>(ids.dim(1)),
-                          x.ndim() == 3 ? 1 : 0, 0};
+                          x.ndim() == 3 ? 1 : 0, static_cast<int32_t>(stacks)};
   Tensor order, tiles;   // the grouping, device scratch (from the buffer cache after warm-up)
   if (grouped) {
     order = Tensor::Empty({pairs}, DType::kI32, DeviceType::kMETAL);
@@ -81,11 +86,11 @@ bool MetalMoeMatmulBT(const OpCall& call) {
         .output(2, tiles)
         .output(3, out)
         .bytes(4, MoeGroupArgs{moe.experts, static_cast<int32_t>(pairs), static_cast<int32_t>(max_tiles),
-                               static_cast<int32_t>(n)})
+                               static_cast<int32_t>(stacks * n)})
         .threadgroups({1, 1, 1}, {kMoeThreads, 1, 1});
   }
   const QuantizedArgs args = ExpertArgs(call, n);
-  const std::string variant = grouped ? "gemm_" : GemvVariant(args, WideChunkAligned(data));
+  const std::string variant = grouped ? "gemm_" : GemvVariant(args, WideChunkAligned(data) && WideChunkAligned(up_data));
   // The GEMV takes one (token, slot) pair's row per threadgroup: m = 1.
   const int32_t bits = affine ? AffineBitsOf(p.w) : 0;
   KernelLaunch launch(KernelName("moe_matmul_bt", variant + format, x.dtype()),
@@ -97,13 +102,18 @@ bool MetalMoeMatmulBT(const OpCall& call) {
       .input(4, affine ? p.w.biases : data)
       .output(5, out)
       .bytes(6, args)
-      .bytes(7, moe);
+      .bytes(7, moe)
+      .input(9, up_data)
+      .input(10, up_affine ? p.up.scales : up_data)
+      .input(11, up_affine ? p.up.biases : up_data);
+  const uint32_t groups = static_cast<uint32_t>(stacks);
   if (grouped) {
-    launch.input(8, tiles).threadgroups({CeilDiv(n, kQuantGemmTile), static_cast<uint32_t>(max_tiles), 1},
-                                        {kQuantGemmThreads, 1, 1});
+    launch.input(8, tiles).threadgroups(
+        {groups * CeilDiv(n, kQuantGemmTile), static_cast<uint32_t>(max_tiles), 1}, {kQuantGemmThreads, 1, 1});
   } else {
-    launch.threadgroups({CeilDiv(n, kQuantGemvRows * kQuantGemvSimdgroups), static_cast<uint32_t>(pairs), 1},
-                        {kQuantGemvSimdgroups * kQuantSimdWidth, 1, 1});
+    launch.threadgroups(
+        {groups * CeilDiv(n, kQuantGemvRows * kQuantGemvSimdgroups), static_cast<uint32_t>(pairs), 1},
+        {kQuantGemvSimdgroups * kQuantSimdWidth, 1, 1});
   }
   return true;
 }

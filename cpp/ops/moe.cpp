@@ -1,8 +1,9 @@
 // Entry points of the MoE ops: moe_router, moe_matmul_bt (float or quantized expert
 // weights) and moe_combine. Math in metalrt/moe_ops.h. Providers of moe_matmul_bt get
 // inputs {x, expert_ids, weight tensors...} (w, or the QuantizedTensor's data [, scales,
-// biases]) and MoeMatmulParams.
+// biases]; then the up stack's the same way when gated) and MoeMatmulParams.
 #include <string>
+#include <vector>
 
 #include "ops/op_common.h"
 #include "ops/quantized_weight.h"
@@ -13,8 +14,9 @@ using namespace detail;
 namespace {
 
 // x, expert_ids and the output shared by both weight kinds; returns the output.
+// stacks: 1, or 2 (gate and up: the output has 2N columns).
 Tensor MoeMatmulCommon(const Tensor& x, const Tensor& expert_ids, int64_t num_experts, int64_t weight_rows,
-                       int64_t weight_cols, const std::string& describe_w, DeviceType device,
+                       int64_t weight_cols, const std::string& describe_w, int64_t stacks, DeviceType device,
                        const OptTensor& out, const char* op) {
   CheckFloat(x, op, "x");
   Check(x.ndim() == 2 || x.ndim() == 3, op,
@@ -34,7 +36,7 @@ Tensor MoeMatmulCommon(const Tensor& x, const Tensor& expert_ids, int64_t num_ex
   Check(x.dim(-1) == weight_cols, op,
         "x must have K=" + std::to_string(weight_cols) + " columns to match w " + describe_w + ", got " +
             ShapeToString(x.shape()));
-  Tensor result = OutputOrNew(out, {tokens, slots, weight_rows / num_experts}, x.dtype(), device, op);
+  Tensor result = OutputOrNew(out, {tokens, slots, stacks * weight_rows / num_experts}, x.dtype(), device, op);
   CheckNoOverlap(result, x, op, "x");
   CheckNoOverlap(result, expert_ids, op, "expert_ids");
   // On Metal the ids are usually the router's output still being computed: reading them
@@ -67,33 +69,77 @@ std::tuple<Tensor, Tensor> MoeRouter(const Tensor& logits, int64_t top_k, bool r
   return {weights, ids};
 }
 
-Tensor MoeMatmulBT(const Tensor& x, const Tensor& w, const Tensor& expert_ids, int64_t num_experts,
-                   const OptTensor& out) {
+namespace {
+
+Tensor FloatExperts(const Tensor& x, const Tensor& w, const Tensor* up, const Tensor& expert_ids,
+                    int64_t num_experts, const OptTensor& out) {
   constexpr const char* kOp = "moe_matmul_bt";
   CheckRank(w, 2, kOp, "w");
   CheckFloat(w, kOp, "w");
   CheckContiguous(w, kOp, "w");
   CheckFloat(x, kOp, "x");
   CheckSameDType(x, w, kOp, "x", "w");
-  const DeviceType device = CommonDevice({&x, &w, &expert_ids, &OrUndefined(out)}, kOp);
+  std::vector<Tensor> inputs{x, expert_ids, w};
+  if (up != nullptr) {
+    CheckShape(*up, w.shape(), kOp, "up");
+    CheckSameDType(w, *up, kOp, "w", "up");
+    CheckContiguous(*up, kOp, "up");
+    inputs.push_back(*up);
+  }
+  const DeviceType device =
+      CommonDevice({&x, &w, up != nullptr ? up : &w, &expert_ids, &OrUndefined(out)}, kOp);
   Tensor result = MoeMatmulCommon(x, expert_ids, num_experts, w.dim(0), w.dim(1), ShapeToString(w.shape()),
-                                  device, out, kOp);
-  CheckNoOverlap(result, w, kOp, "w");
-  RunOp(kOp, device, OpCall{{x, expert_ids, w}, {result}, MoeMatmulParams{num_experts, false, {}}});
+                                  up != nullptr ? 2 : 1, device, out, kOp);
+  for (size_t i = 2; i < inputs.size(); ++i) CheckNoOverlap(result, inputs[i], kOp, i == 2 ? "w" : "up");
+  RunOp(kOp, device, OpCall{inputs, {result}, MoeMatmulParams{num_experts, false, {}, up != nullptr, {}}});
   return result;
+}
+
+Tensor QuantizedExperts(const Tensor& x, const QuantizedTensor& w, const QuantizedTensor* up,
+                        const Tensor& expert_ids, int64_t num_experts, const OptTensor& out) {
+  constexpr const char* kOp = "moe_matmul_bt";
+  CheckWeight(w, kOp);
+  std::vector<Tensor> inputs{x, expert_ids};
+  for (const Tensor& t : WeightInputs(w)) inputs.push_back(t);
+  if (up != nullptr) {
+    CheckWeight(*up, kOp);
+    Check(up->format == w.format && up->bits == w.bits && up->group_size == w.group_size &&
+              up->rows == w.rows && up->cols == w.cols && up->data.dtype() == w.data.dtype() &&
+              (!w.scales.defined() || up->scales.dtype() == w.scales.dtype()),
+          kOp, "the up stack must match the gate stack " + w.Describe() + ", got " + up->Describe());
+    for (const Tensor& t : WeightInputs(*up)) inputs.push_back(t);
+  }
+  const DeviceType device =
+      CommonDevice({&x, &w.data, up != nullptr ? &up->data : &w.data, &expert_ids, &OrUndefined(out)}, kOp);
+  Tensor result = MoeMatmulCommon(x, expert_ids, num_experts, w.rows, w.cols, w.Describe(),
+                                  up != nullptr ? 2 : 1, device, out, kOp);
+  CheckNoOverlapWeight(result, w, kOp);
+  if (up != nullptr) CheckNoOverlapWeight(result, *up, kOp);
+  RunOp(kOp, device,
+        OpCall{inputs, {result}, MoeMatmulParams{num_experts, true, w, up != nullptr, up != nullptr ? *up : w}});
+  return result;
+}
+
+}  // namespace
+
+Tensor MoeMatmulBT(const Tensor& x, const Tensor& w, const Tensor& expert_ids, int64_t num_experts,
+                   const OptTensor& out) {
+  return FloatExperts(x, w, nullptr, expert_ids, num_experts, out);
 }
 
 Tensor MoeMatmulBT(const Tensor& x, const QuantizedTensor& w, const Tensor& expert_ids, int64_t num_experts,
                    const OptTensor& out) {
-  constexpr const char* kOp = "moe_matmul_bt";
-  CheckWeight(w, kOp);
-  const DeviceType device = CommonDevice({&x, &w.data, &expert_ids, &OrUndefined(out)}, kOp);
-  Tensor result = MoeMatmulCommon(x, expert_ids, num_experts, w.rows, w.cols, w.Describe(), device, out, kOp);
-  CheckNoOverlapWeight(result, w, kOp);
-  std::vector<Tensor> inputs{x, expert_ids};
-  for (const Tensor& t : WeightInputs(w)) inputs.push_back(t);
-  RunOp(kOp, device, OpCall{inputs, {result}, MoeMatmulParams{num_experts, true, w}});
-  return result;
+  return QuantizedExperts(x, w, nullptr, expert_ids, num_experts, out);
+}
+
+Tensor MoeMatmulBT(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& expert_ids,
+                   int64_t num_experts, const OptTensor& out) {
+  return FloatExperts(x, gate, &up, expert_ids, num_experts, out);
+}
+
+Tensor MoeMatmulBT(const Tensor& x, const QuantizedTensor& gate, const QuantizedTensor& up,
+                   const Tensor& expert_ids, int64_t num_experts, const OptTensor& out) {
+  return QuantizedExperts(x, gate, &up, expert_ids, num_experts, out);
 }
 
 Tensor MoeCombine(const Tensor& y, const Tensor& weights, const Tensor& shared, const Tensor& shared_gate,

@@ -23,6 +23,14 @@ void BindMoeOps(nb::module_& ops) {
           nb::arg("expert_ids"), nb::arg("num_experts"), nb::arg("out") = nb::none());
   ops.def("moe_matmul_bt", static_cast<QuantWeight>(&ops::MoeMatmulBT), nb::arg("x"), nb::arg("w"),
           nb::arg("expert_ids"), nb::arg("num_experts"), nb::arg("out") = nb::none());
+  using FloatPair = Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int64_t,
+                               const ops::OptTensor&);
+  using QuantPair = Tensor (*)(const Tensor&, const QuantizedTensor&, const QuantizedTensor&, const Tensor&,
+                               int64_t, const ops::OptTensor&);
+  ops.def("moe_matmul_bt", static_cast<FloatPair>(&ops::MoeMatmulBT), nb::arg("x"), nb::arg("w"), nb::arg("up"),
+          nb::arg("expert_ids"), nb::arg("num_experts"), nb::arg("out") = nb::none());
+  ops.def("moe_matmul_bt", static_cast<QuantPair>(&ops::MoeMatmulBT), nb::arg("x"), nb::arg("w"), nb::arg("up"),
+          nb::arg("expert_ids"), nb::arg("num_experts"), nb::arg("out") = nb::none());
   ops.def("moe_combine",
           [](const Tensor& y, const Tensor& weights, const std::optional<Tensor>& shared,
              const std::optional<Tensor>& shared_gate, const ops::OptTensor& out) {

@@ -6,7 +6,8 @@
 // * moe_matmul_bt for every quantization format and float32/f16/bf16 weights at the
 //   small MoE's geometries (H = 64..256, I = 32..128), T = 1, 3, 17, x shared or one
 //   row per slot, the experts no token selects poisoned with NaN (a kernel that reads
-//   them fails); an out-of-range id on Metal (NaN row, no read);
+//   them fails); an out-of-range id on Metal (NaN row, no read), also with the gate and
+//   up stacks as two operands;
 // * moe_combine with and without the (gated) shared expert.
 #include <doctest/doctest.h>
 
@@ -262,6 +263,35 @@ TEST_CASE("metal moe_matmul_bt: an id outside [0, E) gives a NaN row and reads n
         else CHECK(std::fabs(got[i] - want[i]) <= 1e-5 * std::fabs(want[i]) + 1e-6);
       }
     }
+  }
+}
+
+TEST_CASE("metal moe_matmul_bt: gate and up stacks as two operands, a bad id NaN in both halves") {
+  // The two stacks in two buffers (as a file's no-copy windows may put them): each
+  // half within 1e-5 of the CPU oracle's; a bad id's whole row of 2N NaN, GEMV and GEMM.
+  const WeightSpec s{QuantFormat::kQ8_0};
+  const int64_t experts = 4, n = 24, k = 64;
+  const std::vector<Tensor> gate = RandomWeight(s, experts * n, k, 15900), up = RandomWeight(s, experts * n, k, 15901);
+  const std::vector<Tensor> metal_gate{ToMetal(gate[0])}, metal_up{ToMetal(up[0])};
+  for (int64_t tokens : {2, 9}) {
+    CAPTURE(tokens);
+    std::vector<int32_t> ids = RandomIds(tokens, 2, experts, 15902 + static_cast<uint32_t>(tokens));
+    const Tensor x = MakeFloat({tokens, k}, DType::kF32, RandomValues(tokens * k, 15903));
+    const Tensor ref = ops::MoeMatmulBT(x, WeightOf(s, experts * n, k, gate, 0), WeightOf(s, experts * n, k, up, 0),
+                                        MakeInts({tokens, 2}, DType::kI32, ids), experts);
+    const int64_t bad_pair = 2 * tokens - 1;
+    ids[static_cast<size_t>(bad_pair)] = experts;
+    const Tensor out = ToMetal(MakeFloat({tokens, 2, 2 * n}, DType::kF32,
+                                         std::vector<double>(static_cast<size_t>(tokens * 4 * n), 7.0)));
+    ops::MoeMatmulBT(ToMetal(x), WeightOf(s, experts * n, k, metal_gate, 0), WeightOf(s, experts * n, k, metal_up, 0),
+                     ToMetal(MakeInts({tokens, 2}, DType::kI32, ids)), experts, out);
+    const std::vector<double> got = ReadMetal(out), want = ReadFloat(ref);
+    for (int64_t pair = 0; pair < 2 * tokens; ++pair)
+      for (int64_t c = 0; c < 2 * n; ++c) {
+        const size_t i = static_cast<size_t>(pair * 2 * n + c);
+        if (pair == bad_pair) CHECK(std::isnan(got[i]));
+        else CHECK(std::fabs(got[i] - want[i]) <= 1e-5 * std::fabs(want[i]) + 1e-6);
+      }
   }
 }
 

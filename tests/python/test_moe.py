@@ -347,3 +347,73 @@ def test_metal_kernels_serve_a_moe_layer(tokens, variant):
     assert_native("moe_matmul_bt", "metal_moe_matmul_bt", 2)
     assert_native("moe_combine", "metal_moe_combine", 1)
     assert np.all(np.isfinite(result["out"].numpy()))
+
+
+def _interleaved(gate, up, experts):
+    """Per expert its gate rows then its up rows: the one stack the loader used to copy."""
+    g, u = (a.reshape(experts, -1, *a.shape[1:]) for a in (gate, up))
+    return np.concatenate([g, u], axis=1).reshape(-1, *gate.shape[1:])
+
+
+def _stack(fmt, parts, kw, rows, k, device):
+    if fmt == "float":
+        return metalrt.asarray(parts[0], device=device)
+    return metalrt.quantized_tensor(fmt, (rows, k), *(metalrt.asarray(p, device=device) for p in parts), **kw)
+
+
+@pytest.mark.parametrize("fmt", sorted(GGUF) + ["affine", "float"])
+@pytest.mark.parametrize("tokens", [1, 3, 17])   # GEMV (decode, batch) and grouped GEMM
+def test_matmul_gate_and_up_stacks_equal_the_interleaved_stack(fmt, tokens, device):
+    """Two stacks as two operands (up=) give bit for bit what the one interleaved stack
+    gave: each value is the same dot product of the same row."""
+    experts, top_k, n, k = 8, 2, 40, 256   # N = 40: a partial row block / column tile
+    if fmt == "float":
+        gate, up, kw = (rand((experts * n, k), seed=5, scale=0.1),), (rand((experts * n, k), seed=6, scale=0.1),), {}
+    else:
+        gate, kw, _ = quantized_experts(fmt, experts * n, k, seed=7)
+        up, _, _ = quantized_experts(fmt, experts * n, k, seed=8)
+    both = [_interleaved(g, u, experts) for g, u in zip(gate, up)]
+    x = metalrt.asarray(rand((tokens, k), seed=tokens), device=device)
+    ids = metalrt.asarray(random_ids(tokens, top_k, experts, seed=tokens), device=device)
+    out = poisoned((tokens, top_k, 2 * n), "float32", device)
+    got = ops.moe_matmul_bt(x, _stack(fmt, gate, kw, experts * n, k, device), ids, num_experts=experts,
+                            up=_stack(fmt, up, kw, experts * n, k, device), out=out)
+    assert got.data_ptr() == out.data_ptr() and got.shape == (tokens, top_k, 2 * n)
+    want = ops.moe_matmul_bt(x, _stack(fmt, both, kw, 2 * experts * n, k, device), ids, num_experts=experts)
+    assert np.all(np.isfinite(got.numpy()))
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_matmul_up_stack_must_match_the_gate_stack():
+    gate = metalrt.quantized_tensor("q8_0", (64, 64), random_blocks("q8_0", 64, 64, 1))
+    up = metalrt.quantized_tensor("q4_0", (64, 64), random_blocks("q4_0", 64, 64, 2))
+    x, ids = np.zeros((1, 64), np.float32), np.array([[0, 1]], np.int32)
+    with pytest.raises(ValueError, match=r"^\[moe_matmul_bt\] the up stack must match the gate stack q8_0"):
+        ops.moe_matmul_bt(x, gate, ids, num_experts=8, up=up)
+    with pytest.raises(TypeError, match=r"^\[moe_matmul_bt\] up must be a QuantizedTensor"):
+        ops.moe_matmul_bt(x, gate, ids, num_experts=8, up=np.zeros((64, 64), np.float32))
+    with pytest.raises(ValueError, match=r"^\[moe_matmul_bt\] up must have shape"):
+        ops.moe_matmul_bt(x, np.zeros((64, 64), np.float32), ids, num_experts=8, up=np.zeros((32, 64), np.float32))
+
+
+@requires_metal
+@pytest.mark.parametrize("tokens,variant", [(1, "gemv"), (17, "gemm")])
+def test_metal_fused_gate_up_kernel_reads_two_buffers(tokens, variant):
+    """The gate and up stacks in two separate device buffers (as the no-copy windows of a
+    file may put them) are served by one native dispatch, no reference tier."""
+    experts, top_k, n = 8, 2, 32
+    gate = metalrt.quantized_tensor("q4_k", (experts * n, 256), random_blocks("q4_k", experts * n, 256, 2),
+                                    device="metal")
+    up = metalrt.quantized_tensor("q4_k", (experts * n, 256), random_blocks("q4_k", experts * n, 256, 3),
+                                  device="metal")
+    assert gate.data.data_ptr() != up.data.data_ptr()
+    x = metalrt.asarray(rand((tokens, 256), seed=4), device="metal")
+    ids = metalrt.asarray(random_ids(tokens, top_k, experts, seed=1), device="metal")
+    result = {}
+    metalrt.providers.reset_stats()
+    rows = profiled(lambda: result.update(y=ops.moe_matmul_bt(x, gate, ids, num_experts=experts, up=up)))
+    assert {k: v for k, v in rows.items() if k.startswith("moe_matmul")} == {
+        f"moe_matmul_bt_{variant}_q4_k_f32": 1}
+    assert_native("moe_matmul_bt", "metal_moe_matmul_bt", 1)
+    cpu = ops.moe_matmul_bt(x.to("cpu"), gate.to("cpu"), ids.to("cpu"), num_experts=experts, up=up.to("cpu"))
+    assert_matches(result["y"], cpu.numpy(), "float32", worst_bar=summation_bar(256))

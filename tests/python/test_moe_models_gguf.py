@@ -74,8 +74,9 @@ def test_q8_0_gguf_keeps_experts_quantized(arch, device, monkeypatch):
     files = load_model_files(str(paths(arch)["q8_0"]))
     model = build_model(files.config, files.weights, device)
     moe = model.layers[0].mlp
-    assert isinstance(moe.gate_up, metalrt.QuantizedTensor) and moe.gate_up.format == "q8_0"
-    assert moe.gate_up.shape == (8 * 2 * 32, 64)
+    for stack in (moe.gate, moe.up):   # the file's two stacks, read in place
+        assert isinstance(stack, metalrt.QuantizedTensor) and stack.format == "q8_0"
+        assert stack.shape == (8 * 32, 64)
     assert isinstance(moe.down, metalrt.QuantizedTensor) and moe.down.shape == (8 * 64, 32)
     assert isinstance(moe.router.weight, metalrt.Tensor) and moe.router.weight.dtype == "float32"
     # Under the CPU's default prefill GEMM (auto) the Q8_0 weights take the bf16 GEMM and

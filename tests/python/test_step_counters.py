@@ -59,7 +59,7 @@ def decode_weight_bytes(model, resident: int) -> int:
     if model.lm_head is not table:
         total -= table.nbytes
     for moe in (layer.mlp for layer in model.layers if isinstance(layer.mlp, SparseMoE)):
-        experts = moe.gate_up.nbytes + moe.down.nbytes
+        experts = sum(t.nbytes for t in (moe.gate, moe.up, moe.down) if t is not None)
         total -= experts - experts // moe.experts * moe.top_k
     return total
 

@@ -48,11 +48,15 @@ std::tuple<Tensor, Tensor> MoeRouter(const Tensor& logits, int64_t top_k, bool r
                                      const std::optional<Tensor>& out_ids = std::nullopt);
 
 // The experts' weight as the providers see it: a float tensor (quantized = false, w
-// unused) or a QuantizedTensor; [E * N, K], expert e's rows e*N .. e*N + N - 1.
+// unused) or a QuantizedTensor; [E * N, K], expert e's rows e*N .. e*N + N - 1. gated:
+// a second stack `up` of w's kind, format and shape (the SwiGLU up projection beside the
+// gate projection w; float: inputs[3]), read in place as its own operand.
 struct MoeMatmulParams {
   int64_t num_experts;
   bool quantized;
   QuantizedTensor w;
+  bool gated = false;
+  QuantizedTensor up;
 };
 // y[t, j] = x_tj . W_e^T with e = expert_ids[t, j] and W_e rows e*N .. e*N+N-1 of w
 // [E*N, K] (the GGUF 3-D expert tensor layout, so one `ffn_*_exps` tensor is one
@@ -66,6 +70,16 @@ Tensor MoeMatmulBT(const Tensor& x, const Tensor& w, const Tensor& expert_ids, i
                    const std::optional<Tensor>& out = std::nullopt);
 Tensor MoeMatmulBT(const Tensor& x, const QuantizedTensor& w, const Tensor& expert_ids,
                    int64_t num_experts, const std::optional<Tensor>& out = std::nullopt);
+// The gate and up projections of SwiGLU experts from two stacks, each [E * N, K] as w
+// above and of one kind, format and shape (GGUF `ffn_gate_exps` / `ffn_up_exps`, MLX
+// `switch_mlp.{gate,up}_proj`, read in place): y[t, j] = [x_tj . G_e^T | x_tj . U_e^T]
+// -> [T, k, 2N] (per pair the N gate values, then the N up values: silu_and_mul's
+// input), each value the same dot product as MoeMatmulBT of that stack alone.
+Tensor MoeMatmulBT(const Tensor& x, const Tensor& gate, const Tensor& up, const Tensor& expert_ids,
+                   int64_t num_experts, const std::optional<Tensor>& out = std::nullopt);
+Tensor MoeMatmulBT(const Tensor& x, const QuantizedTensor& gate, const QuantizedTensor& up,
+                   const Tensor& expert_ids, int64_t num_experts,
+                   const std::optional<Tensor>& out = std::nullopt);
 
 // y [T, k, N] float, weights float32 [T, k] -> [T, N] in y's dtype:
 // out[t] = sum_j weights[t, j] * y[t, j] (in slot order, f32), plus

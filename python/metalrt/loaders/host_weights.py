@@ -28,6 +28,16 @@ def is_float(tensor) -> bool:
     return not _quantized(tensor)
 
 
+def kind(tensor) -> str:
+    """How a weight is stored, for comparing two: "float", or the quantized format with
+    its bits and group size ("affine(bits=4, group_size=64)")."""
+    if not _quantized(tensor):
+        return "float"
+    if tensor.format != "affine":
+        return tensor.format
+    return f"affine(bits={tensor.bits}, group_size={tensor.group_size})"
+
+
 def upload(array: np.ndarray, device: str, dtype: str) -> "metalrt.Tensor":
     """A float array as a Tensor of ``dtype`` on ``device``."""
     return metalrt.asarray(np.ascontiguousarray(array, dtype=np.float32),
@@ -64,13 +74,6 @@ def stacked_experts_shape(tensor, experts: int, rows: int, cols: int) -> tuple:
 def matrix_rows(tensor):
     """A stacked expert tensor as a matrix [E * rows, cols] (a view)."""
     return tensor if _quantized(tensor) else np.asarray(tensor).reshape(-1, tensor.shape[-1])
-
-
-def expert(tensor, e: int, rows: int):
-    """Expert e's [rows, cols] of a stacked expert tensor (a view)."""
-    if _quantized(tensor):
-        return quantized_weights.expert_rows(tensor, e, rows)
-    return np.asarray(tensor)[e]
 
 
 def take_rows(tensor, rows: np.ndarray):

@@ -103,11 +103,3 @@ def take_rows(w: QuantizedWeight, rows: np.ndarray) -> QuantizedWeight:
     names = [f for f in ("data", "scales", "biases") if getattr(w, f) is not None]
     picked = _copied_rows([[getattr(w, f)[rows]] for f in names])
     return dataclasses.replace(w, shape=(len(rows), w.shape[1]), **dict(zip(names, picked)))
-
-
-def expert_rows(w: QuantizedWeight, e: int, rows: int) -> QuantizedWeight:
-    """Rows e * rows .. (e + 1) * rows - 1 of ``w`` (expert e of a stacked expert
-    tensor), as views."""
-    cut = {f: getattr(w, f)[e * rows:(e + 1) * rows]
-           for f in ("data", "scales", "biases") if getattr(w, f) is not None}
-    return dataclasses.replace(w, shape=(rows, w.shape[1]), **cut)

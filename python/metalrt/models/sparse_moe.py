@@ -36,7 +36,7 @@ class SparseMoE:
         # The router and the shared expert's gate are float in HF and GGUF files and
         # 8-bit in mlx-lm's (its quant_predicate): a linear layer of either kind.
         self.router = Linear.load(w, [prefix + "gate"], [self.experts], hidden, False)
-        self.gate_up, self.down = load_experts(w, prefix, self.experts, hidden, intermediate)
+        self.gate, self.up, self.down = load_experts(w, prefix, self.experts, hidden, intermediate)
         self.shared: Optional[GatedMLP] = None
         self.shared_gate = None
         if shared:
@@ -50,7 +50,8 @@ class SparseMoE:
     def __call__(self, x):
         weights, ids = ops.moe_router(self.router(x), self.top_k,
                                       renormalize=self.renormalize)
-        act = ops.silu_and_mul(ops.moe_matmul_bt(x, self.gate_up, ids, num_experts=self.experts))
+        act = ops.silu_and_mul(ops.moe_matmul_bt(x, self.gate, ids, num_experts=self.experts,
+                                                 up=self.up))
         y = ops.moe_matmul_bt(act, self.down, ids, num_experts=self.experts)
         if self.shared is None:
             return ops.moe_combine(y, weights)

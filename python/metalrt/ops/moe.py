@@ -31,31 +31,40 @@ def moe_router(logits, top_k, *, renormalize, out=None) -> tuple:
                               out_weights=out_weights, out_ids=out_ids)
 
 
-def moe_matmul_bt(x, w, expert_ids, *, num_experts, out=None) -> Tensor:
+def moe_matmul_bt(x, w, expert_ids, *, num_experts, up=None, out=None) -> Tensor:
     """The experts' linear layers: y[t, j] = x_tj @ W_e^T with e = expert_ids[t, j],
     reading only the selected experts' rows. Math: moe_ops.h ``MoeMatmulBT``.
+    With ``up`` (SwiGLU experts' gate stack w and up stack, each read in place):
+    y[t, j] = [x_tj @ G_e^T | x_tj @ U_e^T], [T, k, 2N], silu_and_mul's input.
 
     x: float [T, K] (the same row for every slot) or [T, k, K] (one row per slot); w:
     [E * N, K], expert e's rows e*N .. e*N + N - 1 (a GGUF `ffn_*_exps` tensor): a float
     Tensor or array in x's dtype, or a QuantizedTensor of any format; expert_ids: int32
     [T, k] (a list of Python ints becomes int32; a numpy array must be int32);
-    num_experts: int E, keyword-only; out: optional Tensor [T, k, N] in x's dtype.
-    Arrays and lists go to the Tensors' device (else the CPU). Returns [T, k, N] in x's
-    dtype.
+    num_experts: int E, keyword-only; up: optional second stack of w's kind, format,
+    dtype and shape, keyword-only; out: optional Tensor [T, k, N] ([T, k, 2N] with up)
+    in x's dtype. Arrays and lists go to the Tensors' device (else the CPU). Returns
+    [T, k, N] ([T, k, 2N] with up) in x's dtype.
 
     Raises ValueError when num_experts does not divide w's rows, shapes do not match
-    (naming x or expert_ids), or — on the CPU — an id is outside [0, E) (on Metal such
-    an id gives a NaN row, never silent); TypeError for expert_ids not int32, or dtypes
-    that do not match.
+    (naming x or expert_ids), up does not match w, or — on the CPU — an id is outside
+    [0, E) (on Metal such an id gives a NaN row, never silent); TypeError for
+    expert_ids not int32, dtypes that do not match, or up of another kind than w.
     """
     op = "moe_matmul_bt"
     ids = {"expert_ids": "int32"}
+    experts = integer(op, "num_experts", num_experts)
     if isinstance(w, QuantizedTensor):
+        if up is not None and not isinstance(up, QuantizedTensor):
+            raise TypeError(f"[{op}] up must be a QuantizedTensor like w, got {type(up).__name__}")
         x, expert_ids = tensors(op, index_dtypes=ids, x=x, expert_ids=expert_ids)
+    elif up is not None:
+        x, w, up, expert_ids = tensors(op, index_dtypes=ids, x=x, w=w, up=up, expert_ids=expert_ids)
     else:
         x, w, expert_ids = tensors(op, index_dtypes=ids, x=x, w=w, expert_ids=expert_ids)
-    return _native.moe_matmul_bt(x, w, expert_ids, integer(op, "num_experts", num_experts),
-                                 out=out_tensor(op, out))
+    if up is None:
+        return _native.moe_matmul_bt(x, w, expert_ids, experts, out=out_tensor(op, out))
+    return _native.moe_matmul_bt(x, w, up, expert_ids, experts, out=out_tensor(op, out))
 
 
 def moe_combine(y, weights, *, shared=None, shared_gate=None, out=None) -> Tensor:
