@@ -237,6 +237,7 @@ def test_cli_without_ray_is_an_error_naming_the_extra():
 @pytest.mark.parametrize("replicas, max_replicas, ongoing", [(0, 0, 0), (3, 2, 0), (1, 0, -1)])
 def test_bad_replica_counts_are_value_errors(replicas, max_replicas, ongoing):
     from metalrt.server import ray_app
+    from metalrt.server.main import build_app
 
     with pytest.raises(ValueError, match="--ray-"):
-        ray_app.application({}, replicas, max_replicas, max_ongoing_requests=ongoing)
+        ray_app.application(build_app, {}, replicas, max_replicas, max_ongoing_requests=ongoing)

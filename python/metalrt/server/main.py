@@ -221,7 +221,7 @@ def serve(args: argparse.Namespace) -> int:
         except RuntimeError as e:
             print(f"metalrt: error: {e}", file=sys.stderr)
             return 1
-        return ray_serve.run(settings, args.host, args.port, args.ray_replicas,
+        return ray_serve.run(build_app, settings, args.host, args.port, args.ray_replicas,
                              args.ray_max_replicas, args.ray_address,
                              args.ray_cpus_per_replica, args.ray_max_ongoing_requests)
     app = build_app(**settings)

@@ -1,9 +1,9 @@
 """metalrt under Ray Serve: engine replicas behind one OpenAI/Anthropic-compatible
 endpoint (``metalrt serve --ray``).
 
-Two deployments: ``EngineReplica`` runs the whole metalrt application of
-``main.build_app`` (one model set, its engine loops and KV caches) and answers requests
-in-process through ``asgi_stream``; ``Router`` is the HTTP ingress, which forwards each
+Two deployments: ``EngineReplica`` runs the whole metalrt application that
+``main.build_app`` builds (one model set, its engine loops and KV caches) and
+answers requests in-process through ``asgi_stream``; ``Router`` is the HTTP ingress, which forwards each
 request to a replica picked by Ray Serve's router (fewest ongoing requests) and streams
 the reply back. Ray Serve autoscales ``EngineReplica`` on ongoing requests and restarts
 a replica whose process dies. The router exists for what a plain ingress cannot do: end
@@ -68,13 +68,11 @@ def metrics_board():
 
 @serve.deployment
 class EngineReplica:
-    """One metalrt application (``main.build_app(**settings)``) in a Ray Serve replica;
-    ``handle(request)`` streams its reply: a start dict, then body chunks."""
+    """One metalrt application (``build(**settings)``, ``main.build_app``) in a Ray Serve
+    replica; ``handle(request)`` streams its reply: a start dict, then body chunks."""
 
-    async def __init__(self, settings: dict):
-        from .main import build_app
-
-        self.app = build_app(**settings)
+    async def __init__(self, build, settings: dict):
+        self.app = build(**settings)
         self.lifespan = self.app.router.lifespan_context(self.app)
         await self.lifespan.__aenter__()
         self.name = f"{serve.get_replica_context().replica_tag}:{os.getpid()}"
@@ -159,11 +157,12 @@ class Router:
         return StreamingResponse(body(), status_code=start["status"], headers=headers)
 
 
-def application(settings: dict, replicas: int = 1, max_replicas: int = 0,
+def application(build, settings: dict, replicas: int = 1, max_replicas: int = 0,
                 target_ongoing_requests: float = 8.0, cpus_per_replica: float = 1.0,
                 max_ongoing_requests: int = 0):
     """The Ray Serve application (``serve.run`` it): ``replicas`` engine replicas each
-    running ``main.build_app(**settings)``, autoscaled between ``replicas`` and
+    running ``build(**settings)`` (``main.build_app``, passed in by reference: Ray
+    imports it in each replica), autoscaled between ``replicas`` and
     ``max_replicas`` on ``target_ongoing_requests`` per replica when ``max_replicas`` >
     ``replicas`` (else a fixed count), each reserving ``cpus_per_replica`` of Ray's CPUs
     and holding at most ``max_ongoing_requests`` requests (0: the engine's ``max_queue``
@@ -187,6 +186,6 @@ def application(settings: dict, replicas: int = 1, max_replicas: int = 0,
             "target_ongoing_requests": target_ongoing_requests}
     else:
         options["num_replicas"] = replicas
-    engine = EngineReplica.options(**options).bind(settings)
+    engine = EngineReplica.options(**options).bind(build, settings)
     return Router.options(num_replicas=1, max_ongoing_requests=ROUTER_MAX_ONGOING,
                           ray_actor_options={"num_cpus": 0}).bind(engine)

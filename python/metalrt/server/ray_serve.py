@@ -18,10 +18,10 @@ def import_ray_app():
     return ray_app
 
 
-def run(settings: dict, host: str, port: int, replicas: int, max_replicas: int,
+def run(build, settings: dict, host: str, port: int, replicas: int, max_replicas: int,
         address: Optional[str], cpus_per_replica: float,
         max_ongoing_requests: int = 0) -> int:
-    """Serves ``main.build_app(**settings)`` as ``replicas`` (up to ``max_replicas``,
+    """Serves ``build(**settings)`` (``main.build_app``) as ``replicas`` (up to ``max_replicas``,
     autoscaled; each holding at most ``max_ongoing_requests``, 0: its
     engine's queue) engine replicas behind Ray Serve's HTTP proxy on ``host:port``, in the
     Ray cluster at ``address`` (None: start a local one). Blocks until interrupted."""
@@ -29,7 +29,7 @@ def run(settings: dict, host: str, port: int, replicas: int, max_replicas: int,
     import ray
     from ray import serve
 
-    target = ray_app.application(settings, replicas, max_replicas,
+    target = ray_app.application(build, settings, replicas, max_replicas,
                                  cpus_per_replica=cpus_per_replica,
                                  max_ongoing_requests=max_ongoing_requests)
     ray.init(address=address, include_dashboard=False, log_to_driver=True)
