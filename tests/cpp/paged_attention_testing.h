@@ -117,15 +117,23 @@ inline AttentionBatch MakeAttentionBatch(const std::vector<AttentionRequest>& re
   return bt;
 }
 
+// Sink logits (one per head) around the scores' range: 6 outweighs every score, -30
+// weighs nothing; cycled over the heads. Exact in float32, so the op's float32 sinks
+// tensor and AttentionReference see the same values.
+inline std::vector<double> SinkLogits(int64_t heads) {
+  const double pattern[] = {0.5, -1.0, 2.0, 6.0, -30.0, 0.0, 1.5, -0.25};
+  std::vector<double> sinks;
+  for (int64_t h = 0; h < heads; ++h) sinks.push_back(pattern[h % 8]);
+  return sinks;
+}
+
 // float64 attention: query i of a request sits at position p = seq_len - q_len + i and
 // attends to positions lo..p of its kv head h / (heads / kv_heads), lo = 0 or, with a
 // window, max(0, p - window + 1) (transformers' sliding window); a head's sink logit
-// (sinks non-empty, float or double) joins the softmax's denominator only
-// (transformers' GptOssAttention).
-template <class Sink = double>
+// (sinks non-empty) joins the softmax's denominator only (transformers' GptOssAttention).
 inline std::vector<double> AttentionReference(const AttentionBatch& bt, const std::vector<AttentionRequest>& reqs,
                                               const AttentionGeometry& g, double scale, int64_t window = 0,
-                                              const std::vector<Sink>& sinks = {}) {
+                                              const std::vector<double>& sinks = {}) {
   const int64_t heads = g.heads, kv_heads = g.kv_heads, head_dim = g.head_dim;
   std::vector<double> out(bt.q.size());
   int64_t token = 0;

@@ -66,14 +66,6 @@ const std::vector<WindowCase> kPrefillCases = {
     {{"prefill/block_size5_window13", 6, 3, 128, 5, {{1, 23}, {30, 48}}}, 13, true},
 };
 
-// The heads' sink logits: around the scores' range (|s| <= 2 * 1 * head_dim * scale),
-// one of 6 above them all.
-std::vector<double> Sinks(int64_t heads) {
-  std::vector<double> s(static_cast<size_t>(heads));
-  for (int64_t h = 0; h < heads; ++h) s[h] = h == 1 ? 6.0 : -1.0 + 0.7 * static_cast<double>(h % 5);
-  return s;
-}
-
 struct Built {
   AttentionGeometry g;
   std::vector<AttentionRequest> reqs;
@@ -88,7 +80,7 @@ Built Build(const WindowCase& w, DType dtype, uint32_t seed) {
   b.reqs = ShuffledRequests(w.a.lens, b.g, seed);
   b.bt = MakeAttentionBatch(b.reqs, b.g, dtype, seed, w.window);
   if (w.sinks) {
-    b.sink_values = Sinks(w.a.heads);
+    b.sink_values = SinkLogits(w.a.heads);
     b.sinks = MakeFloat({w.a.heads}, DType::kF32, b.sink_values);
   }
   b.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(w.a.head_dim)));

@@ -137,20 +137,8 @@ const std::vector<WindowedCase> kWindowed = {
     {{"gqa40/window8/sinks", 40, 1, 64, 16, {{3, 19}, {2, 2}}}, 8, true},
 };
 
-// Sink logits around the scores' range (6 outweighs every score, -30 weighs nothing),
-// cycled over the heads.
-std::vector<float> SinksOf(int64_t heads) {
-  const float pattern[] = {0.5f, -1.0f, 2.0f, 6.0f, -30.0f, 0.0f, 1.5f, -0.25f};
-  std::vector<float> sinks;
-  for (int64_t h = 0; h < heads; ++h) sinks.push_back(pattern[h % 8]);
-  return sinks;
-}
-
-// SinksOf as the op's float32 [heads] tensor (on the CPU).
-Tensor SinksTensor(int64_t heads) {
-  const std::vector<float> sinks = SinksOf(heads);
-  return MakeFloat({heads}, DType::kF32, std::vector<double>(sinks.begin(), sinks.end()));
-}
+// SinkLogits as the op's float32 [heads] tensor (on the CPU).
+Tensor SinksTensor(int64_t heads) { return MakeFloat({heads}, DType::kF32, SinkLogits(heads)); }
 
 // The kernels' f32 results differ from the oracle's by accumulation order (~1e-6 of
 // outputs of magnitude <= 1, which are convex combinations of values in [-1, 1]); f16 and
@@ -183,7 +171,7 @@ std::vector<std::string> KernelsOf(const Lens& lens, DType dtype, int32_t window
 }
 
 // The batch attended on the Metal device into a NaN-poisoned output of its dtype (with a
-// window, and SinksOf(heads) when `sinks`).
+// window, and SinkLogits(heads) when `sinks`).
 Tensor AttendOnMetal(const AttentionBatch& bt, float scale, int64_t window = 0, bool sinks = false) {
   const Tensor out = PoisonedMetal(bt.query.shape(), bt.query.dtype());
   ops::PagedAttention(ToMetal(bt.query), ToMetal(bt.key_cache), ToMetal(bt.value_cache),
@@ -199,7 +187,7 @@ void CheckAgainstReference(const std::vector<double>& got, const AttentionBatch&
                            const std::vector<AttentionRequest>& reqs, const AttentionGeometry& g,
                            double scale, const char* what, int64_t window = 0, bool sinks = false) {
   const std::vector<double> ref =
-      AttentionReference(bt, reqs, g, scale, window, sinks ? SinksOf(g.heads) : std::vector<float>{});
+      AttentionReference(bt, reqs, g, scale, window, sinks ? SinkLogits(g.heads) : std::vector<double>{});
   CHECK(Nmse(got, ref) <= 5e-4);
   CheckClose(got, ref, OutputBar(bt.query.dtype()), what);
 }
@@ -252,7 +240,7 @@ TEST_CASE("metal paged_attention: windows and sinks match float64, change the re
     AttentionGeometry g{w.a.heads, w.a.kv_heads, w.a.head_dim, w.a.block_size, 0, 0};
     const std::vector<AttentionRequest> reqs = ShuffledRequests(w.a.lens, g, 19);
     const AttentionBatch bt = MakeAttentionBatch(reqs, g, DType::kF32, 29, w.window);
-    const std::vector<float> sinks = w.sinks ? SinksOf(w.a.heads) : std::vector<float>{};
+    const std::vector<double> sinks = w.sinks ? SinkLogits(w.a.heads) : std::vector<double>{};
     const double scale = ScaleOf(w.a.head_dim);
     ResetProviderStats();
     const Tensor out = AttendOnMetal(bt, static_cast<float>(scale), w.window, w.sinks);
