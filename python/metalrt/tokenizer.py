@@ -269,7 +269,8 @@ class Tokenizer:
         it with ``add_special_tokens=False``). ``tools`` (OpenAI tool objects) and
         ``template_kwargs`` (e.g. ``enable_thinking``) are template variables, as in
         transformers' ``apply_chat_template``. Raises ValueError when the tokenizer has
-        no chat template or the template raises."""
+        no chat template, or the template raises or fails to parse or render (a
+        malformed template, a variable of the wrong type)."""
         if not self.chat_template:
             raise ValueError("[apply_chat_template] this tokenizer has no chat template")
         env = jinja2.sandbox.ImmutableSandboxedEnvironment(
@@ -291,9 +292,17 @@ class Tokenizer:
             "bos_token": self.id_to_token(self.bos_token_id) if self.bos_token_id is not None else "",
             "eos_token": self.id_to_token(self.eos_token_ids[0]) if self.eos_token_ids else "",
         }
-        return env.from_string(self.chat_template).render(
-            **{**special, **template_kwargs}, messages=list(messages), tools=tools,
-            add_generation_prompt=add_generation_prompt)
+        try:
+            return env.from_string(self.chat_template).render(
+                **{**special, **template_kwargs}, messages=list(messages), tools=tools,
+                add_generation_prompt=add_generation_prompt)
+        except ValueError as e:
+            if str(e).startswith("[apply_chat_template]"):
+                raise
+            raise ValueError(f"[apply_chat_template] the chat template failed: {e}") from e
+        except Exception as e:   # noqa: BLE001 - a template is data: any error it makes
+            raise ValueError(f"[apply_chat_template] the chat template failed: "
+                             f"{type(e).__name__}: {e}") from e
 
     def detokenizer(self) -> "StreamingDetokenizer":
         return StreamingDetokenizer(self)

@@ -1,6 +1,7 @@
 """Builds the slow fixtures of the pytest gates into metalrt's cache, ahead of the tests:
-the hybrid and MoE models, the bench's peers venv (llama-cpp-python is built from
-source there) and the quantized files made with it, and ggml's kernel libraries
+the hybrid and MoE models, the released chat templates, the bench's peers venv
+(llama-cpp-python is built from source there) and the quantized files made with it, and
+ggml's kernel libraries
 compiled for the simulated device (the MSL coverage corpus; the kernel cache keeps
 them by source, so a later run compiles only what changed).
 
@@ -21,6 +22,7 @@ import sys
 import time
 import traceback
 
+import chat_templates
 import family_gguf_fixtures
 import ggml_metal_source
 import moe_gguf_fixtures
@@ -28,7 +30,8 @@ import quant_fixtures
 import tiny_hybrid
 
 # The modules whose fixtures are built here, in the order pytest reaches them.
-MODULES = (tiny_hybrid, moe_gguf_fixtures, family_gguf_fixtures, ggml_metal_source, quant_fixtures)
+MODULES = (tiny_hybrid, moe_gguf_fixtures, chat_templates, family_gguf_fixtures, ggml_metal_source,
+           quant_fixtures)
 
 
 def _ggml_corpus() -> None:
@@ -43,6 +46,7 @@ def steps():
     yield from ((f"hybrid {n}", lambda n=n: tiny_hybrid.path(n)) for n in tiny_hybrid.CONFIGS)
     yield from ((f"moe gguf {n}", lambda n=n: moe_gguf_fixtures.fixture(n))
                 for n in moe_gguf_fixtures.CONFIGS)
+    yield "chat templates", chat_templates.templates_dir
     yield from ((f"family gguf {n}", lambda n=n: family_gguf_fixtures.fixture(n))
                 for n in family_gguf_fixtures.CONFIGS)
     yield "ggml kernel libraries", _ggml_corpus

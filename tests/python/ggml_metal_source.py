@@ -5,9 +5,11 @@ The kernels ship inside the ``llama-cpp-python`` sdist on PyPI, under
 include) and ``ggml/src/ggml-common.h``. On first use the pinned sdist is fetched with
 ``pip download --no-deps --no-binary llama-cpp-python`` (the package is never built or
 installed; only it, not its build requirements, comes as source), its sha256 checked,
-and those files copied flat into ``<cache>/ggml-metal/<version>/``, the cache being
-metalrt's (``$METALRT_CACHE_DIR`` or ``~/.cache/metalrt``, see
-``metalrt.default_model.cache_dir``). Nothing of it is committed to this repository.
+and kept as ``<cache>/sdist/`` (``sdist()``: the converter and the chat templates of
+the other fixtures come from the same file, fetched once); those files are copied flat
+into ``<cache>/ggml-metal/<version>/``, the cache being metalrt's
+(``$METALRT_CACHE_DIR`` or ``~/.cache/metalrt``, see ``metalrt.default_model.cache_dir``).
+Nothing of it is committed to this repository.
 """
 from __future__ import annotations
 
@@ -63,6 +65,18 @@ def _download(dest: Path) -> Path:
     return sdist
 
 
+def sdist() -> Path:
+    """The pinned llama-cpp-python sdist, sha256-checked, fetched into the cache on first
+    use. Raises GgmlSourceError (with pip's last words, or the hash mismatch) when it
+    cannot be fetched."""
+    target = cache_dir() / "sdist" / SDIST
+    with cache_lock.held(f"sdist/{SDIST}"):
+        if not target.exists():
+            with tempfile.TemporaryDirectory(prefix="metalrt-sdist-", dir=target.parent) as tmp:
+                os.replace(_download(Path(tmp)), target)
+    return target
+
+
 def _extract(sdist: Path, target: Path) -> None:
     """Copies the kernel files flat into a sibling of ``target``, then renames it into
     place, so that a cached directory is always complete."""
@@ -91,8 +105,7 @@ def source_dir() -> Path:
     target = cache_dir() / "ggml-metal" / VERSION
     with cache_lock.held(f"ggml-metal/{VERSION}"):
         if not (target / "ggml-metal-impl.h").exists():
-            with tempfile.TemporaryDirectory(prefix="metalrt-ggml-") as tmp:
-                _extract(_download(Path(tmp)), target)
+            _extract(sdist(), target)
     return target
 
 

@@ -68,8 +68,7 @@ def converter_dir() -> Path:
         if not (target / "convert_hf_to_gguf.py").exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(prefix="metalrt-convert-") as tmp:
-                sdist = ggml_metal_source._download(Path(tmp))
-                with tarfile.open(sdist) as tar:
+                with tarfile.open(ggml_metal_source.sdist()) as tar:
                     members = [m for m in tar.getmembers() if m.name.startswith(_CONVERTER) and any(
                         m.name[len(_CONVERTER):].startswith(p)
                         for p in ("convert_hf_to_gguf.py", "conversion/", "gguf-py/"))]
