@@ -118,7 +118,8 @@ class Engine:
         self.inputs = StepBuffers(model.device)
         self.stats = EngineStats()
         self._ids = count()
-        self.plans = DecodePlans.of_cache(model, cache) if decode_plans else None
+        self.plans = DecodePlans.of_cache(model, cache) \
+            if decode_plans and model.records_plans else None
         # This engine's records and replays are the plans' counts since it started.
         self._plan_counts_at_start = (0, 0) if self.plans is None else \
             (self.plans.records, self.plans.replays)
