@@ -9,7 +9,9 @@ Rows: the whole model in this process (with its decode plans, and op by op as th
 stages run), then 1 stage (the whole model in one actor: Ray's cost alone) and
 ``--stages`` stages with 1 and with ``--batch`` micro-batches a step. Prefill: ``--batch``
 prompts of ``--prompt-tokens`` tokens, one token each; decode: ``--batch`` requests of
-``--new-tokens`` greedy tokens after a 16-token prompt, timed after their first token.
+``--new-tokens`` greedy tokens after a 16-token prompt, timed after their first token,
+in wall time and in the CPU time of this process and the stages' (which a machine
+shared with other work slows less than the wall time).
 Each stage reports VmHWM, its resident set before the model loaded and the bytes of the
 model file resident in it. Every process runs ``--threads`` CPU threads. Writes
 ``bench/results/pipeline-<UTC timestamp>.json`` and prints a table.
@@ -27,9 +29,17 @@ from pathlib import Path
 from .__main__ import ROOT, machine, load_average, prompt_ids
 
 
+def _cpu_seconds(model) -> float:
+    """CPU seconds of this process and, for a pipeline, of its stage processes."""
+    from metalrt.pipeline import PipelineModel
+
+    return time.process_time() + (model.cpu_seconds() if isinstance(model, PipelineModel)
+                                  else 0.0)
+
+
 def _run(model, tokenizer, prompts, new_tokens: int, decode_plans: bool):
-    """Seconds of the first step of ``prompts`` (each to ``new_tokens`` greedy tokens)
-    and of the steps after it."""
+    """Seconds of the first step of ``prompts`` (each to ``new_tokens`` greedy tokens),
+    and wall and CPU seconds (``_cpu_seconds``) of the steps after it."""
     from metalrt.runner import Engine, SamplingParams
 
     engine = Engine(model, model.kv_cache(sum(len(p) + new_tokens for p in prompts) // 16 + 8),
@@ -38,11 +48,14 @@ def _run(model, tokenizer, prompts, new_tokens: int, decode_plans: bool):
         engine.add_request(ids, SamplingParams(), new_tokens)
     start = time.perf_counter()
     engine.step()
-    first = time.perf_counter()
+    prefill = time.perf_counter() - start
+    cpu = _cpu_seconds(model)
+    start = time.perf_counter()
     while engine.has_work:
         engine.step()
+    wall = time.perf_counter() - start
     engine.close()
-    return first - start, time.perf_counter() - first
+    return prefill, wall, _cpu_seconds(model) - cpu
 
 
 def measure(model, tokenizer, args, decode_plans: bool) -> dict:
@@ -51,12 +64,13 @@ def measure(model, tokenizer, args, decode_plans: bool) -> dict:
     short = [prompt_ids(tokenizer, 16 + i) for i in range(args.batch)]
     _run(model, tokenizer, short, 4, decode_plans)   # warm-up: buffers, plans, caches
     prefill = min(_run(model, tokenizer, long, 1, decode_plans)[0] for _ in range(args.runs))
-    decode = min(_run(model, tokenizer, short, args.new_tokens, decode_plans)[1]
-                 for _ in range(args.runs))
+    decodes = [_run(model, tokenizer, short, args.new_tokens, decode_plans)[1:]
+               for _ in range(args.runs)]
+    decode, cpu = min(d[0] for d in decodes), min(d[1] for d in decodes)
     tokens = sum(len(p) for p in long)
     steps = args.new_tokens - 1
     return {"prefill_tok_s": tokens / prefill, "decode_tok_s": args.batch * steps / decode,
-            "decode_step_ms": 1e3 * decode / steps}
+            "decode_step_ms": 1e3 * decode / steps, "decode_step_cpu_ms": 1e3 * cpu / steps}
 
 
 def main(argv=None) -> int:
@@ -70,6 +84,9 @@ def main(argv=None) -> int:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads per process")
+    parser.add_argument("--memory-only", action="store_true",
+                        help="only the stages' memory, after one short generation each "
+                             "(1 and --stages stages; for a model too slow to time here)")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
     # Before Ray starts: its workers inherit this environment.
@@ -79,27 +96,37 @@ def main(argv=None) -> int:
     import metalrt
     from metalrt.pipeline import load_pipeline
 
-    model, tokenizer = metalrt.load(args.model, device="cpu")
-    rows = [{"row": "1 process, decode plans", **measure(model, tokenizer, args, True)},
-            {"row": "1 process, op by op", **measure(model, tokenizer, args, False)}]
-    del model
+    rows = []
+    if args.memory_only:
+        tokenizer = None
+    else:
+        model, tokenizer = metalrt.load(args.model, device="cpu")
+        rows = [{"row": "1 process, decode plans", **measure(model, tokenizer, args, True)},
+                {"row": "1 process, op by op", **measure(model, tokenizer, args, False)}]
+        del model
     ray.init(num_cpus=max(os.cpu_count() or 1, args.stages), include_dashboard=False,
              log_to_driver=False)
     stages = []
     try:
-        for count, micro in ((1, 1), (args.stages, 1), (args.stages, args.batch)):
-            pipe, _ = load_pipeline(args.model, count, micro, device="cpu",
-                                    cpus_per_stage=args.threads)
-            rows.append({"row": f"{count} stage(s), {micro} micro-batch(es)",
-                         **measure(pipe, tokenizer, args, False)})
+        runs = ((1, 1), (args.stages, 1)) if args.memory_only else \
+            ((1, 1), (args.stages, 1), (args.stages, args.batch))
+        for count, micro in runs:
+            pipe, tokenizer = load_pipeline(args.model, count, micro, device="cpu",
+                                            cpus_per_stage=args.threads)
+            if args.memory_only:
+                _run(pipe, tokenizer, [prompt_ids(tokenizer, 16)], 4, False)
+            else:
+                rows.append({"row": f"{count} stage(s), {micro} micro-batch(es)",
+                             **measure(pipe, tokenizer, args, False)})
             if micro == 1:
                 stages.append({"stages": count, "memory": pipe.memory()})
             pipe.close()
     finally:
         ray.shutdown()
-    base = rows[1]["decode_step_ms"]
     for row in rows:
-        row["decode_step_overhead_ms"] = row["decode_step_ms"] - base
+        row["decode_step_overhead_ms"] = row["decode_step_ms"] - rows[1]["decode_step_ms"]
+        row["decode_step_cpu_overhead_ms"] = (row["decode_step_cpu_ms"]
+                                              - rows[1]["decode_step_cpu_ms"])
     result = {"when": datetime.datetime.now(datetime.timezone.utc).isoformat(),
               "machine": machine(), "load_average": load_average(), "args": {
                   k: str(v) for k, v in vars(args).items()}, "rows": rows, "stages": stages}
@@ -107,10 +134,12 @@ def main(argv=None) -> int:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     (args.out_dir / f"pipeline-{stamp}.json").write_text(json.dumps(result, indent=1))
     print(f"{result['machine']}; load average {result['load_average']}")
-    print(f"{'row':36} {'prefill tok/s':>14} {'decode tok/s':>13} {'step ms':>8} {'+ms/step':>9}")
+    print(f"{'row':36} {'prefill tok/s':>14} {'decode tok/s':>13} {'step ms':>8} "
+          f"{'+ms/step':>9} {'CPU ms/step':>12} {'+CPU ms':>8}")
     for r in rows:
         print(f"{r['row']:36} {r['prefill_tok_s']:14.1f} {r['decode_tok_s']:13.1f} "
-              f"{r['decode_step_ms']:8.2f} {r['decode_step_overhead_ms']:9.2f}")
+              f"{r['decode_step_ms']:8.2f} {r['decode_step_overhead_ms']:9.2f} "
+              f"{r['decode_step_cpu_ms']:12.2f} {r['decode_step_cpu_overhead_ms']:8.2f}")
     print(f"{'stages':>6} {'layers':>9} {'VmHWM MB':>9} {'before load MB':>15} {'file RSS MB':>12}")
     for entry in stages:
         for m in entry["memory"]:

@@ -37,11 +37,19 @@ def build_model(config: Mapping, weights: Mapping[str, object], device: str = "c
     cls = ARCHITECTURES[model_type]
     if layers is None:
         return cls(config, weights, device, dtype)
-    if not cls.layer_ranges:
-        ranged = sorted(n for n, c in ARCHITECTURES.items() if c.layer_ranges)
-        raise ValueError(f"[models] '{model_type}' is built whole only: a range of layers "
-                         f"(a pipeline stage) is built for {', '.join(ranged)}")
+    check_layer_ranges(model_type)
     return cls(config, weights, device, dtype, layers)
 
 
-__all__ = ["ARCHITECTURES", "CausalLM", "build_model"]
+def check_layer_ranges(model_type: str) -> None:
+    """ValueError unless the family ``model_type`` builds a range of its layers (a
+    pipeline stage, ``CausalLM.stage_layers``); an unknown one passes (``build_model``
+    names it)."""
+    cls = ARCHITECTURES.get(model_type)
+    if cls is not None and not cls.layer_ranges:
+        ranged = sorted(n for n, c in ARCHITECTURES.items() if c.layer_ranges)
+        raise ValueError(f"[models] '{model_type}' is built whole only: a range of layers "
+                         f"(a pipeline stage) is built for {', '.join(ranged)}")
+
+
+__all__ = ["ARCHITECTURES", "CausalLM", "build_model", "check_layer_ranges"]

@@ -23,6 +23,16 @@ from .logits import as_float32
 from .shape import DecoderShape
 
 
+def scored_ids(token_ids: Sequence[int]) -> List[int]:
+    """The ids of a ``logits`` call as ints; ValueError for an empty list or ids outside
+    int32."""
+    ids = [int(t) for t in token_ids]
+    if not ids:
+        raise ValueError("[logits] token_ids must not be empty")
+    check_int_range(min(ids), max(ids), "int32", "[logits] token id")
+    return ids
+
+
 class PreNormLayer:
     """h += attn(norm1(h)); h += mlp(norm2(h)) (the GPT-2 / Llama residual order). The
     residual stream h is updated in place: it is the forward pass's own tensor.
@@ -217,10 +227,7 @@ class CausalLM:
         """float32 [n_tokens, vocab]: the logits after every token of ``token_ids``,
         from one prefill into a fresh cache (for parity checks and scoring).
         Raises ValueError for an empty list or ids outside the vocabulary (or int32)."""
-        ids = [int(t) for t in token_ids]
-        if not ids:
-            raise ValueError("[logits] token_ids must not be empty")
-        check_int_range(min(ids), max(ids), "int32", "[logits] token id")
+        ids = scored_ids(token_ids)
         cache = self.new_cache(blocks_for(len(ids)), window_blocks=None)   # one pass: one table
         step = build_step([ScheduledChunk(ids, 0, list(range(cache.num_blocks)), "all")],
                           self.device)

@@ -20,7 +20,9 @@ import metalrt
 
 from ..cache import ModelCache, ScheduledChunk, blocks_for, build_step
 from ..loaders import file_map, load_model_files
-from ..tensor import check_int_range, is_int
+from ..models import check_layer_ranges
+from ..models.decoder import scored_ids
+from ..tensor import is_int
 from . import micro_batches
 from .stage import PipelineStage
 
@@ -38,10 +40,11 @@ def stage_ranges(num_layers: int, stages: int) -> List[Tuple[int, int]]:
 
 
 class PipelineModel:
-    """The model at ``path`` run by ``stages`` (Ray actor handles, in layer order); what
-    ``Engine`` needs of a model. ``config``: the file's Hugging Face config. The engine
+    """A model run by ``stages`` (``PipelineStage`` Ray actor handles holding the layer
+    ``ranges``, in layer order; ``load_pipeline`` makes them): what ``Engine`` needs of a
+    model. ``config``: the file's Hugging Face config; ``dtype``: the stages'. The engine
     builds each step's inputs here on the host ("cpu"); the stages rebuild them on their
-    own device. ``micro_batches``: the most micro-batches a step is cut into."""
+    own device. ``micro_batches_per_step``: the most micro-batches a step is cut into."""
 
     # Decode plans record one process's ops: a step here runs in other processes.
     records_plans = False
@@ -105,14 +108,17 @@ class PipelineModel:
         """float32 [n_tokens, vocab] after every token of ``token_ids``, from one prefill
         into a fresh cache (``CausalLM.logits``). ValueError for an empty list or ids
         outside int32."""
-        ids = [int(t) for t in token_ids]
-        if not ids:
-            raise ValueError("[logits] token_ids must not be empty")
-        check_int_range(min(ids), max(ids), "int32", "[logits] token id")
+        ids = scored_ids(token_ids)
         cache = self.new_cache(blocks_for(len(ids)))
         step = build_step([ScheduledChunk(ids, 0, list(range(cache.num_blocks)), "all")],
                           self.device)
         return self.forward(step, cache).numpy()
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds the stage processes have run, together (``PipelineStage.cpu_seconds``)."""
+        import ray
+
+        return sum(ray.get([s.cpu_seconds.remote() for s in self.stages]))
 
     def memory(self) -> List[dict]:
         """Each stage's ``PipelineStage.memory`` (pid, layers, VmRSS, VmHWM in bytes)."""
@@ -159,13 +165,7 @@ def load_pipeline(path: Optional[str] = None, stages: int = 2, micro_batches_per
     with file_map.mapped():   # the config and tokenizer only: no weight is read here
         files = load_model_files(path, verbose=False)
     config = files.config
-    from ..models import ARCHITECTURES
-
-    cls = ARCHITECTURES.get(config.get("model_type"))
-    if cls is not None and not cls.layer_ranges:
-        ranged = sorted(n for n, c in ARCHITECTURES.items() if c.layer_ranges)
-        raise ValueError(f"[pipeline] '{config['model_type']}' is built whole only: pipeline "
-                         f"stages are built for {', '.join(ranged)}")
+    check_layer_ranges(config.get("model_type"))
     ranges = stage_ranges(int(config["num_hidden_layers"]), stages)
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=True)

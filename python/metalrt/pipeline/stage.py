@@ -74,6 +74,11 @@ class PipelineStage:
         if num_blocks != self.cache.num_blocks:
             self.cache = self.model.new_cache(num_blocks, window_blocks=None)
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds this stage's process has run (every thread)."""
+        times = os.times()
+        return times.user + times.system
+
     def memory(self) -> dict:
         """``memory_status`` of this stage's process (bytes), its pid, its layers, the
         resident set before the model loaded (``rss_before_load``) and the bytes of the
