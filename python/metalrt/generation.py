@@ -14,7 +14,7 @@ import resource
 import sys
 import time
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Sequence, Union
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -77,14 +77,15 @@ _MODEL_DTYPES = ("float32", "float16", "bfloat16")
 
 
 def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32",
-         verbose: Optional[bool] = None):
+         verbose: Optional[bool] = None, layers: Optional[Tuple[int, int]] = None):
     """(model, tokenizer) from a ``.gguf`` file or a Hugging Face model directory
     (``config.json``, ``*.safetensors``, ``tokenizer.json``); ``path=None`` loads the
     default model (SmolLM2-135M-Instruct, fetched on first use). Weights are uploaded
     once to ``device`` ("auto" | "cpu" | "metal", see ``resolve_device``) in ``dtype``.
     ``verbose``: a ``tqdm`` bar on standard error of the weight files' bytes read and
     the rate: True always, None (the default) only when standard error is a terminal,
-    False never (``metalrt.loaders.load_progress``).
+    False never (``metalrt.loaders.load_progress``). ``layers``: (start, stop), build
+    only those layers (a pipeline stage: ``models.CausalLM.stage_layers``).
 
     Raises FileNotFoundError for a missing path; PermissionError (an OSError) for a
     file without read permission; ValueError for truncated or corrupt files, unknown
@@ -98,7 +99,7 @@ def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32
     device = resolve_device(device)
     files = load_model_files(path, verbose)
     try:
-        model = build_model(files.config, files.weights, device, dtype)
+        model = build_model(files.config, files.weights, device, dtype, layers)
     except ValueError as e:
         # The model names the tensor or key; the file is the loader's to name.
         raise ValueError(f"{e} (in {files.source})") from None

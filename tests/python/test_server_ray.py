@@ -4,12 +4,15 @@ local Ray cluster, with the official ``openai`` client (issue: beyond one machin
 The gate sends 16 concurrent greedy streams and compares them with one plain server's
 outputs, kills one replica's process while its streams are in flight (they end with an
 error event, the others complete), sends a new request, and waits for Ray to restart
-the dead replica; ``/metrics`` then lists both live replicas."""
+the dead replica; ``/metrics`` then lists both live replicas. The Ray server runs with
+``--api-key``, which every path but ``/health`` needs there as on a single server."""
 import asyncio
 import os
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import openai
 import pytest
@@ -26,6 +29,7 @@ MAX_TOKENS = 96
 SMOL_EOS = 2   # SmolLM2's <|im_end|>: banned so every stream runs its MAX_TOKENS
 PROMPTS = [f"Story {i}: once upon a time" for i in range(STREAMS)]
 RESTART_SECONDS = 180
+API_KEY = "ray-gate-key"
 
 
 def _environment() -> dict:
@@ -35,8 +39,8 @@ def _environment() -> dict:
             "RAY_DEDUP_LOGS": "0"}
 
 
-def _client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0,
+def _client(url: str, api_key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=api_key, max_retries=0,
                          http_client=openai.DefaultHttpxClient(trust_env=False, timeout=120))
 
 
@@ -65,8 +69,10 @@ def ray_server(single_outputs):
     server = Launched(metalrt_command(port, "--ray", "--ray-replicas", "2", "--device", "cpu",
                                       # half the streams each: both replicas serve some
                                       "--ray-max-ongoing-requests", str(STREAMS // 2),
-                                      "--kv-cache-tokens", "4096", "--log-level", "warning"),
-                      port, STARTUP_SECONDS, env=_environment(), start_new_session=True)
+                                      "--kv-cache-tokens", "4096", "--log-level", "warning",
+                                      "--api-key", API_KEY),
+                      port, STARTUP_SECONDS, env=_environment(), start_new_session=True,
+                      api_key=API_KEY)
     try:
         yield server
     finally:
@@ -84,7 +90,7 @@ def _replicas(url: str, opener) -> set:
 
 def test_streams_match_a_plain_server_and_survive_a_replica_killed_mid_stream(
         ray_server, single_outputs):
-    client = _client(ray_server.url)
+    client = _client(ray_server.url, API_KEY)
     replicas, results = [None] * STREAMS, [None] * STREAMS
     started = [threading.Event() for _ in range(STREAMS)]
 
@@ -138,7 +144,7 @@ def test_streams_match_a_plain_server_and_survive_a_replica_killed_mid_stream(
 
 
 def test_metrics_add_up_over_replicas(ray_server, single_outputs):
-    client = _client(ray_server.url)
+    client = _client(ray_server.url, API_KEY)
     before = _settled_generated(ray_server)
     for prompt in PROMPTS[:4]:
         client.completions.create(**{**_request(prompt), "max_tokens": 8})
@@ -162,6 +168,33 @@ def _generated(server) -> float:
         text = response.read().decode()
     return sum(s.value for f in text_string_to_metric_families(text)
                for s in f.samples if s.name == "metalrt_generation_tokens_total")
+
+
+def _status(url: str, path: str, headers: dict) -> int:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(urllib.request.Request(url + path, headers=headers), timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_the_api_key_guards_every_path_but_health_as_on_a_single_server(ray_server,
+                                                                        single_outputs):
+    # The replicas read their own /metrics with the key: the merged text lists both.
+    deadline = time.monotonic() + RESTART_SECONDS
+    while len(_replicas(ray_server.url, ray_server.opener)) != 2:
+        assert time.monotonic() < deadline, "the replicas' /metrics never reached the router"
+        time.sleep(1)
+    url = ray_server.url
+    for path in ("/metrics", "/v1/models"):
+        assert _status(url, path, {}) == 401, path
+        assert _status(url, path, {"Authorization": "Bearer wrong"}) == 401, path
+        assert _status(url, path, {"x-api-key": API_KEY}) == 200, path
+        assert _status(url, path, {"Authorization": f"Bearer {API_KEY}"}) == 200, path
+    assert _status(url, "/health", {}) == 200
+    with pytest.raises(openai.AuthenticationError):
+        _client(url, "wrong").completions.create(**{**_request(PROMPTS[0]), "max_tokens": 1})
 
 
 def test_merge_metrics_labels_every_sample_with_its_replica():

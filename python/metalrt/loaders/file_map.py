@@ -17,11 +17,16 @@ read-only, as llama.cpp does by default (its ``--no-mmap`` is the other way).
 """
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
+from contextvars import ContextVar
+from typing import Iterator
 
 from .. import huge_pages
 from . import load_progress
+
+_MAPPED: ContextVar[bool] = ContextVar("metalrt_file_mapping", default=False)
 
 # Read in slices so that the load's progress bar moves (the copy is the same).
 _CHUNK = 64 << 20
@@ -29,12 +34,24 @@ _CHUNK = 64 << 20
 
 def use_file_mapping() -> bool:
     """True when model files are mapped rather than read into huge-page memory:
-    ``METALRT_MMAP=1``, or no ``MADV_HUGEPAGE`` on this platform. ValueError for a
-    ``METALRT_MMAP`` other than unset, "0" or "1"."""
+    ``METALRT_MMAP=1``, inside ``mapped()``, or no ``MADV_HUGEPAGE`` on this platform.
+    ValueError for a ``METALRT_MMAP`` other than unset, "0" or "1"."""
     value = os.environ.get("METALRT_MMAP", "")
     if value not in ("", "0", "1"):
         raise ValueError(f"METALRT_MMAP must be 0 or 1, got {value!r}")
-    return value == "1" or not huge_pages.available()
+    return value == "1" or _MAPPED.get() or not huge_pages.available()
+
+
+@contextlib.contextmanager
+def mapped() -> Iterator[None]:
+    """Files opened in the block are mapped, whatever the platform: for a process that
+    reads a part of a model only (a pipeline stage's layers, a driver's config and
+    tokenizer), whose resident set is then the pages it reads."""
+    token = _MAPPED.set(True)
+    try:
+        yield
+    finally:
+        _MAPPED.reset(token)
 
 
 def map_file(path: str) -> memoryview:

@@ -23,6 +23,16 @@ from .logits import as_float32
 from .shape import DecoderShape
 
 
+def scored_ids(token_ids: Sequence[int]) -> List[int]:
+    """The ids of a ``logits`` call as ints; ValueError for an empty list or ids outside
+    int32."""
+    ids = [int(t) for t in token_ids]
+    if not ids:
+        raise ValueError("[logits] token_ids must not be empty")
+    check_int_range(min(ids), max(ids), "int32", "[logits] token id")
+    return ids
+
+
 class PreNormLayer:
     """h += attn(norm1(h)); h += mlp(norm2(h)) (the GPT-2 / Llama residual order). The
     residual stream h is updated in place: it is the forward pass's own tensor.
@@ -47,16 +57,54 @@ class CausalLM:
     adds learned positions). ``context_length``: the config's
     ``max_position_embeddings`` (None when it has none; ValueError when it is not a
     positive integer).
+
+    A model may hold a range of the config's layers only (a pipeline stage,
+    ``metalrt.pipeline``): a family that can build one sets ``layer_ranges`` and takes
+    ``layers`` = (start, stop) in ``__init__`` (``stage_layers``); ``layers`` then holds
+    layers start..stop-1 and ``layer_start``/``layer_stop`` say which.
     """
 
     arch = "model"
     layers: List[PreNormLayer]
+    layer_ranges = False   # whether __init__ takes ``layers`` (a pipeline stage's range)
+    records_plans = True   # its forward runs here: a Plan records it (runner.decode_plans)
 
     def __init__(self, config: Mapping, device: str, dtype: str, shape: DecoderShape):
         self.config, self.device, self.dtype, self.shape = dict(config), device, dtype, shape
         self.num_kv_heads, self.head_dim, self.vocab_size = shape.kv_heads, shape.head_dim, shape.vocab
         self.context_length = config_int(config, "max_position_embeddings", self.arch, None)
+        self.layer_start, self.layer_stop = 0, shape.num_layers
         self._cache: Optional[ModelCache] = None
+
+    def stage_layers(self, layers: Optional[Tuple[int, int]]) -> range:
+        """The indices of the config's layers this model builds: all of them for None,
+        else ``layers`` = (start, stop), half-open, 0 <= start < stop <= num_hidden_layers
+        (ValueError otherwise). A range that does not start at 0 needs no embedding
+        (``first_stage`` False: its ``forward`` takes the previous stage's hidden
+        states), one that does not end at the last layer no final norm and LM head
+        (``last_stage`` False: its ``forward`` returns hidden states)."""
+        total = self.shape.num_layers
+        if layers is not None:
+            if not (isinstance(layers, (tuple, list)) and len(layers) == 2
+                    and all(is_int(i) for i in layers)):
+                raise TypeError(f"[{self.arch}] layers must be a (start, stop) pair of ints, "
+                                f"got {layers!r}")
+            start, stop = (int(i) for i in layers)
+            if not 0 <= start < stop <= total:
+                raise ValueError(f"[{self.arch}] layers ({start}, {stop}) must satisfy 0 <= start "
+                                 f"< stop <= {total} (the model's num_hidden_layers)")
+            self.layer_start, self.layer_stop = start, stop
+        return range(self.layer_start, self.layer_stop)
+
+    @property
+    def first_stage(self) -> bool:
+        """Whether this model starts at layer 0 (it embeds the token ids)."""
+        return self.layer_start == 0
+
+    @property
+    def last_stage(self) -> bool:
+        """Whether this model ends at the last layer (it computes the logits)."""
+        return self.layer_stop == self.shape.num_layers
 
     @property
     def num_layers(self) -> int:
@@ -65,13 +113,25 @@ class CausalLM:
     def embed(self, step: StepInputs):
         return self.embed_tokens(step.token_ids)
 
-    def forward(self, step: StepInputs, cache: ModelCache, float32_logits: bool = True):
+    def forward(self, step: StepInputs, cache: ModelCache, float32_logits: bool = True,
+                hidden=None):
         """Runs one step, writing its K/V (and state) into ``cache``. Returns the logits
         [step.num_logit_rows, vocab] on the device, float32 (cast from the model's dtype
         when it is float16/bfloat16), or in the model's dtype with ``float32_logits``
         False (the decode step's greedy_argmax reads those directly, one dispatch less);
-        None when no row wants logits."""
-        h = self.embed(step)
+        None when no row wants logits.
+
+        A pipeline stage (``stage_layers``) after the first takes ``hidden``, the
+        previous stage's hidden states [T, hidden_size] in the model's dtype on its
+        device (updated in place: the residual stream), instead of embedding the ids; a
+        stage before the last returns its hidden states [T, hidden_size] instead of
+        logits. ValueError for ``hidden`` given to a first stage or missing for another."""
+        if (hidden is None) != self.first_stage:
+            raise ValueError(f"[{self.arch}] a model holding layers {self.layer_start}.."
+                             f"{self.layer_stop - 1} " + ("embeds the ids itself: no hidden states"
+                                                        if self.first_stage else
+                                                        "needs the previous stage's hidden states"))
+        h = self.embed(step) if hidden is None else hidden
         # A prefill (more tokens than sequences) commits each layer's work: its GEMMs and
         # attention are large, and the dispatch cap alone could keep one command buffer
         # on the GPU long enough for macOS to abort it ("Impacting Interactivity").
@@ -81,6 +141,8 @@ class CausalLM:
             h = layer(h, step, layer_cache)
             if prefill:
                 metalrt.flush(self.device)
+        if not self.last_stage:
+            return h
         if step.num_logit_rows == 0:
             return None
         if step.logit_rows is not None:
@@ -165,10 +227,7 @@ class CausalLM:
         """float32 [n_tokens, vocab]: the logits after every token of ``token_ids``,
         from one prefill into a fresh cache (for parity checks and scoring).
         Raises ValueError for an empty list or ids outside the vocabulary (or int32)."""
-        ids = [int(t) for t in token_ids]
-        if not ids:
-            raise ValueError("[logits] token_ids must not be empty")
-        check_int_range(min(ids), max(ids), "int32", "[logits] token id")
+        ids = scored_ids(token_ids)
         cache = self.new_cache(blocks_for(len(ids)), window_blocks=None)   # one pass: one table
         step = build_step([ScheduledChunk(ids, 0, list(range(cache.num_blocks)), "all")],
                           self.device)

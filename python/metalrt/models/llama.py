@@ -5,7 +5,7 @@ MLP, optionally tied input/output embeddings. Weight names are Hugging Face's
 quantized, the norms are float."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -30,9 +30,13 @@ class LlamaModel(CausalLM):
     qkv_bias_default = False      # Qwen2 has Q/K/V biases
     out_bias_follows_qkv = True   # Llama's o_proj shares attention_bias; Qwen2's has none
     tied_default = False          # HF LlamaConfig default
+    layer_ranges = True
 
     def __init__(self, config: Mapping, weights: Mapping[str, np.ndarray], device: str,
-                 dtype: str = "float32"):
+                 dtype: str = "float32", layers: Optional[Tuple[int, int]] = None):
+        """``layers``: (start, stop) of a pipeline stage (``CausalLM.stage_layers``); only
+        the tensors of those layers are read (and the embedding, final norm and LM head
+        where the stage needs them), so a stage maps only its share of the file."""
         arch = self.arch
         shape = DecoderShape.from_config(config, arch)
         hidden, heads, kv_heads, head_dim = shape.hidden, shape.heads, shape.kv_heads, shape.head_dim
@@ -42,14 +46,17 @@ class LlamaModel(CausalLM):
             raise ValueError(f"[{arch}] unsupported hidden_act {config.get('hidden_act')!r} "
                              "(supported: silu)")
         super().__init__(config, device, dtype, shape)
+        built = self.stage_layers(layers)
 
         w = Weights(weights, device, dtype, arch)
-        self.embed_tokens = Embedding.load(w, "model.embed_tokens.weight", vocab, hidden)
+        tied = config_bool(config, "tie_word_embeddings", arch, self.tied_default)
+        if self.first_stage or (tied and self.last_stage):
+            self.embed_tokens = Embedding.load(w, "model.embed_tokens.weight", vocab, hidden)
         qkv_bias = config_bool(config, "attention_bias", arch, self.qkv_bias_default)
         mlp_bias = config_bool(config, "mlp_bias", arch, False)
         self.rope = self.make_rope(config, w, self.rotary_dim(config, head_dim))
         self.layers = []
-        for i in range(shape.num_layers):
+        for i in built:
             p = f"model.layers.{i}."
             qkv = self.qkv_projections(w, p, heads * head_dim, kv_heads * head_dim, hidden, qkv_bias)
             out = Linear.load(w, [p + "self_attn.o_proj"], [hidden], heads * head_dim,
@@ -61,10 +68,10 @@ class LlamaModel(CausalLM):
                                             attention,
                                             RMSNorm(w, p + "post_attention_layernorm.weight", hidden, eps),
                                             mlp))
-        self.final_norm = RMSNorm(w, "model.norm.weight", hidden, eps)
-        tied = config_bool(config, "tie_word_embeddings", arch, self.tied_default)
-        self.lm_head = (self.embed_tokens.table if tied
-                        else w.matrix("lm_head.weight", (vocab, hidden)))
+        if self.last_stage:
+            self.final_norm = RMSNorm(w, "model.norm.weight", hidden, eps)
+            self.lm_head = (self.embed_tokens.table if tied
+                            else w.matrix("lm_head.weight", (vocab, hidden)))
 
     def feed_forward(self, config, w: Weights, prefix: str, index: int, hidden: int,
                      bias: bool):

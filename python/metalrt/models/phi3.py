@@ -18,8 +18,8 @@ from .registry import family
 class Phi3Model(LlamaModel):
     arch = "phi3"
 
-    def __init__(self, config, weights, device, dtype="float32"):
-        super().__init__(config, weights, device, dtype)
+    def __init__(self, config, weights, device, dtype="float32", layers=None):
+        super().__init__(config, weights, device, dtype, layers)
         if self.rope.freqs.long_inv_freq is not None:
             raise ValueError("[phi3] rope_scaling 'longrope' (the 128k variants) is not "
                              "supported yet (supported: default, linear, llama3, yarn)")

@@ -68,7 +68,8 @@ class Engine:
     first chunk.
 
     ``decode_plans``: a step of decodes only is replayed from a recorded plan
-    (``decode_plans.DecodePlans``) instead of running the model op by op. The plans
+    (``decode_plans.DecodePlans``) instead of running the model op by op (for a model
+    whose ``records_plans`` is True: a pipeline's steps run in other processes). The plans
     stay with the cache (``cache.decode_plans``), so the next engine over the same
     model and cache replays them instead of recording its own (a recording runs the
     step op by op, for each of a key's two phases: docs/generation.md). When every
@@ -118,7 +119,8 @@ class Engine:
         self.inputs = StepBuffers(model.device)
         self.stats = EngineStats()
         self._ids = count()
-        self.plans = DecodePlans.of_cache(model, cache) if decode_plans else None
+        self.plans = DecodePlans.of_cache(model, cache) \
+            if decode_plans and model.records_plans else None
         # This engine's records and replays are the plans' counts since it started.
         self._plan_counts_at_start = (0, 0) if self.plans is None else \
             (self.plans.records, self.plans.replays)

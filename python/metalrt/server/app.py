@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import secrets
 from typing import List, Optional, Union
 
 import jinja2
@@ -32,6 +31,7 @@ from starlette.exceptions import HTTPException
 from ..generation import prompt_ids
 from ..runner import SamplingParams
 from . import anthropic_format, grammar
+from .api_key import authorized, unauthorized_body
 from .anthropic_schemas import CountTokensRequest, MessagesRequest
 from .chat_output import ChatOutput
 from .engine_loop import Event, QueueFullError
@@ -161,14 +161,8 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
     if api_key is not None:
         @app.middleware("http")
         async def _authorize(http: Request, call_next):
-            given = http.headers.get("x-api-key") or ""
-            scheme, _, token = http.headers.get("authorization", "").partition(" ")
-            if scheme.lower() == "bearer":
-                given = given or token.strip()
-            if http.url.path != "/health" and not secrets.compare_digest(given, api_key):
-                return _error_response(http, 401, error_body(
-                    "a valid API key is needed (Authorization: Bearer KEY or x-api-key: KEY)",
-                    "invalid_request_error", code="invalid_api_key"))
+            if not authorized(http.headers, http.url.path, api_key):
+                return _error_response(http, 401, unauthorized_body())
             return await call_next(http)
 
     @app.exception_handler(APIError)

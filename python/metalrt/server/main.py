@@ -88,13 +88,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --ray: autoscale up to N replicas on ongoing requests "
                              "(default: a fixed --ray-replicas)")
     parser.add_argument("--ray-address", default=None, metavar="ADDRESS",
-                        help="with --ray: the Ray cluster to join, e.g. auto or HOST:6379 "
+                        help="with --ray or --pipeline-stages: the Ray cluster to join, e.g. "
+                             "auto or HOST:6379 "
                              "(default: start a local one)")
     parser.add_argument("--ray-cpus-per-replica", type=float, default=1.0, metavar="N",
                         help="with --ray: Ray CPUs each replica reserves (default: %(default)s)")
     parser.add_argument("--ray-max-ongoing-requests", type=int, default=0, metavar="N",
                         help="with --ray: requests one replica holds at most; Ray Serve "
                              "routes the rest to the other replicas (default: --max-queue + 1)")
+    parser.add_argument("--pipeline-stages", type=int, default=0, metavar="K",
+                        help="split each model's layers over K processes (Ray actors, on "
+                             "the cluster of --ray-address, else a local one), each holding "
+                             "its layers' weights only; a step is cut into K micro-batches "
+                             "(needs the extra 'metalrt[ray]'; default: one process)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"),
                         help="uvicorn's log level (default: %(default)s)")
@@ -108,7 +114,8 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
               reasoning_format: str = "auto", chat_template: Optional[str] = None,
               api_key: Optional[str] = None, max_memory: Optional[int] = None,
               prompt_cache_dir: Optional[str] = None, prompt_cache_min_tokens: int = 1024,
-              prompt_cache_max_bytes: int = 4 << 30):
+              prompt_cache_max_bytes: int = 4 << 30, pipeline_stages: int = 0,
+              ray_address: Optional[str] = None):
     """Loads the (first) model and returns the FastAPI application serving it (its
     engine loops stop when the application shuts down). The settings are those of
     ``metalrt serve``; this is also the builder a host such as Ray Serve calls in each
@@ -118,12 +125,16 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
     budget in bytes. ``chat_template``: a jinja2 file replacing the model's template.
     ``prompt_cache_dir``: prompt prefixes on disk, each model's in its subdirectory
     ``prompt_cache_dir/ID`` (``prompt_cache_dir.PromptCacheDir``, bounded by
-    ``prompt_cache_max_bytes`` each). Raises ValueError for a setting out of range, an
-    unreadable template, a missing model path, or a draft model with several models,
-    before loading."""
+    ``prompt_cache_max_bytes`` each). ``pipeline_stages`` > 0: each model's layers split
+    over that many Ray actors (``metalrt.pipeline.load_pipeline``, in the cluster at
+    ``ray_address`` unless this process is in one already), a step cut into as many
+    micro-batches. Raises ValueError for a setting out of range, an unreadable
+    template, a missing model path, a draft model with several models, or pipeline
+    stages with speculation or a prompt-cache directory, before loading."""
     for name, value, least in (("kv_cache_tokens", kv_cache_tokens, 1),
                                ("max_batched_tokens", max_batched_tokens, 1),
-                               ("max_tokens", max_tokens, 1), ("max_queue", max_queue, 0)):
+                               ("max_tokens", max_tokens, 1), ("max_queue", max_queue, 0),
+                               ("pipeline_stages", pipeline_stages, 0)):
         if value < least:
             raise ValueError(f"[serve] --{name.replace('_', '-')} must be >= {least}, got {value}")
     entries = model_entries([model] if isinstance(model, str) else model)
@@ -149,6 +160,10 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
     from ..generation import speculative_config
     from .prompt_cache_dir import PromptCacheDir
 
+    if pipeline_stages and (spec_type or draft_model or prompt_cache_dir):
+        raise ValueError("[serve] --pipeline-stages runs without speculation and without a "
+                         "prompt-cache directory (drop --spec-type, --draft-model, "
+                         "--prompt-cache-dir)")
     if prompt_cache_dir is not None and not prefix_cache:
         raise ValueError("[serve] --prompt-cache-dir needs the prefix cache "
                          "(drop --no-prefix-cache)")
@@ -159,7 +174,13 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
                              prompt_cache_max_bytes) for name in entries}
 
     def load(name: str, path: Optional[str]) -> ServedModel:
-        loaded, tokenizer = metalrt.load(path, device=device)
+        if pipeline_stages:
+            from ..pipeline import load_pipeline
+
+            loaded, tokenizer = load_pipeline(path, pipeline_stages, pipeline_stages,
+                                              device=device, address=ray_address)
+        else:
+            loaded, tokenizer = metalrt.load(path, device=device)
         if template is not None:
             tokenizer.chat_template = template
         draft = None if draft_model is None else metalrt.load(draft_model, device=device)[0]
@@ -168,7 +189,7 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
         loop = EngineLoop(loaded, tokenizer, blocks_for(kv_cache_tokens), max_batched_tokens,
                           max_queue, prefix_cache, spec, disks.get(name))
         return ServedModel(name, loop, weight_bytes(path or default_model_path()),
-                           reasoning_format)
+                           reasoning_format, release=loaded.close if pipeline_stages else None)
 
     registry = ModelRegistry(entries, load, max_memory)
     registry.load_now(registry.ids[0])
@@ -212,7 +233,16 @@ def serve(args: argparse.Namespace) -> int:
         api_key=args.api_key or os.environ.get("METALRT_API_KEY"),
         max_memory=args.max_memory, prompt_cache_dir=args.prompt_cache_dir,
         prompt_cache_min_tokens=args.prompt_cache_min_tokens,
-        prompt_cache_max_bytes=args.prompt_cache_max_bytes)
+        prompt_cache_max_bytes=args.prompt_cache_max_bytes,
+        pipeline_stages=args.pipeline_stages, ray_address=args.ray_address)
+    if args.pipeline_stages:
+        from ..pipeline import require_ray
+
+        try:
+            require_ray()
+        except RuntimeError as e:
+            print(f"metalrt: error: {e}", file=sys.stderr)
+            return 1
     if args.ray:
         from . import ray_serve
 

@@ -14,6 +14,7 @@ cut connection), send a request that reached a dead replica to a live one, and s
 """
 
 import asyncio
+import logging
 import os
 import time
 from typing import Dict
@@ -25,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from ray import serve
 
 from . import anthropic_format, openai_format
+from .api_key import authorized, key_headers, unauthorized_body
 from .asgi_stream import asgi_stream
 from .metrics_merge import merge_metrics
 from .sse import typed
@@ -36,6 +38,7 @@ STALE_AFTER_S = 10.0
 # Errors of a call whose replica died (the actor process is gone or unreachable).
 REPLICA_ERRORS = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
 REPLICA_HEADER = "x-metalrt-replica"
+log = logging.getLogger("ray.serve")
 # The router only forwards bytes: it holds every request the replicas are serving.
 ROUTER_MAX_ONGOING = 4096
 
@@ -73,6 +76,8 @@ class EngineReplica:
 
     async def __init__(self, build, settings: dict):
         self.app = build(**settings)
+        # The replica reads its own /metrics as any client does: with the key, if any.
+        self.metrics_headers = key_headers(settings.get("api_key"))
         self.lifespan = self.app.router.lifespan_context(self.app)
         await self.lifespan.__aenter__()
         self.name = f"{serve.get_replica_context().replica_tag}:{os.getpid()}"
@@ -81,8 +86,12 @@ class EngineReplica:
 
     async def _push_metrics(self) -> None:
         while True:
-            chunks = [c async for c in asgi_stream(self.app, "GET", "/metrics", "", [], b"")]
-            self.board.put.remote(self.name, b"".join(chunks[1:]).decode("utf-8"))
+            chunks = [c async for c in asgi_stream(self.app, "GET", "/metrics", "",
+                                                   self.metrics_headers, b"")]
+            if chunks[0]["status"] == 200:
+                self.board.put.remote(self.name, b"".join(chunks[1:]).decode("utf-8"))
+            else:   # not exposition text: merging it would fail the router's /metrics
+                log.warning("replica %s: /metrics answered %d", self.name, chunks[0]["status"])
             await asyncio.sleep(PUSH_INTERVAL_S)
 
     async def handle(self, request: dict):
@@ -115,14 +124,19 @@ router_app = FastAPI(title="metalrt (Ray Serve)", docs_url=None, redoc_url=None)
 @serve.deployment
 @serve.ingress(router_app)
 class Router:
-    """The HTTP ingress: every path but ``/metrics`` goes to an ``EngineReplica``."""
+    """The HTTP ingress: every path but ``/metrics`` goes to an ``EngineReplica``
+    (whose application checks ``api_key`` as the single server does); ``/metrics`` is
+    answered here, and needs ``api_key`` likewise (``api_key.authorized``)."""
 
-    def __init__(self, engine):
-        self.engine = engine
+    def __init__(self, engine, api_key=None):
+        self.engine, self.api_key = engine, api_key
         self.board = metrics_board()
 
     @router_app.get("/metrics")
-    async def metrics(self) -> Response:
+    async def metrics(self, http: Request) -> Response:
+        if self.api_key is not None and not authorized(http.headers, http.url.path,
+                                                       self.api_key):
+            return JSONResponse(unauthorized_body(), status_code=401)
         texts = await self.board.snapshot.remote()
         return Response(merge_metrics(texts), media_type=CONTENT_TYPE_LATEST)
 
@@ -188,4 +202,5 @@ def application(build, settings: dict, replicas: int = 1, max_replicas: int = 0,
         options["num_replicas"] = replicas
     engine = EngineReplica.options(**options).bind(build, settings)
     return Router.options(num_replicas=1, max_ongoing_requests=ROUTER_MAX_ONGOING,
-                          ray_actor_options={"num_cpus": 0}).bind(engine)
+                          ray_actor_options={"num_cpus": 0}).bind(engine,
+                                                                  settings.get("api_key"))

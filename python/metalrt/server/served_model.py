@@ -16,11 +16,13 @@ def cache_bytes(cache) -> int:
 class ServedModel:
     """``engine_loop`` served as ``id``; ``weight_bytes``: its weight files' size.
     ``reasoning_format`` as ``create_app`` takes it. ``memory_bytes``: weights plus the
-    KV cache the engine holds; ``busy``: requests are queued or running."""
+    KV cache the engine holds; ``busy``: requests are queued or running. ``release``:
+    called once the engine loop has stopped (a pipeline's ``close``: its stage
+    processes end)."""
 
     def __init__(self, id: str, engine_loop: EngineLoop, weight_bytes: int,
-                 reasoning_format: str = "auto"):
-        self.id, self.engine_loop = id, engine_loop
+                 reasoning_format: str = "auto", release=None):
+        self.id, self.engine_loop, self.release = id, engine_loop, release
         self.model, self.tokenizer = engine_loop.model, engine_loop.tokenizer
         self.vocab_size = engine_loop.model.vocab_size
         self.grammars = grammar.GrammarCompiler(self.tokenizer, self.vocab_size)
@@ -36,3 +38,5 @@ class ServedModel:
 
     def close(self) -> None:
         self.engine_loop.close()
+        if self.release is not None:
+            self.release()

@@ -1,0 +1,230 @@
+"""Pipeline parallel across processes (issue: beyond one machine): the default model's
+30 layers split over Ray actors on loopback, driven by the runner's Engine.
+
+In-process (no Ray): models built from a range of layers, chained, give the whole
+model's logits bit for bit; a step cut into micro-batches rebuilds the steps of its
+sequences. Under a local Ray cluster (one per module, ~30 s to start and load here):
+2 stages give the single-process model's logits bit for bit and its greedy ids for 4
+batched requests (2 micro-batches a step), each stage's resident bytes of the model
+file are its own layers' tensors only, and ``build_app(pipeline_stages=2)`` (``metalrt
+serve --pipeline-stages 2``) answers a greedy completion as the single server does."""
+import sys
+
+import numpy as np
+import pytest
+
+import metalrt
+from metalrt.cache import ScheduledChunk, StepBuffers, blocks_for, build_step
+from metalrt.default_model import default_model_path
+from metalrt.loaders import file_map
+from metalrt.loaders.gguf_file import GGUFFile
+from metalrt.models import build_model
+from metalrt.pipeline import load_pipeline, stage_ranges
+from metalrt.pipeline import micro_batches
+from metalrt.runner import Engine, SamplingParams
+
+LAYERS = 30          # SmolLM2-135M
+PROMPTS = [f"Story {i}: once upon a time" for i in range(4)]
+NEW_TOKENS = 24
+FAULT_AROUND = 64 << 10
+
+
+@pytest.fixture(scope="module")
+def whole():
+    return metalrt.load(None, device="cpu")
+
+
+def _prefill(chunk_ids):
+    return ScheduledChunk(chunk_ids, 0, list(range(blocks_for(len(chunk_ids)))), "all")
+
+
+def test_stage_models_chained_give_the_whole_models_logits_bit_for_bit(whole):
+    model, tokenizer = whole
+    ids = tokenizer.encode("The capital of France is Paris, and the capital of Spain is")
+    ranges = stage_ranges(LAYERS, 3)
+    assert ranges == [(0, 10), (10, 20), (20, 30)]
+    stages = [metalrt.load(None, device="cpu", layers=r)[0] for r in ranges]
+    assert [len(s.layers) for s in stages] == [10, 10, 10]
+    # Only what a stage uses is built: the embedding at the ends (tied: the last stage's
+    # LM head), the final norm at the last stage.
+    assert [hasattr(s, "embed_tokens") for s in stages] == [True, False, True]
+    assert [hasattr(s, "final_norm") for s in stages] == [False, False, True]
+    h = None
+    for stage in stages:
+        step = build_step([_prefill(ids)], "cpu")
+        h = stage.forward(step, stage.new_cache(blocks_for(len(ids))), hidden=h)
+        if not stage.last_stage:
+            assert h.shape == (len(ids), model.shape.hidden)
+    assert np.array_equal(h.numpy(), model.logits(ids))
+
+
+def test_bad_layer_ranges_and_hidden_states_are_errors(whole):
+    model, _ = whole
+    for layers in ((0, 0), (5, 31), (-1, 3), (4, 2)):
+        with pytest.raises(ValueError, match=r"layers .* must satisfy 0 <= start < stop <= 30"):
+            metalrt.load(None, device="cpu", layers=layers)
+    for layers in ((1,), "0:3", (0.0, 2)):
+        with pytest.raises(TypeError, match=r"layers must be a \(start, stop\) pair of ints"):
+            metalrt.load(None, device="cpu", layers=layers)
+    ids = [1, 2, 3]
+    step = build_step([_prefill(ids)], "cpu")
+    with pytest.raises(ValueError, match="embeds the ids itself"):
+        model.forward(step, model.new_cache(1), hidden=metalrt.zeros((3, 576)))
+    middle = metalrt.load(None, device="cpu", layers=(10, 20))[0]
+    with pytest.raises(ValueError, match="needs the previous stage's hidden states"):
+        middle.forward(step, middle.new_cache(1))
+    with pytest.raises(ValueError, match="'opt' is built whole only.*llama"):
+        build_model({"model_type": "opt"}, {}, "cpu", layers=(0, 1))
+    for stages in (0, 31, 2.0):
+        with pytest.raises(ValueError, match=r"stages must be an int in 1..30"):
+            stage_ranges(LAYERS, stages)
+
+
+def test_micro_batches_are_the_steps_of_their_sequences():
+    chunks = [ScheduledChunk(list(range(1, 6)), 0, [3], "last", 0),
+              ScheduledChunk([7], 20, [0, 5], "last", 1),
+              ScheduledChunk(list(range(10, 17)), 16, [1, 2], "all", 2),
+              ScheduledChunk([9, 9], 0, [4], "none", 3)]
+    arrays = micro_batches.host_arrays(build_step(chunks, "cpu"))
+    parts = micro_batches.split(arrays, 2)
+    # 15 tokens: the cut at 7.5 falls after the third sequence's start (6), at its end.
+    groups = [chunks[:3], chunks[3:]]
+    assert len(parts) == 2
+    for part, group in zip(parts, groups):
+        got, want = micro_batches.step_inputs(part, StepBuffers("cpu")), build_step(group, "cpu")
+        for name in ("token_ids", "positions", "slot_mapping", "seq_lens", "query_start_loc",
+                     "state_slots"):
+            assert np.array_equal(getattr(got, name).numpy(), getattr(want, name).numpy()), name
+        width = want.block_tables.shape[1]
+        assert np.array_equal(got.block_tables.numpy()[:, :width], want.block_tables.numpy())
+        assert (got.logit_rows is None) == (want.logit_rows is None)
+        if want.logit_rows is not None:
+            assert np.array_equal(got.logit_rows.numpy(), want.logit_rows.numpy())
+        assert (got.num_logit_rows, got.max_position) == (want.num_logit_rows, want.max_position)
+    assert [len(p["token_ids"]) for p in micro_batches.split(arrays, 8)] == [5, 1, 7, 2]
+    assert len(micro_batches.split(arrays, 1)) == 1
+    with pytest.raises(ValueError, match="micro_batches must be >= 1"):
+        micro_batches.split(arrays, 0)
+
+
+def test_load_pipeline_without_ray_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(RuntimeError, match=r"pip install 'metalrt\[ray\]'"):
+        load_pipeline(None, stages=2)
+
+
+def test_load_pipeline_refuses_bad_counts_before_starting_ray():
+    import ray
+
+    with pytest.raises(ValueError, match="stages must be an int in 1..30"):
+        load_pipeline(None, stages=31)
+    with pytest.raises(ValueError, match="micro_batches_per_step must be an int >= 1"):
+        load_pipeline(None, stages=2, micro_batches_per_step=0)
+    assert not ray.is_initialized()
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    import ray
+
+    # 4 logical CPUs: this pipeline's 2 stages and the served one's.
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        model, _ = load_pipeline(None, stages=2, micro_batches_per_step=2, device="cpu")
+        yield model
+        model.close()
+    finally:
+        ray.shutdown()
+
+
+def _greedy(model, tokenizer):
+    engine = Engine(model, model.kv_cache(64), 512)
+    requests = [engine.add_request(tokenizer.encode(p), SamplingParams(), NEW_TOKENS)
+                for p in PROMPTS]
+    while engine.has_work:
+        engine.step()
+    engine.close()
+    return [r.output for r in requests], engine.stats
+
+
+def test_two_stages_give_the_single_process_logits_and_greedy_ids(pipeline, whole):
+    model, tokenizer = whole
+    assert pipeline.ranges == [(0, 15), (15, 30)]
+    ids = tokenizer.encode("The capital of France is Paris, and the capital of Spain is")
+    assert np.array_equal(pipeline.logits(ids), model.logits(ids))
+    want, _ = _greedy(model, tokenizer)
+    got, stats = _greedy(pipeline, tokenizer)
+    assert got == want
+    assert all(len(o) == NEW_TOKENS for o in got)
+    # The 4 requests decoded together: each step went to the stages as 2 micro-batches.
+    assert stats.max_batch_size == 4 and stats.plan_replays == 0
+
+
+def _tensor_bytes(path, layers, embedding: bool, head: bool):
+    """(bytes, count) of the file's tensors of ``layers``, and of the embedding and the
+    head where asked; with the header (metadata: the tokenizer) counted as one."""
+    with file_map.mapped():
+        tensors = GGUFFile(str(path)).tensors
+    own = [name for name in tensors
+           if (name.startswith("blk.") and int(name.split(".")[1]) in range(*layers))
+           or (embedding and name == "token_embd.weight")
+           or (head and name in ("output_norm.weight", "output.weight"))]
+    header = min(t.offset for t in tensors.values())
+    return header + sum(tensors[n].nbytes for n in own), len(own) + 1
+
+
+def test_each_stage_holds_only_its_layers_of_the_file(pipeline):
+    path = default_model_path()
+    memory = pipeline.memory()
+    assert [m["layers"] for m in memory] == [(0, 15), (15, 30)]
+    assert len({m["pid"] for m in memory}) == 2
+    for m in memory:
+        first, last = m["layers"][0] == 0, m["layers"][1] == LAYERS
+        layers_only, _ = _tensor_bytes(path, m["layers"], False, False)
+        # The tied embedding: the first stage reads the rows of its ids, the last all
+        # of it (its LM head). A page fault maps up to 64 KiB of cached pages around
+        # it (Linux's fault-around): that much more at each tensor's edges.
+        own, count = _tensor_bytes(path, m["layers"], first or last, last)
+        assert layers_only * 0.9 < m["file_rss"] <= own + count * FAULT_AROUND, m
+        assert m["file_rss"] < 0.75 * path.stat().st_size, m
+        assert m["VmHWM"] >= m["VmRSS"] > m["rss_before_load"]
+
+
+def _completion(app) -> dict:
+    from fastapi.testclient import TestClient
+
+    with TestClient(app) as client:
+        reply = client.post("/v1/completions", json={
+            "model": "SmolLM2-135M-Instruct.Q4_1", "prompt": PROMPTS[0], "max_tokens": 16,
+            "temperature": 0})
+    assert reply.status_code == 200, reply.text
+    return reply.json()["choices"][0]
+
+
+def test_the_server_with_pipeline_stages_answers_as_the_single_server(pipeline):
+    from metalrt.server.main import build_app
+
+    want = _completion(build_app(device="cpu", kv_cache_tokens=1024))
+    got = _completion(build_app(device="cpu", kv_cache_tokens=1024, pipeline_stages=2))
+    assert got["text"] == want["text"] and got["finish_reason"] == "length"
+    assert len(got["text"]) > 16
+
+
+def test_serve_pipeline_stages_refusals():
+    import subprocess
+
+    from metalrt.server.launch import free_port
+    from metalrt.server.main import build_app
+
+    with pytest.raises(ValueError, match="--pipeline-stages must be >= 0"):
+        build_app(device="cpu", pipeline_stages=-1)
+    with pytest.raises(ValueError, match="--pipeline-stages runs without speculation"):
+        build_app(device="cpu", pipeline_stages=2, spec_type="ngram")
+    code = ("import sys; sys.modules['ray'] = None; from metalrt.cli import main; "
+            "sys.exit(main(['serve', '--pipeline-stages', '2', '--port', str(%d)]))"
+            % free_port())
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "metalrt: error: [pipeline] pipeline stages run on Ray" in done.stderr
+    assert "pip install 'metalrt[ray]'" in done.stderr
