@@ -28,7 +28,6 @@ import numpy as np
 import metalrt
 from metalrt import ops
 
-from ..loaders import host_weights, quants
 from .attention import Attention, Rope
 from .config_values import config_bool, config_float, config_int
 from .decoder import CausalLM, PreNormLayer
@@ -106,20 +105,12 @@ def expert_matrix(w: Weights, name: str, experts: int, rows: int, cols: int):
 
 
 def mxfp4_experts(w: Weights, name: str, experts: int, rows: int, cols: int):
-    """The released MXFP4 experts, read in place: blocks uint8 [E, rows, cols / 32, 16]
-    and scales E8M0 uint8 [E, rows, cols / 32] (already expert rows [rows, cols]), as
-    the loaders' ``quants.mxfp4_from_blocks`` QuantizedWeight. ValueError naming the
-    tensors for another shape, and while metalrt's quantized formats lack MXFP4 (no
-    ``mxfp4_from_blocks``)."""
-    from_blocks = getattr(quants, "mxfp4_from_blocks", None)
-    if from_blocks is None:
-        raise ValueError(f"[{w.arch}] '{name}_blocks' / '{name}_scales' are MXFP4 experts; "
-                         "metalrt's quantized formats do not include MXFP4 yet (load a "
-                         "checkpoint with float experts, e.g. dequantized by transformers)")
-    blocks = w.raw(name + "_blocks", (experts, rows, cols // 32, 16), np.uint8)
-    scales = w.raw(name + "_scales", (experts, rows, cols // 32), np.uint8)
-    weight = from_blocks(blocks, scales, source=name)
-    return host_weights.to_device(weight, w.device, w.dtype)
+    """The released MXFP4 experts (blocks uint8 [E, rows, cols / 32, 16], scales E8M0
+    [E, rows, cols / 32]): metalrt's quantized formats do not include MXFP4 yet, so a
+    ValueError naming the tensors and the missing format."""
+    raise ValueError(f"[{w.arch}] '{name}_blocks' / '{name}_scales' are MXFP4 experts; "
+                     "metalrt's quantized formats do not include MXFP4 yet (load a "
+                     "checkpoint with float experts, e.g. dequantized by transformers)")
 
 
 @family

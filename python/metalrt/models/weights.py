@@ -38,21 +38,6 @@ class Weights:
                             f"expected a floating-point weight (F32, F16 or BF16)")
         return tensor
 
-    def raw(self, name: str, shape: Sequence[int], dtype) -> np.ndarray:
-        """A stored array of another kind than a weight (e.g. MXFP4's uint8 blocks and
-        scales) as the loader gave it; ValueError naming the tensor when it is missing or
-        not of ``shape`` and ``dtype``."""
-        if name not in self.tensors:
-            raise ValueError(f"[{self.arch}] missing tensor '{name}'")
-        array = self.tensors[name]
-        if not isinstance(array, np.ndarray) or array.dtype != dtype or \
-                tuple(array.shape) != tuple(shape):
-            got = (f"{array.dtype} {list(array.shape)}" if isinstance(array, np.ndarray)
-                   else type(array).__name__)
-            raise ValueError(f"[{self.arch}] tensor '{name}' is {got}, expected "
-                             f"{np.dtype(dtype)} {list(shape)}")
-        return array
-
     def float_host(self, name: str, shape: Sequence[int]) -> np.ndarray:
         tensor = self.host(name, shape)
         if not host_weights.is_float(tensor):
