@@ -12,8 +12,18 @@ METALRT_CONSTANT uint32_t kElementwiseThreads = 256;
 
 struct ElementwiseArgs {
   uint32_t n;       // output elements
-  uint32_t inner;   // add/mul: b's element count (b repeats over a); silu_and_mul: the output's last dim
+  uint32_t inner;   // add/mul: b's element count (b repeats over a)
 };
 static_assert(sizeof(ElementwiseArgs) == 8, "ElementwiseArgs must match between host and MSL");
+
+// silu_and_mul and its swiglu_oai variant (metalrt/expert_ops.h GluActivation).
+struct GluArgs {
+  uint32_t n;            // output elements
+  uint32_t inner;        // the output's last dim
+  int32_t activation;    // 0: SwiGLU (gate | up halves), 1: swiglu_oai (interleaved pairs)
+  float alpha;           // swiglu_oai's sigmoid slope
+  float limit;           // swiglu_oai's clamp
+};
+static_assert(sizeof(GluArgs) == 20, "GluArgs must match between host and MSL");
 
 #endif  // METALRT_METAL_ELEMENTWISE_ARGS_H_

@@ -55,6 +55,15 @@ struct MoeCombineArgs {
 };
 static_assert(sizeof(MoeCombineArgs) == 16, "MoeCombineArgs must match between host and MSL");
 
+// moe_bias_add: one thread per output element (column, pair).
+struct MoeBiasAddArgs {
+  int32_t pairs;     // T * k
+  int32_t n;         // columns
+  int32_t experts;   // E: an id outside [0, E) gives a NaN row
+  int32_t unused;
+};
+static_assert(sizeof(MoeBiasAddArgs) == 16, "MoeBiasAddArgs must match between host and MSL");
+
 METALRT_CONSTANT uint32_t kMoeThreads = 256;
 
 #endif  // METALRT_METAL_MOE_ARGS_H_

@@ -1,10 +1,16 @@
-// Entry point of silu_and_mul (SwiGLU on a merged gate|up projection).
+// Entry points of silu_and_mul (SwiGLU on a merged gate|up projection) and of its
+// swiglu_oai variant (metalrt/expert_ops.h): one op, the activation in its params.
+#include <cmath>
+
+#include "metalrt/expert_ops.h"
 #include "ops/op_common.h"
 
 namespace metalrt::ops {
 using namespace detail;
 
-Tensor SiluAndMul(const Tensor& x, const OptTensor& out) {
+namespace {
+
+Tensor GatedUnit(const Tensor& x, const OptTensor& out, const GluParams& params) {
   constexpr const char* op = "silu_and_mul";
   CheckFloat(x, op, "x");
   const DeviceType device = CommonDevice({&x, &OrUndefined(out)}, op);
@@ -15,8 +21,21 @@ Tensor SiluAndMul(const Tensor& x, const OptTensor& out) {
   shape.back() /= 2;
   Tensor result = OutputOrNew(out, shape, x.dtype(), device, op);
   CheckNoOverlap(result, x, op, "x");
-  RunOp(op, device, OpCall{{x}, {result}, {}});
+  RunOp(op, device, OpCall{{x}, {result}, params});
   return result;
+}
+
+}  // namespace
+
+Tensor SiluAndMul(const Tensor& x, const OptTensor& out) {
+  return GatedUnit(x, out, GluParams{GluActivation::kSilu, 0.0f, 0.0f});
+}
+
+Tensor SwigluOaiAndMul(const Tensor& x, float alpha, float limit, const OptTensor& out) {
+  for (auto [value, name] : {std::pair{alpha, "alpha"}, {limit, "limit"}})
+    Check(std::isfinite(value) && value > 0.0f, "silu_and_mul",
+          std::string("swiglu_oai ") + name + " must be finite and > 0, got " + std::to_string(value));
+  return GatedUnit(x, out, GluParams{GluActivation::kSwigluOai, alpha, limit});
 }
 
 }  // namespace metalrt::ops

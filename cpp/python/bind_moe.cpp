@@ -1,9 +1,10 @@
-// The MoE and gate ops (metalrt/moe_ops.h); metalrt/ops/moe.py and gates.py wrap them.
+// The MoE and gate ops (metalrt/moe_ops.h, metalrt/expert_ops.h); metalrt/ops/moe.py and gates.py wrap them.
 #include "bind.h"
 
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/tuple.h>
 
+#include "metalrt/expert_ops.h"
 #include "metalrt/ops.h"
 
 namespace metalrt::python {
@@ -37,6 +38,10 @@ void BindMoeOps(nb::module_& ops) {
             return ops::MoeCombine(y, weights, shared.value_or(Tensor()), shared_gate.value_or(Tensor()), out);
           },
           nb::arg("y"), nb::arg("weights"), nb::arg("shared").none(), nb::arg("shared_gate").none(),
+          nb::arg("out") = nb::none());
+  ops.def("swiglu_oai_and_mul", &ops::SwigluOaiAndMul, nb::arg("x"), nb::arg("alpha"), nb::arg("limit"),
+          nb::arg("out") = nb::none());
+  ops.def("moe_bias_add", &ops::MoeBiasAdd, nb::arg("y"), nb::arg("bias"), nb::arg("expert_ids"),
           nb::arg("out") = nb::none());
 }
 

@@ -197,6 +197,59 @@ def test_combine(dtype, shared, device):
     assert_matches(got, want, dtype, worst_bar=summation_bar(slots + 1))
 
 
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("tokens,slots,experts,n", [(1, 4, 32, 5760), (17, 4, 6, 72), (3, 2, 3, 1)])
+def test_bias_add(dtype, tokens, slots, experts, n, device):
+    """gpt-oss's expert biases: the selected expert's row added to each pair, into a
+    poisoned out and in place."""
+    y = rand((tokens, slots, n), seed=11, dtype=dtype)
+    bias = rand((experts, n), seed=12, dtype=dtype)
+    ids = np.random.default_rng(13).integers(0, experts, (tokens, slots)).astype(np.int32)
+    want = y + bias[ids]
+    on = lambda a: metalrt.asarray(a, device=device, dtype=dtype)
+    metalrt.providers.reset_stats()
+    out = poisoned((tokens, slots, n), dtype, device)
+    got = ops.moe_bias_add(on(y), on(bias), metalrt.asarray(ids, device=device), out=out)
+    assert got.data_ptr() == out.data_ptr()
+    assert_matches(got, want, dtype)
+    same = on(y)
+    got = ops.moe_bias_add(same, on(bias), metalrt.asarray(ids, device=device), out=same)
+    assert got.data_ptr() == same.data_ptr()
+    assert_matches(got, want, dtype)
+    stats = metalrt.providers.stats("moe_bias_add", device)
+    fast = dtype == "float32"
+    assert stats["last_selected"] == ("metal_moe_bias_add" if device == "metal" else
+                                      "cpu_fast_moe_bias_add" if fast else "cpu_moe_bias_add")
+    assert stats["reference_hits"] == 0
+
+
+def test_bias_add_bad_ids(device):
+    """An id outside [0, E): ValueError on the CPU (out untouched), a NaN row on Metal."""
+    y, bias = np.ones((2, 2, 8), np.float32), np.ones((3, 8), np.float32)
+    ids = metalrt.asarray(np.array([[0, 3], [1, 2]], np.int32), device=device)
+    if device == "cpu":
+        with pytest.raises(ValueError, match=r"^\[moe_bias_add\] expert id 3 at \[0, 1\] is "
+                                             r"outside \[0, 3\)"):
+            ops.moe_bias_add(y, bias, ids)
+        return
+    got = ops.moe_bias_add(metalrt.asarray(y, device=device), metalrt.asarray(bias, device=device),
+                           ids).numpy()
+    assert np.isnan(got[0, 1]).all() and np.isfinite(np.delete(got.reshape(4, 8), 1, 0)).all()
+
+
+def test_bias_add_bad_shapes(device):
+    z = lambda shape, dtype="float32": metalrt.zeros(shape, dtype=dtype, device=device)
+    ids = metalrt.asarray(np.zeros((2, 2), np.int32), device=device)
+    with pytest.raises(ValueError, match=r"^\[moe_bias_add\] bias must be \[E, 8\]"):
+        ops.moe_bias_add(z((2, 2, 8)), z((3, 7)), ids)
+    with pytest.raises(ValueError, match=r"^\[moe_bias_add\] expert_ids must have shape \[2, 3\]"):
+        ops.moe_bias_add(z((2, 3, 8)), z((3, 8)), ids)
+    with pytest.raises(TypeError, match=r"^\[moe_bias_add\] bias must have the dtype of y \(float32\), got float16"):
+        ops.moe_bias_add(z((2, 2, 8)), z((3, 8), "float16"), ids)
+    with pytest.raises(TypeError, match=r"^\[moe_bias_add\] expert_ids must be int32"):
+        ops.moe_bias_add(z((2, 2, 8)), z((3, 8)), z((2, 2), "int64"))
+
+
 def moe_forward(block, hidden, top_k, renormalize, device, shared=False, dtype="float32"):
     """The block's forward pass composed of metalrt ops in `dtype` (the routing weights
     stay float32 into moe_combine, which transformers casts to the hidden dtype first)."""

@@ -94,11 +94,13 @@ class Attention:
     quantized ones concatenated in one GEMV) with plain ``Rope`` runs the split, RoPE
     and cache write as one ``ops.qkv_rope_cache``. ``scale``: the score scale (default
     head_dim ** -0.5); ``window``: a sliding window of that many positions (0: full
-    causal attention), passed to ``ops.paged_attention``."""
+    causal attention); ``sinks``: optional float32 [heads] learned logits, one per head,
+    that join each softmax's denominator (gpt-oss's attention sinks); both passed to
+    ``ops.paged_attention``."""
 
     def __init__(self, qkv: Sequence[Linear], out: Linear, heads: int, kv_heads: int,
                  head_dim: int, positional: Optional[Callable], scale: Optional[float] = None,
-                 window: int = 0):
+                 window: int = 0, sinks: Optional["metalrt.Tensor"] = None):
         if heads % kv_heads:
             raise ValueError(f"[attention] {heads} heads are not a multiple of {kv_heads} kv heads")
         if len(qkv) not in (1, 3):
@@ -106,7 +108,7 @@ class Attention:
         self.qkv, self.out, self.positional = list(qkv), out, positional
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         self.scale = head_dim ** -0.5 if scale is None else float(scale)
-        self.window = int(window)
+        self.window, self.sinks = int(window), sinks
         self.concat_weights = _concatenable(self.qkv)
         # Projections whose GEMMs the CPU runs on bf16 (coarse weights): the attention's
         # products then follow them (their q, k and v already carry bf16's error).
@@ -186,7 +188,8 @@ class Attention:
         block_tables = step.block_tables if block_tables is None else block_tables
         attn = ops.paged_attention(q, key_cache, value_cache, block_tables, step.seq_lens,
                                    step.query_start_loc, self.scale,
-                                   coarse_projections=self.coarse_projections, window=self.window)
+                                   coarse_projections=self.coarse_projections, window=self.window,
+                                   sinks=self.sinks)
         return attn.reshape(q.shape[0], self.heads * self.head_dim)
 
 

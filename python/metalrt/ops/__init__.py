@@ -3,7 +3,7 @@ arguments; numpy arrays and lists are copied there first (to the CPU when no arg
 is a Tensor). Index arguments (ids, positions, slots, lengths) given as lists of
 Python ints become the op's integer dtype, range-checked; a numpy array must already
 have it. Results are Tensors on that device. An op's math is written once, in the C++
-header its docstring names (cpp/include/metalrt/ops.h, moe_ops.h,
+header its docstring names (cpp/include/metalrt/ops.h, moe_ops.h, expert_ops.h,
 linear_attention_ops.h); the docstring says what Python accepts and returns."""
 from .attention import paged_attention
 from .elementwise import add, cast, gelu, mul, relu, silu_and_mul
@@ -21,7 +21,7 @@ from .rope import (qk_norm_rope, rope_cos_sin_cache, rope_from_cache, rope_inter
                    rope_neox)
 from .selection import greedy_argmax
 from .gates import gated_query_split, gated_rms_norm, sigmoid_mul
-from .moe import moe_combine, moe_matmul_bt, moe_router
+from .moe import moe_bias_add, moe_combine, moe_matmul_bt, moe_router
 
 __all__ = [
     "causal_conv1d", "gated_delta_rule", "gdn_gating",
@@ -32,5 +32,5 @@ __all__ = [
     "quantized_matmul_bt_concat",
     "reshape_and_cache", "rms_norm", "rope_cos_sin_cache", "rope_from_cache",
     "rope_interleaved", "rope_neox", "silu_and_mul", "softmax",
-    "gated_query_split", "gated_rms_norm", "moe_combine", "moe_matmul_bt", "moe_router", "sigmoid_mul",
+    "gated_query_split", "gated_rms_norm", "moe_bias_add", "moe_combine", "moe_matmul_bt", "moe_router", "sigmoid_mul",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .._metalrt import Tensor
 from .._metalrt import ops as _native
 from ..tensor import dtype_name
-from ._args import out_tensor, tensors
+from ._args import out_tensor, real, tensors
 
 _BINARY_DOC = """
 
@@ -63,17 +63,34 @@ gelu.__doc__ = ("GELU, tanh approximation (Hendrycks & Gimpel 2016, \"Gaussian E
                 "    Units\"). Math: ops.h ``Gelu``." + _UNARY_DOC)
 
 
-def silu_and_mul(x, out=None) -> Tensor:
-    """SwiGLU on a merged gate|up projection (Shazeer 2020, "GLU Variants Improve
-    Transformer"): x [..., 2n] -> [..., n]. Math: ops.h ``SiluAndMul``.
+GLU_ACTIVATIONS = ("silu", "swiglu_oai")
+
+
+def silu_and_mul(x, out=None, *, activation="silu", alpha=1.702, limit=7.0) -> Tensor:
+    """A gated linear unit on a merged gate|up projection: x [..., 2n] -> [..., n].
+    activation "silu": SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer"),
+    silu(x[..., :n]) * x[..., n:] (math: ops.h ``SiluAndMul``); "swiglu_oai": gpt-oss's
+    clamped SwiGLU on interleaved pairs, gate = x[..., 0::2], up = x[..., 1::2],
+    (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g) with g = min(gate, limit)
+    (transformers ``GptOssExperts._apply_gate``; math: expert_ops.h ``SwigluOaiAndMul``).
 
     x: float Tensor or array (copied to the CPU), last dim even; out: optional Tensor
-    [..., n] in x's dtype, not overlapping x. Returns [..., n] in x's dtype.
+    [..., n] in x's dtype, not overlapping x; activation, alpha, limit: keyword-only
+    (alpha and limit, finite floats > 0, are read by "swiglu_oai" only). Returns
+    [..., n] in x's dtype.
 
-    Raises ValueError for an odd last dim, a wrong out or tensors on different devices;
-    TypeError for non-float dtypes or non-array arguments.
+    Raises ValueError for an odd last dim, an unknown activation, alpha or limit not
+    finite and > 0, a wrong out or tensors on different devices; TypeError for
+    non-float dtypes or non-array arguments.
     """
-    return _unary("silu_and_mul", x, out)
+    op = "silu_and_mul"
+    if activation == "silu":
+        return _unary(op, x, out)
+    if activation != "swiglu_oai":
+        raise ValueError(f"[{op}] activation must be one of {GLU_ACTIVATIONS}, got {activation!r}")
+    (x,) = tensors(op, x=x)
+    return _native.swiglu_oai_and_mul(x, real(op, "alpha", alpha), real(op, "limit", limit),
+                                      out=out_tensor(op, out))
 
 
 def cast(x, dtype, out=None) -> Tensor:

@@ -1,6 +1,7 @@
 """Mixture-of-experts (MoE) ops: the router (softmax + top-k), the expert matmul that
-reads only the selected experts' weights (float or quantized), and the weighted combine
-with the optional gated shared expert, as transformers 5.24's Qwen3MoeSparseMoeBlock /
+reads only the selected experts' weights (float or quantized), the selected experts'
+biases (gpt-oss; expert_ops.h), and the weighted combine with the optional gated
+shared expert, as transformers 5.24's Qwen3MoeSparseMoeBlock /
 Qwen3NextSparseMoeBlock compute them (math: cpp/include/metalrt/moe_ops.h, "MoE";
 Metal: cpp/gpu/moe.cpp)."""
 from __future__ import annotations
@@ -84,3 +85,22 @@ def moe_combine(y, weights, *, shared=None, shared_gate=None, out=None) -> Tenso
     y, weights, shared, shared_gate = tensors(op, optional=("shared", "shared_gate"), y=y, weights=weights,
                                               shared=shared, shared_gate=shared_gate)
     return _native.moe_combine(y, weights, shared, shared_gate, out=out_tensor(op, out))
+
+
+def moe_bias_add(y, bias, expert_ids, out=None) -> Tensor:
+    """out[t, j] = y[t, j] + bias[expert_ids[t, j]]: the bias of the expert each (token,
+    slot) pair ran (gpt-oss's gate_up_proj_bias / down_proj_bias, transformers 5.25
+    ``GptOssExperts``). Math: expert_ops.h ``MoeBiasAdd``.
+
+    y: float [T, k, N] (moe_matmul_bt's output); bias: [E, N] in y's dtype; expert_ids:
+    int32 [T, k] (moe_router's; a list of Python ints becomes int32); out: optional
+    Tensor [T, k, N] in y's dtype, may be y itself (in place). Arrays and lists go to the
+    Tensors' device (else the CPU). Returns [T, k, N] in y's dtype.
+
+    Raises ValueError for shapes (naming y, bias or expert_ids) or, on the CPU, an id
+    outside [0, E) (on Metal such an id gives a NaN row); TypeError for dtypes.
+    """
+    op = "moe_bias_add"
+    y, bias, expert_ids = tensors(op, index_dtypes={"expert_ids": "int32"}, y=y, bias=bias,
+                                  expert_ids=expert_ids)
+    return _native.moe_bias_add(y, bias, expert_ids, out=out_tensor(op, out))

@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException
 
 from ..generation import prompt_ids
 from ..runner import SamplingParams
-from . import anthropic_format, grammar
+from . import anthropic_format, grammar, harmony
 from .api_key import authorized, unauthorized_body
 from .anthropic_schemas import CountTokensRequest, MessagesRequest
 from .chat_output import ChatOutput
@@ -301,15 +301,19 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
                                  headers={"Cache-Control": "no-cache"})
 
     def render_chat(m: ServedModel, body: ChatCompletionRequest):
-        """(prompt text, tools {name: parameters}, grammar or None) of a chat request:
-        its tools and messages rendered by the model's chat template. APIError 400 for
-        what the request gets wrong (the handlers check the model first)."""
+        """(prompt, tools {name: parameters}, grammar or None) of a chat request: its
+        tools and messages rendered by the model's chat template (the prompt's text), or
+        for a harmony model by openai-harmony (its token ids). APIError 400 for what the
+        request gets wrong (the handlers check the model first)."""
         offered = [] if body.tool_choice == "none" else [t.model_dump() for t in body.tools or ()]
         tools = {t["function"]["name"]: t["function"]["parameters"] for t in offered}
-        rule = constraint(body, tools, m.parser)
+        rule = constraint(body, tools, harmony.CALL_SYNTAX if m.harmony else m.parser)
         check_stop_ids(m, body)
-        messages = _template_messages(body, offered, m.parser, m.knows_tools)
+        messages = _template_messages(body, offered, m.parser, m.knows_tools or bool(m.harmony))
         try:
+            if m.harmony:
+                effort = body.chat_template_kwargs.get("reasoning_effort", "medium")
+                return harmony.render(messages, offered, m.harmony, effort), tools, rule
             text = m.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
                                                  tools=offered or None,
                                                  **body.chat_template_kwargs)
@@ -317,6 +321,11 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
             raise APIError(400, f"the chat template cannot render these messages: {e}",
                            param="messages") from None
         return text, tools, rule
+
+    def chat_ids(m: ServedModel, prompt) -> List[int]:
+        """The token ids of ``render_chat``'s prompt."""
+        return prompt if isinstance(prompt, list) else \
+            m.tokenizer.encode(prompt, add_special_tokens=False)
 
     def start_chat(m: ServedModel, body: ChatCompletionRequest):
         """(generation, split) of a chat request: ``render_chat``'s prompt submitted with
@@ -334,9 +343,11 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
                                param="response_format" if body.response_format else
                                "tool_choice") from None
 
-        ids = m.tokenizer.encode(text, add_special_tokens=False)
+        ids = chat_ids(m, text)
         top = body.top_logprobs if body.logprobs else None
         generation = submit(m, body, ids, top, body.logprobs, processors)
+        if m.harmony:
+            return generation, harmony.HarmonyOutput(m.harmony, tools)
         # A forced call or JSON reply is not reasoning; a reply starts inside <think>
         # when the template opened it in the prompt.
         split = ChatOutput(m.parser if tools else None, tools, m.reasoning and rule is None,
@@ -385,8 +396,8 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
     @app.post("/v1/messages/count_tokens")
     async def count_tokens(body: CountTokensRequest):
         m = await model_for(body.model)
-        text, _, _ = render_chat(m, translated(body))
-        return {"input_tokens": len(m.tokenizer.encode(text, add_special_tokens=False))}
+        prompt, _, _ = render_chat(m, translated(body))
+        return {"input_tokens": len(chat_ids(m, prompt))}
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, http: Request):
