@@ -6,7 +6,9 @@ on the code and the geometry, not on timing.
   launched (``simdgroups``: threadgroups x threads per threadgroup / 32, from the
   dispatch record), the positions one SIMD-group walks (each threadgroup covers one
   partition of the visible positions, ``ceil(visible / grid.z)``, shared by its
-  SIMD-groups: ``ceil(partition / SIMD-groups per threadgroup)``), and the SIMD-group
+  SIMD-groups: ``ceil(partition / SIMD-groups per threadgroup)``; exact when the
+  partitions are equal, i.e. one partition or a context that is a multiple of the
+  partition size, as at every context the bench and the gates use), and the SIMD-group
   collectives (``simd_sum``, ``simd_max``, ...) of its busiest SIMD-group, which the
   simulated device counts while it runs the kernel (``max_simd_collectives``). Goals:
   <= 16 positions per SIMD-group at every context, >= 256 SIMD-groups at 512 positions,
