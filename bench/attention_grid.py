@@ -1,7 +1,9 @@
 """Split-KV decode attention at the model's geometry: for decode contexts of
-128, 1,024 and 4,096 positions, one request, which kernels the Metal device dispatched,
-the threadgroups per (request, kv head) the profiler recorded (goal: >= 16 at 4,096),
-and the output against the CPU oracle (NMSE, worst element). Deterministic: grid sizes
+128, 512, 1,024 and 4,096 positions, one request, which kernels the Metal device
+dispatched, the threadgroups per (request, kv head) the profiler recorded (goal: >= 16
+at 4,096), the parallelism proxies of ``parallelism.attention`` (SIMD-groups launched,
+positions and collectives per SIMD-group), and the output against the CPU oracle
+(NMSE, worst element). Deterministic: grid sizes
 depend on the code and the geometry, not on timing, so they are measured on the
 simulated device too."""
 from __future__ import annotations
@@ -13,7 +15,9 @@ import numpy as np
 import metalrt
 from metalrt import ops, profiler
 
-CONTEXTS = (128, 1024, 4096)
+from . import parallelism
+
+CONTEXTS = (128, 512, 1024, 4096)
 BLOCK_SIZE = 16
 
 
@@ -30,7 +34,8 @@ def _batch(context: int, heads: int, kv_heads: int, head_dim: int, seed: int):
 def measure(heads: int, kv_heads: int, head_dim: int, dtype: str = "float32",
             contexts: Sequence[int] = CONTEXTS) -> List[Dict]:
     """One row per context: kernels {name: threadgroups}, threadgroups per (request, kv
-    head) of the attending kernel, NMSE and worst absolute error against the CPU."""
+    head) of the attending kernel, its ``parallelism.attention`` proxies, NMSE and worst
+    absolute error against the CPU."""
     rows = []
     scale = head_dim ** -0.5
     for context in contexts:
@@ -43,14 +48,15 @@ def measure(heads: int, kv_heads: int, head_dim: int, dtype: str = "float32",
         profiler.reset()
         try:
             got = ops.paged_attention(*on_metal, scale).numpy().astype(np.float64)
-            kernels = {r["name"]: r["threadgroups"] for r in profiler.rows()
-                       if r["name"].startswith("paged_attention")}
+            profiled = parallelism.kernel_rows(profiler.rows())
         finally:
             profiler.enable(was)
+        kernels = {n: r["threadgroups"] for n, r in profiled.items() if n.startswith("paged_attention")}
         attend = next(n for n in kernels if "merge" not in n)
         err = got - reference
         rows.append({"context": context, "kernels": kernels,
                      "threadgroups_per_kv_head": kernels[attend] // kv_heads,
+                     **parallelism.attention(profiled, context),
                      "nmse": float(np.sum(err ** 2) / np.sum(reference.astype(np.float64) ** 2)),
                      "max_abs_error": float(np.abs(err).max())})
     return rows

@@ -11,7 +11,10 @@ served it (a native Metal kernel or the CPU reference tier, which synchronises
 first) with the waits, commits and dispatches made during its calls. Waits outside
 every op are the runner's host reads (the sampled token ids) and writes (the step's
 inputs). The counts are deterministic: they depend on the model and the code, not
-on timing.
+on timing. Per step too, the profiler's kernel rows (``kernels``: dispatches,
+threadgroups, SIMD-groups, the collectives of the busiest SIMD-group that the simulated
+device counts), from which ``bench/parallelism.py`` reads the argmax's serial loads
+per thread and the decode attention's proxies (``decode_attention``).
 
 Run as a worker (``python -m bench.counters SPEC.json``, SPEC = {"gguf", "prompt",
 "decode_steps"}), it loads the model on the Metal device in a fresh process, so the
@@ -41,7 +44,7 @@ from metalrt.cache import blocks_for
 from metalrt.loaders.gguf_file import GGUFFile
 from metalrt.runner import Engine, SamplingParams
 
-from . import attention_grid, decode_pipeline, metal_estimate, weight_bytes
+from . import attention_grid, decode_pipeline, metal_estimate, parallelism, weight_bytes
 from .generation import emit
 
 DEFAULT_MAX_DISPATCHES = 48   # the command stream's cap unless METALRT_MAX_DISPATCHES is set
@@ -134,6 +137,7 @@ def _step(engine: Engine, model, weights: Dict[int, object]) -> Dict:
         "waits_per_layer": recorder.layers[0]["waits"] if recorder.layers else 0,
         "weight_bytes": recorder.weight_bytes,
         "ops": per_op,
+        "kernels": parallelism.kernel_rows(profiler.rows()),
     }
 
 
@@ -163,6 +167,7 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3,
     attention = attention_grid.measure(model.config["num_attention_heads"], model.num_kv_heads,
                                        model.head_dim, model.dtype)
     waiting_ops = {n: r["waits"] for n, r in decode["ops"].items() if r["waits"]}
+    argmax_loads = parallelism.argmax_loads_per_thread(decode["kernels"], 1, model.vocab_size)
     return {
         "device": metalrt.device_info("metal")["name"],
         "prompt_tokens": len(prompt_ids),
@@ -176,6 +181,9 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3,
         "per_dispatch_seconds": metal_estimate.PER_DISPATCH_SECONDS,
         "weight_bytes_resident": weight_bytes.resident_bytes(weights),
         "decode_attention": attention,
+        "argmax_loads_per_thread": argmax_loads,
+        "max_simd_collectives": {step: max(parallelism.step_collectives(s["kernels"]).values())
+                                 for step, s in (("prefill", prefill), ("decode", decode))},
         "file_weight_bytes": file_weight_bytes,
         "goal": {
             "decode_weight_bytes_within_1_05x_file": None if file_weight_bytes is None else
@@ -191,6 +199,12 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3,
             if isinstance(decode["dispatches_per_layer"], int) else False,
             "decode_attention_16_threadgroups_per_kv_head_at_4096": all(
                 r["threadgroups_per_kv_head"] >= 16 for r in attention if r["context"] >= 4096),
+            "decode_attention_parallel": all(
+                r["positions_per_simdgroup"] <= parallelism.GOALS["positions_per_simdgroup"]
+                and r["collectives_per_simdgroup"] <= parallelism.GOALS["collectives_per_simdgroup"]
+                and (r["context"] < 512 or r["simdgroups"] >= parallelism.GOALS["simdgroups_at_512"])
+                for r in attention),
+            "argmax_loads_per_thread_at_most_32": argmax_loads <= parallelism.GOALS["argmax_loads_per_thread"],
             "reference_tier_ops": reference_ops,
             "ops_that_wait": waiting_ops,
         },

@@ -12,8 +12,11 @@ PER_DISPATCH_SECONDS of GPU time whatever its work:
 Left out, so the estimate is an upper bound for the GPU side: attention's growing K/V
 reads, bandwidth below the peak (kernels reach some 60-85 % of it), and host time,
 which the replayed, pipelined decode step (``metalrt.runner.decode_plans``) keeps off
-the GPU's critical path. The GPU core count is listed, not modelled: the decode
-kernels' grids are far wider than any of these chips.
+the GPU's critical path. The GPU core count is listed, not modelled, though it
+matters: 3 of a layer's 8 decode dispatches (its two RMSNorms and qkv_rope_cache)
+launch one threadgroup, which no number of cores speeds up, and the GEMVs launch
+4,608-12,288 threads, fewer than an M4 Max keeps resident (``bench/parallelism.py``
+counts the serial chains of decode attention and the argmax).
 """
 from __future__ import annotations
 

@@ -218,11 +218,20 @@ def counter_table(result: Dict) -> str:
                   "decode attention (one request, the model's heads; threadgroups per "
                   "(request, kv head) from the profiler, goal >= 16 at 4,096: "
                   f"{goal['decode_attention_16_threadgroups_per_kv_head_at_4096']}):",
-                  _table(["context", "kernels (threadgroups)", "threadgroups/kv head", "NMSE vs CPU",
-                          "max |error|"],
+                  _table(["context", "kernels (threadgroups)", "threadgroups/kv head", "SIMD-groups",
+                          "positions/SIMD-group", "collectives/SIMD-group", "NMSE vs CPU", "max |error|"],
                          [[r["context"], ", ".join(f"{n} ({t})" for n, t in r["kernels"].items()),
-                           r["threadgroups_per_kv_head"], f"{r['nmse']:.1e}", f"{r['max_abs_error']:.1e}"]
+                           r["threadgroups_per_kv_head"], r.get("simdgroups", "-"),
+                           r.get("positions_per_simdgroup", "-"), r.get("collectives_per_simdgroup", "-"),
+                           f"{r['nmse']:.1e}", f"{r['max_abs_error']:.1e}"]
                           for r in c["decode_attention"]])]
+    if "argmax_loads_per_thread" in c:   # results written before issue #40 lack it
+        lines.append(f"decode attention: <= 16 positions and <= 64 collectives per SIMD-group, >= 256 "
+                     f"SIMD-groups at 512 positions: {goal['decode_attention_parallel']}; argmax serial "
+                     f"loads per thread: {c['argmax_loads_per_thread']} (goal <= 32: "
+                     f"{goal['argmax_loads_per_thread_at_most_32']}); busiest SIMD-group's collectives "
+                     f"of any dispatch: prefill {c['max_simd_collectives']['prefill']}, decode "
+                     f"{c['max_simd_collectives']['decode']}")
     if c.get("file_weight_bytes"):     # results written before weight bytes were counted lack it
         lines.append(f"weight bytes read per decode step: {decode['weight_bytes'] / 1e6:.2f} MB; "
                      f"the file's tensor bytes: {c['file_weight_bytes'] / 1e6:.2f} MB "

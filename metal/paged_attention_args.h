@@ -18,18 +18,15 @@ METALRT_CONSTANT int32_t kAttentionMaxHeadDim = 256;
 // Lane l of a query row's SIMD-group holds features l, l + 32, ..., l + 224.
 METALRT_CONSTANT int32_t kAttentionMaxDimsPerLane = kAttentionMaxHeadDim / kAttentionSimdWidth;
 // Decode (metal/paged_attention_decode.metal): the context of a request is cut into
-// partitions of kDecodePartition positions, and one threadgroup per (request, kv head,
-// partition) serves up to kDecodeGroupHeads query heads of the GQA group (larger groups
-// take several threadgroups per kv head). 256 positions give context 4,096 sixteen
-// threadgroups per (request, kv head). Its kDecodeSimdgroups SIMD-groups take every
-// kDecodeSimdgroups-th position of the partition.
-METALRT_CONSTANT int32_t kDecodePartition = 256;
-METALRT_CONSTANT int32_t kDecodeGroupHeads = 8;
-// The decode kernels' query heads per threadgroup (min(group, kDecodeGroupHeads)) are
-// the function constant of this index, so the loops over a thread's per-head registers
-// have a compile-time trip count and unroll.
-METALRT_CONSTANT uint32_t kDecodeGroupHeadsConstant = 1;
-METALRT_CONSTANT int32_t kDecodeSimdgroups = 4;
+// partitions of kDecodePartition positions, and one threadgroup of kDecodeSimdgroups
+// SIMD-groups per (request, query head, partition) serves it, SIMD-group s taking
+// positions s, s + kDecodeSimdgroups, ... of the partition: at most
+// kDecodeSimdgroupPositions positions in one SIMD-group's serial chain, and a context of
+// 512 positions launches 32 SIMD-groups per query head (the layout of MLX's sdpa_vector).
+// A context of 4,096 takes 8 threadgroups per (request, query head).
+METALRT_CONSTANT int32_t kDecodeSimdgroups = 32;
+METALRT_CONSTANT int32_t kDecodeSimdgroupPositions = 16;
+METALRT_CONSTANT int32_t kDecodePartition = kDecodeSimdgroups * kDecodeSimdgroupPositions;
 METALRT_CONSTANT int32_t kDecodeThreads = kDecodeSimdgroups * kAttentionSimdWidth;
 // The merge pass: one SIMD-group per (request, query head).
 METALRT_CONSTANT int32_t kDecodeMergeThreads = kAttentionSimdWidth;

@@ -7,14 +7,17 @@
 // Split-KV (FlashDecoding, Dao et al. 2023; vLLM's paged attention v2): the visible
 // positions lo .. seq_len - 1 are cut into partitions of kDecodePartition positions (a
 // window's positions only: those before it, and their block-table entries, are never
-// read) and one threadgroup per (request,
-// kv head, partition) computes, for the query heads of the GQA group it serves, the
+// read) and one threadgroup per (request, query head, partition) computes the
 // partition's softmax state: the maximum score m, the sum s of exp(score - m) and the
-// unnormalised sum of exp(score - m) * v. Each K and V row is read once, straight from
-// the cache into registers (lane l holds features l + 32 i), and serves every query
-// head of the threadgroup. The threadgroup's SIMD-groups take interleaved positions, each
-// folding its keys into an online softmax (Milakov & Gimelshein 2018); the SIMD-groups'
-// states are combined through threadgroup memory, added in turn into one accumulator. Then either
+// unnormalised sum of exp(score - m) * v. Its kDecodeSimdgroups SIMD-groups take
+// interleaved positions (at most kDecodeSimdgroupPositions each: the serial chain), each
+// folding its keys into an online softmax (Milakov & Gimelshein 2018) with the K and V
+// rows read straight from the cache into registers (lane l holds features l + 32 i).
+// The SIMD-groups' states are combined across the SIMD-group, as MLX's sdpa_vector does:
+// the maxima and sums by one simd_max and one simd_sum over the threadgroup-memory row
+// of the SIMD-groups' values, the features through a [feature lane][SIMD-group] tile in
+// which SIMD-group g sums feature g + 32 i of every SIMD-group with one simd_sum.
+// Then either
 // * paged_attention_decode_<dtype> (the whole context fits one partition) writes the
 //   normalised output at once, or
 // * paged_attention_decode_split_<dtype> writes the partition's state to the partials
@@ -32,24 +35,22 @@ using namespace metal;
 
 static_assert(kAttentionHeadDimConstant == 0, "head_dim is function constant 0");
 constant int head_dim [[function_constant(0)]];
-// The split and single-pass kernels' query heads per threadgroup (1..kDecodeGroupHeads):
-// every loop over a thread's per-head arrays runs to it, so they unroll into registers.
-static_assert(kDecodeGroupHeadsConstant == 1, "group_heads is function constant 1");
-constant int group_heads [[function_constant(1)]];
 // Threadgroups are exactly kDecodeThreads (kDecodeMergeThreads for the merge), declared
-// to the compiler ([[max_total_threads_per_threadgroup]]) so it budgets registers for it.
-static_assert(kDecodeThreads == 128 && kDecodeMergeThreads == 32, "the kernels' thread limits");
+// to the compiler ([[max_total_threads_per_threadgroup]]) so it budgets registers for
+// it; the cross-SIMD-group combination needs one SIMD-group lane per SIMD-group.
+static_assert(kDecodeThreads == 1024 && kDecodeMergeThreads == 32, "the kernels' thread limits");
+static_assert(kDecodeSimdgroups == kAttentionSimdWidth, "a lane per SIMD-group in the combination");
 
 // One partial row of the scratch: m, s, then head_dim accumulated features.
 inline int32_t partial_stride() { return head_dim + 2; }
 
 inline int32_t dims_per_lane() { return (head_dim + kAttentionSimdWidth - 1) / kAttentionSimdWidth; }
 
-// What one threadgroup computes: request b (its query row `token`), query heads
-// first_head .. first_head + heads - 1 (all of kv head kv_head), positions first .. end - 1
-// (partition group.z of the positions the query sees).
+// What one threadgroup computes: request b (its query row `token`), query head `head`
+// of kv head kv_head, positions first .. end - 1 (partition group.z of the positions
+// the query sees).
 struct DecodeTask {
-  int32_t b, token, kv_head, first_head, heads, first, end;
+  int32_t b, token, head, kv_head, first, end;
   bool valid;
 };
 
@@ -59,53 +60,41 @@ inline DecodeTask decode_task(uint3 group, device const int32_t* seq_lens,
   DecodeTask t;
   t.b = int32_t(group.x);
   t.token = query_start_loc[t.b];
-  const int32_t group_size = args.heads / args.kv_heads;
-  const int32_t chunks = (group_size + group_heads - 1) / group_heads;
-  t.kv_head = int32_t(group.y) / chunks;
-  const int32_t chunk_first = (int32_t(group.y) % chunks) * group_heads;
-  t.first_head = t.kv_head * group_size + chunk_first;
-  t.heads = min(group_heads, group_size - chunk_first);
+  t.head = int32_t(group.y);
+  t.kv_head = t.head / (args.heads / args.kv_heads);
   t.first = DecodeFirstPosition(seq_lens[t.b], args.window) + int32_t(group.z) * kDecodePartition;
   t.end = min(seq_lens[t.b], t.first + kDecodePartition);
   t.valid = query_start_loc[t.b + 1] - t.token == 1 && t.first < t.end;
   return t;
 }
 
-// Head h's maximum score over the threadgroup's SIMD-groups.
-inline float combined_max(threadgroup const float* tg_max, int32_t h) {
-  float m = -INFINITY;
-  for (int32_t s = 0; s < kDecodeSimdgroups; ++s) m = max(m, tg_max[s * kDecodeGroupHeads + h]);
-  return m;
-}
+// The threadgroup's softmax state of task t: max_score and sum over the whole
+// partition (every thread), and in `feature` the unnormalised accumulation of feature
+// simdgroup + 32 i for i < dims_per_lane() (lane 0 of each SIMD-group; features past
+// head_dim are 0).
+struct DecodeState {
+  float max_score, sum;
+  float feature[kAttentionMaxDimsPerLane];
+};
 
-// The threadgroup's softmax state of task t, left in threadgroup memory: SIMD-group s
-// folds positions first + s, first + s + kDecodeSimdgroups, ... and stores its maximum of
-// head h at tg_max[s * kDecodeGroupHeads + h]; then every SIMD-group rescales its sum and
-// features to the heads' maxima over the SIMD-groups and they add them, in SIMD-group
-// order, into tg_sum[h] and tg_acc[h * head_dim + d] (one [heads][head_dim] accumulator, so
-// head_dim 256 fits the 32 KiB of threadgroup memory). A SIMD-group with no position has
-// maximum -inf, which weighs 0. The head loops run to group_heads: heads past t.heads (the
-// last chunk of a group that group_heads does not divide) attend with a zero query and
-// are never written out.
+// SIMD-group s folds positions first + s, first + s + kDecodeSimdgroups, ... into its
+// online softmax; a SIMD-group with no position has maximum -inf, which weighs 0 in the
+// combination. tg_max/tg_sum: a value per SIMD-group; tg_tile: [32 feature lanes]
+// [kDecodeSimdgroups] floats, reused for each i.
 template <typename T>
-inline void attend_partition(DecodeTask t, device const T* query, device const T* key_cache,
-                             device const T* value_cache, device const int32_t* blocks,
-                             constant PagedAttentionArgs& args, threadgroup float* tg_max,
-                             threadgroup float* tg_sum, threadgroup float* tg_acc,
-                             uint simdgroup, uint lane) {
-  float q[kDecodeGroupHeads][kAttentionMaxDimsPerLane];
-  float acc[kDecodeGroupHeads][kAttentionMaxDimsPerLane];
-  float max_score[kDecodeGroupHeads], sum[kDecodeGroupHeads];
-  for (int32_t h = 0; h < group_heads; ++h) {
-    device const T* row = query + (long(t.token) * args.heads + t.first_head + h) * head_dim;
-    for (int32_t i = 0; i < dims_per_lane(); ++i) {
-      const int32_t d = int32_t(lane) + kAttentionSimdWidth * i;
-      q[h][i] = h < t.heads && d < head_dim ? float(row[d]) : 0.0f;
-      acc[h][i] = 0.0f;
-    }
-    max_score[h] = -INFINITY;
-    sum[h] = 0.0f;
+inline DecodeState attend_partition(DecodeTask t, device const T* query, device const T* key_cache,
+                                    device const T* value_cache, device const int32_t* blocks,
+                                    constant PagedAttentionArgs& args, threadgroup float* tg_max,
+                                    threadgroup float* tg_sum, threadgroup float* tg_tile,
+                                    uint simdgroup, uint lane) {
+  float q[kAttentionMaxDimsPerLane], acc[kAttentionMaxDimsPerLane];
+  device const T* row = query + (long(t.token) * args.heads + t.head) * head_dim;
+  for (int32_t i = 0; i < dims_per_lane(); ++i) {
+    const int32_t d = int32_t(lane) + kAttentionSimdWidth * i;
+    q[i] = d < head_dim ? float(row[d]) : 0.0f;
+    acc[i] = 0.0f;
   }
+  float max_score = -INFINITY, sum = 0.0f;
   for (int32_t position = t.first + int32_t(simdgroup); position < t.end;
        position += kDecodeSimdgroups) {
     const long slot = long(blocks[position / args.block_size]) * args.block_size +
@@ -117,43 +106,40 @@ inline void attend_partition(DecodeTask t, device const T* query, device const T
       k[i] = d < head_dim ? float(key_cache[base + d]) : 0.0f;
       v[i] = d < head_dim ? float(value_cache[base + d]) : 0.0f;
     }
-    for (int32_t h = 0; h < group_heads; ++h) {
-      float partial = 0.0f;
-      for (int32_t i = 0; i < dims_per_lane(); ++i) partial += q[h][i] * k[i];
-      const float score = simd_sum(partial) * args.scale;
-      const float new_max = max(max_score[h], score);
-      const float rescale = exp(max_score[h] - new_max);   // 0 for the first key
-      const float weight = exp(score - new_max);
-      sum[h] = sum[h] * rescale + weight;
-      for (int32_t i = 0; i < dims_per_lane(); ++i) acc[h][i] = acc[h][i] * rescale + weight * v[i];
-      max_score[h] = new_max;
-    }
+    float partial = 0.0f;
+    for (int32_t i = 0; i < dims_per_lane(); ++i) partial += q[i] * k[i];
+    const float score = simd_sum(partial) * args.scale;
+    const float new_max = max(max_score, score);
+    const float rescale = exp(max_score - new_max);   // 0 for the first key
+    const float weight = exp(score - new_max);
+    sum = sum * rescale + weight;
+    for (int32_t i = 0; i < dims_per_lane(); ++i) acc[i] = acc[i] * rescale + weight * v[i];
+    max_score = new_max;
   }
-  if (lane == 0)
-    for (int32_t h = 0; h < group_heads; ++h) tg_max[int32_t(simdgroup) * kDecodeGroupHeads + h] = max_score[h];
+  if (lane == 0) {
+    tg_max[simdgroup] = max_score;
+    tg_sum[simdgroup] = sum;
+  }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  for (int32_t h = 0; h < group_heads; ++h) {
-    const float weight = exp(max_score[h] - combined_max(tg_max, h));
-    sum[h] *= weight;
-    for (int32_t i = 0; i < dims_per_lane(); ++i) acc[h][i] *= weight;
-  }
-  for (int32_t s = 0; s < kDecodeSimdgroups; ++s) {
-    if (int32_t(simdgroup) == s)
-      for (int32_t h = 0; h < group_heads; ++h) {
-        if (lane == 0) tg_sum[h] = s == 0 ? sum[h] : tg_sum[h] + sum[h];
-        for (int32_t i = 0; i < dims_per_lane(); ++i) {
-          const int32_t d = int32_t(lane) + kAttentionSimdWidth * i;
-          if (d < head_dim) tg_acc[h * head_dim + d] = s == 0 ? acc[h][i] : tg_acc[h * head_dim + d] + acc[h][i];
-        }
-      }
+  // Lane l reads SIMD-group l's state.
+  DecodeState state;
+  const float lane_max = tg_max[lane];
+  state.max_score = simd_max(lane_max);
+  state.sum = simd_sum(tg_sum[lane] * exp(lane_max - state.max_score));
+  const float weight = exp(max_score - state.max_score);
+  for (int32_t i = 0; i < dims_per_lane(); ++i) {
+    tg_tile[lane * kDecodeSimdgroups + simdgroup] = acc[i] * weight;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    state.feature[i] = simd_sum(tg_tile[simdgroup * kDecodeSimdgroups + lane]);
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
+  return state;
 }
 
-// Single pass. Grid: (B, kv_heads * ceil(group / group_heads), 1) threadgroups of
-// kDecodeThreads; every decode query sees at most kDecodePartition positions.
+// Single pass. Grid: (B, heads, 1) threadgroups of kDecodeThreads; every decode query
+// sees at most kDecodePartition positions.
 template <typename T>
-[[max_total_threads_per_threadgroup(128)]]
+[[max_total_threads_per_threadgroup(1024)]]
 kernel void paged_attention_decode(device const T* query [[buffer(0)]],
                                    device const T* key_cache [[buffer(1)]],
                                    device const T* value_cache [[buffer(2)]],
@@ -164,29 +150,30 @@ kernel void paged_attention_decode(device const T* query [[buffer(0)]],
                                    constant PagedAttentionArgs& args [[buffer(7)]],
                                    device const float* sinks [[buffer(8)]],
                                    uint3 group [[threadgroup_position_in_grid]],
-                                   uint tid [[thread_index_in_threadgroup]],
                                    uint simdgroup [[simdgroup_index_in_threadgroup]],
                                    uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float tg_max[kDecodeSimdgroups * kDecodeGroupHeads];
-  threadgroup float tg_sum[kDecodeGroupHeads];
-  threadgroup float tg_acc[kDecodeGroupHeads * kAttentionMaxHeadDim];
+  threadgroup float tg_max[kDecodeSimdgroups];
+  threadgroup float tg_sum[kDecodeSimdgroups];
+  threadgroup float tg_tile[kAttentionSimdWidth * kDecodeSimdgroups];
   const DecodeTask t = decode_task(group, seq_lens, query_start_loc, args);
   if (!t.valid) return;
-  attend_partition(t, query, key_cache, value_cache, block_tables + long(t.b) * args.max_blocks,
-                   args, tg_max, tg_sum, tg_acc, simdgroup, lane);
-  for (int32_t e = int32_t(tid); e < t.heads * head_dim; e += kDecodeThreads) {
-    const int32_t h = e / head_dim, d = e % head_dim;
-    const SoftmaxNorm n = softmax_norm(combined_max(tg_max, h), tg_sum[h], args.has_sinks != 0,
-                                       args.has_sinks != 0 ? sinks[t.first_head + h] : 0.0f);
-    out[(long(t.token) * args.heads + t.first_head + h) * head_dim + d] = T(tg_acc[e] * n.scale / n.denom);
+  const DecodeState s = attend_partition(t, query, key_cache, value_cache,
+                                         block_tables + long(t.b) * args.max_blocks, args,
+                                         tg_max, tg_sum, tg_tile, simdgroup, lane);
+  if (lane != 0) return;
+  const SoftmaxNorm n = softmax_norm(s.max_score, s.sum, args.has_sinks != 0,
+                                     args.has_sinks != 0 ? sinks[t.head] : 0.0f);
+  device T* o = out + (long(t.token) * args.heads + t.head) * head_dim;
+  for (int32_t i = 0; i < dims_per_lane(); ++i) {
+    const int32_t d = int32_t(simdgroup) + kAttentionSimdWidth * i;
+    if (d < head_dim) o[d] = T(s.feature[i] * n.scale / n.denom);
   }
 }
 
-// First pass of the split. Grid: (B, kv_heads * ceil(group / group_heads), partitions)
-// threadgroups of kDecodeThreads. partials: [B, heads, args.partitions] rows of
-// partial_stride() floats.
+// First pass of the split. Grid: (B, heads, partitions) threadgroups of kDecodeThreads.
+// partials: [B, heads, args.partitions] rows of partial_stride() floats.
 template <typename T>
-[[max_total_threads_per_threadgroup(128)]]
+[[max_total_threads_per_threadgroup(1024)]]
 kernel void paged_attention_decode_split(device const T* query [[buffer(0)]],
                                          device const T* key_cache [[buffer(1)]],
                                          device const T* value_cache [[buffer(2)]],
@@ -196,25 +183,26 @@ kernel void paged_attention_decode_split(device const T* query [[buffer(0)]],
                                          device float* partials [[buffer(6)]],
                                          constant PagedAttentionArgs& args [[buffer(7)]],
                                          uint3 group [[threadgroup_position_in_grid]],
-                                         uint tid [[thread_index_in_threadgroup]],
                                          uint simdgroup [[simdgroup_index_in_threadgroup]],
                                          uint lane [[thread_index_in_simdgroup]]) {
-  threadgroup float tg_max[kDecodeSimdgroups * kDecodeGroupHeads];
-  threadgroup float tg_sum[kDecodeGroupHeads];
-  threadgroup float tg_acc[kDecodeGroupHeads * kAttentionMaxHeadDim];
+  threadgroup float tg_max[kDecodeSimdgroups];
+  threadgroup float tg_sum[kDecodeSimdgroups];
+  threadgroup float tg_tile[kAttentionSimdWidth * kDecodeSimdgroups];
   const DecodeTask t = decode_task(group, seq_lens, query_start_loc, args);
   if (!t.valid) return;
-  attend_partition(t, query, key_cache, value_cache, block_tables + long(t.b) * args.max_blocks,
-                   args, tg_max, tg_sum, tg_acc, simdgroup, lane);
-  for (int32_t e = int32_t(tid); e < t.heads * head_dim; e += kDecodeThreads) {
-    const int32_t h = e / head_dim, d = e % head_dim;
-    const long row = (long(t.b) * args.heads + t.first_head + h) * args.partitions + group.z;
-    device float* partial = partials + row * partial_stride();
-    if (d == 0) {
-      partial[0] = combined_max(tg_max, h);
-      partial[1] = tg_sum[h];
-    }
-    partial[2 + d] = tg_acc[e];
+  const DecodeState s = attend_partition(t, query, key_cache, value_cache,
+                                         block_tables + long(t.b) * args.max_blocks, args,
+                                         tg_max, tg_sum, tg_tile, simdgroup, lane);
+  if (lane != 0) return;
+  const long row = (long(t.b) * args.heads + t.head) * args.partitions + group.z;
+  device float* partial = partials + row * partial_stride();
+  if (simdgroup == 0) {
+    partial[0] = s.max_score;
+    partial[1] = s.sum;
+  }
+  for (int32_t i = 0; i < dims_per_lane(); ++i) {
+    const int32_t d = int32_t(simdgroup) + kAttentionSimdWidth * i;
+    if (d < head_dim) partial[2 + d] = s.feature[i];
   }
 }
 
@@ -262,12 +250,12 @@ kernel void paged_attention_decode_merge(device const float* partials [[buffer(0
   paged_attention_decode<T>(device const T*, device const T*, device const T*,                 \
                             device const int32_t*, device const int32_t*,                      \
                             device const int32_t*, device T*, constant PagedAttentionArgs&,    \
-                            device const float*, uint3, uint, uint, uint);                     \
+                            device const float*, uint3, uint, uint);                           \
   template [[host_name("paged_attention_decode_split_" #SUFFIX)]] kernel void                  \
   paged_attention_decode_split<T>(device const T*, device const T*, device const T*,           \
                                   device const int32_t*, device const int32_t*,                \
                                   device const int32_t*, device float*,                        \
-                                  constant PagedAttentionArgs&, uint3, uint, uint, uint);      \
+                                  constant PagedAttentionArgs&, uint3, uint, uint);            \
   template [[host_name("paged_attention_decode_merge_" #SUFFIX)]] kernel void                  \
   paged_attention_decode_merge<T>(device const float*, device const int32_t*,                  \
                                   device const int32_t*, device T*,                            \

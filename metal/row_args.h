@@ -31,9 +31,25 @@ struct SoftmaxArgs {
 };
 static_assert(sizeof(SoftmaxArgs) == 8, "SoftmaxArgs must match between host and MSL");
 
+// greedy_argmax (metal/greedy_argmax.metal): a threadgroup of kRowThreads per chunk of
+// kArgmaxChunk columns of a row, so a thread makes at most kArgmaxLoadsPerThread
+// serial loads; rows of more than one chunk are reduced by a second kernel.
+METALRT_CONSTANT int32_t kArgmaxLoadsPerThread = 16;
+METALRT_CONSTANT int32_t kArgmaxChunk = kRowThreads * kArgmaxLoadsPerThread;
+// Chunks of a row of `vocab` logits (1 for an empty row).
+inline int32_t ArgmaxChunks(int32_t vocab) {
+  return vocab <= kArgmaxChunk ? 1 : (vocab - 1) / kArgmaxChunk + 1;
+}
+
 struct GreedyArgmaxArgs {
   int32_t vocab;
-  int32_t unused;
+  int32_t chunks;   // ArgmaxChunks(vocab)
+};
+
+// A chunk's best logit and its column (0xffffffff: no candidate).
+struct ArgmaxCandidate {
+  float value;
+  uint32_t index;
 };
 static_assert(sizeof(GreedyArgmaxArgs) == 8, "GreedyArgmaxArgs must match between host and MSL");
 

@@ -96,9 +96,22 @@ class GpuCommandBuffer {
   virtual double gpu_end_time() const = 0;
 };
 
+// What a device measured while running one dispatch. The simulated device counts it;
+// Apple's Metal reports no such counts (its DispatchObserver is never called).
+struct DispatchCounts {
+  // SIMD-group collectives (simd_sum, simd_max, simd_shuffle, ...: one each) made by
+  // the busiest SIMD-group of the dispatch: the length of its serial reduction chain.
+  uint32_t max_simd_collectives = 0;
+};
+// Called after each dispatch ran, on the device's queue thread, with its kernel name.
+using DispatchObserver = std::function<void(const std::string& kernel, const DispatchCounts& counts)>;
+
 class GpuDevice {
  public:
   virtual ~GpuDevice() = default;
+  // Installs the observer of dispatch counts (set once, before any command buffer);
+  // a device that measures nothing ignores it.
+  virtual void set_dispatch_observer(DispatchObserver observer) { (void)observer; }
   virtual std::string name() const = 0;           // "Apple M2 Pro" or a simulated name
   virtual bool is_simulated() const = 0;
   virtual bool has_unified_memory() const = 0;

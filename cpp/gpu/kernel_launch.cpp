@@ -196,7 +196,7 @@ void KernelLaunch::Launch(bool per_thread, Size3 grid, Size3 group) {
     const uint32_t threadgroups[3] = {groups(grid.x, group.x), groups(grid.y, group.y), groups(grid.z, group.z)};
     profiler.RecordDispatch(kernel_,
                             start_ == Profiler::Clock::time_point{} ? 0.0 : Profiler::SecondsSince(start_),
-                            threadgroups);
+                            threadgroups, static_cast<uint32_t>(group_threads));
   }
 }
 

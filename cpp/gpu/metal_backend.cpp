@@ -9,7 +9,12 @@
 namespace metalrt::gpu {
 
 MetalBackend::MetalBackend(std::unique_ptr<GpuDevice> device, std::string selection)
-    : device_(std::move(device)), selection_(std::move(selection)), stream_(*device_, profiler_) {}
+    : device_(std::move(device)), selection_(std::move(selection)), stream_(*device_, profiler_) {
+  // The stream drains in-flight work before profiler_ goes, so no call outlives it.
+  device_->set_dispatch_observer([this](const std::string& kernel, const DispatchCounts& counts) {
+    if (profiler_.enabled()) profiler_.RecordExecution(kernel, counts);
+  });
+}
 
 void* MetalBackend::Alloc(size_t bytes) {
   // Metal refuses zero-length buffers; one byte still gives Alloc(0) a distinct block.

@@ -6,8 +6,9 @@
 // * requests with one query go to the split-KV decode kernels
 //   (metal/paged_attention_decode.metal): when every decode context fits one partition
 //   of kDecodePartition positions, paged_attention_decode_<dtype> alone (a threadgroup
-//   per (request, kv head)); otherwise paged_attention_decode_split_<dtype> over
-//   (request, kv head, partition) threadgroups, the partitions' softmax states in an f32
+//   of kDecodeThreads per (request, query head)); otherwise
+//   paged_attention_decode_split_<dtype> over (request, query head, partition)
+//   threadgroups, the partitions' softmax states in an f32
 //   scratch, then paged_attention_decode_merge_<dtype> over (request, head). The
 //   scratch is a fresh tensor sized [B, heads, partitions, head_dim + 2]: its size moves
 //   only when the longest decode context crosses a partition boundary, so repeat sizes
@@ -21,8 +22,8 @@
 // A pure decode batch therefore dispatches the decode kernel only, a prefill-only batch
 // the prefill kernel only. Requests with no query are skipped by both.
 // A sliding window (args.window) is skipped, not masked: the decode partitions cover
-// only the positions the query sees (DecodePartitions: at context 4,096 with window 512,
-// 2 partitions, not 16), and prefill tiles start at their first query's window. Sinks
+// only the positions the query sees (DecodePartitions: at context 4,096 with window 1,024,
+// 2 partitions, not 8), and prefill tiles start at their first query's window. Sinks
 // (float32 [heads]) are bound at the kernels' sinks index; without them the query is
 // bound there and has_sinks = 0 says it is not read.
 // head_dim is a function constant (specialised pipelines); heads above
@@ -69,7 +70,6 @@ bool MetalPagedAttention(const OpCall& call) {
   }
   // Before anything is encoded: the reference tier serves the whole call.
   if (prefill_tiles > 0 && !ActiveMetalBackend().simdgroup_layout().Mismatch().empty()) return false;
-  const int64_t group_heads = std::min<int64_t>(group, kDecodeGroupHeads);
   const PagedAttentionArgs args{static_cast<int32_t>(heads),
                                 static_cast<int32_t>(kv_heads),
                                 static_cast<int32_t>(key_cache.dim(1)),
@@ -79,27 +79,24 @@ bool MetalPagedAttention(const OpCall& call) {
                                 window,
                                 has_sinks ? 1 : 0};
   const Tensor& sinks = has_sinks ? call.inputs[6] : query;
-  // A pipeline per (head_dim, group_heads): one or two per model (kernel headers).
+  // A pipeline per head_dim: one per model (kernel headers).
   const FunctionConstants constants = {Constant(kAttentionHeadDimConstant, static_cast<int32_t>(head_dim))};
-  FunctionConstants decode_constants = constants;
-  decode_constants.push_back(Constant(kDecodeGroupHeadsConstant, static_cast<int32_t>(group_heads)));
-  auto launch = [&](const char* variant, const Tensor& result, const FunctionConstants& values) {
-    KernelLaunch kernel(KernelName("paged_attention", variant, query.dtype()), values);
+  auto launch = [&](const char* variant, const Tensor& result) {
+    KernelLaunch kernel(KernelName("paged_attention", variant, query.dtype()), constants);
     for (uint32_t i = 0; i < 6; ++i) kernel.input(i, call.inputs[i]);
     kernel.output(6, result).bytes(7, args).input(8, sinks);
     return kernel;
   };
   if (partitions > 0) {
-    const Size3 grid = {static_cast<uint32_t>(batch),
-                        static_cast<uint32_t>(kv_heads * ((group + group_heads - 1) / group_heads)),
+    const Size3 grid = {static_cast<uint32_t>(batch), static_cast<uint32_t>(heads),
                         static_cast<uint32_t>(partitions)};
     const Size3 threads = {static_cast<uint32_t>(kDecodeThreads), 1, 1};
     if (partitions == 1) {
-      launch("decode", out, decode_constants).threadgroups(grid, threads);
+      launch("decode", out).threadgroups(grid, threads);
     } else {
       const Tensor partials = Tensor::Empty({batch, heads, partitions, head_dim + 2}, DType::kF32,
                                             DeviceType::kMETAL);
-      launch("decode_split", partials, decode_constants).threadgroups(grid, threads);
+      launch("decode_split", partials).threadgroups(grid, threads);
       KernelLaunch(KernelName("paged_attention", "decode_merge", query.dtype()), constants)
           .input(0, partials)
           .input(1, call.inputs[4])
@@ -113,7 +110,7 @@ bool MetalPagedAttention(const OpCall& call) {
   }
   if (prefill_tiles > 0) {
     const int64_t chunks = PrefillHeadChunks(static_cast<int32_t>(group));
-    launch("prefill", out, constants).threadgroups(
+    launch("prefill", out).threadgroups(
         {static_cast<uint32_t>(prefill_tiles), static_cast<uint32_t>(kv_heads * chunks), 1},
         {static_cast<uint32_t>(kPrefillThreads), 1, 1});
   }

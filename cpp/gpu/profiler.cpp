@@ -45,7 +45,7 @@ std::vector<ProfileEvent> Profiler::Events() const {
 }
 
 void Profiler::RecordDispatch(const std::string& kernel, double encode_seconds,
-                              const uint32_t (&grid)[3]) {
+                              const uint32_t (&grid)[3], uint32_t group_threads) {
   std::lock_guard<std::mutex> lock(mutex_);
   ProfileRow& row = kernels_[kernel];
   row.name = kernel;
@@ -54,9 +54,23 @@ void Profiler::RecordDispatch(const std::string& kernel, double encode_seconds,
   const uint64_t threadgroups = uint64_t{grid[0]} * grid[1] * grid[2];
   row.threadgroups += threadgroups;
   std::copy(std::begin(grid), std::end(grid), std::begin(row.last_grid));
+  row.last_threads_per_threadgroup = group_threads;
+  const uint64_t simdgroups = threadgroups * ((group_threads + 31) / 32);
+  row.simdgroups += simdgroups;
   ++total_.dispatches;
   total_.encode_seconds += encode_seconds;
   total_.threadgroups += threadgroups;
+  total_.simdgroups += simdgroups;
+}
+
+void Profiler::RecordExecution(const std::string& kernel, const DispatchCounts& counts) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // A dispatch encoded before a Reset has no row to count in.
+  auto found = kernels_.find(kernel);
+  if (found == kernels_.end()) return;
+  ProfileRow& row = found->second;
+  row.max_simd_collectives = std::max<uint64_t>(row.max_simd_collectives, counts.max_simd_collectives);
+  total_.max_simd_collectives = std::max(total_.max_simd_collectives, row.max_simd_collectives);
 }
 
 void Profiler::RecordCommit(CommitCause cause) {

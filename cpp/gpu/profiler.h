@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/gpu_device.h"
 #include "metalrt/profiler.h"
 
 namespace metalrt::gpu {
@@ -25,8 +26,12 @@ class Profiler {
   void Reset();
 
   // Recorders; the caller checks enabled() first (so "off" costs one branch).
-  // grid: the dispatch's extent in threadgroups (x, y, z).
-  void RecordDispatch(const std::string& kernel, double encode_seconds, const uint32_t (&grid)[3]);
+  // grid: the dispatch's extent in threadgroups (x, y, z); group_threads: threads per
+  // threadgroup.
+  void RecordDispatch(const std::string& kernel, double encode_seconds, const uint32_t (&grid)[3],
+                      uint32_t group_threads);
+  // What the device measured running one dispatch of `kernel` (GpuDevice's observer).
+  void RecordExecution(const std::string& kernel, const DispatchCounts& counts);
   void RecordCommit(CommitCause cause);
   void RecordWait(double wait_seconds);
   void RecordGpuTime(double gpu_seconds);

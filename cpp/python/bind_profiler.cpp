@@ -19,6 +19,9 @@ nb::dict RowToDict(const ProfileRow& row) {
   d["encode_seconds"] = row.encode_seconds;
   d["threadgroups"] = row.threadgroups;
   d["last_grid"] = nb::make_tuple(row.last_grid[0], row.last_grid[1], row.last_grid[2]);
+  d["last_threads_per_threadgroup"] = row.last_threads_per_threadgroup;
+  d["simdgroups"] = row.simdgroups;
+  d["max_simd_collectives"] = row.max_simd_collectives;
   d["commits"] = row.commits;
   d["commits_at_cap"] = row.commits_at_cap;
   d["commits_at_flush"] = row.commits_at_flush;

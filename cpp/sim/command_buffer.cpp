@@ -192,7 +192,9 @@ void SimCommandBuffer::Execute(WorkerPool& pool) {
     // nothing else should own, but test mocks of the runtime do borrow it.
     *d.module->hooks = &RuntimeHooks();
     auto constants_lock = ApplyFunctionConstants(*d.constants);
-    error = pool.Run(d);
+    gpu::DispatchCounts counts;
+    error = pool.Run(d, &counts);
+    if (error.empty() && queue_.observer()) queue_.observer()(d.kernel->name, counts);
     if (!error.empty()) {
       error = "[sim] kernel '" + std::string(d.kernel->name) + "' (" + d.kernel->location +
               "): " + error;

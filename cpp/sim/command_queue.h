@@ -21,6 +21,9 @@ class CommandQueue {
   CommandQueue& operator=(const CommandQueue&) = delete;
   void Submit(SimCommandBuffer* buffer);
   unsigned threads() const { return threads_; }
+  // Set before the first Submit (GpuDevice::set_dispatch_observer).
+  void set_observer(gpu::DispatchObserver observer) { observer_ = std::move(observer); }
+  const gpu::DispatchObserver& observer() const { return observer_; }
 
  private:
   void Loop();
@@ -30,6 +33,7 @@ class CommandQueue {
   std::condition_variable ready_;
   std::deque<SimCommandBuffer*> pending_;
   bool stopping_ = false;
+  gpu::DispatchObserver observer_;
   std::thread thread_;
 };
 

@@ -41,6 +41,9 @@ class SimDevice : public gpu::GpuDevice {
     return "metalrt simulated Metal device (" + std::to_string(queue_.threads()) + " CPU threads)";
   }
   bool is_simulated() const override { return true; }
+  void set_dispatch_observer(gpu::DispatchObserver observer) override {
+    queue_.set_observer(std::move(observer));
+  }
   bool has_unified_memory() const override { return true; }
   std::string gpu_family() const override { return "apple9"; }
   size_t max_threadgroup_memory_length() const override { return kMaxThreadgroupMemory; }

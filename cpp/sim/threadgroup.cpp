@@ -2,6 +2,7 @@
 
 #include "core/env.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -68,6 +69,7 @@ struct ThreadgroupRunner::SimdGroup {
   uint32_t arrived = 0;      // lanes waiting in the current collective
   size_t bytes = 0;
   const char* what = nullptr;
+  uint32_t collectives = 0;  // completed since the threadgroup started
   alignas(16) unsigned char values[kSimdWidth * kMaxExchangeBytes];
 };
 
@@ -118,6 +120,7 @@ void ThreadgroupRunner::SetUp(const Dispatch& d, const uint32_t group[3]) {
     g.first = s * kSimdWidth;
     g.live = lanes == 32 ? 0xFFFFFFFFu : (1u << lanes) - 1;
     g.arrived = 0;
+    g.collectives = 0;
   }
   for (uint32_t i = 0; i < n; ++i) {
     GpuThread& t = threads_[i];
@@ -175,6 +178,12 @@ std::string ThreadgroupRunner::Run(const Dispatch& d, const FiberOrder& order,
   if (std::string overrun = OverwrittenGuard(); !overrun.empty())
     return overrun + ", found when the threadgroup finished";
   return "";
+}
+
+uint32_t ThreadgroupRunner::max_simd_collectives() const {
+  uint32_t most = 0;
+  for (uint32_t s = 0; s < simd_count_; ++s) most = std::max(most, simd_groups_[s].collectives);
+  return most;
 }
 
 bool ThreadgroupRunner::RunThread(GpuThread& t) {
@@ -283,6 +292,7 @@ void ThreadgroupRunner::CompleteSimdIfReady(SimdGroup& g) {
     t.state = State::kRunnable;
   }
   g.arrived = 0;
+  ++g.collectives;
   woken_group_ = static_cast<int32_t>(g.first / kSimdWidth);
 }
 

@@ -38,6 +38,8 @@ class ThreadgroupRunner {
   // error message ("" on success). Must be called on the thread that owns the
   // runner.
   std::string Run(const Dispatch& dispatch, const FiberOrder& order, const uint32_t group[3]);
+  // Collectives completed by the busiest SIMD-group of the last threadgroup Run ran.
+  uint32_t max_simd_collectives() const;
 
   // For the hooks: the runner of the calling worker thread.
   static ThreadgroupRunner& Current();

@@ -14,6 +14,7 @@ struct WorkerPool::Job {
   uint64_t total;
   std::atomic<uint64_t> next{0};
   std::atomic<bool> stop{false};
+  std::atomic<uint32_t> max_simd_collectives{0};
   std::mutex error_mutex;
   uint64_t error_group = std::numeric_limits<uint64_t>::max();
   std::string error;
@@ -50,6 +51,11 @@ void WorkerPool::Drain(Job& job, ThreadgroupRunner& runner) {
     std::string error;
     try {
       error = runner.Run(d, job.order, group);
+      const uint32_t collectives = runner.max_simd_collectives();
+      uint32_t seen = job.max_simd_collectives.load(std::memory_order_relaxed);
+      while (collectives > seen &&
+             !job.max_simd_collectives.compare_exchange_weak(seen, collectives, std::memory_order_relaxed)) {
+      }
     } catch (const std::bad_alloc&) {
       // Each worker maps one fiber stack per thread of a threadgroup; many workers
       // times large threadgroups can exhaust the address space or the kernel's map
@@ -90,7 +96,7 @@ void WorkerPool::WorkerLoop() {
   }
 }
 
-std::string WorkerPool::Run(const Dispatch& dispatch) {
+std::string WorkerPool::Run(const Dispatch& dispatch, gpu::DispatchCounts* counts) {
   Job job;
   job.dispatch = &dispatch;
   job.order = CurrentFiberOrder();
@@ -109,6 +115,7 @@ std::string WorkerPool::Run(const Dispatch& dispatch) {
     job_ = nullptr;   // late wakers see no job
     done_.wait(lock, [&] { return busy_ == 0; });
   }
+  counts->max_simd_collectives = job.max_simd_collectives.load(std::memory_order_relaxed);
   return job.error;
 }
 

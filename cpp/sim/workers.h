@@ -26,8 +26,9 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   // Runs every threadgroup of `dispatch`; returns the error of the lowest-numbered
-  // failing threadgroup ("" when all succeed). Called by one thread at a time.
-  std::string Run(const Dispatch& dispatch);
+  // failing threadgroup ("" when all succeed), and in `counts` what was measured
+  // over its threadgroups. Called by one thread at a time.
+  std::string Run(const Dispatch& dispatch, gpu::DispatchCounts* counts);
 
  private:
   struct Job;

@@ -44,7 +44,14 @@ def rows() -> list[dict]:
     ``encode_seconds`` (float, host seconds), ``threadgroups`` (int, threadgroups
     launched over all dispatches; the total row sums them), ``last_grid`` (the last
     dispatch's grid in threadgroups, an (x, y, z) tuple of ints; (0, 0, 0) in the
-    total row), and — meaningful in the total row,
+    total row), ``last_threads_per_threadgroup`` (int, the last dispatch's; 0 in the
+    total row), ``simdgroups`` (int, SIMD-groups of 32 threads launched over all
+    dispatches, a partial one counted whole; the total row sums them),
+    ``max_simd_collectives`` (int, measured by the device as the dispatches ran: the
+    SIMD-group collectives — ``simd_sum``, ``simd_max``, ``simd_shuffle``, ... one each
+    — made by the busiest SIMD-group of any of them, the length of its serial
+    reduction chain; the total row takes the maximum. The simulated device counts them;
+    Apple's Metal reports none, so 0 there), and — meaningful in the total row,
     zero in kernel rows — ``commits`` (command buffers committed), ``waits`` (host
     waits for the GPU), ``wait_seconds`` and ``gpu_seconds`` (float seconds),
     ``allocations`` and ``allocated_bytes`` (device buffers newly created).

@@ -8,7 +8,7 @@
 // batch dispatches; the prefill kernel's GQA-shared grid at GQA 1/3/8/16/40, head_dim 64
 // and 128, mid-tile and mid-block ends, chunked prefill and m up to 300 (and in every
 // fiber order); f32 versus float64; heads the kernels decline; sliding windows and sinks
-// (decode single pass and split-KV, prefill; a decode at context 4,096 with window 512
+// (decode single pass and split-KV, prefill; a decode at context 4,096 with window 1,024
 // runs only the window's partitions). Every cache slot a request does not own is NaN, so
 // a read outside a context fails the comparison.
 #include <doctest/doctest.h>
@@ -42,9 +42,9 @@ const std::vector<AttentionCase> kGeometries = {
     {"smollm2/mixed", 9, 3, 64, 16, {{1, 33}, {17, 17}, {5, 40}}},
 };
 
-// Split-KV decode: partitions of kDecodePartition (256) positions. Contexts 128, 1,024 and
-// 4,096 (1, 4 and 16 partitions) at GQA 3 (SmolLM2), 1 (OPT) and 8; contexts 255/256/257
-// around one partition; block sizes 5 and 48, which do not divide 256, so partitions end
+// Split-KV decode: partitions of kDecodePartition (512) positions. Contexts 128, 1,024 and
+// 4,096 (1, 2 and 8 partitions) at GQA 3 (SmolLM2), 1 (OPT) and 8; contexts 511/512/513
+// around one partition; block sizes 5 and 48, which do not divide 512, so partitions end
 // mid-block; a batch whose requests need 1, 2, 5 and 16 partitions (the grid is sized by
 // the longest; shorter requests' extra threadgroups return at once).
 const std::vector<AttentionCase> kSplitDecode = {
@@ -53,7 +53,7 @@ const std::vector<AttentionCase> kSplitDecode = {
     {"smollm2/decode/ctx4096", 9, 3, 64, 16, {{1, 4096}}},
     {"gqa1/decode/ctx1024", 4, 4, 64, 16, {{1, 1024}}},
     {"gqa8/decode/ctx4096", 16, 2, 128, 16, {{1, 4096}}},
-    {"gqa8/decode/ctx255_256_257", 8, 1, 64, 16, {{1, 255}, {1, 256}, {1, 257}}},
+    {"gqa8/decode/ctx511_512_513", 8, 1, 64, 16, {{1, 511}, {1, 512}, {1, 513}}},
     {"block_size5/decode/ctx600_1001", 6, 2, 64, 5, {{1, 600}, {1, 1001}}},
     {"block_size48/decode/ctx700", 9, 3, 64, 48, {{1, 700}}},
     {"smollm2/decode/B4_ctx3_300_1100_4000", 9, 3, 64, 16, {{1, 3}, {1, 300}, {1, 1100}, {1, 4000}}},
@@ -116,8 +116,9 @@ const std::vector<AttentionCase> kBoundaries = {
 
 // Sliding windows and sinks (gpt-oss's per-head logit): the rows before a request's
 // first window are NaN and their whole blocks -1 in the table. Windows 1, 32, 37 and 513
-// (not multiples of the block size), past every context (64: only the sinks act), 300 and
-// 512 over split-KV decodes (2 and 3 partitions of the window, not of the context), prefill
+// (not multiples of the block size), past every context (64: only the sinks act), 600 and
+// 513 over split-KV decodes (2 partitions of the window, not 2 or 3 of the context), 512 in
+// one partition of a context of 1,100, prefill
 // tiles across the window's edge, head_dim 256 at Gemma 3 1B's GQA 4, a GQA group of 40.
 struct WindowedCase {
   AttentionCase a;
@@ -129,11 +130,12 @@ const std::vector<WindowedCase> kWindowed = {
     {{"window1/mixed", 4, 2, 64, 16, {{1, 50}, {12, 12}, {5, 30}}}, 1, false},
     {{"window64_past_contexts/sinks", 8, 2, 64, 16, {{1, 40}, {9, 9}}}, 64, true},
     {{"window37/prefill_tiles", 4, 2, 64, 16, {{45, 80}, {1, 80}}}, 37, true},
-    {{"window300/decode_split", 4, 2, 64, 16, {{1, 1000}, {1, 700}}}, 300, false},
+    {{"window600/decode_split", 4, 2, 64, 16, {{1, 1000}, {1, 700}}}, 600, false},
     {{"window513/block_size5/split_sinks", 8, 2, 64, 5, {{1, 900}, {3, 530}}}, 513, true},
-    {{"gemma3_1b/window512/split_and_prefill_sinks", 4, 1, 256, 16, {{1, 1100}, {21, 60}}}, 512, true},
+    {{"gemma3_1b/window512/decode_and_prefill_sinks", 4, 1, 256, 16, {{1, 1100}, {21, 60}}}, 512, true},
     {{"gemma3_1b/window16/prefill", 4, 1, 256, 16, {{21, 60}, {1, 600}}}, 16, false},
-    {{"sinks/decode_split", 9, 3, 64, 16, {{1, 300}, {1, 1}}}, 0, true},
+    {{"sinks/decode_split", 9, 3, 64, 16, {{1, 600}, {1, 1}}}, 0, true},
+    {{"d256/sinks/decode_split", 4, 1, 256, 16, {{1, 1100}, {1, 5}}}, 0, true},
     {{"gqa40/window8/sinks", 40, 1, 64, 16, {{3, 19}, {2, 2}}}, 8, true},
 };
 
@@ -258,17 +260,17 @@ TEST_CASE("metal paged_attention: windows and sinks match float64, change the re
   }
 }
 
-TEST_CASE("metal paged_attention: a decode at context 4,096 with window 512 reads only the window's 2 partitions (profiler)") {
+TEST_CASE("metal paged_attention: a decode at context 4,096 with window 1,024 reads only the window's 2 partitions (profiler)") {
   // SmolLM2's geometry (9 heads, 3 kv heads, head_dim 64), f16. Each split threadgroup
-  // reads one partition of <= 256 positions: window 512 gives 3 x 2 threadgroups (512
-  // positions per kv head, 3 x 512 x 64 x 2 bytes x (K, V) = 393,216 bytes), full
-  // attention 3 x 16 (4,096 positions, 3,145,728 bytes). The 3,584 rows before the window
-  // are NaN and their 224 table entries -1, so a read of any of them fails.
+  // reads one partition of <= 512 positions for one query head: window 1,024 gives 9 x 2
+  // threadgroups (1,024 positions), full attention 9 x 8 (4,096 positions). The 3,072
+  // rows before the window are NaN and their 192 table entries -1, so a read of any of
+  // them fails.
   struct Expect {
     int64_t window;
     uint32_t partitions;
   };
-  for (const Expect& e : {Expect{512, 2}, Expect{0, 16}}) {
+  for (const Expect& e : {Expect{1024, 2}, Expect{0, 8}}) {
     CAPTURE(e.window);
     AttentionGeometry g{9, 3, 64, 16, 0, 0};
     const Lens lens = {{1, 4096}};
@@ -280,7 +282,7 @@ TEST_CASE("metal paged_attention: a decode at context 4,096 with window 512 read
     for (const ProfileRow& row : rows)
       if (row.name == "paged_attention_decode_split_f16") split = &row;
     REQUIRE(split != nullptr);
-    CHECK(split->threadgroups == 3 * e.partitions);
+    CHECK(split->threadgroups == 9 * e.partitions);
     CHECK(split->last_grid[2] == e.partitions);
     CHECK(Dispatches(rows, "paged_attention_decode_merge_f16") == 1);
     CheckAgainstReference(ReadMetal(out), bt, reqs, g, 0.125, "windowed split-KV decode vs float64", e.window);
@@ -347,15 +349,18 @@ TEST_CASE("metal paged_attention: head_dim above 256 is declined to the referenc
   CHECK(ReadMetal(out) == ReadFloat(ref));
 }
 
-TEST_CASE("metal paged_attention: split-KV decode grids at contexts 128, 1,024 and 4,096 (profiler)") {
+TEST_CASE("metal paged_attention: split-KV decode grids at contexts 128, 512, 1,024 and 4,096 (profiler)") {
   // SmolLM2's geometry (9 heads, 3 kv heads), one request. The profiler's threadgroup
-  // counts give threadgroups per (request, kv head): 1 (single pass, no merge), 4 and 16
-  // (split, then one merge threadgroup per (request, head)).
+  // counts give threadgroups per (request, query head): 1 (single pass, no merge), 2 and
+  // 8 (split, then one merge threadgroup per (request, head)); each threadgroup is 32
+  // SIMD-groups sharing one partition of <= 512 positions (<= 16 positions each), and the
+  // busiest SIMD-group's collectives, counted by the simulated device, are its positions'
+  // simd_sums plus the combination's simd_max, simd_sum and 2 feature simd_sums.
   struct Expect {
     int32_t context;
-    uint32_t per_kv_head;
+    uint32_t per_head;
   };
-  for (const Expect& e : {Expect{128, 1}, Expect{1024, 4}, Expect{4096, 16}}) {
+  for (const Expect& e : {Expect{128, 1}, Expect{512, 1}, Expect{1024, 2}, Expect{4096, 8}}) {
     CAPTURE(e.context);
     AttentionGeometry g{9, 3, 64, 16, 0, 0};
     const Lens lens = {{1, e.context}};
@@ -363,7 +368,7 @@ TEST_CASE("metal paged_attention: split-KV decode grids at contexts 128, 1,024 a
     const AttentionBatch bt = MakeAttentionBatch(reqs, g, DType::kF16, 17);
     Tensor out;
     const auto rows = ProfiledRows([&] { out = AttendOnMetal(bt, 0.125f); });
-    const bool split = e.per_kv_head > 1;
+    const bool split = e.per_head > 1;
     const std::string first = split ? "paged_attention_decode_split_f16" : "paged_attention_decode_f16";
     const ProfileRow* attend = nullptr;
     const ProfileRow* merge = nullptr;
@@ -373,8 +378,12 @@ TEST_CASE("metal paged_attention: split-KV decode grids at contexts 128, 1,024 a
     }
     REQUIRE(attend != nullptr);
     CHECK(attend->dispatches == 1);
-    CHECK(attend->threadgroups == 3 * e.per_kv_head);
-    CHECK(attend->last_grid[2] == e.per_kv_head);
+    CHECK(attend->threadgroups == 9 * e.per_head);
+    CHECK(attend->last_grid[2] == e.per_head);
+    CHECK(attend->simdgroups == 9 * e.per_head * 32);
+    const uint32_t positions = (std::min(e.context, 512) + 31) / 32;
+    if (gpu::ActiveMetalBackend().device().is_simulated())
+      CHECK(attend->max_simd_collectives == positions + 4);
     if (split) {
       REQUIRE(merge != nullptr);
       CHECK(merge->dispatches == 1);

@@ -6,7 +6,16 @@ silu_and_mul dispatch), attention is one single-pass dispatch at this context. T
 stores Q, K and V apart (merging them would copy 10 MB of quantized rows), so one
 quantized_matmul_bt_concat GEMV reads the three in place and qkv_rope_cache splits,
 rotates and caches its output (no RoPE or reshape_and_cache dispatch). A warmed-up step
-allocates 0 device bytes and every op runs natively."""
+allocates 0 device bytes and every op runs natively.
+
+Issue #40's parallelism proxies of the same step, from the profiler's kernel rows
+(bench/parallelism.py): the greedy argmax over the 49,152 logits makes at most 32 serial
+loads a thread (it made 192: one threadgroup of 256 threads); decode attention at the
+model's geometry (9 query / 3 kv heads, head_dim 64) walks at most 16 positions per
+SIMD-group at contexts 128 to 4,096 (it walked 32, then 64 from 256 on), launches at least
+256 SIMD-groups at 512 positions (it launched 24) and its busiest SIMD-group makes at most
+64 collectives, counted by the simulated device (it made 192 from 256 positions on: 64
+positions x 3 heads' simd_sum)."""
 import sys
 from pathlib import Path
 
@@ -15,7 +24,7 @@ import pytest
 import metalrt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repository's bench/
-from bench import counters  # noqa: E402
+from bench import counters, parallelism  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not metalrt.is_available("metal"), reason="needs a Metal device")
 
@@ -26,12 +35,11 @@ LAYER_OPS = {"rms_norm": 2, "quantized_matmul_bt_concat": 1, "qkv_rope_cache": 1
 @pytest.fixture(scope="module")
 def decode():
     model, tokenizer = metalrt.load(device="metal")
-    report = counters.run(model, tokenizer.encode("Once upon a time"), decode_steps=2)
-    return report["num_layers"], report["decode"]
+    return counters.run(model, tokenizer.encode("Once upon a time"), decode_steps=2)
 
 
 def test_default_model_decode_step_runs_8_dispatches_per_layer(decode):
-    layers, step = decode
+    layers, step = decode["num_layers"], decode["decode"]
     assert step["dispatches_per_layer"] == 8
     for op, per_layer in LAYER_OPS.items():
         row = step["ops"][op]
@@ -46,5 +54,26 @@ def test_default_model_decode_step_runs_8_dispatches_per_layer(decode):
 
 
 def test_default_model_warm_decode_step_allocates_nothing(decode):
-    _, step = decode
+    step = decode["decode"]
     assert step["allocated_bytes"] == 0 and step["waits"] == 1
+
+
+def test_default_model_argmax_makes_at_most_32_serial_loads_per_thread(decode):
+    kernels = decode["decode"]["kernels"]
+    assert decode["argmax_loads_per_thread"] == parallelism.argmax_loads_per_thread(kernels, 1, 49152)
+    assert decode["argmax_loads_per_thread"] <= parallelism.GOALS["argmax_loads_per_thread"]
+    assert decode["goal"]["argmax_loads_per_thread_at_most_32"]
+
+
+def test_default_model_decode_attention_is_a_short_chain_on_a_wide_grid(decode):
+    rows = {r["context"]: r for r in decode["decode_attention"]}
+    assert sorted(rows) == [128, 512, 1024, 4096]
+    for context, r in rows.items():
+        assert r["nmse"] < 1e-10, context
+        assert r["positions_per_simdgroup"] <= parallelism.GOALS["positions_per_simdgroup"], context
+        # Counted by the device: 0 would mean nothing was measured.
+        assert 0 < r["collectives_per_simdgroup"] <= parallelism.GOALS["collectives_per_simdgroup"], context
+    assert rows[512]["simdgroups"] >= parallelism.GOALS["simdgroups_at_512"]
+    assert decode["goal"]["decode_attention_parallel"]
+    # The step's busiest SIMD-group of any dispatch (the prompt's short context).
+    assert 0 < decode["max_simd_collectives"]["decode"] <= parallelism.GOALS["collectives_per_simdgroup"]

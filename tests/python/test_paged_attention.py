@@ -104,10 +104,11 @@ SINKS = (0.5, -1.0, 2.0, 6.0, -30.0, 0.0, 1.5, -0.25)
     (4, 2, 64, 16, [1, 12], [50, 12], 1, None),              # window 1: each query sees itself
     (4, 2, 64, 16, [45, 1], [80, 80], 37, SINKS),            # prefill tiles across the window's edge
     (8, 2, 64, 16, [1, 9], [40, 9], 64, SINKS),              # window past every context, sinks
-    (4, 2, 64, 16, [1, 1], [1000, 700], 300, None),          # split-KV over the window: 2 partitions
+    (4, 2, 64, 16, [1, 1], [1000, 700], 600, None),          # split-KV over the window: 2 partitions
     (8, 2, 64, 5, [1, 3], [900, 530], 513, SINKS),           # split-KV, partitions mid-block, sinks
     (4, 1, 256, 16, [21, 1], [60, 600], 16, None),           # Gemma 3 1B's heads: prefill, window 16
-    (4, 1, 256, 16, [1], [1100], 512, SINKS),                # Gemma 3's window 512, split-KV, sinks
+    (4, 1, 256, 16, [1], [1100], 512, SINKS),                # Gemma 3's window 512: one partition, sinks
+    (4, 1, 256, 16, [1], [1100], 0, SINKS),                  # head_dim 256, split-KV, sinks
 ])
 def test_windows_and_sinks(dtype, heads, kv_heads, head_dim, block_size, q_lens, seq_lens,
                            window, sinks, device):
@@ -286,15 +287,15 @@ def check_metal_kernels(dtype, geometry, kernels, seed, **options):
 @pytest.mark.skipif("metal" not in DEVICES, reason="no Metal device")
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("q_lens, seq_lens, kernels", [
-    ([1, 1, 1, 1], [1, 17, 128, 256], ["decode"]),          # decode batch, one partition
-    ([1, 1, 1, 1], [1, 17, 128, 300], ["decode_split", "decode_merge"]),   # split-KV
+    ([1, 1, 1, 1], [1, 17, 128, 512], ["decode"]),          # decode batch, one partition
+    ([1, 1, 1, 1], [1, 17, 128, 513], ["decode_split", "decode_merge"]),   # split-KV
     ([5, 19], [5, 56], ["prefill"]),                         # OPT-style prefill, prior context
     ([13, 1, 0, 9], [53, 77, 4, 9], ["decode", "prefill"]),  # mixed, with an empty request
 ])
 @pytest.mark.parametrize("heads, kv_heads, head_dim", [(16, 8, 128), (16, 2, 256)])
 def test_metal_kernels_match_the_cpu(dtype, q_lens, seq_lens, kernels, heads, kv_heads, head_dim):
     """The native Metal kernels (decode for one-query requests: single pass when every
-    context fits one 256-position partition, else split and merge; prefill for longer
+    context fits one 512-position partition, else split and merge; prefill for longer
     ones) against the CPU oracle on the same inputs, at the Qwen3 geometry (GQA 2:1, head_dim
     128) and the Qwen3-Next / Qwen3.5 full-attention one (GQA 8:1, head_dim 256); the
     profiler names the kernels that ran."""
@@ -304,8 +305,8 @@ def test_metal_kernels_match_the_cpu(dtype, q_lens, seq_lens, kernels, heads, kv
 @pytest.mark.skipif("metal" not in DEVICES, reason="no Metal device")
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("q_lens, seq_lens, window, sinks, kernels", [
-    ([1, 1], [300, 40], 256, None, ["decode"]),          # 300 positions, one partition seen
-    ([1, 1], [300, 40], 0, SINKS, ["decode_split", "decode_merge"]),
+    ([1, 1], [600, 40], 512, None, ["decode"]),          # 600 positions, one partition seen
+    ([1, 1], [600, 40], 0, SINKS, ["decode_split", "decode_merge"]),
     ([1, 1], [2000, 300], 600, SINKS, ["decode_split", "decode_merge"]),
     ([13, 1, 9], [70, 77, 9], 20, None, ["decode", "prefill"]),
     ([13, 1, 9], [70, 77, 9], 20, SINKS, ["decode", "prefill"]),
@@ -313,7 +314,7 @@ def test_metal_kernels_match_the_cpu(dtype, q_lens, seq_lens, kernels, heads, kv
 def test_metal_window_and_sink_kernels(dtype, q_lens, seq_lens, window, sinks, kernels):
     """Windows and sinks on the native kernels (the profiler names them; 0 reference-tier
     calls) against the CPU oracle, at the Gemma 3 1B head geometry (GQA 4, head_dim 256);
-    a decode at context 300 with window 256 needs the single pass only."""
+    a decode at context 600 with window 512 needs the single pass only."""
     check_metal_kernels(dtype, (4, 1, 256, 16, q_lens, seq_lens), kernels, seed=9, window=window,
                         sinks=None if sinks is None else np.float32(sinks[:4]))
 
@@ -321,10 +322,10 @@ def test_metal_window_and_sink_kernels(dtype, q_lens, seq_lens, window, sinks, k
 @pytest.mark.skipif("metal" not in DEVICES, reason="no Metal device")
 def test_metal_decode_reads_only_the_window():
     """A decode at context 4,096 (SmolLM2's 9 heads / 3 kv heads, head_dim 64, float16):
-    the split-KV grid covers the positions the query sees, so window 512 runs 2 partitions
-    of 256 positions per kv head (3 x 2 threadgroups: 512 positions, 3 x 512 x 64 x 2 x 2 =
-    393,216 bytes of K and V) where full attention runs 16 (4,096 positions, 3,145,728
-    bytes). Every cache row before the window is NaN and its block-table entry -1."""
+    the split-KV grid covers the positions the query sees, so window 1,024 runs 2 partitions
+    of 512 positions per query head (9 x 2 threadgroups: 1,024 positions) where full
+    attention runs 8 (4,096 positions). Every cache row before the window is NaN and its
+    block-table entry -1."""
     def grid(window):
         rows = []
         metalrt.profiler.reset()
@@ -342,5 +343,5 @@ def test_metal_decode_reads_only_the_window():
         assert rows["paged_attention_decode_merge_f16"]["threadgroups"] == 9
         return split["threadgroups"], tuple(split["last_grid"])
 
-    assert grid(512) == (3 * 2, (1, 3, 2))
-    assert grid(0) == (3 * 16, (1, 3, 16))
+    assert grid(1024) == (9 * 2, (1, 9, 2))
+    assert grid(0) == (9 * 8, (1, 9, 8))

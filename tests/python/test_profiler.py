@@ -111,7 +111,11 @@ def test_eight_dispatches_commit_once_at_synchronize(affine):
     # 33 threads in groups of 32: two threadgroups per dispatch, the edge one partial.
     assert rows[0]["threadgroups"] == 16 and rows[0]["last_grid"] == (2, 1, 1)
     total = rows[1]
+    # One SIMD-group a threadgroup (the edge one of 1 thread counts whole); no collectives.
+    assert rows[0]["simdgroups"] == 16 and rows[0]["last_threads_per_threadgroup"] == 32
+    assert rows[0]["max_simd_collectives"] == 0
     assert set(total) == {"name", "dispatches", "encode_seconds", "threadgroups", "last_grid",
+                          "last_threads_per_threadgroup", "simdgroups", "max_simd_collectives",
                           "commits", "commits_at_cap", "commits_at_flush",
                           "commits_at_synchronize", "waits", "wait_seconds", "gpu_seconds",
                           "allocations", "allocated_bytes"}
@@ -119,6 +123,45 @@ def test_eight_dispatches_commit_once_at_synchronize(affine):
     assert total["threadgroups"] == 16 and total["last_grid"] == (0, 0, 0)
     assert commit_causes(total) == (0, 0, 1)   # the synchronize committed it
     assert 0 < total["gpu_seconds"] <= total["wait_seconds"]
+
+
+CHAIN = """
+#include <metal_stdlib>
+using namespace metal;
+// SIMD-group s of the threadgroup makes `base` + s simd_sums, then one simd_max.
+kernel void chain(device float* y [[buffer(0)]],
+                  constant uint& base [[buffer(1)]],
+                  uint i [[thread_position_in_grid]],
+                  uint s [[simdgroup_index_in_threadgroup]]) {
+  float v = 1.0f;
+  for (uint k = 0; k < base + s; ++k) v = simd_sum(v) / 32.0f;
+  y[i] = simd_max(v);
+}
+"""
+
+
+@pytest.mark.skipif(not HAVE_METAL or not metalrt.device_info("metal")["simulated"],
+                    reason="the simulated device counts collectives")
+def test_the_simulated_device_counts_the_busiest_simdgroups_collectives():
+    lib = metalrt.compile_shader(CHAIN)
+    y = metalrt.asarray(np.full(256, np.nan, np.float32), device="metal")
+    was = metalrt.profiler.enabled()
+    metalrt.synchronize("metal")
+    metalrt.profiler.enable(True)
+    metalrt.profiler.reset()
+    try:
+        # 2 threadgroups of 4 SIMD-groups: the busiest (s = 3) makes 5 + 3 + 1.
+        lib.chain(y, np.uint32(5), threads=(256, 1, 1), group_size=(128, 1, 1))
+        lib.chain(y, np.uint32(2), threads=(256, 1, 1), group_size=(128, 1, 1))
+        metalrt.synchronize("metal")
+        rows = {r["name"]: r for r in metalrt.profiler.rows()}
+    finally:
+        metalrt.profiler.enable(was)
+        metalrt.profiler.reset()
+    np.testing.assert_array_equal(y.numpy(), np.ones(256, np.float32))
+    assert rows["chain"]["simdgroups"] == 16
+    assert rows["chain"]["max_simd_collectives"] == 9          # the larger of 9 and 6
+    assert rows["total"]["max_simd_collectives"] == 9
 
 
 def test_a_host_read_without_a_sync_returns_the_computed_values(affine):

@@ -33,6 +33,16 @@ struct ProfileRow {
   uint64_t threadgroups = 0;   // threadgroups over all dispatches (total row: the sum)
   // The last dispatch's grid in threadgroups (x, y, z); kernel rows only.
   uint32_t last_grid[3] = {0, 0, 0};
+  // The last dispatch's threads per threadgroup; kernel rows only.
+  uint32_t last_threads_per_threadgroup = 0;
+  // SIMD-groups (32 threads, a partial one counted whole) launched over all dispatches
+  // (total row: the sum).
+  uint64_t simdgroups = 0;
+  // Measured by the device while the dispatches ran (the simulated device; 0 on
+  // Apple's Metal, which reports none): the SIMD-group collectives (simd_sum,
+  // simd_max, simd_shuffle, ...) of the busiest SIMD-group of any of them (total row:
+  // the maximum over the kernels).
+  uint64_t max_simd_collectives = 0;
   uint64_t commits = 0;        // total row only: all commits, the sum of the three below
   uint64_t commits_at_cap = 0;           // total row only: CommitCause::kCap
   uint64_t commits_at_flush = 0;         // total row only: CommitCause::kFlush
