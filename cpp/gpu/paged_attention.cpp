@@ -25,7 +25,8 @@
 // 2 partitions, not 16), and prefill tiles start at their first query's window. Sinks
 // (float32 [heads]) are bound at the kernels' sinks index; without them the query is
 // bound there and has_sinks = 0 says it is not read.
-// head_dim is a function constant (specialised pipelines); heads above
+// head_dim and the caches' types (kv_cache_args.h) are function constants (specialised
+// pipelines); heads above
 // kAttentionMaxHeadDim are declined (the reference tier serves them), and so is a
 // batch with prefill requests on a device whose simdgroup_matrix lane layout differs
 // from the one the prefill kernel assumes (probed once: simdgroup_layout_probe.h).
@@ -36,7 +37,15 @@
 #include "gpu/metal_backend.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
+#include "kv_cache_args.h"
+#include "metalrt/kv_type.h"
 #include "paged_attention_args.h"
+
+static_assert(static_cast<int32_t>(metalrt::KvType::kQ4_0) == kKvQ4_0 &&
+                  static_cast<int32_t>(metalrt::KvType::kQ8_0) == kKvQ8_0 &&
+                  static_cast<int32_t>(metalrt::KvType::kBF16) == kKvBF16 &&
+                  static_cast<int32_t>(metalrt::KvType::kF16) == kKvF16,
+              "KvType codes must be the kernels' kKv* codes");
 
 namespace metalrt::gpu {
 namespace {
@@ -81,7 +90,12 @@ bool MetalPagedAttention(const OpCall& call) {
   const Tensor& sinks = has_sinks ? call.inputs[6] : query;
   // A pipeline per (head_dim, group_heads): one or two per model (kernel headers).
   const FunctionConstants constants = {Constant(kAttentionHeadDimConstant, static_cast<int32_t>(head_dim))};
-  FunctionConstants decode_constants = constants;
+  FunctionConstants cache_constants = constants;   // the kernels that read the caches
+  cache_constants.push_back(Constant(
+      kKeyTypeConstant, static_cast<int32_t>(KvTypeOf(key_cache, head_dim, "paged_attention", "key_cache"))));
+  cache_constants.push_back(Constant(
+      kValueTypeConstant, static_cast<int32_t>(KvTypeOf(call.inputs[2], head_dim, "paged_attention", "value_cache"))));
+  FunctionConstants decode_constants = cache_constants;
   decode_constants.push_back(Constant(kDecodeGroupHeadsConstant, static_cast<int32_t>(group_heads)));
   auto launch = [&](const char* variant, const Tensor& result, const FunctionConstants& values) {
     KernelLaunch kernel(KernelName("paged_attention", variant, query.dtype()), values);
@@ -113,7 +127,7 @@ bool MetalPagedAttention(const OpCall& call) {
   }
   if (prefill_tiles > 0) {
     const int64_t chunks = PrefillHeadChunks(static_cast<int32_t>(group));
-    launch("prefill", out, constants).threadgroups(
+    launch("prefill", out, cache_constants).threadgroups(
         {static_cast<uint32_t>(prefill_tiles), static_cast<uint32_t>(kv_heads * chunks), 1},
         {static_cast<uint32_t>(kPrefillThreads), 1, 1});
   }

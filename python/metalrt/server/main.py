@@ -7,6 +7,7 @@ import socket
 import sys
 from typing import Optional, Sequence, Union
 
+from ..cache.kv_types import KV_TYPE_HELP, from_text as kv_type_from_text
 from .model_registry import model_entries, parse_bytes
 
 DEFAULT_PORT = 8080
@@ -37,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokens the paged KV cache holds, shared by all running "
                              "requests; a request reserves prompt + max_tokens at admission "
                              "and waits while they are not free (default: %(default)s)")
+    parser.add_argument("--kv-type", type=kv_type_from_text, default=None, metavar="TYPE",
+                        help=KV_TYPE_HELP)
     parser.add_argument("--max-batched-tokens", type=int, default=512, metavar="N",
                         help="token budget of one forward step: decodes first, then prompt "
                              "chunks (default: %(default)s)")
@@ -108,14 +111,15 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
               reasoning_format: str = "auto", chat_template: Optional[str] = None,
               api_key: Optional[str] = None, max_memory: Optional[int] = None,
               prompt_cache_dir: Optional[str] = None, prompt_cache_min_tokens: int = 1024,
-              prompt_cache_max_bytes: int = 4 << 30):
+              prompt_cache_max_bytes: int = 4 << 30, kv_type=None):
     """Loads the (first) model and returns the FastAPI application serving it (its
     engine loops stop when the application shuts down). The settings are those of
     ``metalrt serve``; this is also the builder a host such as Ray Serve calls in each
     replica (docs/serving.md). ``model``: one ``--model`` value or a list of them
     (``model_registry.model_entries``); the models after the first load on first use,
     each with its own engine and KV cache of ``kv_cache_tokens``; ``max_memory``: their
-    budget in bytes. ``chat_template``: a jinja2 file replacing the model's template.
+    budget in bytes; ``kv_type``: their KV caches' type (``metalrt.load``'s).
+    ``chat_template``: a jinja2 file replacing the model's template.
     ``prompt_cache_dir``: prompt prefixes on disk, each model's in its subdirectory
     ``prompt_cache_dir/ID`` (``prompt_cache_dir.PromptCacheDir``, bounded by
     ``prompt_cache_max_bytes`` each). Raises ValueError for a setting out of range, an
@@ -159,7 +163,7 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
                              prompt_cache_max_bytes) for name in entries}
 
     def load(name: str, path: Optional[str]) -> ServedModel:
-        loaded, tokenizer = metalrt.load(path, device=device)
+        loaded, tokenizer = metalrt.load(path, device=device, kv_type=kv_type)
         if template is not None:
             tokenizer.chat_template = template
         draft = None if draft_model is None else metalrt.load(draft_model, device=device)[0]
@@ -212,7 +216,7 @@ def serve(args: argparse.Namespace) -> int:
         api_key=args.api_key or os.environ.get("METALRT_API_KEY"),
         max_memory=args.max_memory, prompt_cache_dir=args.prompt_cache_dir,
         prompt_cache_min_tokens=args.prompt_cache_min_tokens,
-        prompt_cache_max_bytes=args.prompt_cache_max_bytes)
+        prompt_cache_max_bytes=args.prompt_cache_max_bytes, kv_type=args.kv_type)
     if args.ray:
         from . import ray_serve
 
