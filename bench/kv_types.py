@@ -59,11 +59,11 @@ def main(argv) -> int:
     contexts = [int(c) for c in argv[0].split(",")] if argv else [1024, 8192]
     model, tokenizer = metalrt.load(device="cpu")
     acc = accuracy(model, contexts)
-    speed = decode(model, tokenizer)
-    reference = speed["float32"]["tokens"]
     print("logits NMSE against the float32 cache: " + ", ".join(f"context {c}" for c in contexts))
     for kv_type, by_context in acc.items():
-        print(f"  {kv_type:>8}: " + ", ".join(f"{by_context[c]:.2e}" for c in contexts))
+        print(f"  {kv_type:>8}: " + ", ".join(f"{by_context[c]:.2e}" for c in contexts), flush=True)
+    speed = decode(model, tokenizer)
+    reference = speed["float32"]["tokens"]
     print("CPU decode after a 512-token prompt (64 tokens): tokens/s, greedy ids equal to float32's")
     for kv_type, row in speed.items():
         print(f"  {kv_type:>8}: {row['generation_tps']:.1f} tok/s, equal: {row['tokens'] == reference}")

@@ -130,23 +130,34 @@ def attention_case(device, dtype, k_type, v_type, q_lens, seq_lens, head_dim=64,
 BATCHES = [([1], [40]), ([1, 1], [600, 33]), ([20, 1, 7], [20, 300, 50])]
 
 
-def cpu_providers(enabled):
-    """Leaves only the CPU paged_attention providers whose names contain `enabled`."""
-    names = [p for p in metalrt.providers.list() if "paged_attention" in p and p.startswith("cpu")]
+# The CPU paged_attention providers each tier case leaves on: the oracle; the fast decode
+# (which serves prefills too when the prefill providers are off); the BLAS prefill
+# provider (its batches' decode requests alone go to the fast decode).
+TIERS = {"oracle": ("cpu_paged_attention",), "fast": ("cpu_fast_paged_attention",),
+         "blas": ("cpu_blas_paged_attention", "cpu_fast_paged_attention")}
+
+
+def cpu_providers(tier):
+    names = metalrt.providers.list("paged_attention", "cpu")
     for name in names:
-        metalrt.providers.set_enabled(name, enabled in name)
+        metalrt.providers.set_enabled(name, name in TIERS[tier])
     return names
 
 
-@pytest.mark.parametrize("tier", ["oracle", "fast"])
+@pytest.mark.parametrize("tier", sorted(TIERS))
 @pytest.mark.parametrize("k_type, v_type", [("q8_0", "q8_0"), ("q4_0", "q4_0"), ("q8_0", "float16"),
                                              ("float16", "q4_0"), ("bfloat16", "bfloat16")])
 def test_cpu_attention_reads_the_cache_types(tier, k_type, v_type):
-    names = cpu_providers("cpu_paged_attention" if tier == "oracle" else "fast")
+    if tier == "blas" and "cpu_blas_paged_attention" not in metalrt.providers.list("paged_attention", "cpu"):
+        pytest.skip("this build has no BLAS prefill attention")
+    names = cpu_providers(tier)
     try:
         for q_lens, seq_lens in BATCHES:
+            metalrt.providers.reset_stats()
             result, expected, run, keys = attention_case("cpu", "float32", k_type, v_type, q_lens, seq_lens)
             assert nmse(result, expected) <= 1e-10, (q_lens, seq_lens)
+            if max(q_lens) > 1:
+                assert metalrt.providers.stats("paged_attention", "cpu")["last_selected"] == TIERS[tier][0]
             if k_type in QUANTIZED:
                 altered = keys.copy()
                 altered[..., 1] ^= 0x40            # every key block's scale: the f16's exponent
@@ -180,44 +191,47 @@ def test_metal_attention_kernels_read_the_cache_types(k_type, v_type, dtype):
         assert nmse(run(altered), expected) > 1e-3
 
 
-def qkv_case(device, dtype, k_type, v_type):
-    """(q, key cache bytes, value cache bytes) of qkv_rope_cache over caches of k_type / v_type."""
+def qkv_case(device, dtype, k_type, v_type, fused=True):
+    """(q, key cache bytes, value cache bytes) of qkv_rope_cache over caches of k_type /
+    v_type, or (fused False) of qkv_split, rope_neox of q and k and reshape_and_cache."""
     heads, kv_heads, head_dim, tokens = 9, 3, 64, 5
-    qkv = rand((tokens, (heads + 2 * kv_heads) * head_dim), seed=4, dtype=dtype)
+    qkv = metalrt.asarray(rand((tokens, (heads + 2 * kv_heads) * head_dim), seed=4, dtype=dtype),
+                          device=device, dtype=dtype)
     positions = np.array([0, 7, 100, 4095, 3], np.int32)
     slots = np.array([3, -1, 20, 47, 0], np.int64)
     caches = []
     for kv_type in (k_type, v_type):
         width, side_dtype = kv_types.storage(kv_type, head_dim)
         caches.append(metalrt.zeros((3, 16, kv_heads, width), side_dtype, device))
-    q = ops.qkv_rope_cache(metalrt.asarray(qkv, device=device, dtype=dtype), positions, caches[0], caches[1],
-                           slots, heads, head_dim, 10000.0, out=poisoned((tokens, heads, head_dim), dtype, device))
+    if fused:
+        q = ops.qkv_rope_cache(qkv, positions, caches[0], caches[1], slots, heads, head_dim, 10000.0,
+                               out=poisoned((tokens, heads, head_dim), dtype, device))
+    else:
+        q, k, v = ops.qkv_split(qkv, heads * head_dim, kv_heads * head_dim, kv_heads * head_dim)
+        q = ops.rope_neox(q.reshape(tokens, heads, head_dim), positions, head_dim, 10000.0)
+        k = ops.rope_neox(k.reshape(tokens, kv_heads, head_dim), positions, head_dim, 10000.0)
+        ops.reshape_and_cache(k, v.reshape(tokens, kv_heads, head_dim), caches[0], caches[1], slots)
     return q.numpy(), caches[0].numpy(), caches[1].numpy()
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("metal", marks=requires_metal)])
 @pytest.mark.parametrize("k_type, v_type", [("q8_0", "q8_0"), ("q4_0", "float16"), ("float16", "q4_0")])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_qkv_rope_cache_quantizes_as_the_unfused_ops(k_type, v_type, dtype):
-    """CPU fast tier and (where present) the Metal kernel, byte for byte the oracle's
-    composition (qkv_split, rope, reshape_and_cache)."""
-    fast = qkv_case("cpu", dtype, k_type, v_type)
-    metalrt.providers.set_enabled("cpu_fast_qkv_rope_cache", False)
-    try:
-        oracle = qkv_case("cpu", dtype, k_type, v_type)
-    finally:
-        metalrt.providers.set_enabled("cpu_fast_qkv_rope_cache", True)
-    outputs = [fast]
-    if metalrt.is_available("metal"):
-        metalrt.providers.reset_stats()
-        box = {}
-        rows = profiled(lambda: box.update(out=qkv_case("metal", dtype, k_type, v_type)))
+def test_qkv_rope_cache_quantizes_as_the_unfused_ops(device, k_type, v_type, dtype):
+    """The CPU fast tier / the Metal kernel, byte for byte the unfused ops on that device
+    (qkv_split, rope, reshape_and_cache: on the CPU, the oracle's composition)."""
+    metalrt.providers.reset_stats()
+    box = {} if device == "metal" else {"out": qkv_case(device, dtype, k_type, v_type)}
+    if device == "metal":
+        rows = profiled(lambda: box.update(out=qkv_case(device, dtype, k_type, v_type)))
         assert rows[f"qkv_rope_cache_kv_neox_{'f32' if dtype == 'float32' else 'f16'}"] == 1
         assert metalrt.providers.stats("qkv_rope_cache", "metal")["reference_hits"] == 0
-        outputs.append(box["out"])
-    for got in outputs:
-        for a, b in zip(got, oracle):
-            np.testing.assert_array_equal(a, b)
-    assert oracle[1].any() and oracle[2].any()
+    else:
+        assert metalrt.providers.stats("qkv_rope_cache", "cpu")["last_selected"] == "cpu_fast_qkv_rope_cache"
+    unfused = qkv_case(device, dtype, k_type, v_type, fused=False)
+    for a, b in zip(box["out"], unfused):
+        np.testing.assert_array_equal(a, b)
+    assert unfused[1].any() and unfused[2].any()
 
 
 def test_bad_kv_types_are_refused():
@@ -233,7 +247,7 @@ def test_bad_kv_types_are_refused():
     with pytest.raises(ValueError, match=r"unknown KV cache type 'int4'"):
         metalrt.load(device="cpu", kv_type="int4")
     # An op given a uint8 cache of no quantized layout names the layouts it takes.
-    with pytest.raises(ValueError, match=r"key_cache must be .* or a uint8 \[num_blocks, block_size, kv_heads, "
+    with pytest.raises(ValueError, match=r"key_cache must be .* or uint8 \[num_blocks, block_size, kv_heads, "
                                          r"68 \(q8_0\) or 36 \(q4_0\)\]"):
         ops.reshape_and_cache(np.zeros((1, 3, 64), np.float32), np.zeros((1, 3, 64), np.float32),
                               metalrt.zeros((1, 16, 3, 64), "uint8"), metalrt.zeros((1, 16, 3, 68), "uint8"), [0])
@@ -274,3 +288,22 @@ def test_greedy_reference_per_kv_type(device, kv_type):
     if device == "metal":
         assert [op for op in metalrt.providers.ops()
                 if metalrt.providers.stats(op, "metal")["reference_hits"]] == []
+
+
+def test_prompt_cache_file_records_the_kv_type(tmp_path):
+    """A q8_0 cache's prefix round-trips through a file into a q8_0 model (the blocks as
+    uint8, the prefix taken from the file) and is refused by a float32 / q8_0,f16 one."""
+    model, tokenizer = metalrt.load(device="cpu", kv_type="q8_0")
+    ids = [int(t) for t in np.random.default_rng(3).integers(100, 40000, 70)]
+    cache = metalrt.make_prompt_cache(model)
+    reference = [r.token for r in metalrt.stream_generate(model, tokenizer, ids, 4, prompt_cache=cache)]
+    path = str(tmp_path / "q8.safetensors")
+    metalrt.save_prompt_cache(path, cache)
+    again, _ = metalrt.load(device="cpu", kv_type="q8_0")
+    out = list(metalrt.stream_generate(again, tokenizer, ids, 4, prompt_cache=metalrt.load_prompt_cache(path, model=again)))
+    assert [r.token for r in out] == reference and out[-1].prompt_cached_tokens == 64
+    for other, name in (("float32", "float32"), (("q8_0", "f16"), "q8_0,float16")):
+        foreign, _ = metalrt.load(device="cpu", kv_type=other)
+        with pytest.raises(ValueError, match=rf"{path} is refused: its KV type is 'q8_0', this model's "
+                                             rf"cache has '{name}'"):
+            metalrt.load_prompt_cache(path, model=foreign)
