@@ -1,8 +1,8 @@
 """KV-cache bytes (``python -m bench.kv_bytes [context]``).
 
 1. Per token, per KV type (``metalrt.cache.kv_types``): the default model's
-   ``ModelCache.nbytes`` measured for a cache of ``context`` tokens, divided by its
-   positions, against the formula layers x 2 sides x kv_heads x row bytes (row bytes:
+   ``ModelCache.nbytes`` (the bytes of its allocated K/V tensors) for a cache of
+   ``PER_TOKEN_CONTEXT`` tokens, divided by its positions, against the formula layers x 2 sides x kv_heads x row bytes (row bytes:
    head_dim x element size for a float type, head_dim / 32 blocks of 34 (q8_0) or 18
    (q4_0) bytes).
 2. What a Gemma 3 context holds, at the released geometries: every layer keeping every
@@ -23,6 +23,7 @@ GEMMA3 = {"gemma-3-270m": (18, 1, 256, 512), "gemma-3-1b": (26, 1, 256, 512),
           "gemma-3-4b": (34, 4, 256, 1024), "gemma-3-12b": (48, 8, 256, 1024),
           "gemma-3-27b": (62, 16, 128, 1024)}
 STEP = 512
+PER_TOKEN_CONTEXT = 1024   # per token, the cache's size does not matter
 
 
 def kv_bytes(layers: int, kv_heads: int, head_dim: int, window: int, context: int,
@@ -51,8 +52,8 @@ def measured_per_token(context: int) -> dict:
 
 def main(argv) -> int:
     context = int(argv[0]) if argv else 32768
-    print(f"default model KV bytes per token (a {context}-token cache): measured / formula")
-    for kv_type, (measured, formula) in measured_per_token(context).items():
+    print(f"default model KV bytes per token (a {PER_TOKEN_CONTEXT}-token cache): measured / formula")
+    for kv_type, (measured, formula) in measured_per_token(PER_TOKEN_CONTEXT).items():
         print(f"  {kv_type:>8}: {measured:,.0f} / {formula:,}")
     print(f"Gemma 3 KV bytes at a {context}-token context (one sequence), MB: every position / "
           "window blocks for sliding layers")

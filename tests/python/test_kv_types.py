@@ -254,33 +254,41 @@ def test_bad_kv_types_are_refused():
     assert model.kv_type == ("float32", "float32")
 
 
-# NMSE of the default model's logits at a 1k-token context against the float32 cache
-# (measured 1k/8k in bench/kv_accuracy.py, docs/benchmarks.md); bars ~4x the measured.
-LOGIT_BARS = {"float16": 1e-6, "bfloat16": 5e-5, "q8_0": 2e-4, "q4_0": 5e-3}
+# NMSE of the default model's logits (last 64 positions of a 1,024-token prompt, one
+# prefill) against the float32 cache, ~3x what bench/kv_types.py measured (float16
+# 1.8e-5, q8_0 2.7e-5, q4_0 2.8e-3; bfloat16 0: the prefill's bf16 attention products
+# round K and V to bfloat16 already, docs/cpu.md).
+LOGIT_BARS = {"float16": 6e-5, "bfloat16": 1e-6, "q8_0": 8e-5, "q4_0": 8e-3}
 
 
 @pytest.fixture(scope="module")
-def long_prompt():
-    rng = np.random.default_rng(7)
-    return [int(t) for t in rng.integers(100, 40000, 1024)]
+def f32_logits():
+    """(model, prompt, logits with the float32 cache)."""
+    model, _ = metalrt.load(device="cpu")
+    prompt = [int(t) for t in np.random.default_rng(7).integers(100, 40000, 1024)]
+    return model, prompt, model.logits(prompt)[-64:]
 
 
 @pytest.mark.parametrize("kv_type", sorted(LOGIT_BARS))
-def test_default_model_logits_per_kv_type(kv_type, long_prompt):
-    model, _ = metalrt.load(device="cpu")
-    base = model.logits(long_prompt)[-64:]
+def test_default_model_logits_per_kv_type(kv_type, f32_logits):
+    model, prompt, base = f32_logits
     model.set_kv_type(kv_type)
-    assert model.new_cache(1).layers[0].kv_type == (kv_type, kv_type)
-    got = model.logits(long_prompt)[-64:]
-    assert nmse(got, base) <= LOGIT_BARS[kv_type]
-    if kv_type in QUANTIZED:
-        assert nmse(got, base) > 0.0
+    try:
+        assert model.new_cache(1).layers[0].kv_type == (kv_type, kv_type)
+        error = nmse(model.logits(prompt)[-64:], base)
+    finally:
+        model.set_kv_type(None)
+    assert error <= LOGIT_BARS[kv_type]
+    if kv_type != "bfloat16":
+        assert error > 0.0
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("metal", marks=requires_metal)])
-@pytest.mark.parametrize("kv_type", ["float16", "bfloat16", "q8_0"])
+@pytest.mark.parametrize("device, kv_type", [("cpu", "float16"), ("cpu", "bfloat16"), ("cpu", "q8_0"),
+                                              pytest.param("metal", "q8_0", marks=requires_metal)])
 def test_greedy_reference_per_kv_type(device, kv_type):
-    """test_default_model_generation's hidden-prompt reference with each KV type."""
+    """test_default_model_generation's hidden-prompt reference with each KV type (on
+    Metal, ~65 s on the simulated device, q8_0 alone: float16 and bfloat16 caches take the
+    same kernels' float loads, and held there too when run)."""
     model, tokenizer = metalrt.load(device=device, kv_type=kv_type)
     metalrt.providers.reset_stats()
     tokens = [r.token for r in metalrt.stream_generate(model, tokenizer, "Once upon a time", max_tokens=10)]
