@@ -315,3 +315,18 @@ def test_prompt_cache_file_records_the_kv_type(tmp_path):
         with pytest.raises(ValueError, match=rf"{path} is refused: its KV type is 'q8_0', this model's "
                                              rf"cache has '{name}'"):
             metalrt.load_prompt_cache(path, model=foreign)
+
+
+def test_serve_kv_type_setting():
+    """``metalrt serve --kv-type`` parses TYPE or KEY,VALUE and reaches metalrt.load: a bad
+    one is refused while the first model loads, before anything listens."""
+    import argparse
+
+    from metalrt.server.main import add_arguments, build_app
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args(["--kv-type", "q8_0,f16"]).kv_type == ("q8_0", "f16")
+    assert parser.parse_args([]).kv_type is None
+    with pytest.raises(ValueError, match=r"unknown KV cache type 'q5_0'"):
+        build_app(device="cpu", kv_type="q5_0")
