@@ -1,6 +1,7 @@
 // paged_attention prefill: variable-length causal attention with grouped-query heads
 // over a paged KV cache [num_blocks, block_size, kv_heads, head_dim] (vLLM's layout; the
-// CPU oracle cpp/cpu/paged_attention.cpp is the spec), for the requests of a batch with
+// CPU oracle cpp/cpu/paged_attention.cpp is the spec; K and V each of any type, read in
+// place: kv_cache_args.h), for the requests of a batch with
 // more than one query (prefill, chunked prefill; the one-query decode kernels are in
 // paged_attention_decode.metal). Query i of request b sits at position
 // seq_lens[b] - q_len + i and attends to positions 0 .. that position of kv head
@@ -34,12 +35,17 @@
 // use, declining the call on a device that differs (cpp/gpu/simdgroup_layout_probe.cpp).
 #include <metal_stdlib>
 #include "attention_sinks.h"
+#include "kv_cache_rows.h"
 #include "paged_attention_args.h"
 #include "simdgroup_layout.h"
 using namespace metal;
 
 static_assert(kAttentionHeadDimConstant == 0, "head_dim is function constant 0");
 constant int head_dim [[function_constant(0)]];
+// The caches' types (kv_cache_args.h: f32, f16, bf16, q8_0, q4_0), each read in place.
+static_assert(kKeyTypeConstant == 2 && kValueTypeConstant == 3, "the cache types' function constants");
+constant int key_type [[function_constant(2)]];
+constant int value_type [[function_constant(3)]];
 
 typedef simdgroup_matrix<float, 8, 8> Block;
 
@@ -110,8 +116,7 @@ inline QueryRow query_row(PrefillTask t, int32_t r, constant PagedAttentionArgs&
 // context positions first .. first + count - 1 (each position's slot looked up in the
 // request's block table `blocks`), zero past count and head_dim. Every thread of the
 // threadgroup takes part; consecutive threads read consecutive features.
-template <typename T>
-inline void stage_kv_tile(device const T* key_cache, device const T* value_cache,
+inline void stage_kv_tile(device const uchar* key_cache, device const uchar* value_cache,
                           device const int32_t* blocks, int32_t first, int32_t count,
                           int32_t kv_head, constant PagedAttentionArgs& args,
                           threadgroup float* k_tile, threadgroup float* v_tile, uint tid) {
@@ -122,9 +127,9 @@ inline void stage_kv_tile(device const T* key_cache, device const T* value_cache
       const int32_t position = first + key;
       const long slot = long(blocks[position / args.block_size]) * args.block_size +
                         position % args.block_size;
-      const long src = (slot * args.kv_heads + kv_head) * head_dim + d;
-      k = float(key_cache[src]);
-      v = float(value_cache[src]);
+      const long cache_row = slot * args.kv_heads + kv_head;
+      k = kv_load(key_cache, key_type, cache_row, head_dim, d);
+      v = kv_load(value_cache, value_type, cache_row, head_dim, d);
     }
     k_tile[e] = k;
     v_tile[e] = v;
@@ -160,8 +165,8 @@ inline float softmax_step(threadgroup float* scores, bool active, int32_t positi
 
 template <typename T>
 kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
-                                    device const T* key_cache [[buffer(1)]],
-                                    device const T* value_cache [[buffer(2)]],
+                                    device const uchar* key_cache [[buffer(1)]],
+                                    device const uchar* value_cache [[buffer(2)]],
                                     device const int32_t* block_tables [[buffer(3)]],
                                     device const int32_t* seq_lens [[buffer(4)]],
                                     device const int32_t* query_start_loc [[buffer(5)]],
@@ -243,7 +248,7 @@ kernel void paged_attention_prefill(device const T* query [[buffer(0)]],
 
 #define METALRT_PAGED_ATTENTION(T, SUFFIX)                                                   \
   template [[host_name("paged_attention_prefill_" #SUFFIX)]] kernel void                    \
-  paged_attention_prefill<T>(device const T*, device const T*, device const T*,             \
+  paged_attention_prefill<T>(device const T*, device const uchar*, device const uchar*,     \
                              device const int32_t*, device const int32_t*,                  \
                              device const int32_t*, device T*, constant PagedAttentionArgs&, \
                              device const float*, uint2, uint, uint, uint);

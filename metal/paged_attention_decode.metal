@@ -2,7 +2,8 @@
 // position seq_len - 1 attends to positions lo .. seq_len - 1 of its kv head, lo = 0, or
 // seq_len - window with a sliding window: DecodeFirstPosition), over the
 // paged KV cache [num_blocks, block_size, kv_heads, head_dim] (vLLM's layout; the CPU
-// oracle cpp/cpu/paged_attention.cpp is the spec).
+// oracle cpp/cpu/paged_attention.cpp is the spec), K and V each of any type
+// (kv_cache_args.h: function constants key_type / value_type), read in place.
 //
 // Split-KV (FlashDecoding, Dao et al. 2023; vLLM's paged attention v2): the visible
 // positions lo .. seq_len - 1 are cut into partitions of kDecodePartition positions (a
@@ -30,11 +31,16 @@
 // request without exactly one query, or past its context, return at once.
 #include <metal_stdlib>
 #include "attention_sinks.h"
+#include "kv_cache_rows.h"
 #include "paged_attention_args.h"
 using namespace metal;
 
 static_assert(kAttentionHeadDimConstant == 0, "head_dim is function constant 0");
 constant int head_dim [[function_constant(0)]];
+// The caches' types (kv_cache_args.h: f32, f16, bf16, q8_0, q4_0), each read in place.
+static_assert(kKeyTypeConstant == 2 && kValueTypeConstant == 3, "the cache types' function constants");
+constant int key_type [[function_constant(2)]];
+constant int value_type [[function_constant(3)]];
 // Threadgroups are exactly kDecodeThreads (kDecodeMergeThreads for the merge), declared
 // to the compiler ([[max_total_threads_per_threadgroup]]) so it budgets registers for
 // it; the cross-SIMD-group combination needs one SIMD-group lane per SIMD-group.
@@ -82,8 +88,8 @@ struct DecodeState {
 // combination. tg_max/tg_sum: a value per SIMD-group; tg_tile: [32 feature lanes]
 // [kDecodeSimdgroups] floats, reused for each i.
 template <typename T>
-inline DecodeState attend_partition(DecodeTask t, device const T* query, device const T* key_cache,
-                                    device const T* value_cache, device const int32_t* blocks,
+inline DecodeState attend_partition(DecodeTask t, device const T* query, device const uchar* key_cache,
+                                    device const uchar* value_cache, device const int32_t* blocks,
                                     constant PagedAttentionArgs& args, threadgroup float* tg_max,
                                     threadgroup float* tg_sum, threadgroup float* tg_tile,
                                     uint simdgroup, uint lane) {
@@ -99,12 +105,12 @@ inline DecodeState attend_partition(DecodeTask t, device const T* query, device 
        position += kDecodeSimdgroups) {
     const long slot = long(blocks[position / args.block_size]) * args.block_size +
                       position % args.block_size;
-    const long base = (slot * args.kv_heads + t.kv_head) * head_dim;
+    const long cache_row = slot * args.kv_heads + t.kv_head;
     float k[kAttentionMaxDimsPerLane], v[kAttentionMaxDimsPerLane];
     for (int32_t i = 0; i < dims_per_lane(); ++i) {
       const int32_t d = int32_t(lane) + kAttentionSimdWidth * i;
-      k[i] = d < head_dim ? float(key_cache[base + d]) : 0.0f;
-      v[i] = d < head_dim ? float(value_cache[base + d]) : 0.0f;
+      k[i] = d < head_dim ? kv_load(key_cache, key_type, cache_row, head_dim, d) : 0.0f;
+      v[i] = d < head_dim ? kv_load(value_cache, value_type, cache_row, head_dim, d) : 0.0f;
     }
     float partial = 0.0f;
     for (int32_t i = 0; i < dims_per_lane(); ++i) partial += q[i] * k[i];
@@ -141,8 +147,8 @@ inline DecodeState attend_partition(DecodeTask t, device const T* query, device 
 template <typename T>
 [[max_total_threads_per_threadgroup(1024)]]
 kernel void paged_attention_decode(device const T* query [[buffer(0)]],
-                                   device const T* key_cache [[buffer(1)]],
-                                   device const T* value_cache [[buffer(2)]],
+                                   device const uchar* key_cache [[buffer(1)]],
+                                   device const uchar* value_cache [[buffer(2)]],
                                    device const int32_t* block_tables [[buffer(3)]],
                                    device const int32_t* seq_lens [[buffer(4)]],
                                    device const int32_t* query_start_loc [[buffer(5)]],
@@ -175,8 +181,8 @@ kernel void paged_attention_decode(device const T* query [[buffer(0)]],
 template <typename T>
 [[max_total_threads_per_threadgroup(1024)]]
 kernel void paged_attention_decode_split(device const T* query [[buffer(0)]],
-                                         device const T* key_cache [[buffer(1)]],
-                                         device const T* value_cache [[buffer(2)]],
+                                         device const uchar* key_cache [[buffer(1)]],
+                                         device const uchar* value_cache [[buffer(2)]],
                                          device const int32_t* block_tables [[buffer(3)]],
                                          device const int32_t* seq_lens [[buffer(4)]],
                                          device const int32_t* query_start_loc [[buffer(5)]],
@@ -247,12 +253,12 @@ kernel void paged_attention_decode_merge(device const float* partials [[buffer(0
 
 #define METALRT_PAGED_ATTENTION_DECODE(T, SUFFIX)                                               \
   template [[host_name("paged_attention_decode_" #SUFFIX)]] kernel void                        \
-  paged_attention_decode<T>(device const T*, device const T*, device const T*,                 \
+  paged_attention_decode<T>(device const T*, device const uchar*, device const uchar*,         \
                             device const int32_t*, device const int32_t*,                      \
                             device const int32_t*, device T*, constant PagedAttentionArgs&,    \
                             device const float*, uint3, uint, uint);                           \
   template [[host_name("paged_attention_decode_split_" #SUFFIX)]] kernel void                  \
-  paged_attention_decode_split<T>(device const T*, device const T*, device const T*,           \
+  paged_attention_decode_split<T>(device const T*, device const uchar*, device const uchar*,   \
                                   device const int32_t*, device const int32_t*,                \
                                   device const int32_t*, device float*,                        \
                                   constant PagedAttentionArgs&, uint3, uint, uint);            \

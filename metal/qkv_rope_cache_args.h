@@ -8,6 +8,10 @@
 #include <cstdint>
 #endif
 
+// The widest k / v row (kv_heads * head_dim) qkv_rope_cache_kv stages: 2 x 8 KiB of f32
+// with the 4 KiB cos|sin row, inside the 32 KiB of threadgroup memory.
+METALRT_CONSTANT int32_t kQkvRopeCacheMaxKvWidth = 2048;
+
 struct QkvRopeCacheArgs {
   int64_t cache_slots;   // num_blocks * block_size: a slot at or past it is skipped
   int32_t heads;         // query heads; a qkv row is [heads + 2 kv_heads, head_dim]

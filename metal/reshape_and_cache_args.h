@@ -14,7 +14,7 @@ METALRT_CONSTANT uint32_t kReshapeAndCacheThreads = 256;
 struct ReshapeAndCacheArgs {
   int64_t num_slots;   // num_blocks * block_size; slots outside [0, num_slots) are skipped
   int32_t row;         // kv_heads * head_dim elements per token
-  int32_t unused;
+  int32_t head_dim;    // features per (token, kv head) row (read by reshape_and_cache_kv)
 };
 static_assert(sizeof(ReshapeAndCacheArgs) == 16, "ReshapeAndCacheArgs must match between host and MSL");
 

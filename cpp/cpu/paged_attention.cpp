@@ -12,7 +12,8 @@
 // (lane l takes d = l mod 8, ascending), then folds the lanes as a tree (l += l + 4,
 // l += l + 2, l += l + 1): a fixed order that the compiler can vectorise, where one
 // serial sum would be bound by the latency of its additions. Each request's cached keys and
-// values are gathered once through its block table into f32 scratch (cpu/paged_kv.h), from
+// values are gathered once through its block table into f32 scratch (cpu/paged_kv.h;
+// a quantized cache dequantized there, cpu/kv_blocks.h), from
 // the first position any of its queries sees: positions outside every window are not read.
 // The batch description (block tables, lengths, query starts) was validated by the
 // entry point.
@@ -85,8 +86,8 @@ bool PagedAttention(const OpCall& call) {
     const int64_t first = params.window > 0 ? std::max<int64_t>(0, seq_len - q_len - params.window + 1) : 0;
     keys.resize(static_cast<size_t>(kv_heads * seq_len * head_dim));
     values.resize(keys.size());
-    GatherContextRange(key_cache, blocks, seq_len, first, seq_len, keys.data());
-    GatherContextRange(value_cache, blocks, seq_len, first, seq_len, values.data());
+    GatherContextRange(key_cache, head_dim, blocks, seq_len, first, seq_len, keys.data());
+    GatherContextRange(value_cache, head_dim, blocks, seq_len, first, seq_len, values.data());
     // (query, head) pairs are independent, so threads change no result; a chunk does at
     // least ~64K multiply-adds so short decode steps stay on the calling thread.
     const int64_t seen = params.window > 0 ? std::min<int64_t>(seq_len, params.window) : seq_len;

@@ -1,5 +1,5 @@
-// Reading a paged KV cache ([num_blocks, block_size, kv_heads, head_dim], vLLM's layout)
-// on the CPU: shared by the paged-attention oracle and the fast prefill provider.
+// Reading a paged KV cache ([num_blocks, block_size, kv_heads, head_dim], vLLM's layout,
+// of any KvType: metalrt/kv_type.h) on the CPU: shared by the paged-attention oracle and the fast prefill provider.
 #pragma once
 #include <cstdint>
 
@@ -11,9 +11,9 @@ namespace metalrt::cpu {
 // positions begin <= j < end (origin <= begin; len rows a kv head), in f32, the position's slot found through the
 // request's block table `blocks` (validated by the entry point); dst is already sized
 // kv_heads x len x head_dim. Gathered once per request, so the block lookup and dtype
-// conversion are not repeated per query and head; threads may gather disjoint ranges, and
+// conversion (dequantization) are not repeated per query and head; threads may gather disjoint ranges, and
 // positions no query sees (before a sliding window) are left out.
-void GatherContextRange(const Tensor& cache, const int32_t* blocks, int64_t len, int64_t begin, int64_t end,
+void GatherContextRange(const Tensor& cache, int64_t head_dim, const int32_t* blocks, int64_t len, int64_t begin, int64_t end,
                         float* dst, int64_t origin = 0);
 
 }  // namespace metalrt::cpu

@@ -13,7 +13,7 @@ bool QkvRopeCache(const OpCall& call) {
   const Tensor& positions = call.inputs[1];
   const Tensor& q_out = call.outputs[0];
   const Tensor& key_cache = call.outputs[1];
-  const int64_t tokens = qkv.dim(0), kv_heads = key_cache.dim(2), head_dim = key_cache.dim(3);
+  const int64_t tokens = qkv.dim(0), kv_heads = key_cache.dim(2), head_dim = qkv.dim(1) / (p.heads + 2 * kv_heads);
   auto [q, k, v] = ops::QkvSplit(qkv, p.heads * head_dim, kv_heads * head_dim, kv_heads * head_dim);
   const Tensor q3 = q.Reshape({tokens, p.heads, head_dim});
   const Tensor k3 = k.Reshape({tokens, kv_heads, head_dim});

@@ -26,7 +26,8 @@
 // 2 partitions, not 8), and prefill tiles start at their first query's window. Sinks
 // (float32 [heads]) are bound at the kernels' sinks index; without them the query is
 // bound there and has_sinks = 0 says it is not read.
-// head_dim is a function constant (specialised pipelines); heads above
+// head_dim and the caches' types (kv_cache_args.h) are function constants (specialised
+// pipelines); heads above
 // kAttentionMaxHeadDim are declined (the reference tier serves them), and so is a
 // batch with prefill requests on a device whose simdgroup_matrix lane layout differs
 // from the one the prefill kernel assumes (probed once: simdgroup_layout_probe.h).
@@ -37,7 +38,15 @@
 #include "gpu/metal_backend.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
+#include "kv_cache_args.h"
+#include "metalrt/kv_type.h"
 #include "paged_attention_args.h"
+
+static_assert(static_cast<int32_t>(metalrt::KvType::kQ4_0) == kKvQ4_0 &&
+                  static_cast<int32_t>(metalrt::KvType::kQ8_0) == kKvQ8_0 &&
+                  static_cast<int32_t>(metalrt::KvType::kBF16) == kKvBF16 &&
+                  static_cast<int32_t>(metalrt::KvType::kF16) == kKvF16,
+              "KvType codes must be the kernels' kKv* codes");
 
 namespace metalrt::gpu {
 namespace {
@@ -81,8 +90,13 @@ bool MetalPagedAttention(const OpCall& call) {
   const Tensor& sinks = has_sinks ? call.inputs[6] : query;
   // A pipeline per head_dim: one per model (kernel headers).
   const FunctionConstants constants = {Constant(kAttentionHeadDimConstant, static_cast<int32_t>(head_dim))};
+  FunctionConstants cache_constants = constants;   // the kernels that read the caches
+  cache_constants.push_back(Constant(
+      kKeyTypeConstant, static_cast<int32_t>(KvTypeOf(key_cache, head_dim, "paged_attention", "key_cache"))));
+  cache_constants.push_back(Constant(
+      kValueTypeConstant, static_cast<int32_t>(KvTypeOf(call.inputs[2], head_dim, "paged_attention", "value_cache"))));
   auto launch = [&](const char* variant, const Tensor& result) {
-    KernelLaunch kernel(KernelName("paged_attention", variant, query.dtype()), constants);
+    KernelLaunch kernel(KernelName("paged_attention", variant, query.dtype()), cache_constants);
     for (uint32_t i = 0; i < 6; ++i) kernel.input(i, call.inputs[i]);
     kernel.output(6, result).bytes(7, args).input(8, sinks);
     return kernel;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/kv_cache_checks.h"
 #include "ops/op_common.h"
 
 namespace metalrt::ops {
@@ -56,14 +57,9 @@ Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor
   using namespace detail;
   CheckRank(query, 3, kOp, "query");
   CheckFloat(query, kOp, "query");
-  CheckRank(key_cache, 4, kOp, "key_cache");
-  CheckShape(value_cache, key_cache.shape(), kOp, "value_cache");
-  CheckSameDType(query, key_cache, kOp, "query", "key_cache");
-  CheckSameDType(query, value_cache, kOp, "query", "value_cache");
-  const int64_t heads = query.dim(1), head_dim = query.dim(2), kv_heads = key_cache.dim(2);
-  Check(key_cache.dim(3) == head_dim, kOp,
-        "key_cache head_dim must equal query's " + std::to_string(head_dim) + ", got shape " +
-            ShapeToString(key_cache.shape()));
+  const int64_t heads = query.dim(1), head_dim = query.dim(2);
+  CheckKvCaches(key_cache, value_cache, head_dim, kOp);
+  const int64_t kv_heads = key_cache.dim(2);
   // Every context position is looked up as block position / block_size.
   Check(key_cache.dim(1) >= 1, kOp,
         "key_cache must have block_size >= 1, got shape " + ShapeToString(key_cache.shape()));
@@ -86,8 +82,6 @@ Tensor PagedAttention(const Tensor& query, const Tensor& key_cache, const Tensor
     CheckContiguous(*sinks, kOp, "sinks");
   }
   CheckContiguous(query, kOp, "query");
-  CheckContiguous(key_cache, kOp, "key_cache");
-  CheckContiguous(value_cache, kOp, "value_cache");
   CheckContiguous(block_tables, kOp, "block_tables");
   CheckContiguous(seq_lens, kOp, "seq_lens");
   CheckContiguous(query_start_loc, kOp, "query_start_loc");

@@ -18,18 +18,16 @@ Tensor QkvRopeCache(const Tensor& qkv, const Tensor& positions, const Tensor& ke
   CheckFloat(qkv, kOp, "qkv");
   CheckContiguous(qkv, kOp, "qkv");
   CheckRank(key_cache, 4, kOp, "key_cache");
-  CheckShape(value_cache, key_cache.shape(), kOp, "value_cache");
-  CheckSameDType(qkv, key_cache, kOp, "qkv", "key_cache");
-  CheckSameDType(qkv, value_cache, kOp, "qkv", "value_cache");
-  CheckContiguous(key_cache, kOp, "key_cache");
-  CheckContiguous(value_cache, kOp, "value_cache");
-  const int64_t tokens = qkv.dim(0), kv_heads = key_cache.dim(2), head_dim = key_cache.dim(3);
+  const int64_t tokens = qkv.dim(0), kv_heads = key_cache.dim(2);
   Check(heads > 0 && heads % kv_heads == 0, kOp,
         "heads must be a positive multiple of the caches' " + std::to_string(kv_heads) +
             " kv heads, got " + std::to_string(heads));
-  Check(qkv.dim(1) == (heads + 2 * kv_heads) * head_dim, kOp,
-        "qkv must have (heads + 2 kv_heads) * head_dim = " +
-            std::to_string((heads + 2 * kv_heads) * head_dim) + " columns, got " + ShapeToString(qkv.shape()));
+  // head_dim from qkv's width (a quantized cache's last dimension is its row's bytes).
+  Check(qkv.dim(1) % (heads + 2 * kv_heads) == 0, kOp,
+        "qkv must have (heads + 2 kv_heads) * head_dim columns (heads + 2 kv_heads = " +
+            std::to_string(heads + 2 * kv_heads) + "), got " + ShapeToString(qkv.shape()));
+  const int64_t head_dim = qkv.dim(1) / (heads + 2 * kv_heads);
+  CheckKvCaches(key_cache, value_cache, head_dim, kOp);
   Check(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= head_dim, kOp,
         "rotary_dim must be even and in [2, head_dim=" + std::to_string(head_dim) + "], got " +
             std::to_string(rotary_dim));

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Sequence
 
+from .cache.kv_types import KV_TYPE_HELP, from_text as kv_type_from_text
 from .server.main import add_arguments as add_serve_arguments
 from .server.main import serve as serve_main
 from .version import package_version
@@ -70,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where the model runs: auto picks Metal on an Apple GPU, else the CPU; "
                           "'metal' on other machines is the simulated device (slow: for "
                           "testing kernels, not for speed) (default: %(default)s)")
+    gen.add_argument("--kv-type", type=kv_type_from_text, default=None, metavar="TYPE",
+                     help=KV_TYPE_HELP)
     gen.add_argument("--spec-type", choices=("ngram", "draft", "mtp"), default=None,
                      help="speculative decoding: 'ngram' drafts by prompt lookup, 'draft' with "
                           "--draft-model, 'mtp' with the model's multi-token-prediction head; "
@@ -113,7 +116,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     import metalrt
 
-    model, tokenizer = metalrt.load(args.model, device=args.device)
+    model, tokenizer = metalrt.load(args.model, device=args.device, kv_type=args.kv_type)
     if getattr(model, "device", None) == "cpu":
         # METALRT_CPU_THREADS / METALRT_CPU_ISA are read at the first op that needs
         # them, after the text's header is out: a bad one is refused here instead.

@@ -77,21 +77,27 @@ _MODEL_DTYPES = ("float32", "float16", "bfloat16")
 
 
 def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32",
-         verbose: Optional[bool] = None, layers: Optional[Tuple[int, int]] = None):
+         verbose: Optional[bool] = None, kv_type=None,
+         layers: Optional[Tuple[int, int]] = None):
     """(model, tokenizer) from a ``.gguf`` file or a Hugging Face model directory
     (``config.json``, ``*.safetensors``, ``tokenizer.json``); ``path=None`` loads the
     default model (SmolLM2-135M-Instruct, fetched on first use). Weights are uploaded
     once to ``device`` ("auto" | "cpu" | "metal", see ``resolve_device``) in ``dtype``.
     ``verbose``: a ``tqdm`` bar on standard error of the weight files' bytes read and
     the rate: True always, None (the default) only when standard error is a terminal,
-    False never (``metalrt.loaders.load_progress``). ``layers``: (start, stop), build
-    only those layers (a pipeline stage: ``models.CausalLM.stage_layers``).
+    False never (``metalrt.loaders.load_progress``). ``kv_type``: the KV cache's element
+    types (llama.cpp's -ctk / -ctv): None (the model's dtype), one of "float32",
+    "float16", "bfloat16", "q8_0", "q4_0" (or f32 / f16 / bf16) for keys and values, or
+    a (key, value) pair such as ("q8_0", "f16") (``metalrt.cache.kv_types``).
+    ``layers``: (start, stop), build only those layers (a pipeline stage:
+    ``models.CausalLM.stage_layers``).
 
     Raises FileNotFoundError for a missing path; PermissionError (an OSError) for a
     file without read permission; ValueError for truncated or corrupt files, unknown
     architectures (the model's own errors, a missing or mis-shaped tensor, end with
     "(in <path>)"), bad devices and a dtype other than "float32", "float16" or
-    "bfloat16" (the dtypes the models compute in); TypeError for a ``verbose`` that is
+    "bfloat16" (the dtypes the models compute in), an unknown ``kv_type`` or a quantized
+    one for a head_dim that is not a multiple of 32; TypeError for a ``verbose`` that is
     not a bool or None.
     """
     if dtype not in _MODEL_DTYPES:
@@ -104,6 +110,7 @@ def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32
         # The model names the tensor or key; the file is the loader's to name.
         raise ValueError(f"{e} (in {files.source})") from None
     model.source = files.source   # a prompt cache's identity hashes these files
+    model.set_kv_type(kv_type)
     return model, files.tokenizer
 
 

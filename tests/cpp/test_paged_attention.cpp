@@ -84,10 +84,13 @@ TEST_CASE("paged_attention: bad inputs") {
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(run(q.Reshape({23, 48}), kc, tables, lens, starts),
                        doctest::Contains("[paged_attention] query must have rank 3"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(run(MakeFloat({23, 6, 8}, DType::kBF16, bt.q), kc, tables, lens, starts),
-                       doctest::Contains("[paged_attention] key_cache must have the dtype of query"), TypeError);
+  CHECK_THROWS_WITH_AS(run(q, MakeInts<int32_t>(kc.shape(), DType::kI32, std::vector<int32_t>(kc.numel(), 0)), tables,
+                           lens, starts),
+                       doctest::Contains("[paged_attention] key_cache must be [num_blocks, block_size, kv_heads, 8] "
+                                         "of float32, float16 or bfloat16"),
+                       std::invalid_argument);
   CHECK_THROWS_WITH_AS(run(MakeFloat({23, 6, 16}, DType::kF32, RandomValues(23 * 96, 1)), kc, tables, lens, starts),
-                       doctest::Contains("[paged_attention] key_cache head_dim must equal query's 16"),
+                       doctest::Contains("[paged_attention] key_cache must be [num_blocks, block_size, kv_heads, 16]"),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(run(q, kc, MakeInts<int64_t>({3, 4}, DType::kI64, std::vector<int64_t>(12, 0)), lens, starts),
                        doctest::Contains("[paged_attention] block_tables must be int32, got int64"), TypeError);

@@ -53,14 +53,18 @@ TEST_CASE("reshape_and_cache: bad inputs") {
   CHECK_THROWS_WITH_AS(
       ops::ReshapeAndCache(key, key, cache, cache2, MakeInts<int32_t>({2}, DType::kI32, {0, 1})),
       doctest::Contains("[reshape_and_cache] slot_mapping must be int64, got int32"), TypeError);
-  Tensor half_cache = MakeFloat({3, 4, 2, 4}, DType::kF16, RandomValues(96, 2));
+  // A cache of another float dtype is written rounded (test_kv_cache_types.cpp); an
+  // integer cache holds no KV type.
+  Tensor int_cache = MakeInts<int32_t>({3, 4, 2, 4}, DType::kI32, std::vector<int32_t>(96, 0));
   CHECK_THROWS_WITH_AS(
-      ops::ReshapeAndCache(key, key, half_cache, half_cache, MakeInts<int64_t>({2}, DType::kI64, {0, 1})),
-      doctest::Contains("[reshape_and_cache] key_cache must have the dtype of key"), TypeError);
+      ops::ReshapeAndCache(key, key, int_cache, int_cache, MakeInts<int64_t>({2}, DType::kI64, {0, 1})),
+      doctest::Contains("[reshape_and_cache] key_cache must be [num_blocks, block_size, kv_heads, 4] of float32, "
+                        "float16 or bfloat16"),
+      std::invalid_argument);
   Tensor wide = MakeFloat({3, 4, 2, 8}, DType::kF32, RandomValues(192, 2));
   CHECK_THROWS_WITH_AS(
       ops::ReshapeAndCache(key, key, wide, wide, MakeInts<int64_t>({2}, DType::kI64, {0, 1})),
-      doctest::Contains("[reshape_and_cache] key_cache must be [num_blocks, block_size, 2, 4]"),
+      doctest::Contains("[reshape_and_cache] key_cache must be [num_blocks, block_size, kv_heads, 4]"),
       std::invalid_argument);
   CHECK_THROWS_WITH_AS(
       ops::ReshapeAndCache(key, key, cache.Reshape({12, 8}), cache2, MakeInts<int64_t>({2}, DType::kI64, {0, 1})),

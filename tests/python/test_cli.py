@@ -21,7 +21,7 @@ from tiny_models import tokenizer_metadata
 
 GENERATE_OPTIONS = ["--model", "--prompt", "--max-tokens", "--temp", "--top-p", "--top-k",
                     "--min-p", "--repetition-penalty", "--repetition-context-size", "--seed",
-                    "--device", "--chat"]
+                    "--device", "--chat", "--kv-type"]
 
 
 def run_script(*args):
@@ -58,8 +58,8 @@ class FakeRuntime:
         self.tokenizer = tokenizer
         self.calls = {}
 
-    def load(self, path, device="auto"):
-        self.calls["load"] = (path, device)
+    def load(self, path, device="auto", kv_type=None):
+        self.calls["load"] = (path, device) if kv_type is None else (path, device, kv_type)
         return "model", self.tokenizer
 
     def generate(self, model, tokenizer, prompt, **kwargs):
@@ -89,6 +89,14 @@ def test_generate_passes_every_setting(fake):
                                                    num_draft_tokens=4))
 
 
+def test_generate_kv_type(fake):
+    """--kv-type TYPE or KEY,VALUE reaches metalrt.load(kv_type=)."""
+    assert main(["generate", "--prompt", "Once", "--kv-type", "q8_0"]) == 0
+    assert fake.calls["load"] == (None, "auto", "q8_0")
+    assert main(["generate", "--prompt", "Once", "--kv-type", "q4_0,f16"]) == 0
+    assert fake.calls["load"] == (None, "auto", ("q4_0", "f16"))
+
+
 def test_generate_chat_sends_template_token_ids(fake):
     assert main(["generate", "--chat", "--prompt", "hi"]) == 0
     prompt, kwargs = fake.calls["generate"]
@@ -100,7 +108,7 @@ def test_generate_chat_sends_template_token_ids(fake):
 
 
 def test_generate_reports_unloadable_model(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(metalrt, "load", lambda path, device: load_model_files(path), raising=False)
+    monkeypatch.setattr(metalrt, "load", lambda path, device, kv_type: load_model_files(path), raising=False)
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"nope")
     assert main(["generate", "--model", str(bad), "--prompt", "x"]) == 1
@@ -123,11 +131,14 @@ def tiny_model_dir(tmp_path_factory):
     (["--seed", "-1"], "[sampling] seed must be >= 0"),
     (["--repetition-context-size", "-1"], "[sampling] repetition_context_size must be >= 0"),
     (["--max-tokens", "0"], "[generate] max_tokens must be >= 1, got 0"),
+    (["--kv-type", "q5_0"], "[kv_type] unknown KV cache type 'q5_0'; expected one of float32, float16, bfloat16, "
+                            "q8_0, q4_0 (or f32, f16, bf16)"),
 ])
 def test_bad_settings_print_one_error_line_and_nothing_else(monkeypatch, capsys, tiny_model_dir,
                                                           args, message):
     load = metalrt.load
-    monkeypatch.setattr(metalrt, "load", lambda path, device: load(tiny_model_dir, device="cpu"))
+    monkeypatch.setattr(metalrt, "load", lambda path, device, kv_type: load(tiny_model_dir, device="cpu",
+                                                                       kv_type=kv_type))
     assert main(["generate", "--prompt", "t1 t2", *args]) == 1
     out, err = capsys.readouterr()
     assert out == "" and err == f"metalrt: error: {message}\n"

@@ -133,7 +133,7 @@ def test_truncated_tampered_and_foreign_files_are_refused(saved, smollm2, tmp_pa
     kv_type = tmp_path / "kv.safetensors"
     kv_type.write_bytes(data)
     rewrite_header(kv_type, lambda h: h["__metadata__"].update({"metalrt.kv_dtype": "float16"}))
-    with pytest.raises(ValueError, match=rf"{kv_type} is refused: its KV dtype is 'float16', "
+    with pytest.raises(ValueError, match=rf"{kv_type} is refused: its KV type is 'float16', "
                                          r"this model's cache has 'float32'"):
         metalrt.load_prompt_cache(str(kv_type), model=model)
     edited = tmp_path / "edited.safetensors"

@@ -82,9 +82,12 @@ def test_bad_inputs(device):
                               metalrt.zeros((2, 4, 1, 16), device=device), slots)
     with pytest.raises(ValueError, match=r"^\[reshape_and_cache\] value must have shape"):
         ops.reshape_and_cache(rows, metalrt.zeros((3, 2, 7), device=device), cache, cache, slots)
-    half_cache = metalrt.zeros((2, 4, 2, 8), dtype="float16", device=device)
-    with pytest.raises(TypeError, match=r"^\[reshape_and_cache\] key_cache must have the dtype of key"):
-        ops.reshape_and_cache(rows, rows, half_cache, half_cache, slots)
+    # A cache of another float dtype is written rounded (KV cache types, test_kv_types.py);
+    # a uint8 cache must hold q8_0 / q4_0 rows, which need head_dim a multiple of 32.
+    byte_cache = metalrt.zeros((2, 4, 2, 8), dtype="uint8", device=device)
+    with pytest.raises(ValueError, match=r"^\[reshape_and_cache\] key_cache must be \[num_blocks, block_size, "
+                                         r"kv_heads, 8\] of float32, float16 or bfloat16 \(q8_0 / q4_0 caches"):
+        ops.reshape_and_cache(rows, rows, byte_cache, byte_cache, slots)
     for bad in ("cache", None):
         with pytest.raises(TypeError, match=r"^\[reshape_and_cache\] value_cache must be a metalrt"):
             ops.reshape_and_cache(rows, rows, cache, bad, slots)

@@ -109,8 +109,8 @@ inline bool IsCoarseWeight(const QuantizedTensor&) { return true; }
 
 // The decode layer's QKV split, RoPE (Su et al. 2021) of q and k and KV-cache write
 // (vLLM's reshape_and_cache) in one op: qkv
-// [T, (heads + 2 kv_heads) head_dim] (q | k | v, kv_heads and head_dim from the
-// caches [num_blocks, block_size, kv_heads, head_dim]) -> q [T, heads, head_dim]
+// [T, (heads + 2 kv_heads) head_dim] (q | k | v, kv_heads from the caches
+// [num_blocks, block_size, kv_heads, *] of any KvType, as ReshapeAndCache's) -> q [T, heads, head_dim]
 // rotated; k rotated and v written to the caches at slot_mapping int64 [T] (slot < 0
 // skipped). Exactly QkvSplit, RopeNeox / RopeInterleaved of q and k, ReshapeAndCache
 // (its CPU provider is that composition).
@@ -133,8 +133,11 @@ std::tuple<Tensor, Tensor, Tensor> QkvSplit(const Tensor& qkv, int64_t q_width,
 // Paged KV-cache write (vLLM's reshape_and_cache; PagedAttention: Kwon et al. 2023,
 // "Efficient Memory Management for Large Language Model Serving with PagedAttention").
 // key/value [T, kv_heads, head_dim];
-// key_cache/value_cache [num_blocks, block_size, kv_heads, head_dim] (same dtype
-// as key/value); slot_mapping int64 [T]: token t goes to block slot/block_size,
+// key_cache/value_cache [num_blocks, block_size, kv_heads, head_dim] of key's dtype
+// (a bit-exact copy, any dtype), or, for float rows, caches of any KvType
+// (metalrt/kv_type.h), each side its own: another float dtype (rounded), q8_0 / q4_0
+// (uint8 rows of blocks, quantized as GGML's reference quantizers, cpu/kv_blocks.h);
+// slot_mapping int64 [T]: token t goes to block slot/block_size,
 // row slot % block_size; slot < 0 is skipped (padding). Writes the caches in place.
 // A slot beyond the cache raises std::invalid_argument, checked wherever the host can
 // read slot_mapping; one that reaches a kernel anyway is skipped.
@@ -153,7 +156,8 @@ struct PagedAttentionParams {
 // Kwon et al. 2023, vLLM; GQA: Ainslie et al. 2023).
 // query [T, heads, head_dim] (T = all query tokens of the batch, request b owning
 // rows query_start_loc[b] .. query_start_loc[b+1]); key_cache/value_cache
-// [num_blocks, block_size, kv_heads, head_dim]; block_tables int32
+// [num_blocks, block_size, kv_heads, *] of any KvType each (metalrt/kv_type.h: a float
+// dtype, or q8_0 / q4_0 blocks, dequantized as they are read); block_tables int32
 // [B, max_blocks_per_seq]; seq_lens int32 [B] (context length including the
 // queries); query_start_loc int32 [B + 1]. Query i of request b sits at position
 // seq_lens[b] - q_len_b + i and attends to positions 0..that position. heads must

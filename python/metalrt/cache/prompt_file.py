@@ -4,11 +4,13 @@ the identity of the model and cache that computed them.
 
 Tensors: ``tokens`` int32 [n] (n a multiple of BLOCK_SIZE); ``layer.I.keys`` /
 ``layer.I.values`` [n / 16, 16, kv_heads, head_dim] for attention layer I (float32 or
-float16 as the cache holds them; a bfloat16 cache's bits as uint16); ``layer.I.conv`` /
+float16 as the cache holds them; a bfloat16 cache's bits as uint16; a q8_0 / q4_0 side's
+blocks as uint8 [n / 16, 16, kv_heads, row bytes], ``kv_types``); ``layer.I.conv`` /
 ``layer.I.recurrent`` [1, ...] for a Gated-DeltaNet layer I (``ModelCache.snapshot``).
 
 Metadata (all strings): ``metalrt.format``; ``metalrt.model_hash`` and
-``metalrt.model_name`` (``model_hash``); ``metalrt.kv_dtype``; ``metalrt.block_size``;
+``metalrt.model_name`` (``model_hash``); ``metalrt.kv_dtype`` (the KV cache type,
+``kv_type_name``: a file of another type is refused); ``metalrt.block_size``;
 ``metalrt.layers`` (JSON: each layer's cache geometry); ``metalrt.digest``: sha256 over
 the other metadata and every tensor's bytes, so a truncated, edited or bit-flipped file
 is refused rather than read as K/V. Any other key is the caller's (mlx-lm's
@@ -59,8 +61,9 @@ def model_hash(source: Optional[str]) -> str:
 
 
 def cache_layout(cache) -> List[list]:
-    """Each layer's cache geometry (JSON-able): ["kv", [16, kv_heads, head_dim], dtype]
-    for a paged attention layer, ["state", conv rows, conv dtype, recurrent rows] for a
+    """Each layer's cache geometry (JSON-able): ["kv", key rows [16, kv_heads, width],
+    key dtype, value rows, value dtype] for a paged attention layer (width: head_dim, or a
+    quantized side's row bytes, dtype uint8), ["state", conv rows, conv dtype, recurrent rows] for a
     recurrent one."""
     layout = []
     for layer in cache.layers:
@@ -68,8 +71,15 @@ def cache_layout(cache) -> List[list]:
             layout.append(["state", list(layer.conv.shape[1:]), layer.conv.dtype,
                            list(layer.recurrent.shape[1:])])
         else:
-            layout.append(["kv", list(layer.keys.shape[1:]), layer.keys.dtype])
+            layout.append(["kv", list(layer.keys.shape[1:]), layer.keys.dtype,
+                           list(layer.values.shape[1:]), layer.values.dtype])
     return layout
+
+
+def kv_type_name(kv_type) -> str:
+    """A (key, value) cache type as the file names it: "q8_0", or "q8_0,float16" when the
+    sides differ."""
+    return kv_type[0] if kv_type[0] == kv_type[1] else ",".join(kv_type)
 
 
 def identity(model, cache) -> Dict[str, str]:
@@ -78,14 +88,14 @@ def identity(model, cache) -> Dict[str, str]:
     return {_PREFIX + "format": FORMAT,
             _PREFIX + "model_hash": model_hash(getattr(model, "source", None)),
             _PREFIX + "model_name": os.path.basename(str(getattr(model, "source", None))),
-            _PREFIX + "kv_dtype": kv[0].keys.dtype if kv else "none",
+            _PREFIX + "kv_dtype": kv_type_name(kv[0].kv_type) if kv else "none",
             _PREFIX + "block_size": str(BLOCK_SIZE),
             _PREFIX + "layers": json.dumps(cache_layout(cache))}
 
 
 def mismatch(found: Dict[str, str], expected: Dict[str, str]) -> Optional[str]:
     """What differs between a file's identity and the model's, None when nothing."""
-    names = {"format": "format", "model_hash": "model", "kv_dtype": "KV dtype",
+    names = {"format": "format", "model_hash": "model", "kv_dtype": "KV type",
              "block_size": "block size", "layers": "layer geometry"}
     for key, what in names.items():
         key = _PREFIX + key
@@ -145,7 +155,7 @@ def write(path: str, prefix: PrefixState) -> None:
     tensors = {"tokens": np.asarray(prefix.tokens, np.int32)}
     for i, (keys, values) in prefix.kv.items():
         tensors[f"layer.{i}.keys"] = _to_file(keys, layout[i][2])
-        tensors[f"layer.{i}.values"] = _to_file(values, layout[i][2])
+        tensors[f"layer.{i}.values"] = _to_file(values, layout[i][4])
     stateful = [i for i, entry in enumerate(layout) if entry[0] == "state"]
     for i, (conv, recurrent) in zip(stateful, prefix.state or ()):
         tensors[f"layer.{i}.conv"], tensors[f"layer.{i}.recurrent"] = conv, recurrent
@@ -199,14 +209,15 @@ def read(path: str, expected: Optional[Dict[str, str]] = None) -> PrefixState:
     try:
         for i, entry in enumerate(layout):
             if entry[0] == "kv":
-                kv[i] = tuple(_from_file(tensors[f"layer.{i}.{side}"], entry[2])
-                              for side in ("keys", "values"))
+                kv[i] = tuple(_from_file(tensors[f"layer.{i}.{side}"], entry[column])
+                              for side, column in (("keys", 2), ("values", 4)))
             else:
                 state.append((tensors[f"layer.{i}.conv"], tensors[f"layer.{i}.recurrent"]))
     except KeyError as e:
         raise ValueError(f"[prompt_cache] {path} is refused: tensor {e} is missing") from None
     if not tokens or len(tokens) % BLOCK_SIZE or any(
-            side.shape != (blocks, *layout[i][1]) for i in kv for side in kv[i]):
+            side.shape != (blocks, *layout[i][column]) for i in kv
+            for side, column in zip(kv[i], (1, 3))):
         raise ValueError(f"[prompt_cache] {path} is refused: its {len(tokens)} tokens do not "
                          "fill the blocks its K/V tensors hold")
     user = {k: v for k, v in metadata.items() if not k.startswith(_PREFIX)}

@@ -9,6 +9,7 @@ import metalrt
 from metalrt import ops
 
 from ..cache import BLOCK_SIZE, PagedKVLayer, StepInputs
+from ..cache.kv_types import parse_kv_type, storage
 from ..cache.layout import expect_kind, expect_rows
 from .layers import Linear
 from .rope import RopeFrequencies
@@ -114,17 +115,21 @@ class Attention:
         # products then follow them (their q, k and v already carry bf16's error).
         self.coarse_projections = all(ops.is_coarse_weight(p.weight) for p in self.qkv)
 
-    def check_cache(self, cache, dtype: str, device: str, where: str) -> None:
+    def check_cache(self, cache, dtype, device: str, where: str) -> None:
         """TypeError unless ``cache`` is a ``PagedKVLayer``; ValueError unless its keys and
-        values are rows [16, kv_heads, head_dim] of ``dtype`` on ``device``."""
+        values are rows [16, kv_heads, head_dim] of ``dtype`` on ``device`` (``dtype``: a
+        cache type for both sides or a (key, value) pair, ``cache.kv_types``; a quantized
+        side's rows are [16, kv_heads, row bytes] of uint8)."""
+        kv_type = parse_kv_type(dtype, self.head_dim, "float32")
         expect_kind(cache, PagedKVLayer, where)
         if cache.window and cache.window != self.window:
             raise ValueError(f"[cache] {where}: its cache keeps a window of {cache.window} "
                              f"positions, the layer attends {self.window or 'all'} (a cache "
                              "made for another model?)")
-        for name in ("keys", "values"):
-            expect_rows(getattr(cache, name), name, (BLOCK_SIZE, self.kv_heads, self.head_dim),
-                        dtype, device, where)
+        for name, side in zip(("keys", "values"), kv_type):
+            width, side_dtype = storage(side, self.head_dim)
+            expect_rows(getattr(cache, name), name, (BLOCK_SIZE, self.kv_heads, width),
+                        side_dtype, device, where)
 
     def merged_qkv(self, x):
         """The q | k | v projection [tokens, (heads + 2 kv_heads) head_dim] in one

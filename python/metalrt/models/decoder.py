@@ -15,8 +15,10 @@ from metalrt import ops
 
 from ..cache import (BLOCK_SIZE, ModelCache, ScheduledChunk, StepInputs, blocks_for, build_step,
                      paged_kv_layers)
+from ..cache.kv_types import parse_kv_type
 from ..cache.window import window_blocks_per_sequence
 from ..tensor import check_int_range, is_int
+from .attention import Attention
 from .config_values import config_int
 from .layers import linear, residual_add
 from .logits import as_float32
@@ -75,6 +77,15 @@ class CausalLM:
         self.context_length = config_int(config, "max_position_embeddings", self.arch, None)
         self.layer_start, self.layer_stop = 0, shape.num_layers
         self._cache: Optional[ModelCache] = None
+        self.kv_type = (dtype, dtype)
+
+    def set_kv_type(self, kv_type) -> None:
+        """The (key, value) types of the KV caches ``new_cache`` makes from now on:
+        ``kv_types.parse_kv_type``'s argument (None: the model's dtype; "q8_0"; a pair such
+        as ("q8_0", "float16")). ValueError for an unknown type or a quantized one where
+        head_dim is not a multiple of 32."""
+        self.kv_type = parse_kv_type(kv_type, self.head_dim, self.dtype)
+        self._cache = None
 
     def stage_layers(self, layers: Optional[Tuple[int, int]]) -> range:
         """The indices of the config's layers this model builds: all of them for None,
@@ -162,7 +173,8 @@ class CausalLM:
             raise ValueError(f"[{self.arch}] the cache has {len(cache.layers)} layers, the model "
                              f"{self.num_layers} (a cache made for another model?)")
         for i, (layer, layer_cache) in enumerate(zip(self.layers, cache.layers)):
-            layer.attention.check_cache(layer_cache, self.dtype, self.device,
+            expected = self.kv_type if isinstance(layer.attention, Attention) else self.dtype
+            layer.attention.check_cache(layer_cache, expected, self.device,
                                         f"{self.arch} layer {i}")
 
     # The sequences a default window pool holds at a whole window and a full prompt
@@ -177,19 +189,19 @@ class CausalLM:
         step each, at most ``num_blocks``; None: they share the blocks of the other
         layers and keep every position (one block table for all layers).
 
-        Memory: ``2 * 16 * kv_heads * head_dim`` elements a block, times ``num_blocks``
+        Memory: ``16 * kv_heads`` rows of each side's ``kv_types.row_bytes`` (``kv_type``) a block, times ``num_blocks``
         for each global layer plus ``window_blocks`` for each sliding-window layer."""
         windows = [getattr(getattr(layer, "attention", None), "window", 0) for layer in self.layers]
         window = self._windowed()
         if not window or window_blocks is None:
             return ModelCache(paged_kv_layers(self.num_layers, num_blocks, self.num_kv_heads,
-                                              self.head_dim, self.device, self.dtype), num_blocks)
+                                              self.head_dim, self.device, self.kv_type), num_blocks)
         if window_blocks == "auto":
             window_blocks = self.new_cache_window_blocks(num_blocks)
         if not is_int(window_blocks) or window_blocks < 1:
             raise ValueError(f"[{self.arch}] window_blocks must be an int >= 1, \"auto\" or None, "
                              f"got {window_blocks!r}")
-        geometry = (self.num_kv_heads, self.head_dim, self.device, self.dtype)
+        geometry = (self.num_kv_heads, self.head_dim, self.device, self.kv_type)
         pools = {0: iter(paged_kv_layers(windows.count(0), num_blocks, *geometry)),
                  window: iter(paged_kv_layers(len(windows) - windows.count(0), window_blocks,
                                               *geometry, window=window))}

@@ -86,7 +86,7 @@ class HybridModel(CausalLM):
         unused (no layer has a sliding window)."""
         g = self.gdn
         kv = iter(paged_kv_layers(self.layer_types.count(FULL), num_blocks, self.num_kv_heads,
-                                  self.head_dim, self.device, self.dtype))
+                                  self.head_dim, self.device, self.kv_type))
         return ModelCache([next(kv) if kind == FULL else
                            RecurrentLayer(num_slots, g.conv_dim, g.conv_width, g.v_heads, g.k_dim,
                                           g.v_dim, self.device, self.dtype)

@@ -13,7 +13,9 @@ def paged_attention(query, key_cache, value_cache, block_tables, seq_lens, query
     ``PagedAttention`` (Metal kernels: cpp/gpu/paged_attention.cpp).
 
     query: [T, heads, head_dim] float (f32/f16/bf16), B requests packed back to back;
-    key_cache, value_cache: [num_blocks, block_size, kv_heads, head_dim], query's dtype;
+    key_cache, value_cache: [num_blocks, block_size, kv_heads, head_dim] of any float dtype,
+    or uint8 [num_blocks, block_size, kv_heads, row_bytes] q8_0 / q4_0 blocks read in
+    place (``metalrt.cache.kv_types``), each side of its own type;
     block_tables: int32 [B, max_blocks_per_seq]; seq_lens: int32 [B]; query_start_loc:
     int32 [B + 1] (these three must be written by the host: lists of Python ints become
     int32, range-checked; numpy arrays must already be int32); scale: real, usually

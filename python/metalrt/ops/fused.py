@@ -90,7 +90,8 @@ def qkv_rope_cache(qkv, positions, key_cache, value_cache, slot_mapping, heads, 
 
     qkv: [T, (heads + 2 kv_heads) * head_dim] float (q | k | v); positions: int32 [T] (a
     list of Python ints becomes int32, an array must be int32); key_cache, value_cache:
-    [num_blocks, block_size, kv_heads, head_dim] in qkv's dtype, written in place;
+    caches of any KV type (``reshape_and_cache``'s: a float dtype, or q8_0 / q4_0 uint8
+    rows), written in place;
     slot_mapping: int64 [T], slot < 0 skipped (a list becomes int64, an array must be
     int64); heads: int; rotary_dim: int, even, <= head_dim; base: real, the RoPE theta;
     neox: bool, True (default) for half-split pairs, False for interleaved; out:

@@ -46,7 +46,10 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
     ``ReshapeAndCache``.
 
     key, value: [T, kv_heads, head_dim]; key_cache, value_cache:
-    [num_blocks, block_size, kv_heads, head_dim], key's dtype; slot_mapping: int64 [T],
+    [num_blocks, block_size, kv_heads, head_dim] of any float dtype (rows rounded to it;
+    key's dtype: copied bit-exactly, any dtype), or uint8 [num_blocks, block_size,
+    kv_heads, row_bytes] q8_0 / q4_0 blocks (quantized as GGML does,
+    ``metalrt.cache.kv_types``), each side of its own type; slot_mapping: int64 [T],
     slot < 0 skipped (vLLM's dtype: a list of Python ints becomes int64, range-checked;
     a numpy array must already be int64). Arrays and lists go to the Tensors' device
     (else the CPU). Returns None.

@@ -7,6 +7,7 @@ import socket
 import sys
 from typing import Optional, Sequence, Union
 
+from ..cache.kv_types import KV_TYPE_HELP, from_text as kv_type_from_text
 from .model_registry import model_entries, parse_bytes
 
 DEFAULT_PORT = 8080
@@ -37,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokens the paged KV cache holds, shared by all running "
                              "requests; a request reserves prompt + max_tokens at admission "
                              "and waits while they are not free (default: %(default)s)")
+    parser.add_argument("--kv-type", type=kv_type_from_text, default=None, metavar="TYPE",
+                        help=KV_TYPE_HELP)
     parser.add_argument("--max-batched-tokens", type=int, default=512, metavar="N",
                         help="token budget of one forward step: decodes first, then prompt "
                              "chunks (default: %(default)s)")
@@ -114,7 +117,7 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
               reasoning_format: str = "auto", chat_template: Optional[str] = None,
               api_key: Optional[str] = None, max_memory: Optional[int] = None,
               prompt_cache_dir: Optional[str] = None, prompt_cache_min_tokens: int = 1024,
-              prompt_cache_max_bytes: int = 4 << 30, pipeline_stages: int = 0,
+              prompt_cache_max_bytes: int = 4 << 30, kv_type=None, pipeline_stages: int = 0,
               ray_address: Optional[str] = None):
     """Loads the (first) model and returns the FastAPI application serving it (its
     engine loops stop when the application shuts down). The settings are those of
@@ -122,7 +125,8 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
     replica (docs/serving.md). ``model``: one ``--model`` value or a list of them
     (``model_registry.model_entries``); the models after the first load on first use,
     each with its own engine and KV cache of ``kv_cache_tokens``; ``max_memory``: their
-    budget in bytes. ``chat_template``: a jinja2 file replacing the model's template.
+    budget in bytes; ``kv_type``: their KV caches' type (``metalrt.load``'s).
+    ``chat_template``: a jinja2 file replacing the model's template.
     ``prompt_cache_dir``: prompt prefixes on disk, each model's in its subdirectory
     ``prompt_cache_dir/ID`` (``prompt_cache_dir.PromptCacheDir``, bounded by
     ``prompt_cache_max_bytes`` each). ``pipeline_stages`` > 0: each model's layers split
@@ -130,7 +134,7 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
     ``ray_address`` unless this process is in one already), a step cut into as many
     micro-batches. Raises ValueError for a setting out of range, an unreadable
     template, a missing model path, a draft model with several models, or pipeline
-    stages with speculation or a prompt-cache directory, before loading."""
+    stages with speculation, a prompt-cache directory or a KV cache type, before loading."""
     for name, value, least in (("kv_cache_tokens", kv_cache_tokens, 1),
                                ("max_batched_tokens", max_batched_tokens, 1),
                                ("max_tokens", max_tokens, 1), ("max_queue", max_queue, 0),
@@ -160,10 +164,10 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
     from ..generation import speculative_config
     from .prompt_cache_dir import PromptCacheDir
 
-    if pipeline_stages and (spec_type or draft_model or prompt_cache_dir):
-        raise ValueError("[serve] --pipeline-stages runs without speculation and without a "
-                         "prompt-cache directory (drop --spec-type, --draft-model, "
-                         "--prompt-cache-dir)")
+    if pipeline_stages and (spec_type or draft_model or prompt_cache_dir or kv_type):
+        raise ValueError("[serve] --pipeline-stages runs without speculation, without a "
+                         "prompt-cache directory and with the model's KV cache type (drop "
+                         "--spec-type, --draft-model, --prompt-cache-dir, --kv-type)")
     if prompt_cache_dir is not None and not prefix_cache:
         raise ValueError("[serve] --prompt-cache-dir needs the prefix cache "
                          "(drop --no-prefix-cache)")
@@ -180,7 +184,7 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
             loaded, tokenizer = load_pipeline(path, pipeline_stages, pipeline_stages,
                                               device=device, address=ray_address)
         else:
-            loaded, tokenizer = metalrt.load(path, device=device)
+            loaded, tokenizer = metalrt.load(path, device=device, kv_type=kv_type)
         if template is not None:
             tokenizer.chat_template = template
         draft = None if draft_model is None else metalrt.load(draft_model, device=device)[0]
@@ -233,7 +237,7 @@ def serve(args: argparse.Namespace) -> int:
         api_key=args.api_key or os.environ.get("METALRT_API_KEY"),
         max_memory=args.max_memory, prompt_cache_dir=args.prompt_cache_dir,
         prompt_cache_min_tokens=args.prompt_cache_min_tokens,
-        prompt_cache_max_bytes=args.prompt_cache_max_bytes,
+        prompt_cache_max_bytes=args.prompt_cache_max_bytes, kv_type=args.kv_type,
         pipeline_stages=args.pipeline_stages, ray_address=args.ray_address)
     if args.pipeline_stages:
         from ..pipeline import require_ray

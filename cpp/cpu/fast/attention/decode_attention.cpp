@@ -32,6 +32,7 @@
 
 #include "cpu/fast/attention/attention_kernels.h"
 #include "cpu/float_rows.h"
+#include "cpu/kv_blocks.h"
 #include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
@@ -59,6 +60,7 @@ int64_t ChunkCount(const Item& it) { return (it.n - 1) / kChunkKeys - FirstChunk
 struct Geometry {
   int64_t heads, head_dim, kv_heads, group, block_size;
   int64_t partial_stride;   // floats per item: m [heads], l [heads], o [heads][head_dim]
+  KvType key_type, value_type;
 };
 
 // Calls fn(j, run, slot) over the runs of positions [j0, j1) that lie in one cache
@@ -74,17 +76,18 @@ void ForBlockRuns(const int32_t* blocks, const Geometry& geo, int64_t j0, int64_
 
 // Calls fn(first position, rows, row stride) over runs of positions [j0, j1) that lie in
 // one cache block: the rows of every kv head (kv head g's at + g * head_dim), as f32
-// (f16/bf16 caches converted into `tile`).
+// (f16/bf16 caches converted, q8_0/q4_0 ones dequantized, into `tile`: at most one
+// block's rows, so the context is read in place, never copied whole).
 template <class Fn>
-void ForRuns(const Tensor& cache, const int32_t* blocks, const Geometry& geo, int64_t j0, int64_t j1,
+void ForRuns(const Tensor& cache, KvType type, const int32_t* blocks, const Geometry& geo, int64_t j0, int64_t j1,
              std::vector<float>& tile, const Fn& fn) {
   const int64_t row = geo.kv_heads * geo.head_dim;
   ForBlockRuns(blocks, geo, j0, j1, [&](int64_t j, int64_t run, int64_t slot) {
-    if (cache.dtype() == DType::kF32) {
+    if (type == KvType::kF32) {
       fn(j, run, cache.data_as<float>() + slot * row);
     } else {
       tile.resize(static_cast<size_t>(run * row));
-      LoadRowF32(cache.data(), cache.dtype(), slot * row, run * row, tile.data());
+      LoadKvRows(cache.data(), type, slot * geo.kv_heads, run * geo.kv_heads, geo.head_dim, tile.data());
       fn(j, run, tile.data());
     }
   });
@@ -96,8 +99,9 @@ void ForRuns(const Tensor& cache, const int32_t* blocks, const Geometry& geo, in
 // loads alone kept too few lines in flight: 32 positions' rows asked for at once
 // before the K pass, V's with them, cut a cold 2-thread call at context 192 from ~28 to
 // ~23 us; hot (L2-resident) calls pay ~1 us for the extra instructions.
-void PrefetchRows(const Tensor& cache, const int32_t* blocks, const Geometry& geo, int64_t j0, int64_t j1) {
-  const int64_t row_bytes = geo.kv_heads * geo.head_dim * static_cast<int64_t>(DTypeSize(cache.dtype()));
+void PrefetchRows(const Tensor& cache, KvType type, const int32_t* blocks, const Geometry& geo, int64_t j0,
+                  int64_t j1) {
+  const int64_t row_bytes = geo.kv_heads * KvRowBytes(type, geo.head_dim);
   const char* base = static_cast<const char*>(cache.data());
   ForBlockRuns(blocks, geo, j0, j1, [&](int64_t, int64_t run, int64_t slot) {
     for (int64_t b = 0; b < run * row_bytes; b += 64) __builtin_prefetch(base + slot * row_bytes + b, 0, 1);
@@ -122,9 +126,9 @@ void RunItem(const OpCall& call, const Geometry& geo, const AttentionKernels& ke
   auto args = [&](int64_t g) {
     return AttentionTileArgs{q.data() + g * group * head_dim, group, head_dim, row_stride, kChunkKeys, scale};
   };
-  PrefetchRows(call.inputs[1], blocks, geo, j0, j1);
-  PrefetchRows(call.inputs[2], blocks, geo, j0, j1);
-  ForRuns(call.inputs[1], blocks, geo, j0, j1, tile, [&](int64_t j, int64_t run, const float* k) {
+  PrefetchRows(call.inputs[1], geo.key_type, blocks, geo, j0, j1);
+  PrefetchRows(call.inputs[2], geo.value_type, blocks, geo, j0, j1);
+  ForRuns(call.inputs[1], geo.key_type, blocks, geo, j0, j1, tile, [&](int64_t j, int64_t run, const float* k) {
     for (int64_t g = 0; g < geo.kv_heads; ++g)
       kernels.scores(args(g), k + g * head_dim, run, s.data() + g * group * kChunkKeys + (j - j0));
   });
@@ -133,7 +137,7 @@ void RunItem(const OpCall& call, const Geometry& geo, const AttentionKernels& ke
   float* o = partial + 2 * heads;
   for (int64_t h = 0; h < heads; ++h) m[h] = kernels.softmax(s.data() + h * kChunkKeys, j1 - j0, kChunkKeys, l + h);
   std::fill(o, o + heads * head_dim, 0.0f);
-  ForRuns(call.inputs[2], blocks, geo, j0, j1, tile, [&](int64_t j, int64_t run, const float* v) {
+  ForRuns(call.inputs[2], geo.value_type, blocks, geo, j0, j1, tile, [&](int64_t j, int64_t run, const float* v) {
     for (int64_t g = 0; g < geo.kv_heads; ++g)
       kernels.accumulate(args(g), s.data() + g * group * kChunkKeys + (j - j0), v + g * head_dim, run,
                          o + g * group * head_dim);
@@ -176,7 +180,9 @@ bool FastPagedAttention(const OpCall& call) {
   const int64_t window = call.param<ops::PagedAttentionParams>().window;
   const float* sinks = call.inputs.size() > 6 ? call.inputs[6].data_as<float>() : nullptr;
   if (query.numel() == 0) return true;   // no tokens, heads or features to attend
-  Geometry geo{query.dim(1), query.dim(2), key_cache.dim(2), 0, key_cache.dim(1), 0};
+  Geometry geo{query.dim(1), query.dim(2), key_cache.dim(2), 0, key_cache.dim(1), 0,
+               KvTypeOf(key_cache, query.dim(2), "paged_attention", "key_cache"),
+               KvTypeOf(call.inputs[2], query.dim(2), "paged_attention", "value_cache")};
   geo.group = geo.heads / geo.kv_heads;
   geo.partial_stride = geo.heads * (geo.head_dim + 2);
   const int64_t tokens = query.dim(0);

@@ -71,7 +71,7 @@ void EachBlock(const OpCall& call, const Prepare& prepare, const Attend& attend)
   const Tensor& block_tables = call.inputs[3];
   const int32_t* seq_lens = call.inputs[4].data_as<int32_t>();
   const int32_t* query_start_loc = call.inputs[5].data_as<int32_t>();
-  const int64_t kv_heads = call.inputs[1].dim(2), head_dim = call.inputs[1].dim(3);
+  const int64_t kv_heads = call.inputs[1].dim(2), head_dim = call.inputs[0].dim(2);
   // The op's thread's, grown only: fresh vectors were zero-filled and faulted in by this
   // thread alone, once per layer, while the pool waited. Reached through references: a
   // thread_local named in the lambdas would be each pool thread's own.
@@ -88,8 +88,8 @@ void EachBlock(const OpCall& call, const Prepare& prepare, const Attend& attend)
     values.resize(keys.size());
     ParallelFor(r.kv_len, kMinGatherPositions, [&](int64_t begin, int64_t end) {
       const int64_t j0 = r.kv_begin + begin, j1 = r.kv_begin + end;
-      GatherContextRange(call.inputs[1], blocks, r.kv_len, j0, j1, keys.data(), r.kv_begin);
-      GatherContextRange(call.inputs[2], blocks, r.kv_len, j0, j1, values.data(), r.kv_begin);
+      GatherContextRange(call.inputs[1], head_dim, blocks, r.kv_len, j0, j1, keys.data(), r.kv_begin);
+      GatherContextRange(call.inputs[2], head_dim, blocks, r.kv_len, j0, j1, values.data(), r.kv_begin);
     });
     prepare(r, keys, values);
     // Items (block, kv head), the blocks ordered first, last, second, second-to-last...

@@ -5,11 +5,13 @@
 // reshape_and_cache. Here each token is read once from qkv and written straight to
 // q_out and its cache slot, and the cos/sin row is computed once per token and kept for
 // the next call at the same position (the other layers of a decode step), by the
-// oracle's own functions (cpu/rope_rows.h), so every byte equals the oracle's.
+// oracle's own functions (cpu/rope_rows.h), so every byte equals the oracle's; a cache of
+// another type than qkv's gets each row rounded or quantized as reshape_and_cache does.
 #include <cstring>
 #include <vector>
 
 #include "cpu/float_rows.h"
+#include "cpu/kv_blocks.h"
 #include "cpu/parallel.h"
 #include "cpu/rope_rows.h"
 #include "metalrt/op_registry.h"
@@ -37,13 +39,30 @@ struct CosSinRowCache {
   }
 };
 
-// Head rows [first, first + heads) of qkv token t, rotated, to dst rows dst_row + h.
+// Writes an f32 row that holds a value of qkv's dtype to row `dst_row` of a cache of
+// `type`: as the oracle's reshape_and_cache writes the rope's output (rounded to qkv's
+// dtype first, then to the cache's type).
+void StoreCacheRow(const Tensor& qkv, void* dst, KvType type, int64_t dst_row, int64_t head_dim,
+                   std::vector<float>& row) {
+  if (qkv.dtype() == DType::kF16)   // the rope's rounding, kept through the conversion
+    for (int64_t d = 0; d < head_dim; ++d) row[d] = F16ToF32(F32ToF16(row[d]));
+  if (qkv.dtype() == DType::kBF16)
+    for (int64_t d = 0; d < head_dim; ++d) row[d] = BF16ToF32(F32ToBF16(row[d]));
+  StoreKvRow(dst, type, dst_row, head_dim, row.data());
+}
+
+// Head rows [first, first + heads) of qkv token t, rotated, to dst rows dst_row + h (q_out
+// when `type` is null, else a cache of *type).
 void RotateHeads(const Tensor& qkv, int64_t t, int64_t first, int64_t heads, int64_t head_dim, const float* cos_sin,
-                 const ops::QkvRopeCacheParams& p, void* dst, int64_t dst_row, std::vector<float>& row) {
+                 const ops::QkvRopeCacheParams& p, void* dst, int64_t dst_row, std::vector<float>& row,
+                 const KvType* type = nullptr) {
   for (int64_t h = 0; h < heads; ++h) {
     LoadRowF32(qkv.data(), qkv.dtype(), t * qkv.dim(1) + (first + h) * head_dim, head_dim, row.data());
     RopeRotateRow(row.data(), cos_sin, p.rotary_dim, p.neox);
-    StoreRowF32(dst, qkv.dtype(), (dst_row + h) * head_dim, head_dim, row.data());
+    if (type)
+      StoreCacheRow(qkv, dst, *type, dst_row + h, head_dim, row);
+    else
+      StoreRowF32(dst, qkv.dtype(), (dst_row + h) * head_dim, head_dim, row.data());
   }
 }
 
@@ -59,8 +78,13 @@ bool FastQkvRopeCache(const OpCall& call) {
   for (const Tensor* t : {&qkv, &q_out, &key_cache})
     if (t->device() != DeviceType::kCPU) return false;
   if (q_out.dtype() != qkv.dtype()) return false;
-  const int64_t kv_heads = key_cache.dim(2), head_dim = key_cache.dim(3);
+  const int64_t kv_heads = key_cache.dim(2), head_dim = qkv.dim(1) / (p.heads + 2 * kv_heads);
   const int64_t num_slots = key_cache.dim(0) * key_cache.dim(1);
+  const KvType key_type = KvTypeOf(key_cache, head_dim, "qkv_rope_cache", "key_cache");
+  const KvType value_type = KvTypeOf(value_cache, head_dim, "qkv_rope_cache", "value_cache");
+  // A float cache of qkv's dtype is written as it stands (stored / copied).
+  const bool key_as_is = !IsQuantized(key_type) && key_cache.dtype() == qkv.dtype();
+  const bool value_as_is = !IsQuantized(value_type) && value_cache.dtype() == qkv.dtype();
   const size_t v_bytes = static_cast<size_t>(kv_heads * head_dim) * DTypeSize(qkv.dtype());
   // A token is ~(heads + kv_heads) rows of a few dozen multiplies: a decode step's one
   // token stays on the calling thread.
@@ -73,11 +97,19 @@ bool FastQkvRopeCache(const OpCall& call) {
       RotateHeads(qkv, t, 0, p.heads, head_dim, cos_sin, p, q_out.data(), t * p.heads, row);
       const int64_t slot = slots[t];
       if (slot < 0 || slot >= num_slots) continue;   // padding, as reshape_and_cache
-      RotateHeads(qkv, t, p.heads, kv_heads, head_dim, cos_sin, p, key_cache.data(), slot * kv_heads, row);
-      std::memcpy(static_cast<char*>(value_cache.data()) + slot * v_bytes,
-                  static_cast<const char*>(qkv.data()) + (t * qkv.dim(1) + (p.heads + kv_heads) * head_dim) *
-                                                             static_cast<int64_t>(DTypeSize(qkv.dtype())),
-                  v_bytes);
+      RotateHeads(qkv, t, p.heads, kv_heads, head_dim, cos_sin, p, key_cache.data(), slot * kv_heads, row,
+                  key_as_is ? nullptr : &key_type);
+      const int64_t v_first = t * qkv.dim(1) + (p.heads + kv_heads) * head_dim;
+      if (value_as_is) {
+        std::memcpy(static_cast<char*>(value_cache.data()) + slot * v_bytes,
+                    static_cast<const char*>(qkv.data()) + v_first * static_cast<int64_t>(DTypeSize(qkv.dtype())),
+                    v_bytes);
+        continue;
+      }
+      for (int64_t g = 0; g < kv_heads; ++g) {
+        LoadRowF32(qkv.data(), qkv.dtype(), v_first + g * head_dim, head_dim, row.data());
+        StoreKvRow(value_cache.data(), value_type, slot * kv_heads + g, head_dim, row.data());
+      }
     }
   });
   return true;
