@@ -65,12 +65,15 @@ class CausalLM:
     def embed(self, step: StepInputs):
         return self.embed_tokens(step.token_ids)
 
-    def forward(self, step: StepInputs, cache: ModelCache, float32_logits: bool = True):
+    def forward(self, step: StepInputs, cache: ModelCache, float32_logits: bool = True,
+                hidden: bool = False):
         """Runs one step, writing its K/V (and state) into ``cache``. Returns the logits
         [step.num_logit_rows, vocab] on the device, float32 (cast from the model's dtype
         when it is float16/bfloat16), or in the model's dtype with ``float32_logits``
         False (the decode step's greedy_argmax reads those directly, one dispatch less);
-        None when no row wants logits."""
+        None when no row wants logits. ``hidden``: returns (logits, the final-normed
+        hidden state of every row [T, hidden] in the model's dtype, what an MTP head
+        reads: ``models/mtp.py``)."""
         h = self.embed(step)
         # A prefill (more tokens than sequences) commits each layer's work: its GEMMs and
         # attention are large, and the dispatch cap alone could keep one command buffer
@@ -81,11 +84,19 @@ class CausalLM:
             h = layer(h, step, layer_cache)
             if prefill:
                 metalrt.flush(self.device)
+        if hidden:
+            # Every row normed (the MTP head reads them), then the sampled rows gathered:
+            # the norm is per row, so the logits are those of the other order.
+            h = self.final_norm(h)
+            return self._head(h, step, float32_logits, normed=True), h
+        return self._head(h, step, float32_logits)
+
+    def _head(self, h, step: StepInputs, float32_logits: bool, normed: bool = False):
         if step.num_logit_rows == 0:
             return None
         if step.logit_rows is not None:
             h = ops.embedding(h, step.logit_rows)  # gather: only sampled rows reach the head
-        logits = linear(self.lm_head)(self.final_norm(h))
+        logits = linear(self.lm_head)(h if normed else self.final_norm(h))
         return as_float32(logits) if float32_logits else logits
 
     def check_cache(self, cache: ModelCache) -> None:

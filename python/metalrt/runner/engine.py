@@ -15,6 +15,7 @@ from ..models.logits import as_float32
 from ..tensor import is_int
 from .decode_plans import DecodePlans, DecodeRun
 from .draft_model import DraftModelDrafter, check_draft_model
+from .mtp_drafter import MtpDrafter
 from .request import Request
 from .sampling import SamplingParams
 from .scheduler import Scheduler
@@ -160,6 +161,8 @@ class Engine:
         cls.check_speculative(model, speculative)
         cls.check_room(speculative.num_draft_tokens, max_batched_tokens,
                        cache.num_blocks * BLOCK_SIZE)
+        if speculative.method == "mtp":
+            return MtpDrafter(model, cache.num_blocks)
         if speculative.method != "draft":
             return None
         return DraftModelDrafter(speculative.draft_model, cache.num_blocks)
@@ -225,7 +228,10 @@ class Engine:
                         self.cache.reset(request.state_slot)
             self.stats.prompt_tokens_computed += max(
                 0, min(len(request.prompt), chunk.start + len(chunk.token_ids)) - chunk.start)
-        if self.plans is not None and scheduled and all(
+        # An MTP drafter reads the hidden states of every step of a speculating request,
+        # which a plan does not hand out.
+        mtp = isinstance(self.drafter, MtpDrafter) and any(r.speculative for r, _ in scheduled)
+        if self.plans is not None and scheduled and not mtp and all(
                 len(c.token_ids) == 1 and c.logits == "last" for _, c in scheduled):
             # One token per request: a decode step (or 1-token prompts), from a plan.
             requests = [r for r, _ in scheduled]
@@ -243,9 +249,11 @@ class Engine:
                      if r.draft and self.cache.num_state_slots}
         # The model's dtype: greedy_argmax reads float16/bfloat16 logits directly, and
         # only a request that samples from the logits pays for the float32 cast.
-        logits = self.model.forward(
-            build_step([c for _, c in scheduled], self.model.device, self.inputs), self.cache,
-            float32_logits=False)
+        step = build_step([c for _, c in scheduled], self.model.device, self.inputs)
+        logits = self.model.forward(step, self.cache, float32_logits=False, hidden=mtp)
+        hidden = None
+        if mtp:
+            logits, hidden = logits
         self.stats.steps += 1
         self.stats.max_batch_size = max(self.stats.max_batch_size, len(scheduled))
         for request, chunk in scheduled:
@@ -253,8 +261,17 @@ class Engine:
                 self.scheduler.advance(request, len(chunk.token_ids))
                 self._checkpoint(request)
         sampling = [(r, c) for r, c in scheduled if c.logits != "none"]
-        if not sampling:
-            return []
+        outputs = self._sample_and_verify(sampling, logits, snapshots) if sampling else []
+        if hidden is not None:
+            rows = np.cumsum([0] + [len(c.token_ids) for _, c in scheduled])
+            self.drafter.note(hidden, [(r, int(row), c.start, r.num_computed - c.start)
+                                       for (r, c), row in zip(scheduled, rows)
+                                       if r.speculative and not r.finished])
+        return outputs
+
+    def _sample_and_verify(self, sampling, logits, snapshots) -> List[TokenOutput]:
+        """The tokens of the step's rows with logits (``sampling``: (request, chunk)
+        pairs): sampled, or verified for a request whose chunk fed a draft."""
         on_host = any(r.params.needs_logits for r, _ in sampling)
         host_logits = as_float32(logits).numpy() if on_host else None
         device_ids = None
@@ -300,7 +317,10 @@ class Engine:
                 wanted.append((request, k))
                 budget -= k
         cfg = self.speculative
-        if self.drafter is not None:
+        if isinstance(self.drafter, MtpDrafter):
+            # Also when nothing is wanted: the catch-up of prompt chunks runs every step.
+            drafts = self.drafter.propose(wanted)
+        elif self.drafter is not None:
             self.drafter.release_others([r.request_id for r in running])
             drafts = self.drafter.propose(wanted) if wanted else []
         else:
