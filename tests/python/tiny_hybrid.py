@@ -127,12 +127,12 @@ def _save(name: str, directory: Path) -> None:
     tmp = tempfile.mkdtemp(dir=directory.parent)
     model.save_pretrained(tmp, safe_serialization=True)
     if head is not None:
-        _save_mtp(model, kwargs, scale, head, np.random.default_rng(sum(map(ord, name)) + 2), tmp)
+        save_mtp(model, kwargs, scale, head, np.random.default_rng(sum(map(ord, name)) + 2), tmp)
     save_tokenizer(tmp)
     os.rename(tmp, directory)
 
 
-def _save_mtp(model, kwargs, scale: float, head: str, rng, directory: str) -> None:
+def save_mtp(model, kwargs, scale: float, head: str, rng, directory: str) -> None:
     """``mtp.*`` (one layer shaped as the model's first full-attention layer, which
     also says whether its MLP is sparse) in ``mtp.safetensors``, and
     ``mtp_num_hidden_layers`` in config.json."""
