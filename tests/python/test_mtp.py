@@ -16,27 +16,13 @@ import pytest
 import metalrt
 import tiny_hybrid
 from conftest import DEVICES, assert_matches
-from metalrt.cache import ScheduledChunk, blocks_for, build_step
+from metalrt.cache import ScheduledChunk, build_step
 from metalrt.loaders.huggingface import read_safetensors
 from metalrt.runner import Engine, SamplingParams
 from metalrt.runner.speculative import SpeculativeConfig
+from test_speculative import run
 
 PROMPTS = [tiny_hybrid.prompt(n, n) for n in (9, 20, 4)]
-
-
-def run(model, prompts, spec=None, max_tokens=24, plans=True, max_batched_tokens=512,
-        speculating=lambda i: True):
-    blocks = sum(blocks_for(len(p) + max_tokens) for p in prompts)
-    engine = Engine(model, model.new_cache(blocks), max_batched_tokens, decode_plans=plans,
-                    speculative=spec)
-    try:
-        requests = [engine.add_request(p, SamplingParams(), max_tokens, speculative=speculating(i))
-                    for i, p in enumerate(prompts)]
-        while engine.has_work:
-            engine.step()
-        return [r.output for r in requests], engine.stats
-    finally:
-        engine.close()
 
 
 def mtp_tensors(directory):

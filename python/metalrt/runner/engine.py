@@ -88,6 +88,9 @@ class Engine:
     and a layer's recurrent state is restored from a snapshot taken before the step and
     the kept tokens run again. Such a step runs op by op, beside plain decodes and
     prefills of other requests; a step in which nothing was drafted replays its plan.
+    With "mtp" (``mtp_drafter.MtpDrafter``), every step of a speculating request runs op
+    by op and hands the model's final-normed hidden states of the positions it kept to
+    the drafter, whose next round drafts from them.
     Raises ValueError for a num_draft_tokens a verify step cannot hold (above
     max_batched_tokens - 1 or the cache's tokens - 1), a draft model that cannot draft
     for ``model`` (``draft_model.check_draft_model``) and "mtp" for a model without a
