@@ -141,6 +141,28 @@ def test_mtp_greedy_output_equals_plain_decoding(name, device):
             assert stats.accepted_tokens > 0
 
 
+def test_mtp_with_the_hybrid_prefix_cache_equals_plain_decoding():
+    """A second request sharing a 40-token prefix resumes from a state checkpoint and
+    prefills only the rest; the head's rows of the cached prefix are those the first
+    request wrote. Both outputs equal plain decoding's."""
+    model = metalrt.load(str(tiny_hybrid.path("qwen3_5_mtp")), device="cpu")[0]
+    shared = tiny_hybrid.prompt(40, 7)
+    prompts = [shared + tiny_hybrid.prompt(5, 8), shared + tiny_hybrid.prompt(9, 9)]
+    plain = [run(model, [p])[0][0] for p in prompts]
+    engine = Engine(model, model.new_cache(16), 16, prefix_caching=True,
+                    speculative=SpeculativeConfig("mtp", 2))
+    outputs = []
+    for p in prompts:
+        request = engine.add_request(p, SamplingParams(), 24)
+        while engine.has_work:
+            engine.step()
+        outputs.append(request.output)
+    stats = engine.stats
+    engine.close()
+    assert outputs == plain
+    assert stats.prompt_tokens_cached >= 32 and stats.accepted_tokens > 0
+
+
 def test_gguf_nextn_head_equals_the_hugging_face_head():
     """llama.cpp's converter writes the twin's ``mtp.*`` as a nextn block (blk.4.*,
     ``nextn_predict_layers``); read back, its head computes what the checkpoint's does,
