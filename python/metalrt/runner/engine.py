@@ -86,8 +86,10 @@ class Engine:
     (``speculative.accept``) plus one of the target's own; rejected positions are
     rolled back: their KV rows lie past the sequence's length (overwritten, never read),
     and a layer's recurrent state is restored from a snapshot taken before the step and
-    the kept tokens run again. Such a step runs op by op, beside plain decodes and
-    prefills of other requests; a step in which nothing was drafted replays its plan.
+    the kept tokens run again. A step in which every request verifies k drafts replays
+    a verify plan (``DecodePlans.launch(fed=k + 1)``); another verify step runs op by
+    op, beside plain decodes and prefills of other requests; a step in which nothing
+    was drafted replays its decode plan.
     With "mtp" (``mtp_drafter.MtpDrafter``), every step of a speculating request runs op
     by op and hands the model's final-normed hidden states of the positions it kept to
     the drafter, whose next round drafts from them.
@@ -234,6 +236,24 @@ class Engine:
         # An MTP drafter reads the hidden states of every step of a speculating request,
         # which a plan does not hand out.
         mtp = isinstance(self.drafter, MtpDrafter) and any(r.speculative for r, _ in scheduled)
+        snapshots = {id(r): self.cache.snapshot(r.state_slot) for r, _ in scheduled
+                     if r.draft and self.cache.num_state_slots}
+        fed = self._verify_plan_rows(scheduled) if self.plans is not None and not mtp else 0
+        if fed:
+            # Every request verifies as many drafts: the step replays its verify plan.
+            chunks = [c for _, c in scheduled]
+            run = self.plans.launch([c.block_table for c in chunks], [c.start for c in chunks],
+                                    [t for c in chunks for t in c.token_ids],
+                                    state_slots=self._state_slots([r for r, _ in scheduled]),
+                                    window_tables=None if not self.cache.window
+                                    else [c.window_table for c in chunks], fed=fed)
+            self._count_step(len(scheduled))
+            host_logits = self.plans.read_logits(run) \
+                if any(r.params.needs_logits for r, _ in scheduled) else None
+            ids = self.plans.read_ids(run) \
+                if not all(r.params.needs_logits for r, _ in scheduled) else None
+            return self._verify([(r, b * fed) for b, (r, _) in enumerate(scheduled)],
+                                host_logits, ids, snapshots)
         if self.plans is not None and scheduled and not mtp and all(
                 len(c.token_ids) == 1 and c.logits == "last" for _, c in scheduled):
             # One token per request: a decode step (or 1-token prompts), from a plan.
@@ -248,8 +268,6 @@ class Engine:
                 self.scheduler.advance(request, 1)
             self._count_step(len(requests))
             return self._decode_outputs(run, requests, requests)
-        snapshots = {id(r): self.cache.snapshot(r.state_slot) for r, _ in scheduled
-                     if r.draft and self.cache.num_state_slots}
         # The model's dtype: greedy_argmax reads float16/bfloat16 logits directly, and
         # only a request that samples from the logits pays for the float32 cast.
         step = build_step([c for _, c in scheduled], self.model.device, self.inputs)
@@ -290,6 +308,13 @@ class Engine:
                 row += 1
         outputs = self._sample(rows, host_logits, device_ids)
         return outputs + self._verify(verified, host_logits, device_ids, snapshots)
+
+    @staticmethod
+    def _verify_plan_rows(scheduled) -> int:
+        """k + 1 when every scheduled request verifies k >= 1 drafts (a step a verify
+        plan replays), else 0."""
+        fed = {len(c.token_ids) if r.draft else 0 for r, c in scheduled}
+        return fed.pop() if len(fed) == 1 and 0 not in fed else 0
 
     def _checkpoint(self, request: Request) -> None:
         """Keeps the request's recurrent state when its prompt chunk ended at a block
