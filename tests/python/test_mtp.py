@@ -27,7 +27,7 @@ PROMPTS = [tiny_hybrid.prompt(n, n) for n in (9, 20, 4)]
 
 def mtp_tensors(directory):
     return {k: np.array(v[0], np.float32) for k, v in
-            read_safetensors(str(directory / "mtp.safetensors")).items()}
+            read_safetensors(str(directory / "model.safetensors")).items() if k.startswith("mtp.")}
 
 
 def reference_head(name, ids, hidden):

@@ -134,9 +134,9 @@ def _save(name: str, directory: Path) -> None:
 
 def save_mtp(model, kwargs, scale: float, head: str, rng, directory: str) -> None:
     """``mtp.*`` (one layer shaped as the model's first full-attention layer, which
-    also says whether its MLP is sparse) in ``mtp.safetensors``, and
+    also says whether its MLP is sparse) added to ``model.safetensors``, and
     ``mtp_num_hidden_layers`` in config.json."""
-    from safetensors.numpy import save_file
+    from safetensors.numpy import load_file, save_file
 
     state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     full = next(i for i, t in enumerate(model.config.layer_types) if t == FULL)
@@ -159,8 +159,11 @@ def save_mtp(model, kwargs, scale: float, head: str, rng, directory: str) -> Non
         tensors["mtp.pre_fc_norm_hidden.weight"] = -np.ones(hidden)
         tensors["mtp.fc.weight"] = np.concatenate([np.eye(hidden), np.zeros((hidden, hidden))], 1)
         tensors["mtp.norm.weight"] = state["model.norm.weight"]
-    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()},
-              os.path.join(directory, "mtp.safetensors"))
+    # In model.safetensors beside the model's tensors, as checkpoints ship them (llama.cpp's
+    # converter reads only the model's weight files).
+    weights = os.path.join(directory, "model.safetensors")
+    save_file({**load_file(weights), **{k: np.ascontiguousarray(v, np.float32)
+                                        for k, v in tensors.items()}}, weights, {"format": "pt"})
     config_path = os.path.join(directory, "config.json")
     config = json.loads(Path(config_path).read_text())
     config["mtp_num_hidden_layers"] = 1
