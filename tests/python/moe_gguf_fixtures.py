@@ -24,6 +24,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 import cache_lock
 import ggml_metal_source
 import quant_fixtures
@@ -55,8 +57,11 @@ CONFIGS = {
          if k not in ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob")},
         num_hidden_layers=4, **_QWEN35_GDN), ["--no-mtp"]),
 }
+# The Qwen3.5 model with a random MTP head (``tiny_hybrid.save_mtp``), converted with it
+# (a nextn block after the 4 layers).
+MTP_SPEC = ("Qwen3_5TextConfig", CONFIGS["qwen3_5"][1], [], "mtp")
 # Qwen3.5's types: transformers' tokenizer class for them re-spells the pre-tokenizer.
-_SMOLLM_PRE = ("qwen3_5_moe", "qwen3_5")
+_SMOLLM_PRE = ("qwen3_5_moe", "qwen3_5", "qwen3_5_mtp")
 _CONVERTER = f"llama_cpp_python-{ggml_metal_source.VERSION}/vendor/llama.cpp/"
 Q8_0 = 7   # llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0
 
@@ -84,11 +89,13 @@ def _hf_model(spec, directory: Path) -> None:
     import torch
     import transformers as tf
 
-    cls, kwargs, _ = spec
+    cls, kwargs = spec[:2]
     torch.manual_seed(15)
     model = tf.AutoModelForCausalLM.from_config(getattr(tf, cls)(**kwargs)).eval()
     tiny_hybrid.randomize(model, 16)
     model.save_pretrained(directory, safe_serialization=True)
+    if spec[3:] == ("mtp",):
+        tiny_hybrid.save_mtp(model, kwargs, 1.0, "random", np.random.default_rng(17), str(directory))
     for f in quant_fixtures.hf_export().iterdir():
         if f.name.startswith("tokenizer"):
             shutil.copy(f, directory / f.name)
@@ -97,6 +104,11 @@ def _hf_model(spec, directory: Path) -> None:
 def fixture(name: str) -> dict[str, Path]:
     """{"hf": the Hugging Face directory, "f32": its GGUF, "q8_0": that quantized}."""
     return converted(name, CONFIGS[name])
+
+
+def mtp_fixture() -> dict[str, Path]:
+    """``fixture`` of ``MTP_SPEC``."""
+    return converted("qwen3_5_mtp", MTP_SPEC)
 
 
 def converted(name: str, spec) -> dict[str, Path]:

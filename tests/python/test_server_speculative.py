@@ -1,5 +1,8 @@
-"""``metalrt serve --spec-type ngram``: a reply (greedy, streamed or not) equals
-``metalrt.generate`` without speculation, whose tokens it drafts by prompt lookup."""
+"""``metalrt serve --spec-type ngram`` (and ``mtp`` on a twin with an MTP head): a reply
+(greedy, streamed or not) equals ``metalrt.generate`` without speculation."""
+import json
+import urllib.request
+
 import pytest
 
 import metalrt
@@ -29,3 +32,35 @@ def test_speculating_server_equals_plain_generate(server, monkeypatch):
     stream = client.completions.create(model=MODEL_ID, prompt=PROMPT, max_tokens=24,
                                        temperature=0, stream=True)
     assert "".join(c.choices[0].text for c in stream if c.choices) == expected
+
+
+def test_mtp_server_equals_plain_generate():
+    """``--spec-type mtp`` on the Qwen3.5 twin with an MTP head (``tiny_hybrid``): the
+    greedy reply equals ``metalrt.generate`` without speculation, and the server's
+    engine verified drafts."""
+    import openai
+
+    import tiny_hybrid
+    from metalrt.server.launch import ServerProcess as Launched
+    from metalrt.server.launch import free_port, metalrt_command
+    from server_process import STARTUP_SECONDS
+
+    path = str(tiny_hybrid.path("qwen3_5_mtp"))
+    model, tokenizer = metalrt.load(path, device="cpu")
+    prompt = tokenizer.decode(tiny_hybrid.prompt(20, 20))
+    expected = metalrt.generate(model, tokenizer, prompt, max_tokens=16)
+    port = free_port()
+    process = Launched(metalrt_command(port, "--device", "cpu", "--log-level", "warning",
+                                       "--model", path, "--spec-type", "mtp",
+                                       "--num-draft-tokens", "3"), port, STARTUP_SECONDS)
+    try:
+        client = openai.OpenAI(base_url=f"{process.url}/v1", api_key="unused",
+                               http_client=openai.DefaultHttpxClient(trust_env=False, timeout=60))
+        reply = client.completions.create(model=process.model, prompt=prompt, max_tokens=16,
+                                          temperature=0)
+        assert reply.choices[0].text == expected and reply.usage.completion_tokens == 16
+        with urllib.request.urlopen(f"{process.url}/health") as response:
+            stats = json.loads(response.read())["engine"]
+        assert stats["verify_steps"] > 0 and stats["accepted_tokens"] > 0
+    finally:
+        process.close()

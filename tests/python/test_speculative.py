@@ -243,3 +243,25 @@ def test_generate_and_the_cli_speculate_with_the_same_text(dirs, tmp_path, capsy
         assert cli.main(base + extra) == 1
         captured = capsys.readouterr()
         assert captured.out == "" and message in captured.err
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_verify_steps_replay_decode_plans(device, dirs):
+    """A step in which every request verifies k drafts replays a verify plan (k + 1
+    rows a request, ``decode_plans``): with a draft model, every step after the prefill
+    is a plan's (recorded or replayed), and the output is plain decoding's — dense
+    (the model as its own draft: all accepted) and hybrid (another draft: rejections,
+    the state restored and re-run outside the plan)."""
+    import tiny_hybrid
+
+    dense = metalrt.load(str(dirs / "llama"), device=device)[0]
+    hybrid = metalrt.load(str(tiny_hybrid.path("qwen3_5")), device=device)[0]
+    other = metalrt.load(str(dirs / "qwen2"), device=device)[0]
+    for target, draft, prompts in ((dense, dense, PROMPTS[:3]), (dense, dense, PROMPTS[1:2]),
+                                   (hybrid, other, PROMPTS[1:2])):
+        plain, _ = run(target, prompts)
+        got, stats = run(target, prompts, SpeculativeConfig("draft", 3, draft_model=draft))
+        assert got == plain
+        assert stats.plan_replays > 0 and stats.steps - stats.plan_records - stats.plan_replays == 1
+        if target is hybrid:
+            assert stats.state_reruns > 0

@@ -58,8 +58,27 @@ CONFIGS = {
 }
 
 
+# Twins with a multi-token-prediction head (``mtp.*``, ``models/mtp.py``), written with
+# seeded values beside transformers' weights (transformers reads none of them): name ->
+# (base config, factor on every layer's output projections, head). "random": every
+# tensor random. "bigram": the target's layers scaled down so that its next token is
+# mostly a function of the last one, and a head that reads only the embedding of the
+# token after its position (pre_fc_norm_hidden's 1 + w = 0, fc = [I | 0]) through a
+# layer scaled alike and the target's final norm weights: it predicts what the target
+# predicts after that token, so most drafts are accepted and some are not.
+MTP_TWINS = {"qwen3_5_mtp": ("qwen3_5", 0.1, "bigram"),
+             "qwen3_next_mtp": ("qwen3_next", 1.0, "random")}
+_OUTPUT_PROJECTIONS = ("o_proj.weight", "out_proj.weight", "down_proj.weight")
+
+
+def _spec(name: str):
+    if name in MTP_TWINS:
+        return CONFIGS[MTP_TWINS[name][0]], MTP_TWINS[name]
+    return CONFIGS[name]
+
+
 def _directory(name: str) -> Path:
-    digest = hashlib.sha256(json.dumps(CONFIGS[name], sort_keys=True).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(json.dumps(_spec(name), sort_keys=True).encode()).hexdigest()[:12]
     return cache_dir() / "hybrid-fixtures" / f"{name}-{digest}"
 
 
@@ -95,15 +114,60 @@ def _save(name: str, directory: Path) -> None:
     import torch
     import transformers as tf
 
-    cls, kwargs = CONFIGS[name]
+    base, scale, head = MTP_TWINS.get(name, (name, 1.0, None))
+    cls, kwargs = CONFIGS[base]
     torch.manual_seed(sum(map(ord, name)))
     model = tf.AutoModelForCausalLM.from_config(getattr(tf, cls)(**kwargs)).eval()
     randomize(model, sum(map(ord, name)) + 1)
+    with torch.no_grad():
+        for key, p in model.named_parameters():
+            if key.endswith(_OUTPUT_PROJECTIONS):
+                p.mul_(scale)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=directory.parent)
     model.save_pretrained(tmp, safe_serialization=True)
+    if head is not None:
+        save_mtp(model, kwargs, scale, head, np.random.default_rng(sum(map(ord, name)) + 2), tmp)
     save_tokenizer(tmp)
     os.rename(tmp, directory)
+
+
+def save_mtp(model, kwargs, scale: float, head: str, rng, directory: str) -> None:
+    """``mtp.*`` (one layer shaped as the model's first full-attention layer, which
+    also says whether its MLP is sparse) added to ``model.safetensors``, and
+    ``mtp_num_hidden_layers`` in config.json."""
+    from safetensors.numpy import load_file, save_file
+
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    full = next(i for i, t in enumerate(model.config.layer_types) if t == FULL)
+    layer = f"model.layers.{full}."
+    hidden = kwargs["hidden_size"]
+
+    def random(key, shape):
+        if "norm" in key:                                   # zero-centred (1 + w) norms
+            return 0.2 * rng.standard_normal(shape)
+        values = 0.08 * rng.standard_normal(shape)
+        return values * scale if key.endswith(_OUTPUT_PROJECTIONS) else values
+
+    tensors = {"mtp.layers.0." + k[len(layer):]: random(k, v.shape)
+               for k, v in state.items() if k.startswith(layer)}
+    for key in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        tensors[f"mtp.{key}.weight"] = random("norm", (hidden,))
+    tensors["mtp.fc.weight"] = random("fc", (hidden, 2 * hidden))
+    if head == "bigram":
+        tensors["mtp.pre_fc_norm_embedding.weight"] = np.zeros(hidden)
+        tensors["mtp.pre_fc_norm_hidden.weight"] = -np.ones(hidden)
+        tensors["mtp.fc.weight"] = np.concatenate([np.eye(hidden), np.zeros((hidden, hidden))], 1)
+        tensors["mtp.norm.weight"] = state["model.norm.weight"]
+    # In model.safetensors beside the model's tensors, as checkpoints ship them (llama.cpp's
+    # converter reads only the model's weight files).
+    weights = os.path.join(directory, "model.safetensors")
+    save_file({**load_file(weights), **{k: np.ascontiguousarray(v, np.float32)
+                                        for k, v in tensors.items()}}, weights, {"format": "pt"})
+    config_path = os.path.join(directory, "config.json")
+    config = json.loads(Path(config_path).read_text())
+    config["mtp_num_hidden_layers"] = 1
+    Path(config_path).write_text(json.dumps(config, indent=2))
 
 
 def reference(name: str):

@@ -392,8 +392,8 @@ def load_gguf(path: str | os.PathLike,
     layers = config["num_hidden_layers"]
     for name in gf.tensors:
         if _in_mtp_block(name, layers):
-            # Kept for speculative decoding; no model reads it, so only its name and type
-            # are checked.
+            # Read by the MTP head when speculation asks for it (models/mtp.py, which
+            # checks the shapes then); here only its name and type.
             try:
                 hf_name(name, layers)
             except KeyError:

@@ -24,8 +24,8 @@ class serves both sources:
 * the multi-token-prediction (MTP) block of a file converted without ``--no-mtp``
   (``nextn_predict_layers`` blocks past the model's layers: a full decoder layer plus
   ``nextn.eh_proj``, ``enorm``, ``hnorm``, ``shared_head_norm``) is exposed under the
-  checkpoint's ``mtp.*`` names (``mtp_names``) for speculative decoding; the model does
-  not read it.
+  checkpoint's ``mtp.*`` names (``NEXTN_TENSORS``), read by the MTP head of speculative
+  decoding (``models/mtp.py``) when it is first asked for.
 
 The layer pattern is ``attention.recurrent_layers`` when the file has it, else
 ``full_attention_interval``; llama.cpp's graph always renormalises the top-k weights.

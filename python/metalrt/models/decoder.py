@@ -6,7 +6,7 @@ used only to prepare step inputs.
 """
 from __future__ import annotations
 
-from typing import List, Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -125,12 +125,14 @@ class CausalLM:
         return self.embed_tokens(step.token_ids)
 
     def forward(self, step: StepInputs, cache: ModelCache, float32_logits: bool = True,
-                hidden=None):
+                hidden=None, final_hidden: bool = False):
         """Runs one step, writing its K/V (and state) into ``cache``. Returns the logits
         [step.num_logit_rows, vocab] on the device, float32 (cast from the model's dtype
         when it is float16/bfloat16), or in the model's dtype with ``float32_logits``
         False (the decode step's greedy_argmax reads those directly, one dispatch less);
-        None when no row wants logits.
+        None when no row wants logits. ``final_hidden``: returns (logits, the final-normed
+        hidden state of every row [T, hidden] in the model's dtype, what an MTP head
+        reads: ``models/mtp.py``).
 
         A pipeline stage (``stage_layers``) after the first takes ``hidden``, the
         previous stage's hidden states [T, hidden_size] in the model's dtype on its
@@ -154,11 +156,19 @@ class CausalLM:
                 metalrt.flush(self.device)
         if not self.last_stage:
             return h
+        if final_hidden:
+            # Every row normed (the MTP head reads them), then the sampled rows gathered:
+            # the norm is per row, so the logits are those of the other order.
+            h = self.final_norm(h)
+            return self._head(h, step, float32_logits, normed=True), h
+        return self._head(h, step, float32_logits)
+
+    def _head(self, h, step: StepInputs, float32_logits: bool, normed: bool = False):
         if step.num_logit_rows == 0:
             return None
         if step.logit_rows is not None:
             h = ops.embedding(h, step.logit_rows)  # gather: only sampled rows reach the head
-        logits = linear(self.lm_head)(self.final_norm(h))
+        logits = linear(self.lm_head)(h if normed else self.final_norm(h))
         return as_float32(logits) if float32_logits else logits
 
     def check_cache(self, cache: ModelCache) -> None:

@@ -7,7 +7,7 @@ layer's cache is a ``cache.PagedKVLayer``, each GDN layer's a ``cache.RecurrentL
 (its per-request state)."""
 from __future__ import annotations
 
-from typing import List, Mapping
+from typing import List, Mapping, Optional
 
 from ..cache import ModelCache, RecurrentLayer, paged_kv_layers
 from .attention import Rope
@@ -18,6 +18,7 @@ from .gated_attention import GatedAttention
 from .gated_deltanet import GatedDeltaNet, GdnShape
 from .hybrid_config import FULL, layer_types, text_config
 from .layers import Embedding, dense_mlp
+from .mtp import MtpHead, has_mtp
 from .norms import UnitOffsetRMSNorm
 from .shape import DecoderShape
 from .sparse_moe import SparseMoE
@@ -49,8 +50,7 @@ class HybridModel(CausalLM):
         arch = self.arch
         text, prefix = text_config(config)
         shape = DecoderShape.from_config(text, arch)
-        hidden, heads, kv_heads, head_dim = shape.hidden, shape.heads, shape.kv_heads, shape.head_dim
-        vocab = shape.vocab
+        hidden, head_dim, vocab = shape.hidden, shape.head_dim, shape.vocab
         eps = config_float(text, "rms_norm_eps", arch, 1e-6)
         super().__init__(text, device, dtype, shape)
         self.layer_types = layer_types(text, arch)
@@ -63,21 +63,40 @@ class HybridModel(CausalLM):
         if self.rope.scaled:
             raise ValueError(f"[{arch}] RoPE scaling is not supported")
         self.embed_tokens = Embedding.load(w, prefix + "embed_tokens.weight", vocab, hidden)
-        self.layers = []
-        for i, kind in enumerate(self.layer_types):
-            p = f"{prefix}layers.{i}."
-            mixer = (GatedAttention(w, p, hidden, heads, kv_heads, head_dim, eps, self.rope)
-                     if kind == FULL else GatedDeltaNet(w, p, self.gdn, hidden, eps))
-            mlp = (SparseMoE(text, w, p + "mlp.", hidden, self.renormalize(text), shared=True)
-                   if sparse[i] else
-                   dense_mlp(w, p + "mlp.", hidden, config_int(text, "intermediate_size", arch)))
-            self.layers.append(PreNormLayer(
-                UnitOffsetRMSNorm(w, p + "input_layernorm.weight", hidden, eps), mixer,
-                UnitOffsetRMSNorm(w, p + "post_attention_layernorm.weight", hidden, eps), mlp))
+        self.layers = [self._layer(w, f"{prefix}layers.{i}.", kind, sparse[i], text, eps)
+                       for i, kind in enumerate(self.layer_types)]
         self.final_norm = UnitOffsetRMSNorm(w, prefix + "norm.weight", hidden, eps)
         tied = config_bool(text, "tie_word_embeddings", arch, False)
         self.lm_head = (self.embed_tokens.table if tied
                         else w.matrix("lm_head.weight", (vocab, hidden)))
+        # The MTP head is built when speculation first asks for it (``mtp``): most runs
+        # never read its weights.
+        self._mtp_source = (w, text, sparse[0], eps) if has_mtp(w.tensors) else None
+        self._mtp = None
+
+    def _layer(self, w: Weights, p: str, kind: str, sparse: bool, text: Mapping,
+               eps: float) -> PreNormLayer:
+        """The decoder layer whose tensors are ``p`` + ...: its mixer of ``kind``, a
+        sparse MoE block or a dense MLP."""
+        s = self.shape
+        mixer = (GatedAttention(w, p, s.hidden, s.heads, s.kv_heads, s.head_dim, eps, self.rope)
+                 if kind == FULL else GatedDeltaNet(w, p, self.gdn, s.hidden, eps))
+        mlp = (SparseMoE(text, w, p + "mlp.", s.hidden, self.renormalize(text), shared=True)
+               if sparse else
+               dense_mlp(w, p + "mlp.", s.hidden, config_int(text, "intermediate_size", self.arch)))
+        return PreNormLayer(UnitOffsetRMSNorm(w, p + "input_layernorm.weight", s.hidden, eps), mixer,
+                            UnitOffsetRMSNorm(w, p + "post_attention_layernorm.weight", s.hidden,
+                                              eps), mlp)
+
+    @property
+    def mtp(self) -> Optional[MtpHead]:
+        """The checkpoint's multi-token-prediction head (``models/mtp.py``), loaded on
+        first use; None when the checkpoint has no ``mtp.*`` tensors."""
+        if self._mtp is None and self._mtp_source is not None:
+            w, text, sparse, eps = self._mtp_source
+            self._mtp = MtpHead(self, w, text, eps,
+                                lambda weights, p: self._layer(weights, p, FULL, sparse, text, eps))
+        return self._mtp
 
     def new_cache(self, num_blocks: int, num_slots: int = DEFAULT_STATE_SLOTS,
                   window_blocks=None) -> ModelCache:

@@ -33,9 +33,11 @@ from ..models.logits import as_float32
 from ..plan import Plan, read_output, write_inputs
 
 
-def decode_key(num_rows: int, width: int, max_position: int) -> Tuple[int, int, int]:
-    """(rows, block-table width bucket, position bucket) of a decode step."""
-    return num_rows, 1 << max(0, (width - 1).bit_length()), Rope.position_bucket(max_position)
+def decode_key(num_rows: int, width: int, max_position: int, fed: int = 1) -> Tuple[int, ...]:
+    """(rows, block-table width bucket, position bucket) of a decode step; a verify step
+    feeding ``fed`` > 1 tokens a request adds ``fed``."""
+    key = num_rows, 1 << max(0, (width - 1).bit_length()), Rope.position_bucket(max_position)
+    return key if fed == 1 else key + (fed,)
 
 
 class DecodeSlots:
@@ -45,24 +47,28 @@ class DecodeSlots:
     zeros for a model without recurrent state), window_tables int32 [B, W] and
     window_slots int64 [B] (the sliding-window layers' own pool, ``cache.window``;
     unused without one), query_start_loc int32 [B + 1] (0..B: one token per request,
-    written once)."""
+    written once). A verify step's slots (``fed`` tokens a request: its last token and
+    fed - 1 drafts) hold ``fed`` entries a request in token_ids, positions,
+    slot_mapping and window_slots, and query_start_loc is 0, fed, .., B * fed."""
 
-    def __init__(self, device: str, rows: int, width: int):
-        self.rows, self.width = rows, width
-        self.token_ids = metalrt.empty(rows, "int32", device)
-        self.positions = metalrt.empty(rows, "int32", device)
-        self.slot_mapping = metalrt.empty(rows, "int64", device)
+    def __init__(self, device: str, rows: int, width: int, fed: int = 1):
+        self.rows, self.width, self.fed = rows, width, fed
+        tokens = rows * fed
+        self.token_ids = metalrt.empty(tokens, "int32", device)
+        self.positions = metalrt.empty(tokens, "int32", device)
+        self.slot_mapping = metalrt.empty(tokens, "int64", device)
         self.block_tables = metalrt.empty((rows, width), "int32", device)
         self.seq_lens = metalrt.empty(rows, "int32", device)
         self.state_slots = metalrt.zeros(rows, "int32", device)
         self.window_tables = metalrt.empty((rows, width), "int32", device)
-        self.window_slots = metalrt.empty(rows, "int64", device)
-        self.query_start_loc = metalrt.asarray(np.arange(rows + 1, dtype=np.int32), device=device)
+        self.window_slots = metalrt.empty(tokens, "int64", device)
+        self.query_start_loc = metalrt.asarray(np.arange(0, tokens + 1, fed, dtype=np.int32),
+                                               device=device)
 
     def step_inputs(self, max_position: int, windowed: bool = False) -> StepInputs:
         return StepInputs(self.token_ids, self.positions, self.slot_mapping, self.block_tables,
                           self.seq_lens, self.query_start_loc, logit_rows=None,
-                          num_logit_rows=self.rows, max_position=max_position,
+                          num_logit_rows=self.rows * self.fed, max_position=max_position,
                           state_slots=self.state_slots,
                           window_tables=self.window_tables if windowed else None,
                           window_slots=self.window_slots if windowed else None)
@@ -73,6 +79,8 @@ class _Phase:
     slots: DecodeSlots
     plan: Optional[Plan] = None
     logits: Optional["metalrt.Tensor"] = None   # float32 [B, vocab], the plan's output
+    ids: Optional["metalrt.Tensor"] = None      # its greedy ids (a decode: the next phase's
+                                                # token_ids)
 
 
 @dataclass(frozen=True)
@@ -145,7 +153,9 @@ class DecodePlans:
                     if phase.plan is not None:
                         phase.plan.release()
             device = self.model.device
-            phases = self._keys[key] = [_Phase(DecodeSlots(device, key[0], key[1])) for _ in range(2)]
+            fed = key[3] if len(key) > 3 else 1
+            phases = self._keys[key] = [_Phase(DecodeSlots(device, key[0], key[1], fed))
+                                        for _ in range(2)]
         self._keys.move_to_end(key)
         return phases
 
@@ -159,7 +169,8 @@ class DecodePlans:
     def launch(self, blocks: Sequence[Sequence[int]], positions: Sequence[int],
                token_ids: Optional[Sequence[int]], after: Optional[DecodeRun] = None,
                state_slots: Optional[Sequence[int]] = None,
-               window_tables: Optional[Sequence[Sequence[int]]] = None) -> DecodeRun:
+               window_tables: Optional[Sequence[Sequence[int]]] = None,
+               fed: int = 1) -> DecodeRun:
         """Commits the decode step of len(positions) requests: request b feeds
         ``token_ids[b]`` at ``positions[b]`` (its block table ``blocks[b]``, its
         recurrent state at ``state_slots[b]``: distinct slots of the cache's pools, for
@@ -168,10 +179,14 @@ class DecodePlans:
         run of the same key) produces on the device. Replays the key's plan, or records
         it (running the step through the model) on a miss. Returns without waiting for
         the device. The slots are checked when the step records, not when it replays
-        (``metalrt.plan``): pass the scheduler's."""
-        pos = np.asarray(positions, dtype=np.int64)
+        (``metalrt.plan``): pass the scheduler's. ``fed`` > 1: a verify step, request b
+        feeding ``token_ids[b * fed:(b + 1) * fed]`` at positions[b] ..
+        positions[b] + fed - 1, logits and greedy ids at every row (the run's ``ids``:
+        int32 [B * fed]); its ids stay in the run (no step follows on the device)."""
+        first = np.asarray(positions, dtype=np.int64)
+        pos = (first[:, None] + np.arange(fed)[None, :]).reshape(-1)
         width = max(len(b) for b in blocks)
-        key = decode_key(len(pos), width, int(pos.max()))
+        key = decode_key(len(first), width, int(pos.max()), fed)
         if token_ids is None and (after is None or after.key != key):
             raise ValueError("[decode plans] ids on the device need the previous run of the "
                              "same key")
@@ -180,23 +195,24 @@ class DecodePlans:
         self._next_phase = 1 - phase
         current, following = phases[phase], phases[1 - phase]
         slots = current.slots
-        tables = np.zeros((len(pos), slots.width), dtype=np.int32)
+        tables = np.zeros((len(first), slots.width), dtype=np.int32)
         for b, table in enumerate(blocks):
             tables[b, :len(table)] = table
-        slot_ids = tables[np.arange(len(pos)), pos // BLOCK_SIZE].astype(np.int64) * BLOCK_SIZE
+        row = np.repeat(np.arange(len(first)), fed)      # the request of every token
+        slot_ids = tables[row, pos // BLOCK_SIZE].astype(np.int64) * BLOCK_SIZE
         pairs = [(slots.positions, pos.astype(np.int32)),
                  (slots.slot_mapping, slot_ids + pos % BLOCK_SIZE),
                  (slots.block_tables, tables),
-                 (slots.seq_lens, (pos + 1).astype(np.int32))]
+                 (slots.seq_lens, (first + fed).astype(np.int32))]
         if token_ids is not None:
             pairs.append((slots.token_ids, np.asarray(token_ids, dtype=np.int32)))
         if state_slots is not None:
             pairs.append((slots.state_slots, np.asarray(state_slots, dtype=np.int32)))
         if window_tables is not None:
-            windows = np.full((len(pos), slots.width), -1, dtype=np.int32)
+            windows = np.full((len(first), slots.width), -1, dtype=np.int32)
             for b, table in enumerate(window_tables):
                 windows[b, :len(table)] = table
-            rows = windows[np.arange(len(pos)), pos // BLOCK_SIZE].astype(np.int64)
+            rows = windows[row, pos // BLOCK_SIZE].astype(np.int64)
             pairs += [(slots.window_tables, windows),
                       (slots.window_slots, rows * BLOCK_SIZE + pos % BLOCK_SIZE)]
         write_inputs(pairs)
@@ -207,13 +223,14 @@ class DecodePlans:
                 logits = self.model.forward(
                     slots.step_inputs(int(pos.max()), window_tables is not None), self.cache,
                     float32_logits=False)
-                ops.greedy_argmax(logits, out=following.slots.token_ids)
-            current.plan, current.logits = plan, logits
+                ids = ops.greedy_argmax(logits, out=following.slots.token_ids
+                                        if fed == 1 else None)
+            current.plan, current.logits, current.ids = plan, logits, ids
             self.records += 1
         else:
             current.plan.replay()
             self.replays += 1
-        return DecodeRun(key, phase, following.slots.token_ids, current.logits)
+        return DecodeRun(key, phase, current.ids, current.logits)
 
     @staticmethod
     def read_ids(run: DecodeRun) -> np.ndarray:

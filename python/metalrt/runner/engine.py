@@ -15,6 +15,7 @@ from ..models.logits import as_float32
 from ..tensor import is_int
 from .decode_plans import DecodePlans, DecodeRun
 from .draft_model import DraftModelDrafter, check_draft_model
+from .mtp_drafter import MtpDrafter
 from .request import Request
 from .sampling import SamplingParams
 from .scheduler import Scheduler
@@ -86,8 +87,13 @@ class Engine:
     (``speculative.accept``) plus one of the target's own; rejected positions are
     rolled back: their KV rows lie past the sequence's length (overwritten, never read),
     and a layer's recurrent state is restored from a snapshot taken before the step and
-    the kept tokens run again. Such a step runs op by op, beside plain decodes and
-    prefills of other requests; a step in which nothing was drafted replays its plan.
+    the kept tokens run again. A step in which every request verifies k drafts replays
+    a verify plan (``DecodePlans.launch(fed=k + 1)``); another verify step runs op by
+    op, beside plain decodes and prefills of other requests; a step in which nothing
+    was drafted replays its decode plan.
+    With "mtp" (``mtp_drafter.MtpDrafter``), every step of a speculating request runs op
+    by op and hands the model's final-normed hidden states of the positions it kept to
+    the drafter, whose next round drafts from them.
     Raises ValueError for a num_draft_tokens a verify step cannot hold (above
     max_batched_tokens - 1 or the cache's tokens - 1), a draft model that cannot draft
     for ``model`` (``draft_model.check_draft_model``) and "mtp" for a model without a
@@ -162,6 +168,8 @@ class Engine:
         cls.check_speculative(model, speculative)
         cls.check_room(speculative.num_draft_tokens, max_batched_tokens,
                        cache.num_blocks * BLOCK_SIZE)
+        if speculative.method == "mtp":
+            return MtpDrafter(model, cache.num_blocks)
         if speculative.method != "draft":
             return None
         return DraftModelDrafter(speculative.draft_model, cache.num_blocks)
@@ -227,7 +235,28 @@ class Engine:
                         self.cache.reset(request.state_slot)
             self.stats.prompt_tokens_computed += max(
                 0, min(len(request.prompt), chunk.start + len(chunk.token_ids)) - chunk.start)
-        if self.plans is not None and scheduled and all(
+        # An MTP drafter reads the hidden states of every step of a speculating request,
+        # which a plan does not hand out.
+        mtp = isinstance(self.drafter, MtpDrafter) and any(r.speculative for r, _ in scheduled)
+        snapshots = {id(r): self.cache.snapshot(r.state_slot) for r, _ in scheduled
+                     if r.draft and self.cache.num_state_slots}
+        fed = self._verify_plan_rows(scheduled) if self.plans is not None and not mtp else 0
+        if fed:
+            # Every request verifies as many drafts: the step replays its verify plan.
+            chunks = [c for _, c in scheduled]
+            run = self.plans.launch([c.block_table for c in chunks], [c.start for c in chunks],
+                                    [t for c in chunks for t in c.token_ids],
+                                    state_slots=self._state_slots([r for r, _ in scheduled]),
+                                    window_tables=None if not self.cache.window
+                                    else [c.window_table for c in chunks], fed=fed)
+            self._count_step(len(scheduled))
+            host_logits = self.plans.read_logits(run) \
+                if any(r.params.needs_logits for r, _ in scheduled) else None
+            ids = self.plans.read_ids(run) \
+                if not all(r.params.needs_logits for r, _ in scheduled) else None
+            return self._verify([(r, b * fed) for b, (r, _) in enumerate(scheduled)],
+                                host_logits, ids, snapshots)
+        if self.plans is not None and scheduled and not mtp and all(
                 len(c.token_ids) == 1 and c.logits == "last" for _, c in scheduled):
             # One token per request: a decode step (or 1-token prompts), from a plan.
             requests = [r for r, _ in scheduled]
@@ -241,13 +270,14 @@ class Engine:
                 self.scheduler.advance(request, 1)
             self._count_step(len(requests))
             return self._decode_outputs(run, requests, requests)
-        snapshots = {id(r): self.cache.snapshot(r.state_slot) for r, _ in scheduled
-                     if r.draft and self.cache.num_state_slots}
         # The model's dtype: greedy_argmax reads float16/bfloat16 logits directly, and
         # only a request that samples from the logits pays for the float32 cast.
-        logits = self.model.forward(
-            build_step([c for _, c in scheduled], self.model.device, self.inputs), self.cache,
-            float32_logits=False)
+        step = build_step([c for _, c in scheduled], self.model.device, self.inputs)
+        if mtp:
+            logits, hidden = self.model.forward(step, self.cache, float32_logits=False,
+                                                final_hidden=True)
+        else:
+            logits, hidden = self.model.forward(step, self.cache, float32_logits=False), None
         self.stats.steps += 1
         self.stats.max_batch_size = max(self.stats.max_batch_size, len(scheduled))
         for request, chunk in scheduled:
@@ -255,8 +285,17 @@ class Engine:
                 self.scheduler.advance(request, len(chunk.token_ids))
                 self._checkpoint(request)
         sampling = [(r, c) for r, c in scheduled if c.logits != "none"]
-        if not sampling:
-            return []
+        outputs = self._sample_and_verify(sampling, logits, snapshots) if sampling else []
+        if hidden is not None:
+            rows = np.cumsum([0] + [len(c.token_ids) for _, c in scheduled])
+            self.drafter.note(hidden, [(r, int(row), c.start, r.num_computed - c.start)
+                                       for (r, c), row in zip(scheduled, rows)
+                                       if r.speculative and not r.finished])
+        return outputs
+
+    def _sample_and_verify(self, sampling, logits, snapshots) -> List[TokenOutput]:
+        """The tokens of the step's rows with logits (``sampling``: (request, chunk)
+        pairs): sampled, or verified for a request whose chunk fed a draft."""
         on_host = any(r.params.needs_logits for r, _ in sampling)
         host_logits = as_float32(logits).numpy() if on_host else None
         device_ids = None
@@ -272,6 +311,13 @@ class Engine:
                 row += 1
         outputs = self._sample(rows, host_logits, device_ids)
         return outputs + self._verify(verified, host_logits, device_ids, snapshots)
+
+    @staticmethod
+    def _verify_plan_rows(scheduled) -> int:
+        """k + 1 when every scheduled request verifies k >= 1 drafts (a step a verify
+        plan replays), else 0."""
+        fed = {len(c.token_ids) if r.draft else 0 for r, c in scheduled}
+        return fed.pop() if len(fed) == 1 and 0 not in fed else 0
 
     def _checkpoint(self, request: Request) -> None:
         """Keeps the request's recurrent state when its prompt chunk ended at a block
@@ -302,7 +348,10 @@ class Engine:
                 wanted.append((request, k))
                 budget -= k
         cfg = self.speculative
-        if self.drafter is not None:
+        if isinstance(self.drafter, MtpDrafter):
+            # Also when nothing is wanted: the catch-up of prompt chunks runs every step.
+            drafts = self.drafter.propose(wanted)
+        elif self.drafter is not None:
             self.drafter.release_others([r.request_id for r in running])
             drafts = self.drafter.propose(wanted) if wanted else []
         else:
