@@ -127,7 +127,8 @@ def attention_case(device, dtype, k_type, v_type, q_lens, seq_lens, head_dim=64,
 
 # Requests with one query (decode: one partition at 40, split partitions at 600), a
 # prefill and a chunked prefill with context; the window case cuts the context.
-BATCHES = [([1], [40]), ([1, 1], [600, 33]), ([20, 1, 7], [20, 300, 50])]
+# The second and third need the split decode: more than 512 positions (kDecodePartition).
+BATCHES = [([1], [40]), ([1, 1], [600, 33]), ([20, 1, 7], [20, 700, 50])]
 
 
 # The CPU paged_attention providers each tier case leaves on: the oracle; the fast decode
