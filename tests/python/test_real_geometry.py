@@ -28,7 +28,7 @@ from metalrt.cache import blocks_for
 from metalrt.runner import Engine, SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repository's bench/
-from bench import counters  # noqa: E402
+from bench import counters, geometry  # noqa: E402
 
 ARCHS = list(real_geometry.CONFIGS)
 PARTS = list(real_geometry.REFERENCE)
@@ -114,6 +114,10 @@ def test_prefill_and_decode_run_natively(arch, device):
         # LM head and argmax.
         assert decode["dispatches_per_layer"] == DISPATCHES_PER_LAYER
         assert decode["dispatches"] == 4 * DISPATCHES_PER_LAYER + 4
+        assert (DISPATCHES_PER_LAYER, 4) == (geometry.DISPATCHES_PER_LAYER,
+                                             geometry.DISPATCHES_OUTSIDE_LAYERS)
+        # The bench's element count of a decode token, float32: the bytes the step read.
+        assert decode["weight_bytes"] == 4 * sum(geometry.decode_elements(model.config).values())
         replayed = report["replayed_decode"]
         assert replayed["plan_replays"] > 0 and all(replayed["goal"].values()), replayed
         return
