@@ -140,8 +140,44 @@ def _q4_k_m(name: str, hf: Path, out: Path) -> None:
 
 def _mlx_4bit(name: str, hf: Path, out: Path) -> None:
     python = quant_fixtures.peer_python("mlx")
-    quant_fixtures.run_in_peer(python, quant_fixtures.MLX_CONVERT, hf, out / _MODEL["mlx_4bit"], 4, 64)
+    source = _as_released_layout(hf, out / "source")
+    quant_fixtures.run_in_peer(python, quant_fixtures.MLX_CONVERT, source, out / _MODEL["mlx_4bit"], 4, 64)
+    shutil.rmtree(out / "source", ignore_errors=True)
     _peer_reference("mlx", out / _MODEL["mlx_4bit"], out / REFERENCE["mlx_4bit"])
+
+
+def _as_released_layout(hf: Path, target: Path) -> Path:
+    """``hf`` as the released Qwen3.5-MoE checkpoints store it, which is what mlx-lm
+    reads: ``model_type`` ``qwen3_5_moe`` (mlx-lm takes a flat config as its text config;
+    it does not know transformers' text-only ``qwen3_5_moe_text``) and each layer's
+    experts fused, ``mlp.experts.gate_up_proj`` [E, 2I, H] and ``mlp.experts.down_proj``
+    [E, H, I] (transformers saves them one expert at a time); RoPE's ``rope_theta`` and
+    ``partial_rotary_factor`` also flat, as the released configs have them (mlx-lm's
+    Qwen3-Next reads them there). Links to ``hf``'s other files."""
+    from safetensors.numpy import load_file, save_file
+
+    config = json.loads((hf / "config.json").read_text())
+    target.mkdir()
+    for f in hf.iterdir():
+        if f.name != "config.json" and (f.suffix != ".safetensors" or config["model_type"] != "qwen3_5_moe_text"):
+            (target / f.name).symlink_to(f)
+    rope = {k: config["rope_parameters"][k] for k in ("rope_theta", "partial_rotary_factor")}
+    if config["model_type"] != "qwen3_5_moe_text":
+        (target / "config.json").write_text(json.dumps(dict(config, **rope)))
+        return target
+    (target / "config.json").write_text(json.dumps(dict(config, **rope, model_type="qwen3_5_moe")))
+    tensors = {}
+    for shard in sorted(hf.glob("*.safetensors")):
+        tensors.update(load_file(str(shard)))
+    for layer in range(config["num_hidden_layers"]):
+        p = f"model.layers.{layer}.mlp.experts."
+        experts = range(config["num_experts"])
+        parts = {proj: np.stack([tensors.pop(f"{p}{e}.{proj}.weight") for e in experts])
+                 for proj in ("gate_proj", "up_proj", "down_proj")}
+        tensors[p + "gate_up_proj"] = np.concatenate([parts["gate_proj"], parts["up_proj"]], axis=1)
+        tensors[p + "down_proj"] = parts["down_proj"]
+    save_file(tensors, str(target / "model.safetensors"))
+    return target
 
 
 def _peer_reference(peer: str, model: Path, target: Path) -> None:
