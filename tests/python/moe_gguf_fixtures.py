@@ -112,25 +112,6 @@ def converted(name: str, spec) -> dict[str, Path]:
     return paths
 
 
-def convert_to_gguf(hf: Path, outfile: Path, flags, smollm_pre: bool) -> None:
-    """llama.cpp's converter on the Hugging Face directory ``hf``: a float32 GGUF at
-    ``outfile``. ``smollm_pre``: the converter is told the tokenizer's pre-tokenizer is
-    SmolLM2's (only ``tokenizer.ggml.pre`` is affected, never a tensor)."""
-    converter = converter_dir()
-    env = dict(os.environ, PYTHONPATH=str(converter / "gguf-py"))
-    argv = ["convert_hf_to_gguf.py", str(hf), "--outfile", str(outfile), "--outtype", "f32", *flags]
-    script = argv
-    if smollm_pre:
-        script = ["-c", "import runpy, sys; sys.path.insert(0, '.'); import conversion.base as b; "
-                  "b.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'smollm'; "
-                  f"sys.argv = {argv!r}; runpy.run_path('convert_hf_to_gguf.py', run_name='__main__')"]
-    proc = subprocess.run(["nice", "-n", "10", sys.executable, *script],
-                          cwd=converter, env=env, capture_output=True, text=True)
-    if proc.returncode:
-        raise RuntimeError(f"[moe_gguf_fixtures] convert_hf_to_gguf.py exited "
-                           f"{proc.returncode}: {proc.stderr[-2000:]}")
-
-
 def _make(name: str, spec, final: Path) -> None:
     """Writes the fixture into a temporary sibling of ``final``, renamed into place
     when complete."""
@@ -140,7 +121,20 @@ def _make(name: str, spec, final: Path) -> None:
         hf = partial / "hf"
         hf.mkdir()
         _hf_model(spec, hf)
-        convert_to_gguf(hf, partial / "f32.gguf", spec[2], smollm_pre=name in _SMOLLM_PRE)
+        converter = converter_dir()
+        env = dict(os.environ, PYTHONPATH=str(converter / "gguf-py"))
+        argv = ["convert_hf_to_gguf.py", str(hf), "--outfile", str(partial / "f32.gguf"),
+                "--outtype", "f32", *spec[2]]
+        script = argv
+        if name in _SMOLLM_PRE:
+            script = ["-c", "import runpy, sys; sys.path.insert(0, '.'); import conversion.base as b; "
+                      "b.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'smollm'; "
+                      f"sys.argv = {argv!r}; runpy.run_path('convert_hf_to_gguf.py', run_name='__main__')"]
+        proc = subprocess.run(["nice", "-n", "10", sys.executable, *script],
+                              cwd=converter, env=env, capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(f"[moe_gguf_fixtures] convert_hf_to_gguf.py exited "
+                               f"{proc.returncode}: {proc.stderr[-2000:]}")
         quant_fixtures.quantize_gguf(partial / "f32.gguf", partial / "q8_0.gguf", Q8_0)
         os.replace(partial, final)
     finally:

@@ -4,7 +4,7 @@ geometry: transformers' default ``Qwen3_5MoeTextConfig()`` (Qwen3.5/3.6-35B-A3B)
 head_dim 256 with partial RoPE 0.25 and the output gate, GDN 16 key / 32 value heads of
 128, expert intermediate 512 and the shared expert, top-8 / top-10 routing -- cut to 4
 layers (3 GDN + 1 full attention, the released pattern), 32 experts and a vocabulary of
-VOCAB (a byte-level BPE made of SmolLM2's first merges, so that llama.cpp's converter
+VOCAB (a byte-level BPE made of SmolLM2's first merges, of the kind llama.cpp's converter
 takes it). About 0.54 G parameters (2.2 GB float32) each.
 
 Made once per machine under ``<metalrt cache>/real-geometry/<name>-<config hash>/``
@@ -13,8 +13,6 @@ complete:
 
 * ``hf``: the Hugging Face directory, with transformers' float32 logits of PROMPTS and
   its greedy continuation of the first (``transformers.npz``);
-* ``q4_k_m``: llama.cpp's converter (``moe_gguf_fixtures.convert_to_gguf``) then its
-  quantizer at Q4_K_M, with llama.cpp's own logits and greedy ids (``llama.cpp.npz``);
 * ``mlx_4bit``: ``mlx_lm.convert -q`` (4 bits, group 64), with mlx-lm's (``mlx-lm.npz``).
 
 The peers run in the bench's peers venv (``quant_fixtures``).
@@ -31,7 +29,6 @@ from pathlib import Path
 import numpy as np
 
 import cache_lock
-import moe_gguf_fixtures
 import quant_fixtures
 import tiny_hybrid
 from metalrt.default_model import cache_dir, default_model_path
@@ -40,8 +37,8 @@ from real_geometry_reference import GREEDY_STEPS, PROMPT_LENGTHS, VOCAB, prompt,
 LAYERS = ["linear_attention"] * 3 + ["full_attention"]
 _CUT = dict(num_hidden_layers=4, layer_types=LAYERS, num_experts=32, vocab_size=VOCAB)
 CONFIGS = {"qwen3_5_moe": ("Qwen3_5MoeTextConfig", _CUT), "qwen3_next": ("Qwen3NextConfig", _CUT)}
-REFERENCE = {"hf": "transformers.npz", "q4_k_m": "llama.cpp.npz", "mlx_4bit": "mlx-lm.npz"}
-_MODEL = {"hf": "", "q4_k_m": "q4_k_m.gguf", "mlx_4bit": "mlx_4bit"}
+REFERENCE = {"hf": "transformers.npz", "mlx_4bit": "mlx-lm.npz"}
+_MODEL = {"hf": "", "mlx_4bit": "mlx_4bit"}
 
 
 def _directory(name: str) -> Path:
@@ -50,7 +47,7 @@ def _directory(name: str) -> Path:
 
 
 def fixture(name: str, part: str) -> tuple[Path, dict]:
-    """(model path, reference) of ``part`` ("hf", "q4_k_m" or "mlx_4bit") of twin
+    """(model path, reference) of ``part`` ("hf" or "mlx_4bit") of twin
     ``name``; the reference holds ``logits_<L>`` [L, VOCAB] float32 for each of
     PROMPT_LENGTHS and ``greedy`` (GREEDY_STEPS ids after the 40-token prompt).
     Raises quant_fixtures.FixtureUnavailable when a peer cannot be installed."""
@@ -130,14 +127,6 @@ np.savez(sys.argv[2], **r.run(sys.argv[1], sys.argv[4]))
 """
 
 
-def _q4_k_m(name: str, hf: Path, out: Path) -> None:
-    f32 = out / "f32.gguf"
-    moe_gguf_fixtures.convert_to_gguf(hf, f32, ["--no-mtp"], smollm_pre=True)
-    quant_fixtures.quantize_gguf(f32, out / _MODEL["q4_k_m"], quant_fixtures.GGUF_FTYPES["q4_k_m"])
-    f32.unlink()
-    _peer_reference("llama.cpp", out / _MODEL["q4_k_m"], out / REFERENCE["q4_k_m"])
-
-
 def _mlx_4bit(name: str, hf: Path, out: Path) -> None:
     python = quant_fixtures.peer_python("mlx")
     source = _as_released_layout(hf, out / "source")
@@ -185,4 +174,4 @@ def _peer_reference(peer: str, model: Path, target: Path) -> None:
                                Path(__file__).parent, peer)
 
 
-_BUILD = {"hf": _hf, "q4_k_m": _q4_k_m, "mlx_4bit": _mlx_4bit}
+_BUILD = {"hf": _hf, "mlx_4bit": _mlx_4bit}
