@@ -5,7 +5,7 @@ head_dim 256 with partial RoPE 0.25 and the output gate, GDN 16 key / 32 value h
 128, expert intermediate 512 and the shared expert, top-8 / top-10 routing -- cut to 4
 layers (3 GDN + 1 full attention, the released pattern), 32 experts and a vocabulary of
 VOCAB (a byte-level BPE made of SmolLM2's first merges, of the kind llama.cpp's converter
-takes it). About 0.54 G parameters (2.2 GB float32) each.
+takes). About 0.54 G parameters (2.2 GB float32) each.
 
 Made once per machine under ``<metalrt cache>/real-geometry/<name>-<config hash>/``
 (never committed), each part behind its own cache lock and renamed into place when
