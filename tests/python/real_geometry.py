@@ -137,8 +137,8 @@ def _mlx_4bit(name: str, hf: Path, out: Path) -> None:
 
 def _as_released_layout(hf: Path, target: Path) -> Path:
     """``hf`` as the released Qwen3.5-MoE checkpoints store it, which is what mlx-lm
-    reads: ``model_type`` ``qwen3_5_moe`` (mlx-lm takes a flat config as its text config;
-    it does not know transformers' text-only ``qwen3_5_moe_text``) and each layer's
+    reads: ``model_type`` ``qwen3_5_moe`` with the text model's config as ``text_config``
+    (mlx-lm does not know transformers' text-only ``qwen3_5_moe_text``) and each layer's
     experts fused, ``mlp.experts.gate_up_proj`` [E, 2I, H] and ``mlp.experts.down_proj``
     [E, H, I] (transformers saves them one expert at a time); RoPE's ``rope_theta`` and
     ``partial_rotary_factor`` also flat, as the released configs have them (mlx-lm's
@@ -154,7 +154,10 @@ def _as_released_layout(hf: Path, target: Path) -> Path:
     if config["model_type"] != "qwen3_5_moe_text":
         (target / "config.json").write_text(json.dumps(dict(config, **rope)))
         return target
-    (target / "config.json").write_text(json.dumps(dict(config, **rope, model_type="qwen3_5_moe")))
+    text = dict(config, **rope)
+    (target / "config.json").write_text(json.dumps(
+        {"model_type": "qwen3_5_moe", "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+         "tie_word_embeddings": config["tie_word_embeddings"], "text_config": text}))
     tensors = {}
     for shard in sorted(hf.glob("*.safetensors")):
         tensors.update(load_file(str(shard)))

@@ -63,8 +63,13 @@ def _assert_close(got, expected, bar, what):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("part", PARTS)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_logits_and_greedy_ids_match_the_reference(arch, part, device):
+def test_logits_and_greedy_ids_match_the_reference(arch, part, device, monkeypatch):
     model, tokenizer, reference = loaded(arch, part, device)
+    if part != "hf" and device == "cpu" and metalrt.doctor()["cpu_prefill_gemm"] == "auto":
+        # The CPU's default prefill GEMM of quantized weights is the bf16 one where the CPU
+        # has it, whose rounded activations move these logits by up to 6e-2 x range
+        # (measured, qwen3_next); mlx-lm's products are f32, so the f32 GEMM is compared.
+        monkeypatch.setenv("METALRT_CPU_GEMM", "f32")
     if device == "metal":
         first = real_geometry.prompt(real_geometry.PROMPT_LENGTHS[0])[:SIM_PREFIX]
         _assert_close(model.logits(first), reference["logits_40"][:SIM_PREFIX], BAR[part],
