@@ -27,11 +27,12 @@ import family_gguf_fixtures
 import ggml_metal_source
 import moe_gguf_fixtures
 import quant_fixtures
+import real_geometry
 import tiny_hybrid
 
 # The modules whose fixtures are built here, in the order pytest reaches them.
 MODULES = (tiny_hybrid, moe_gguf_fixtures, chat_templates, family_gguf_fixtures, ggml_metal_source,
-           quant_fixtures)
+           quant_fixtures, real_geometry)
 
 
 def _ggml_corpus() -> None:
@@ -52,6 +53,8 @@ def steps():
     yield "ggml kernel libraries", _ggml_corpus
     quantized = dict.fromkeys((*quant_fixtures.FIXTURES, *quant_fixtures.REAL_FILE_GGUFS))
     yield from ((f"quantized {n}", lambda n=n: quant_fixtures.fixture(n)) for n in quantized)
+    yield from ((f"real geometry {n} {part}", lambda n=n, part=part: real_geometry.fixture(n, part))
+                for n in real_geometry.CONFIGS for part in real_geometry.REFERENCE)
 
 
 def main() -> int:

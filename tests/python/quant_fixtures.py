@@ -96,7 +96,7 @@ def step(token):
     return model(x, cache=cache)[0, -1].astype(mx.float32).tolist()
 """ + _REFERENCE_LOOP
 
-_MLX_CONVERT = """
+MLX_CONVERT = """
 import sys
 from mlx_lm import convert
 convert(sys.argv[1], mlx_path=sys.argv[2], quantize=True, q_bits=int(sys.argv[3]),
@@ -109,7 +109,7 @@ def fixture_dir() -> Path:
 
 
 @functools.lru_cache(maxsize=None)
-def _peer_python(peer: str) -> str:
+def peer_python(peer: str) -> str:
     """The peers venv's python once ``peer`` imports there, installed by the bench's
     installer when it does not (once per machine; llama-cpp-python builds llama.cpp).
     Checked once per process, under the venv's lock: one pip at a time writes there."""
@@ -123,7 +123,7 @@ def _peer_python(peer: str) -> str:
     return str(peers.python_of(venv))
 
 
-def _run(python: str, code_or_module, *args, cwd=None) -> None:
+def run_in_peer(python: str, code_or_module, *args, cwd=None) -> None:
     cmd = [python, "-m", code_or_module[1:]] if code_or_module.startswith(":") else \
         [python, "-c", code_or_module]
     proc = subprocess.run(["nice", "-n", "10", *cmd, *map(str, args)], capture_output=True,
@@ -137,16 +137,16 @@ def _run(python: str, code_or_module, *args, cwd=None) -> None:
 def hf_export() -> Path:
     """The default model as a float Hugging Face directory (``bench.export_hf``, kept
     while it matches its stamp; checked once per process)."""
-    python = _peer_python(peers.EXPORTER)
+    python = peer_python(peers.EXPORTER)
     with cache_lock.held("quant-fixtures/hf-export"):
         hf = cache_dir() / "quant-fixtures" / "hf-export"
-        _run(python, ":bench.export_hf", default_model_path(), hf, cwd=ROOT)
+        run_in_peer(python, ":bench.export_hf", default_model_path(), hf, cwd=ROOT)
     return hf
 
 
 def quantize_gguf(source: Path, target: Path, ftype: int) -> None:
     """``source`` requantized to llama.cpp's ``ftype`` by its own quantizer."""
-    _run(_peer_python("llama.cpp"), _QUANTIZE, source, target, ftype)
+    run_in_peer(peer_python("llama.cpp"), _QUANTIZE, source, target, ftype)
 
 
 def _make(name: str, out: Path) -> Path:
@@ -155,14 +155,14 @@ def _make(name: str, out: Path) -> Path:
     if name in GGUF_FTYPES:
         model = out / f"{name}.gguf"
         quantize_gguf(source, model, GGUF_FTYPES[name])
-        _run(_peer_python("llama.cpp"), _LLAMA_CPP_REFERENCE, model, out / REFERENCE, json.dumps(PROMPT), STEPS)
+        run_in_peer(peer_python("llama.cpp"), _LLAMA_CPP_REFERENCE, model, out / REFERENCE, json.dumps(PROMPT), STEPS)
         return model
-    python = _peer_python("mlx")
+    python = peer_python("mlx")
     hf = hf_export()
     model = out / "model"
     bits, group = MLX_BITS[name]
-    _run(python, _MLX_CONVERT, hf, model, bits, group)
-    _run(python, _MLX_REFERENCE, model, out / REFERENCE, json.dumps(PROMPT), STEPS)
+    run_in_peer(python, MLX_CONVERT, hf, model, bits, group)
+    run_in_peer(python, _MLX_REFERENCE, model, out / REFERENCE, json.dumps(PROMPT), STEPS)
     return model
 
 
