@@ -123,6 +123,12 @@ def _peer_python(peer: str) -> str:
     return str(peers.python_of(venv))
 
 
+def peer_python(peer: str) -> str:
+    """The peers venv's python with ``peer`` importable (installed on first use); raises
+    FixtureUnavailable when it cannot be."""
+    return _peer_python(peer)
+
+
 def _run(python: str, code_or_module, *args, cwd=None) -> None:
     cmd = [python, "-m", code_or_module[1:]] if code_or_module.startswith(":") else \
         [python, "-c", code_or_module]
