@@ -296,7 +296,8 @@ TEST_CASE("metal moe_matmul_bt: gate and up stacks as two operands, a bad id NaN
     for (const Tensor& t : gate) metal_gate.push_back(ToMetal(t));
     for (const Tensor& t : up) metal_up.push_back(ToMetal(t));
     for (int64_t tokens : {2, 9}) {
-      CAPTURE(SpecName(s), tokens);
+      CAPTURE(SpecName(s));
+      CAPTURE(tokens);
       std::vector<int32_t> ids = RandomIds(tokens, 2, experts, 15902 + static_cast<uint32_t>(tokens));
       const Tensor x = MakeFloat({tokens, k}, DType::kF32, RandomValues(tokens * k, 15903));
       const Tensor ref = ops::MoeMatmulBT(x, WeightOf(s, experts * n, k, gate, 0), WeightOf(s, experts * n, k, up, 0),

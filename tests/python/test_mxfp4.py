@@ -126,7 +126,7 @@ def test_split_dequantize_is_bit_exact_with_mlx(tmp_path, device):
     np.testing.assert_array_equal(ours[~at_255].view(np.uint32), theirs[~at_255].view(np.uint32))
     parted = at_255 & ~(np.isnan(theirs) & (ours == 0) | np.isinf(theirs) & (np.abs(ours) == 2.0 ** 127))
     np.testing.assert_array_equal(ours[parted].view(np.uint32), theirs[parted].view(np.uint32))
-    assert at_255.sum() == 32 and np.isnan(theirs[at_255]).any()
+    assert at_255.sum() >= 32 and np.isnan(theirs[at_255]).any()
 
 
 # (m, n, k) at gpt-oss-20b's shapes (hidden 2880, 64 heads of 64: q 4096 rows, k/v 512,
