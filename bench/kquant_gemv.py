@@ -1,11 +1,13 @@
-"""Decode GEMV (m = 1) GB/s of Q4_1, Q4_K and Q6_K weights at Llama-3.2-1B and
-Llama-3.1-8B matrix shapes, against the bandwidth probe (``bench/bandwidth.py``) on the
-same thread count: ``python -m bench.kquant_gemv --threads 1 [--formats q4_k,q6_k]``.
+"""Decode GEMV (m = 1) GB/s of Q4_1, Q4_K and Q6_K weights (and MXFP4 in both
+layouts, ``--formats mxfp4,mxfp4_gguf``) at Llama-3.2-1B and Llama-3.1-8B matrix shapes,
+against the bandwidth probe (``bench/bandwidth.py``) on the same thread count:
+``python -m bench.kquant_gemv --threads 1 [--formats q4_k,q6_k]``.
 
-GB/s = the weight's packed bytes / the best of the repeats' wall times (the machine may
-be shared; the best is the least disturbed), float32 activations, the fast CPU
-provider. Weights are ``bench/shapes_gguf.py``'s random blocks (valid scales); the
-timing does not depend on the values. Prints one line per (format, shape) and a JSON
+GB/s = the weight's packed bytes (with split MXFP4's scale tensor) / the best of the
+repeats' wall times (the machine may be shared; the best is the least disturbed),
+float32 activations, the fast CPU provider. Weights are ``bench/shapes_gguf.py``'s
+random blocks (valid scales; MXFP4: random codes, E8M0 exponents 118..124); the timing
+does not depend on the values. Prints one line per (format, shape) and a JSON
 summary last.
 """
 from __future__ import annotations
@@ -26,9 +28,22 @@ SHAPES = [("1b-qo", 2048, 2048), ("1b-up", 8192, 2048), ("1b-down", 2048, 8192),
 FORMATS = ("q4_1", "q4_k", "q6_k")
 
 
+def weight(fmt: str, n: int, k: int, rng):
+    """A CPU QuantizedTensor [n, k] of random ``fmt`` codes with finite scales."""
+    import metalrt
+    if fmt == "mxfp4":
+        return metalrt.quantized_tensor(fmt, (n, k), rng.integers(0, 256, (n, k // 2), dtype=np.uint8),
+                                        rng.integers(118, 125, (n, k // 32), dtype=np.uint8), device="cpu")
+    return metalrt.quantized_tensor(fmt, (n, k), weight_bytes(fmt, n, k, rng), device="cpu")
+
+
 def weight_bytes(fmt: str, n: int, k: int, rng) -> np.ndarray:
     """uint8 [n, row bytes] of random ``fmt`` blocks with finite scales."""
     from bench.shapes_gguf import random_blocks
+    if fmt == "mxfp4_gguf":
+        data = rng.integers(0, 256, (n, k // 32, 17), dtype=np.uint8)
+        data[:, :, 0] = rng.integers(118, 125, (n, k // 32), dtype=np.uint8)
+        return data.reshape(n, -1)
     if fmt == "q4_1":
         data = rng.integers(0, 256, (n, k // 32, 20), dtype=np.uint8)
         data[:, :, 0:2] = np.array([0.01], np.float16).view(np.uint8)
@@ -44,18 +59,17 @@ def measure(formats: List[str], seconds: float = 1.0) -> List[Dict]:
     rows = []
     for fmt in formats:
         for label, n, k in SHAPES:
-            data = weight_bytes(fmt, n, k, rng)
-            w = metalrt.quantized_tensor(fmt, (n, k), data, device="cpu")
+            w = weight(fmt, n, k, rng)
             x = metalrt.asarray(rng.standard_normal((1, k), dtype=np.float32), device="cpu")
             ops.quantized_matmul_bt(x, w)
             times = []
-            for _ in range(max(3, int(seconds * 20e9 / data.nbytes))):
+            for _ in range(max(3, int(seconds * 20e9 / w.nbytes))):
                 start = time.perf_counter()
                 ops.quantized_matmul_bt(x, w)
                 times.append(time.perf_counter() - start)
-            rows.append({"format": fmt, "shape": label, "n": n, "k": k, "bytes": int(data.nbytes),
-                         "gbps": data.nbytes / min(times) / 1e9,
-                         "gbps_median": data.nbytes / float(np.median(times)) / 1e9})
+            rows.append({"format": fmt, "shape": label, "n": n, "k": k, "bytes": int(w.nbytes),
+                         "gbps": w.nbytes / min(times) / 1e9,
+                         "gbps_median": w.nbytes / float(np.median(times)) / 1e9})
             print(f"{fmt:5s} {label:8s} {n}x{k}: {rows[-1]['gbps']:.1f} GB/s "
                   f"(median {rows[-1]['gbps_median']:.1f})", flush=True)
     return rows

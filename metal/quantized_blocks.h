@@ -7,6 +7,7 @@
 #ifndef METALRT_METAL_QUANTIZED_BLOCKS_H_
 #define METALRT_METAL_QUANTIZED_BLOCKS_H_
 #include <metal_stdlib>
+#include "mxfp4_values.h"
 #include "quantized_args.h"
 using namespace metal;
 
@@ -35,10 +36,11 @@ inline uint load_u32(device const uchar* p) {
 // serves dequantize and the GEMM, whose callers check no alignment); the wide chunk reads
 // kAlign-byte words: the host takes it only for data aligned to kQuantWideDataAlign, GGUF
 // block sizes are all even, and kAlign = 4 where the block size and the quants' offset
-// in it are multiples of 4 (Q4_1, Q5_1, Q4_K, Q5_K).
+// in it are multiples of 4 (Q4_1, Q5_1, Q4_K, Q5_K); kAlign = 1 reads bytes (MXFP4's
+// odd 17-byte blocks).
 template <int W, int kAlign>
 inline void load_quants(device const uchar* p, thread uchar* q) {
-  if (W == kQuantChunk) {
+  if (W == kQuantChunk || kAlign == 1) {
     for (int i = 0; i < W; ++i) q[i] = p[i];
   } else if (kAlign == 4) {
     for (int i = 0; i < W / 4; ++i) {
@@ -203,6 +205,48 @@ inline QuantChunkW<W> chunk_q2_k(device const uchar* row, int k0) {
   return q;
 }
 
+// The E8M0 exponent e as the halved scale 2^(e - 128), and twice the E2M1 value of a
+// code (mxfp4_values.h), with the sign of code 8's zero kept (split layout) or +0
+// (GGUF, whose reference reads int8 kvalues).
+inline float e8m0_half(uint e) { return as_type<float>(uint(e8m0_half_bits(e))); }
+template <bool kSignedZero>
+inline float e2m1_doubled(uint code) {
+  const float magnitude = float(kE2M1Doubled[code & 7]);
+  if (!(code & uint(kE2M1SignBit))) return magnitude;
+  return kSignedZero ? -magnitude : 0.0f - magnitude;
+}
+
+// GGUF MXFP4 (17 bytes / 32 values: E8M0 e, qs[16]): byte j holds value j (low nibble)
+// and j + 16 (high). w = 2^(e - 128) * (2 * e2m1). Blocks are odd-sized: byte loads.
+template <int W>
+inline QuantChunkW<W> chunk_mxfp4_gguf(device const uchar* row, int k0) {
+  device const uchar* b = row + (k0 / 32) * 17;
+  const int j = k0 % 32;
+  uchar qs[W];
+  load_quants<W, 1>(b + 1 + (j % 16), qs);
+  const int shift = j < 16 ? 0 : 4;
+  QuantChunkW<W> q;
+  q.scale = e8m0_half(b[0]);
+  q.bias = 0.0f;
+  for (int i = 0; i < W; ++i) q.c[i] = e2m1_doubled<false>((qs[i] >> shift) & 15);
+  return q;
+}
+
+// Split MXFP4 (MLX mode "mxfp4", gpt-oss *_blocks): byte k / 2 of the row holds value
+// k in its low nibble for even k, the high one for odd k; scales[row, k / 32] is the
+// E8M0 exponent (S = uchar). w = 2^(e - 128) * (2 * e2m1).
+template <typename S, int W>
+inline QuantChunkW<W> chunk_mxfp4(device const uchar* row, device const S* scales, long row_index, int k0,
+                                  constant QuantizedArgs& args) {
+  uint words[W / 8];   // value i is nibble i % 8 of word i / 8 (little-endian bytes)
+  for (int i = 0; i < W / 8; ++i) words[i] = load_word<W, 4>(row + k0 / 2 + 4 * i);
+  QuantChunkW<W> q;
+  q.scale = e8m0_half(uint(scales[row_index * args.groups + k0 / 32]));
+  q.bias = 0.0f;
+  for (int i = 0; i < W; ++i) q.c[i] = e2m1_doubled<true>((words[i / 8] >> (4 * (i % 8))) & 15);
+  return q;
+}
+
 // MLX affine: W codes of `bits` bits (function constant affine_bits) are W * bits / 8
 // whole bytes of the row's LSB-first bitstream, starting at byte k0 * bits / 8 (the wide
 // chunk: `bits` 2-byte words, as k0 * bits / 8 is even and rows are whole uint32 words);
@@ -244,7 +288,9 @@ struct FormatQ5_K { static constant constexpr bool kHasBias = true; };
 struct FormatQ6_K { static constant constexpr bool kHasBias = false; };
 struct FormatQ3_K { static constant constexpr bool kHasBias = false; };
 struct FormatQ2_K { static constant constexpr bool kHasBias = true; };
+struct FormatMxfp4Gguf { static constant constexpr bool kHasBias = false; };
 struct FormatAffine { static constant constexpr bool kHasBias = true; };
+struct FormatMxfp4 { static constant constexpr bool kHasBias = false; };
 
 // The quantized formats every quantized kernel file instantiates, one X(tag type, kernel
 // name part, scales type) each (affine once per scales dtype): quantized.metal and
@@ -260,6 +306,8 @@ struct FormatAffine { static constant constexpr bool kHasBias = true; };
   X(FormatQ6_K, "q6_k", half)          \
   X(FormatQ3_K, "q3_k", half)          \
   X(FormatQ2_K, "q2_k", half)          \
+  X(FormatMxfp4Gguf, "mxfp4_gguf", half) \
+  X(FormatMxfp4, "mxfp4", uchar)       \
   X(FormatAffine, "affine_f32", float) \
   X(FormatAffine, "affine_f16", half)  \
   X(FormatAffine, "affine_bf16", bfloat)
@@ -300,6 +348,8 @@ inline QuantChunkW<W> load_chunk(device const uchar* data, device const S* scale
   if (is_same<F, FormatQ6_K>::value) return chunk_q6_k<W>(row, k0);
   if (is_same<F, FormatQ3_K>::value) return chunk_q3_k<W>(row, k0);
   if (is_same<F, FormatQ2_K>::value) return chunk_q2_k<W>(row, k0);
+  if (is_same<F, FormatMxfp4Gguf>::value) return chunk_mxfp4_gguf<W>(row, k0);
+  if (is_same<F, FormatMxfp4>::value) return chunk_mxfp4<S, W>(row, scales, row_index, k0, args);
   if (FloatFormatValue<F>::kIsFloat) return chunk_float<typename FloatFormatValue<F>::type, W>(row, k0);
   return chunk_affine<S, W>(row, scales, biases, row_index, k0, args);
 }

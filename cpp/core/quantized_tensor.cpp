@@ -20,19 +20,22 @@ struct GgufFormat {
   int bits;
 };
 
-// Block sizes from ggml-common.h (block_q4_0 ... block_q6_K, block_q3_K, block_q2_K).
+// Block sizes from ggml-common.h (block_q4_0 ... block_q6_K, block_q3_K, block_q2_K,
+// block_mxfp4).
 constexpr GgufFormat kGgufFormats[] = {
     {QuantFormat::kQ4_0, "q4_0", 32, 18, 4},   {QuantFormat::kQ4_1, "q4_1", 32, 20, 4},
     {QuantFormat::kQ5_0, "q5_0", 32, 22, 5},   {QuantFormat::kQ5_1, "q5_1", 32, 24, 5},
     {QuantFormat::kQ8_0, "q8_0", 32, 34, 8},   {QuantFormat::kQ4_K, "q4_k", 256, 144, 4},
     {QuantFormat::kQ5_K, "q5_k", 256, 176, 5}, {QuantFormat::kQ6_K, "q6_k", 256, 210, 6},
     {QuantFormat::kQ3_K, "q3_k", 256, 110, 3}, {QuantFormat::kQ2_K, "q2_k", 256, 84, 2},
+    {QuantFormat::kMxfp4Gguf, "mxfp4_gguf", 32, 17, 4},
 };
 
 const GgufFormat& Gguf(QuantFormat format) {
   for (const GgufFormat& f : kGgufFormats)
     if (f.format == format) return f;
-  throw std::invalid_argument("[quantized_tensor] affine weights have no fixed block; use group_size");
+  throw std::invalid_argument(std::string("[quantized_tensor] ") + (format == QuantFormat::kMxfp4 ? "mxfp4" : "affine") +
+                              " weights keep their scales apart and have no fixed block; use group_size");
 }
 
 std::string Join(const int* values, size_t n) {
@@ -57,20 +60,23 @@ void CheckTensor(const Tensor& t, DType dtype, const Shape& shape, const char* a
 }  // namespace
 
 const char* QuantFormatName(QuantFormat format) {
-  return format == QuantFormat::kAffine ? "affine" : Gguf(format).name;
+  if (format == QuantFormat::kAffine) return "affine";
+  if (format == QuantFormat::kMxfp4) return "mxfp4";
+  return Gguf(format).name;
 }
 
 QuantFormat QuantFormatFromName(const std::string& name) {
   std::string lower = name;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   if (lower == "affine") return QuantFormat::kAffine;
+  if (lower == "mxfp4") return QuantFormat::kMxfp4;
   std::string known;
   for (const GgufFormat& f : kGgufFormats) {
     if (lower == f.name) return f.format;
     known += std::string(f.name) + ", ";
   }
   throw std::invalid_argument("[quantized_tensor] unknown format '" + name + "'; expected one of " + known +
-                              "affine");
+                              "affine, mxfp4");
 }
 
 int64_t BlockValues(QuantFormat format) { return Gguf(format).block_values; }
@@ -107,7 +113,18 @@ QuantizedTensor MakeQuantizedTensor(QuantFormat format, int64_t rows, int64_t co
   w.format = format;
   w.rows = rows;
   w.cols = cols;
-  if (format != QuantFormat::kAffine) {
+  if (format == QuantFormat::kMxfp4) {
+    if (bits != 0 && bits != 4) Fail(kOp, "mxfp4 has 4-bit codes, got bits=" + std::to_string(bits));
+    if (group_size != 0 && group_size != 32) Fail(kOp,
+          "mxfp4 has one scale per 32 values, got group_size=" + std::to_string(group_size));
+    if (cols % 32 != 0) Fail(kOp, "mxfp4 needs K divisible by 32, got K=" + std::to_string(cols));
+    if (biases.defined()) Fail(kOp, "mxfp4 has no biases; pass data and scales only");
+    if (!scales.defined()) Fail(kOp, "mxfp4 weights need scales (uint8 E8M0 exponents)");
+    CheckTensor(data, DType::kU8, {rows, cols / 2}, "data");
+    CheckTensor(scales, DType::kU8, {rows, cols / 32}, "scales");
+    w.bits = 4;
+    w.group_size = 32;
+  } else if (format != QuantFormat::kAffine) {
     const GgufFormat& f = Gguf(format);
     if (bits != 0 && bits != f.bits) Fail(kOp,
           std::string(f.name) + " has " + std::to_string(f.bits) + "-bit codes, got bits=" + std::to_string(bits));

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "metalrt/dtype.h"
+#include "mxfp4_values.h"
 
 namespace metalrt::cpu {
 namespace {
@@ -146,6 +147,32 @@ void Q2KBlock(const uint8_t* b, float* y) {
   }
 }
 
+// 2^(e - 128), the halved E8M0 scale of mxfp4_values.h.
+float E8M0Half(uint8_t e) {
+  const uint32_t bits = e8m0_half_bits(e);
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+}
+
+// Twice the E2M1 value of a 4-bit code. gguf-py's MXFP4 reads its kvalues as int8
+// (code 8 is +0); MLX and transformers keep the sign of code 8 (-0), `signed_zero`.
+float E2M1Doubled(int code, bool signed_zero) {
+  const float magnitude = float(kE2M1Doubled[code & 7]);
+  if (!(code & kE2M1SignBit)) return magnitude;
+  return signed_zero ? -magnitude : 0.0f - magnitude;
+}
+
+// GGUF MXFP4 (block_mxfp4): E8M0 e, qs[16]; byte j holds value j (low nibble) and
+// j + 16 (high nibble). y = 2^(e - 128) * (2 * e2m1), gguf-py's d * kvalues[q].
+void Mxfp4GgufBlock(const uint8_t* b, float* y) {
+  const float d = E8M0Half(b[0]);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * E2M1Doubled(b[1 + j] & 15, false);
+    y[j + 16] = d * E2M1Doubled(b[1 + j] >> 4, false);
+  }
+}
+
 void GgufBlock(QuantFormat format, const uint8_t* b, float* y) {
   switch (format) {
     case QuantFormat::kQ4_0: return Q4Block(b, false, y);
@@ -158,7 +185,9 @@ void GgufBlock(QuantFormat format, const uint8_t* b, float* y) {
     case QuantFormat::kQ6_K: return Q6KBlock(b, y);
     case QuantFormat::kQ3_K: return Q3KBlock(b, y);
     case QuantFormat::kQ2_K: return Q2KBlock(b, y);
-    case QuantFormat::kAffine: break;
+    case QuantFormat::kMxfp4Gguf: return Mxfp4GgufBlock(b, y);
+    case QuantFormat::kAffine:
+    case QuantFormat::kMxfp4: break;
   }
 }
 
@@ -186,9 +215,25 @@ void AffineRow(const QuantizedTensor& w, int64_t row, float* out) {
   }
 }
 
+// Split MXFP4: byte i of the row holds values 2i (low nibble) and 2i + 1; scale g of
+// the row's K / 32 E8M0 exponents covers values 32g .. 32g + 31. y = 2^(e - 128) *
+// (2 * e2m1): the value times 2^(e - 127) as mx.dequantize and transformers' ldexp give
+// it, for every e (see Mxfp4GgufBlock's note on the sign of zero).
+void Mxfp4Row(const QuantizedTensor& w, int64_t row, float* out) {
+  const int64_t groups = w.cols / 32;
+  const uint8_t* q = w.data.data_as<uint8_t>() + row * (w.cols / 2);
+  const uint8_t* e = w.scales.data_as<uint8_t>() + row * groups;
+  for (int64_t k = 0; k < w.cols; k += 2) {
+    const float d = E8M0Half(e[k / 32]);
+    out[k] = d * E2M1Doubled(q[k / 2] & 15, true);
+    out[k + 1] = d * E2M1Doubled(q[k / 2] >> 4, true);
+  }
+}
+
 }  // namespace
 
 void DequantizeRow(const QuantizedTensor& w, int64_t row, float* out) {
+  if (w.format == QuantFormat::kMxfp4) return Mxfp4Row(w, row, out);
   if (w.format == QuantFormat::kAffine) {
     switch (w.bits) {
       case 2: return AffineRow<2>(w, row, out);

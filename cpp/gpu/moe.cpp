@@ -69,11 +69,10 @@ bool MetalMoeMatmulBT(const OpCall& call) {
       (k % kQuantChunk != 0 || reinterpret_cast<uintptr_t>(x.data()) % (4 * DTypeSize(x.dtype())) != 0))
     return false;
   const std::string format = p.quantized ? FormatToken(p.w) : "float";
-  const bool affine = p.quantized && p.w.format == QuantFormat::kAffine;
   const Tensor& data = call.inputs[2];
   // The up stack's tensors, or stand-ins the kernel does not read.
   const Tensor& up_data = !p.gated ? data : p.quantized ? p.up.data : call.inputs[3];
-  const bool up_affine = p.gated && affine;
+  const bool up_own = p.gated && p.quantized;
   const MoeMatmulArgs moe{static_cast<int32_t>(p.num_experts), static_cast<int32_t>(ids.dim(1)),
                           x.ndim() == 3 ? 1 : 0, static_cast<int32_t>(stacks)};
   Tensor order, tiles;   // the grouping, device scratch (from the buffer cache after warm-up)
@@ -92,20 +91,20 @@ bool MetalMoeMatmulBT(const OpCall& call) {
   const QuantizedArgs args = ExpertArgs(call, n);
   const std::string variant = grouped ? "gemm_" : GemvVariant(args, WideChunkAligned(data) && WideChunkAligned(up_data));
   // The GEMV takes one (token, slot) pair's row per threadgroup: m = 1.
-  const int32_t bits = affine ? AffineBitsOf(p.w) : 0;
+  const int32_t bits = p.quantized ? AffineBitsOf(p.w) : 0;
   KernelLaunch launch(KernelName("moe_matmul_bt", variant + format, x.dtype()),
                       grouped ? QuantizedConstants(bits) : GemvConstants(bits, 1));
   launch.input(0, x)
       .input(1, grouped ? order : ids)
       .input(2, data)
-      .input(3, affine ? p.w.scales : data)   // stand-ins where the format has none
-      .input(4, affine ? p.w.biases : data)
+      .input(3, p.quantized ? ScalesOrStandIn(p.w) : data)   // stand-ins where the format has none
+      .input(4, p.quantized ? BiasesOrStandIn(p.w) : data)
       .output(5, out)
       .bytes(6, args)
       .bytes(7, moe)
       .input(9, up_data)
-      .input(10, up_affine ? p.up.scales : up_data)
-      .input(11, up_affine ? p.up.biases : up_data);
+      .input(10, up_own ? ScalesOrStandIn(p.up) : up_data)
+      .input(11, up_own ? BiasesOrStandIn(p.up) : up_data);
   const uint32_t groups = static_cast<uint32_t>(stacks);
   if (grouped) {
     launch.input(8, tiles).threadgroups(

@@ -5,7 +5,7 @@
 // chunk for dequantize and quantized_embedding. Kernel names are
 // <op>_<variant>_<format>_<dtype>, the affine format named with its scales' dtype
 // ("affine_bf16"). Buffers: activations or ids, data, scales, biases (GGUF binds data
-// there too: the kernels never read them), out, arguments. Function constants
+// there too, mxfp4 for its biases: the kernels never read them), out, arguments. Function constants
 // (QuantizedConstants, GemvConstants): the affine code width, and a GEMV's m.
 #include <cstdint>
 #include <string>
@@ -41,10 +41,7 @@ void LaunchGemv(KernelLaunch& launch, const QuantizedArgs& args, int64_t blocks,
 
 // Binds the weight's tensors at buffers first..first + 2.
 KernelLaunch& BindWeight(KernelLaunch& launch, const QuantizedTensor& w, int first = 1) {
-  const bool affine = w.format == QuantFormat::kAffine;
-  return launch.input(first, w.data)
-      .input(first + 1, affine ? w.scales : w.data)
-      .input(first + 2, affine ? w.biases : w.data);
+  return launch.input(first, w.data).input(first + 1, ScalesOrStandIn(w)).input(first + 2, BiasesOrStandIn(w));
 }
 
 bool MetalQuantizedMatmulBT(const OpCall& call) {

@@ -24,7 +24,7 @@ inline QuantizedArgs ArgsOf(const QuantizedTensor& w, int64_t m, int64_t n) {
   args.m = static_cast<int32_t>(m);
   args.n = static_cast<int32_t>(n);
   args.k = static_cast<int32_t>(w.cols);
-  args.groups = w.format == QuantFormat::kAffine ? static_cast<int32_t>(w.cols / w.group_size) : 0;
+  args.groups = HasScaleTensor(w.format) ? static_cast<int32_t>(w.cols / w.group_size) : 0;
   args.group_size = w.group_size;
   args.splits = 1;
   return args;
@@ -34,6 +34,11 @@ inline QuantizedArgs ArgsOf(const QuantizedTensor& w, int64_t m) { return ArgsOf
 // The code width of function constant kQuantAffineBitsConstant: w.bits for an affine
 // weight, 0 for the other formats (they never read it: one pipeline each).
 inline int32_t AffineBitsOf(const QuantizedTensor& w) { return w.format == QuantFormat::kAffine ? w.bits : 0; }
+
+// The tensors a kernel binds as scales and biases: the weight's own where it has them,
+// else data as a stand-in the kernel never reads.
+inline const Tensor& ScalesOrStandIn(const QuantizedTensor& w) { return HasScaleTensor(w.format) ? w.scales : w.data; }
+inline const Tensor& BiasesOrStandIn(const QuantizedTensor& w) { return w.biases.defined() ? w.biases : w.data; }
 
 // The function constants of the quantized GEMM and row kernels: the affine code width
 // (they do not read gemv_m, so a prefill's varying m compiles no pipelines).

@@ -70,7 +70,7 @@ Tensor QuantizedMatmulBTConcat(const Tensor& x, const std::vector<QuantizedTenso
     CheckQuantizedProjection(x, w, kOp);
     // One kernel decodes every weight: same format, code width, group and scales dtype.
     const bool same = w.format == first.format && w.bits == first.bits && w.group_size == first.group_size &&
-                      (w.format != QuantFormat::kAffine || w.scales.dtype() == first.scales.dtype());
+                      (!w.scales.defined() || w.scales.dtype() == first.scales.dtype());
     if (!same)
       Fail(kOp, "every weight must share the first's format, got " + first.Describe() + " and " +
            w.Describe());

@@ -8,7 +8,8 @@ namespace metalrt::ops::detail {
 
 std::vector<Tensor> WeightInputs(const QuantizedTensor& w) {
   std::vector<Tensor> inputs{w.data};
-  if (w.scales.defined()) inputs.insert(inputs.end(), {w.scales, w.biases});
+  for (const Tensor* t : {&w.scales, &w.biases})
+    if (t->defined()) inputs.push_back(*t);
   return inputs;
 }
 
@@ -19,10 +20,8 @@ void CheckWeight(const QuantizedTensor& w, const char* op) {
 
 void CheckNoOverlapWeight(const Tensor& out, const QuantizedTensor& w, const char* op) {
   CheckNoOverlap(out, w.data, op, "w.data");
-  if (w.scales.defined()) {
-    CheckNoOverlap(out, w.scales, op, "w.scales");
-    CheckNoOverlap(out, w.biases, op, "w.biases");
-  }
+  if (w.scales.defined()) CheckNoOverlap(out, w.scales, op, "w.scales");
+  if (w.biases.defined()) CheckNoOverlap(out, w.biases, op, "w.biases");
 }
 
 DeviceType CheckQuantizedProjection(const Tensor& x, const QuantizedTensor& w, const char* op) {

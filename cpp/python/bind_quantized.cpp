@@ -83,7 +83,7 @@ void BindQuantized(nb::module_& m) {
                               "uint32 words with scales and biases). Make one with\n"
                               "metalrt.quantized_tensor.")
       .def_prop_ro("format", [](const QuantizedTensor& w) { return std::string(QuantFormatName(w.format)); },
-                   "\"q4_0\" \"q4_1\" \"q5_0\" \"q5_1\" \"q8_0\" \"q4_k\" \"q5_k\" \"q6_k\" \"q3_k\" \"q2_k\" or\n\"affine\".")
+                   "\"q4_0\" \"q4_1\" \"q5_0\" \"q5_1\" \"q8_0\" \"q4_k\" \"q5_k\" \"q6_k\" \"q3_k\" \"q2_k\"\n\"mxfp4_gguf\", \"affine\" or \"mxfp4\".")
       .def_prop_ro("shape", &ShapeOf, "(N, K): output and input features.")
       .def_prop_ro("bits", [](const QuantizedTensor& w) { return w.bits; }, "Bits per code.")
       .def_prop_ro("group_size", [](const QuantizedTensor& w) { return w.group_size; },

@@ -1,6 +1,7 @@
 // Random quantized weights for the gates of the quantized ops: GGUF blocks of random
-// codes with finite random f16 scales (negative ones included), and MLX affine words
-// with random scales (negative included) and biases.
+// codes with finite random f16 scales (negative ones included), MLX affine words with
+// random scales (negative included) and biases, and MXFP4 (both layouts) with random
+// codes and E8M0 exponents of moderate scales (kMxfp4Exponents).
 #pragma once
 #include <cstring>
 #include <random>
@@ -24,7 +25,14 @@ struct WeightSpec {
 inline constexpr QuantFormat kGgufFormats[] = {QuantFormat::kQ4_1, QuantFormat::kQ8_0, QuantFormat::kQ4_K,
                                                QuantFormat::kQ6_K, QuantFormat::kQ5_0, QuantFormat::kQ4_0,
                                                QuantFormat::kQ5_K, QuantFormat::kQ5_1, QuantFormat::kQ3_K,
-                                               QuantFormat::kQ2_K};
+                                               QuantFormat::kQ2_K, QuantFormat::kMxfp4Gguf};
+
+// Split-layout MXFP4 (MLX mode mxfp4, gpt-oss's experts): 4-bit codes, a scale per 32.
+inline constexpr WeightSpec kMxfp4Spec{QuantFormat::kMxfp4, 4, 32, DType::kU8};
+
+// E8M0 exponents of the random MXFP4 weights: scales 2^(e - 127) from 2^-9 to 2^-3, so
+// the largest value 6 * 2^-3 is as the other formats' random weights.
+inline constexpr int kMxfp4Exponents[2] = {118, 124};
 
 // Every GGUF format, then the given MLX affine layouts: the weight specs of a
 // boundary table that covers every format.
@@ -42,6 +50,8 @@ inline bool IsKQuant(QuantFormat f) {
 }
 
 inline bool IsAffine(const WeightSpec& s) { return s.format == QuantFormat::kAffine; }
+// Formats whose scales are a tensor of their own (affine, split MXFP4).
+inline bool HasScales(const WeightSpec& s) { return HasScaleTensor(s.format); }
 
 // "q4_1", "affine4g64bf16".
 inline std::string SpecName(const WeightSpec& s) {
@@ -57,14 +67,22 @@ inline std::vector<int> HalfFields(QuantFormat f) {
     case QuantFormat::kQ6_K: return {208};
     case QuantFormat::kQ3_K: return {108};
     case QuantFormat::kQ2_K: return {80, 82};
+    case QuantFormat::kMxfp4Gguf: return {};   // its scale is the E8M0 byte 0
     default: return {0};
   }
 }
 
-// The weight's tensors on the CPU: {data} (GGUF) or {data, scales, biases} (affine).
+// The weight's tensors on the CPU: {data} (GGUF), {data, scales, biases} (affine) or
+// {data, scales} (mxfp4).
 inline std::vector<Tensor> RandomWeight(const WeightSpec& s, int64_t n, int64_t k, uint32_t seed) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<double> magnitude(0.002, 0.05);
+  std::uniform_int_distribution<int> exponent(kMxfp4Exponents[0], kMxfp4Exponents[1]);
+  if (s.format == QuantFormat::kMxfp4) {
+    Tensor scales = Tensor::Empty({n, k / 32}, DType::kU8, DeviceType::kCPU);
+    for (int64_t i = 0; i < n * (k / 32); ++i) scales.data_as<uint8_t>()[i] = static_cast<uint8_t>(exponent(gen));
+    return {RandomBits({n, k / 2}, DType::kU8, seed), scales};
+  }
   if (!IsAffine(s)) {
     const int64_t blocks = k / BlockValues(s.format), block_bytes = BlockBytes(s.format);
     Tensor data = RandomBits({n, blocks * block_bytes}, DType::kU8, seed);
@@ -75,6 +93,8 @@ inline std::vector<Tensor> RandomWeight(const WeightSpec& s, int64_t n, int64_t 
         const uint16_t h = F32ToF16(static_cast<float>(v));
         std::memcpy(bytes + b * block_bytes + offset, &h, 2);
       }
+    if (s.format == QuantFormat::kMxfp4Gguf)
+      for (int64_t b = 0; b < n * blocks; ++b) bytes[b * block_bytes] = static_cast<uint8_t>(exponent(gen));
     return {data};
   }
   const int64_t groups = k / s.group_size;
@@ -90,6 +110,7 @@ inline std::vector<Tensor> RandomWeight(const WeightSpec& s, int64_t n, int64_t 
 // The QuantizedTensor over tensors[first ...] as RandomWeight laid them out.
 inline QuantizedTensor WeightOf(const WeightSpec& s, int64_t n, int64_t k, const std::vector<Tensor>& t,
                                 size_t first) {
+  if (s.format == QuantFormat::kMxfp4) return MakeQuantizedTensor(s.format, n, k, t[first], t[first + 1]);
   if (!IsAffine(s)) return MakeQuantizedTensor(s.format, n, k, t[first]);
   return MakeQuantizedTensor(s.format, n, k, t[first], t[first + 1], t[first + 2], s.bits, s.group_size);
 }

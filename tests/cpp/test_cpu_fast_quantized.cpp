@@ -36,13 +36,13 @@ constexpr double kNmseBar = 1e-7, kMaxRelBar = 2e-4;   // f32 outputs
 
 std::vector<WeightSpec> Specs() {
   std::vector<WeightSpec> specs = GgufSpecsAnd({{QuantFormat::kAffine, 4, 64, DType::kBF16},
-                                                {QuantFormat::kAffine, 8, 64, DType::kF32}});
+                                                {QuantFormat::kAffine, 8, 64, DType::kF32}, kMxfp4Spec});
   for (int bits : {2, 3, 4, 5, 6, 8}) specs.push_back({QuantFormat::kAffine, bits, 32, DType::kF16});
   return specs;
 }
 
-// The K granule a spec needs: its block (32 or 256) or affine group.
-int64_t Granule(const WeightSpec& s) { return IsAffine(s) ? s.group_size : BlockValues(s.format); }
+// The K granule a spec needs: its block (32 or 256) or scale group.
+int64_t Granule(const WeightSpec& s) { return HasScales(s) ? s.group_size : BlockValues(s.format); }
 
 struct Shape3 {
   int64_t m, k, n;
@@ -95,6 +95,12 @@ METALRT_OP_CASES(cpu_fast_quantized_cases) {
   for (DType dtype : {DType::kF16, DType::kBF16}) {
     cases.push_back(FastCase({QuantFormat::kQ4_1}, {1, 576, 576}, dtype, 2, seed += 2));
     cases.push_back(FastCase({QuantFormat::kQ6_K}, {16, 512, 3}, dtype, 2, seed += 2));
+  }
+  // MXFP4 at gpt-oss-20b's decode shapes: q (2880 -> 4096), o (4096 -> 2880), an expert.
+  for (const WeightSpec& s : {kMxfp4Spec, WeightSpec{QuantFormat::kMxfp4Gguf}}) {
+    cases.push_back(FastCase(s, {1, 2880, 4096}, DType::kF32, 2, seed += 2));
+    cases.push_back(FastCase(s, {1, 4096, 2880}, DType::kBF16, 2, seed += 2));
+    cases.push_back(FastCase(s, {4, 2880, 2880}, DType::kF32, 1, seed += 2));
   }
   return cases;
 }

@@ -10,6 +10,8 @@
 // largest magnitude; f16/bf16 NMSE <= 1e-6 and 4 unit roundoffs.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "cpu/parallel.h"
 #include "metalrt/ops.h"
 #include "op_cases.h"
@@ -56,7 +58,7 @@ OpCase FusedCase(Fused f, const WeightSpec& s, const FusedShape& sh, DType dtype
   c.outputs = {{{m, out_n}, dtype}};
   c.run = [f, s, k, rows, first_weight, threads](const Inputs& in, const Outputs& out) {
     const cpu::ScopedParallelThreadLimit limit(threads);
-    const size_t per = IsAffine(s) ? 3 : 1;
+    const size_t per = RandomWeight(s, 1, 32, 0).size();   // tensors per weight
     std::vector<QuantizedTensor> weights;
     for (size_t j = 0; j < rows.size(); ++j) weights.push_back(WeightOf(s, rows[j], k, in, first_weight + j * per));
     if (f == Fused::kConcat) ops::QuantizedMatmulBTConcat(in[0], weights, out[0]);
@@ -70,7 +72,12 @@ OpCase FusedCase(Fused f, const WeightSpec& s, const FusedShape& sh, DType dtype
 }
 
 std::vector<WeightSpec> Specs() {
-  return GgufSpecsAnd({{QuantFormat::kAffine, 4, 64, DType::kBF16}, {QuantFormat::kAffine, 8, 32, DType::kF16}});
+  std::vector<WeightSpec> specs =
+      GgufSpecsAnd({{QuantFormat::kAffine, 4, 64, DType::kBF16}, {QuantFormat::kAffine, 8, 32, DType::kF16}});
+  // MXFP4 last, so the cases before it keep their seeds (and random data).
+  std::stable_partition(specs.begin(), specs.end(), [](const WeightSpec& s) { return s.format != QuantFormat::kMxfp4Gguf; });
+  specs.push_back(kMxfp4Spec);
+  return specs;
 }
 
 }  // namespace

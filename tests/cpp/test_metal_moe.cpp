@@ -4,7 +4,7 @@
 //   512 top-10, T = 1, 3, 17, renormalize on/off, every float dtype; NaN / -inf / +inf
 //   rows and ties (ids bit-exact, weights within 1e-5);
 // * moe_matmul_bt for every quantization format and float32/f16/bf16 weights at the
-//   small MoE's geometries (H = 64..256, I = 32..128), T = 1, 3, 17, x shared or one
+//   small MoE's geometries (H = 64..256, I = 32..128) and gpt-oss-20b's (MXFP4), T = 1, 3, 17, x shared or one
 //   row per slot, the experts no token selects poisoned with NaN (a kernel that reads
 //   them fails); an out-of-range id on Metal (NaN row, no read), also with the gate and
 //   up stacks as two operands;
@@ -65,7 +65,19 @@ std::vector<int32_t> RandomIds(int64_t tokens, int64_t slots, int64_t used, uint
 }
 
 // NaN into the scales of weight rows [begin, end): any read of them gives a NaN output.
+// MXFP4 has no NaN scale (E8M0 255 is 2^128, mxfp4_values.h): codes 6.0 under it are
+// +inf, which against activations of both signs sum to NaN.
 void PoisonRows(const WeightSpec& s, std::vector<Tensor>& w, int64_t begin, int64_t end) {
+  if (s.format == QuantFormat::kMxfp4 || s.format == QuantFormat::kMxfp4Gguf) {
+    const int64_t row_bytes = w[0].dim(1);
+    std::memset(w[0].data_as<uint8_t>() + begin * row_bytes, 0x77, (end - begin) * row_bytes);
+    if (s.format == QuantFormat::kMxfp4) {
+      std::memset(w[1].data_as<uint8_t>() + begin * w[1].dim(1), 255, (end - begin) * w[1].dim(1));
+    } else {
+      for (int64_t i = begin * row_bytes; i < end * row_bytes; i += 17) w[0].data_as<uint8_t>()[i] = 255;
+    }
+    return;
+  }
   if (IsAffine(s)) {
     const int64_t groups = w[1].dim(1);
     for (int64_t i = begin * groups; i < end * groups; ++i)
@@ -184,7 +196,8 @@ METALRT_OP_CASES(moe_matmul_cases) {
                                 {QuantFormat::kAffine, 4, 64, DType::kBF16},
                                 {QuantFormat::kAffine, 8, 32, DType::kF16},
                                 {QuantFormat::kAffine, 3, 128, DType::kF32},
-                                {QuantFormat::kQ3_K}, {QuantFormat::kQ2_K}};
+                                {QuantFormat::kQ3_K}, {QuantFormat::kQ2_K},
+                                {QuantFormat::kMxfp4Gguf}, kMxfp4Spec};
   // The small MoE of the issue: 8 experts top-2, H = 64..256 (K of gate/up), I = 32..128
   // (N of gate/up, K of down); K-quants need K = 256.
   for (const WeightSpec& s : formats) {
@@ -211,6 +224,12 @@ METALRT_OP_CASES(moe_matmul_cases) {
   cases.push_back(MatmulCase(&formats[11], {40, 2, 8, 256, 40}, DType::kF32, false, next()));   // Q3_K
   cases.push_back(MatmulCase(&formats[12], {40, 2, 8, 256, 40}, DType::kBF16, true, next()));   // Q2_K
   cases.push_back(MatmulCase(&formats[8], {40, 8, 128, 64, 16}, DType::kBF16, true, next()));
+  // gpt-oss-20b's experts (MXFP4, hidden = intermediate = 2880, top-4; 6 of its 32
+  // experts, 4 selectable: the simulated time): one token and a prefill batch.
+  for (const WeightSpec* s : {&formats[13], &formats[14]}) {
+    cases.push_back(MatmulCase(s, {1, 4, 6, 2880, 2880}, DType::kBF16, false, next()));
+    cases.push_back(MatmulCase(s, {12, 4, 6, 2880, 64}, DType::kF32, true, next()));
+  }
   // Qwen3-MoE-like top-8 of 128 experts at a small width, one token and a batch.
   cases.push_back(MatmulCase(&formats[4], {1, 8, 128, 64, 16}, DType::kF32, false, next()));
   cases.push_back(MatmulCase(&formats[8], {3, 8, 128, 64, 16}, DType::kF16, false, next()));
@@ -269,29 +288,34 @@ TEST_CASE("metal moe_matmul_bt: an id outside [0, E) gives a NaN row and reads n
 TEST_CASE("metal moe_matmul_bt: gate and up stacks as two operands, a bad id NaN in both halves") {
   // The two stacks in two buffers (as a file's no-copy windows may put them): each
   // half within 1e-5 of the CPU oracle's; a bad id's whole row of 2N NaN, GEMV and GEMM.
-  const WeightSpec s{QuantFormat::kQ8_0};
-  const int64_t experts = 4, n = 24, k = 64;
-  const std::vector<Tensor> gate = RandomWeight(s, experts * n, k, 15900), up = RandomWeight(s, experts * n, k, 15901);
-  const std::vector<Tensor> metal_gate{ToMetal(gate[0])}, metal_up{ToMetal(up[0])};
-  for (int64_t tokens : {2, 9}) {
-    CAPTURE(tokens);
-    std::vector<int32_t> ids = RandomIds(tokens, 2, experts, 15902 + static_cast<uint32_t>(tokens));
-    const Tensor x = MakeFloat({tokens, k}, DType::kF32, RandomValues(tokens * k, 15903));
-    const Tensor ref = ops::MoeMatmulBT(x, WeightOf(s, experts * n, k, gate, 0), WeightOf(s, experts * n, k, up, 0),
-                                        MakeInts({tokens, 2}, DType::kI32, ids), experts);
-    const int64_t bad_pair = 2 * tokens - 1;
-    ids[static_cast<size_t>(bad_pair)] = experts;
-    const Tensor out = ToMetal(MakeFloat({tokens, 2, 2 * n}, DType::kF32,
-                                         std::vector<double>(static_cast<size_t>(tokens * 4 * n), 7.0)));
-    ops::MoeMatmulBT(ToMetal(x), WeightOf(s, experts * n, k, metal_gate, 0), WeightOf(s, experts * n, k, metal_up, 0),
-                     ToMetal(MakeInts({tokens, 2}, DType::kI32, ids)), experts, out);
-    const std::vector<double> got = ReadMetal(out), want = ReadFloat(ref);
-    for (int64_t pair = 0; pair < 2 * tokens; ++pair)
-      for (int64_t c = 0; c < 2 * n; ++c) {
-        const size_t i = static_cast<size_t>(pair * 2 * n + c);
-        if (pair == bad_pair) CHECK(std::isnan(got[i]));
-        else CHECK(std::fabs(got[i] - want[i]) <= 1e-5 * std::fabs(want[i]) + 1e-6);
-      }
+  // Q8_0, and split MXFP4 (gpt-oss's gate_up, its scales a tensor of each stack's own).
+  for (const WeightSpec& s : {WeightSpec{QuantFormat::kQ8_0}, kMxfp4Spec}) {
+    const int64_t experts = 4, n = 24, k = 64;
+    const std::vector<Tensor> gate = RandomWeight(s, experts * n, k, 15900), up = RandomWeight(s, experts * n, k, 15901);
+    std::vector<Tensor> metal_gate, metal_up;
+    for (const Tensor& t : gate) metal_gate.push_back(ToMetal(t));
+    for (const Tensor& t : up) metal_up.push_back(ToMetal(t));
+    for (int64_t tokens : {2, 9}) {
+      CAPTURE(SpecName(s));
+      CAPTURE(tokens);
+      std::vector<int32_t> ids = RandomIds(tokens, 2, experts, 15902 + static_cast<uint32_t>(tokens));
+      const Tensor x = MakeFloat({tokens, k}, DType::kF32, RandomValues(tokens * k, 15903));
+      const Tensor ref = ops::MoeMatmulBT(x, WeightOf(s, experts * n, k, gate, 0), WeightOf(s, experts * n, k, up, 0),
+                                          MakeInts({tokens, 2}, DType::kI32, ids), experts);
+      const int64_t bad_pair = 2 * tokens - 1;
+      ids[static_cast<size_t>(bad_pair)] = experts;
+      const Tensor out = ToMetal(MakeFloat({tokens, 2, 2 * n}, DType::kF32,
+                                           std::vector<double>(static_cast<size_t>(tokens * 4 * n), 7.0)));
+      ops::MoeMatmulBT(ToMetal(x), WeightOf(s, experts * n, k, metal_gate, 0), WeightOf(s, experts * n, k, metal_up, 0),
+                       ToMetal(MakeInts({tokens, 2}, DType::kI32, ids)), experts, out);
+      const std::vector<double> got = ReadMetal(out), want = ReadFloat(ref);
+      for (int64_t pair = 0; pair < 2 * tokens; ++pair)
+        for (int64_t c = 0; c < 2 * n; ++c) {
+          const size_t i = static_cast<size_t>(pair * 2 * n + c);
+          if (pair == bad_pair) CHECK(std::isnan(got[i]));
+          else CHECK(std::fabs(got[i] - want[i]) <= 1e-5 * std::fabs(want[i]) + 1e-6);
+        }
+    }
   }
 }
 
@@ -301,7 +325,8 @@ TEST_CASE("metal moe_matmul_bt: the NaN poison of the op cases is seen when its 
   const int64_t experts = 4, n = 16, k = 64;
   const std::vector<int32_t> ids{0, 3, 1, 2};   // pairs 1 and 3 select poisoned experts
   const Tensor x = MakeFloat({2, k}, DType::kF32, RandomValues(2 * k, 15800));
-  const WeightSpec specs[] = {{QuantFormat::kQ4_1}, {QuantFormat::kAffine, 4, 32, DType::kF16}};
+  const WeightSpec specs[] = {{QuantFormat::kQ4_1}, {QuantFormat::kAffine, 4, 32, DType::kF16},
+                              {QuantFormat::kMxfp4Gguf}, kMxfp4Spec};
   for (DeviceType device : {DeviceType::kCPU, DeviceType::kMETAL}) {
     CAPTURE(DeviceTypeName(device));
     const Tensor dev_x = CopyToDevice(x, device), dev_ids = CopyToDevice(MakeInts({2, 2}, DType::kI32, ids), device);

@@ -4,8 +4,8 @@
 // dequantize / quantized_embedding bit-exact, for every format and affine bit width and
 // group size, at the boundary shapes of issue #13 (K = 64 ... 896, not a multiple of 256
 // or 512; N = 1, 5, 8, 49152; m = 1..9, 33, 512), the wide GEMV chunk (gemv16, K >= 512)
-// in every format at K = 512, 1536, 2048, 2080, and the model's shapes. Random scales
-// include negative ones.
+// in every format at K = 512, 1536, 2048, 2080, and the model's shapes (gpt-oss-20b's
+// for MXFP4, both layouts). Random scales include negative ones.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -80,8 +80,9 @@ METALRT_OP_CASES(quantized_cases) {
   // GGUF: the 32-value formats at K = 64, 576, 896, the K-quants (blocks of 256) at
   // K = 256 and 768; m = 1..8 take the GEMV (N = 1, 5, 8 and ragged 13), m = 9, 33 and
   // 512 the GEMM (big m at small N, K to keep the simulated time small).
-  for (QuantFormat f : kGgufFormats) {
-    const WeightSpec s{f};
+  // Split MXFP4 (a scale tensor of its own) takes the 32-value formats' shapes.
+  for (const WeightSpec& s : GgufSpecsAnd({kMxfp4Spec})) {
+    const QuantFormat f = s.format;
     const int64_t ks[] = {IsKQuant(f) ? 256 : 64, IsKQuant(f) ? 768 : 576, IsKQuant(f) ? 256 : 896};
     cases.push_back(MatmulCase(s, 1, ks[0], 1, DType::kF32, next()));
     cases.push_back(MatmulCase(s, 1, ks[1], 5, DType::kF32, next()));
@@ -133,7 +134,7 @@ METALRT_OP_CASES(quantized_cases) {
   // split over both SIMD-groups, wide only), 1536 at N = 3072 (no split: 3 wide
   // passes), 2048 + 32 (a ragged 8-value tail); m = 1, 7, 8.
   std::vector<WeightSpec> wide_specs;
-  for (QuantFormat f : kGgufFormats) wide_specs.push_back({f});
+  for (const WeightSpec& s : GgufSpecsAnd({kMxfp4Spec})) wide_specs.push_back(s);
   for (int bits : {2, 3, 4, 5, 6, 8})
     wide_specs.push_back({QuantFormat::kAffine, bits, bits % 2 ? 32 : 64 * (bits % 4 ? 2 : 1),
                           scale_dtypes[bits % 3]});
@@ -167,6 +168,17 @@ METALRT_OP_CASES(quantized_cases) {
     cases.push_back(MatmulCase(s, 1, 2048, 768, DType::kF32, next()));
     cases.push_back(MatmulCase(s, 5, 768, 96, DType::kBF16, next()));
     cases.push_back(MatmulCase(s, 64, 768, 40, DType::kF32, next()));
+  }
+  // MXFP4, both layouts, at gpt-oss-20b's shapes (hidden 2880 = 90 scale groups, no
+  // whole wide pass per lane at the tail; q 4096 rows, k/v 512, o K = 4096), a decode
+  // step, a batched decode and a prefill; the expert shapes are moe_matmul_bt's cases.
+  for (const WeightSpec& s : {kMxfp4Spec, WeightSpec{QuantFormat::kMxfp4Gguf}}) {
+    cases.push_back(MatmulCase(s, 1, 2880, 4096, DType::kF32, next()));
+    cases.push_back(MatmulCase(s, 1, 4096, 2880, DType::kBF16, next()));
+    cases.push_back(MatmulCase(s, 4, 2880, 512, DType::kBF16, next()));
+    cases.push_back(MatmulCase(s, 40, 2880, 64, DType::kF32, next()));
+    cases.push_back(DequantizeCase(s, 3, 2880, DType::kF32, next()));
+    cases.push_back(EmbeddingCase(s, 2049, 2880, DType::kBF16, next()));
   }
   const WeightSpec affine4{QuantFormat::kAffine, 4, 64, DType::kBF16};
   cases.push_back(MatmulCase(affine4, 2, 576, 8, DType::kBF16, next()));

@@ -5,7 +5,9 @@
 // tests/python/test_quantized.py, where the reference lives.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
@@ -44,6 +46,22 @@ TEST_CASE("quantized_tensor: the validating constructor names what was expected"
       [&] { MakeQuantizedTensor(QuantFormat::kQ8_0, 1, 32, Tensor::Empty({1, 34}, DType::kI8, DeviceType::kCPU)); },
       "[quantized_tensor] data must be uint8");
   CheckThrows<std::invalid_argument>([] { QuantFormatFromName("iq4_xs"); }, "[quantized_tensor] unknown format 'iq4_xs'");
+  // Split MXFP4: data [N, K / 2] and scales [N, K / 32] uint8, no biases.
+  const Tensor codes = Tensor::Empty({2, 32}, DType::kU8, DeviceType::kCPU);
+  const Tensor exponents = Tensor::Empty({2, 2}, DType::kU8, DeviceType::kCPU);
+  CHECK(MakeQuantizedTensor(QuantFormat::kMxfp4, 2, 64, codes, exponents).group_size == 32);
+  CheckThrows<std::invalid_argument>([&] { MakeQuantizedTensor(QuantFormat::kMxfp4, 2, 64, codes, exponents.Slice(1, 0, 1)); },
+                                     "[quantized_tensor] scales must have shape [2, 2], got [2, 1]");
+  CheckThrows<std::invalid_argument>([&] { MakeQuantizedTensor(QuantFormat::kMxfp4, 2, 64, codes); },
+                                     "[quantized_tensor] mxfp4 weights need scales");
+  CheckThrows<std::invalid_argument>([&] { MakeQuantizedTensor(QuantFormat::kMxfp4, 2, 64, codes, exponents, exponents); },
+                                     "[quantized_tensor] mxfp4 has no biases");
+  CheckThrows<std::invalid_argument>([&] { MakeQuantizedTensor(QuantFormat::kMxfp4, 2, 48, codes, exponents); },
+                                     "[quantized_tensor] mxfp4 needs K divisible by 32");
+  CheckThrows<TypeError>(
+      [&] { MakeQuantizedTensor(QuantFormat::kMxfp4, 2, 64, codes, Tensor::Empty({2, 2}, DType::kF16, DeviceType::kCPU)); },
+      "[quantized_tensor] scales must be uint8");
+  CHECK(QuantFormatFromName("MXFP4") == QuantFormat::kMxfp4);
   CHECK(QuantFormatFromName("Q6_K") == QuantFormat::kQ6_K);
 
   const WeightSpec s{QuantFormat::kAffine, 4, 64, DType::kF16};
@@ -135,6 +153,40 @@ TEST_CASE("cpu dequantize: hand-decoded blocks of each layout") {
     CHECK(w[96] == 1.0);
     CHECK(w[255] == -1.25);
     CHECK(w[1] == -3.0);
+  }
+  SUBCASE("mxfp4_gguf: e then qs[16]; value j low nibble of qs[j], j + 16 high; w = e2m1 * 2^(e - 127)") {
+    std::vector<uint8_t> b(3 * 17, 0);
+    b[0] = 126;                 // 2^-1
+    b[1] = 0xF3;                // value 0: code 3 = 1.5; value 16: code 15 = -6
+    b[16] = 0x98;               // value 15: code 8 = -0 (GGUF reads +0); value 31: code 9 = -0.5
+    b[17] = 0;                  // 2^-127, subnormal: value 32 = 6 * 2^-127
+    b[18] = 0x07;
+    b[34] = 255;                // 2^128: value 64 = 0.5 * 2^128 = 2^127, value 80 = 1 * 2^128 = inf
+    b[35] = 0x21;
+    const std::vector<double> w = Dequantized(MakeQuantizedTensor(QuantFormat::kMxfp4Gguf, 1, 96, Bytes(b, 1)));
+    CHECK(w[0] == 0.75);
+    CHECK(w[16] == -3.0);
+    CHECK(w[15] == 0.0);
+    CHECK(!std::signbit(w[15]));
+    CHECK(w[31] == -0.25);
+    CHECK(w[32] == std::ldexp(6.0, -127));
+    CHECK(w[64] == std::ldexp(1.0, 127));
+    CHECK(w[80] == std::numeric_limits<double>::infinity());
+  }
+  SUBCASE("mxfp4: value k in byte k / 2 (low nibble for even k), E8M0 scales apart; code 8 is -0") {
+    std::vector<uint8_t> q(32, 0);
+    q[0] = 0xD6;   // value 0: code 6 = 4; value 1: code 13 = -3
+    q[1] = 0x08;   // value 2: code 8 = -0
+    q[16] = 0x1F;  // value 32: code 15 = -6; value 33: code 1 = 0.5
+    const Tensor scales = MakeInts({1, 2}, DType::kU8, std::vector<uint8_t>{129, 254});
+    const QuantizedTensor w = MakeQuantizedTensor(QuantFormat::kMxfp4, 1, 64, Bytes(q, 1), scales);
+    CHECK((w.bits == 4 && w.group_size == 32 && w.nbytes() == 34));
+    const std::vector<double> v = Dequantized(w);
+    CHECK(v[0] == 16.0);
+    CHECK(v[1] == -12.0);
+    CHECK((v[2] == 0.0 && std::signbit(v[2])));
+    CHECK(v[32] == -std::numeric_limits<double>::infinity());   // -6 * 2^127 overflows
+    CHECK(v[33] == std::ldexp(1.0, 126));
   }
   SUBCASE("affine 3-bit: codes straddle uint32 words (LSB-first bitstream)") {
     // Code 10 occupies bits 30..32: two bits at the top of word 0, one in word 1.

@@ -29,7 +29,7 @@ from metalrt.models import build_model
 from metalrt.tokenizer import Tokenizer
 from test_quant_loaders import random_blocks
 from tiny_models import TinyLlama, tokenizer_metadata, write_llama_gguf
-from tiny_quant import write_mlx_dir
+from tiny_quant import write_mlx_dir, write_mlx_mxfp4_dir
 
 DEVICES = [d for d in ("cpu", "metal") if metalrt.is_available(d)]
 PROMPT = [5, 70, 71, 260, 33, 4, 99, 150, 7]
@@ -76,6 +76,9 @@ SOURCES = {
     "gguf_k_mix": lambda d, b: gguf_model(d, ["Q5_0", "Q8_0", "Q4_K", "Q6_K", "Q5_1", "Q4_1",
                                               "Q5_K"]),
     "gguf_q3_k_q2_k": lambda d, b: gguf_model(d, ["Q3_K", "Q2_K"]),
+    "gguf_mxfp4_q8_0": lambda d, b: gguf_model(d, ["MXFP4", "Q8_0"]),
+    "mlx_mxfp4": lambda d, b: write_mlx_mxfp4_dir(d, b, TinyLlama(layers=2, hidden=128, ffn=256, heads=4,
+                                                                  kv_heads=2, head_dim=32)) and d,
     "mlx_4bit_g64": lambda d, b: write_mlx_dir(d, TinyLlama(layers=2, hidden=128, ffn=256, heads=4,
                                                             kv_heads=2, head_dim=32), b) and d,
     "mlx_mixed_untied": lambda d, b: write_mlx_dir(

@@ -8,6 +8,11 @@ group of ``gs`` values, scale = max((max - min) / (2^bits - 1), 1e-7); the edge 
 scale), and when q0 != 0 the scale becomes edge / q0 and bias = edge, else bias = 0;
 q = clip(round((w - bias) / scale), 0, 2^bits - 1). Values are packed as one
 little-endian bit stream per row, LSB first, into uint32 words.
+
+MLX mxfp4 (``mx.quantize(mode="mxfp4")``'s layout, gpt-oss's ``*_blocks``/``*_scales``):
+random E2M1 codes and E8M0 exponents, the float matrix each stands for given by the
+loader's reference ``dequantize_weight`` (gated bit-exact against transformers and mlx
+in test_mxfp4.py).
 """
 from __future__ import annotations
 
@@ -17,7 +22,12 @@ import os
 import numpy as np
 from safetensors.numpy import save_file
 
+from metalrt.loaders.quants import dequantize_weight, mxfp4_from_blocks
 from tiny_models import TinyLlama, write_hf_dir
+
+# E8M0 exponents of random MXFP4 weights: scales 2^-9 .. 2^-3 (a tuple: conftest's
+# test ordering compares module globals with `in`).
+MODERATE = (118, 125)
 
 
 def affine_quantize(w: np.ndarray, bits: int, gs: int):
@@ -124,3 +134,40 @@ def write_mlx_dir(directory, model: TinyLlama, backend, *, bits: int = 4, gs: in
     with open(config_path, "w") as f:
         json.dump(config, f)
     return {"layers": plan, "dequantized": expected, "float": weights}
+
+
+def split_tensors(lead, n, k, seed, exponents=MODERATE):
+    """gpt-oss-shaped random tensors: blocks uint8 [*lead, n, k/32, 16], scales uint8
+    [*lead, n, k/32] drawn from [exponents[0], exponents[1])."""
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, (*lead, n, k // 32, 16), dtype=np.uint8)
+    scales = rng.integers(*exponents, (*lead, n, k // 32), dtype=np.uint8)
+    return blocks, scales
+
+
+def write_mlx_mxfp4_dir(directory, backend, model: TinyLlama | None = None,
+                        scale_shape_cut: bool = False) -> dict:
+    """An MLX directory of ``model`` (default a one-layer TinyLlama) whose
+    ``quantized_layers`` are mode mxfp4: weight uint32 [N, K/8], scales uint8 [N, K/32], no biases
+    (mx.quantize(mode="mxfp4")'s layout); ``scale_shape_cut`` drops the last scale
+    column of the third (for bad-input tests). Returns {weight name: the float32
+    matrix it stands for}."""
+    model = model or TinyLlama(layers=1, hidden=128, ffn=256, heads=4, kv_heads=2, head_dim=32)
+    weights = write_hf_dir(directory, model, backend)
+    out, expected = {}, {}
+    for i, name in enumerate(layer + ".weight" for layer in quantized_layers(model)):
+        rows, cols = weights.pop(name).shape
+        blocks, scales = split_tensors((), rows, cols, seed=i)
+        layer = name[:-len(".weight")]
+        out[name] = blocks.reshape(rows, -1).view(np.uint32)
+        out[layer + ".scales"] = scales[:, :-1] if scale_shape_cut and i == 2 else scales
+        expected[name] = dequantize_weight(mxfp4_from_blocks(blocks, scales))
+    out.update(weights)
+    save_file(out, os.path.join(directory, "model.safetensors"))
+    config_path = os.path.join(directory, "config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    config["quantization"] = {"group_size": 32, "bits": 4, "mode": "mxfp4"}
+    with open(config_path, "w") as f:
+        json.dump(config, f)
+    return expected

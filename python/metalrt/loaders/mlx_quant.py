@@ -14,6 +14,12 @@ put some tensors at other bits than the config says without an override (e.g. an
 embedding under a 4-bit default), so bits are inferred from the shapes,
 ``bits = 32·weight.shape[-1] / (scales.shape[-1]·group_size)``, and checked against
 the layer's own override when it has one (mlx-lm's 8-bit router, ``mlp.gate``).
+
+``"mode": "mxfp4"`` (``mx.quantize(..., mode="mxfp4")``: group_size 32, bits 4) keeps
+FP4 E2M1 codes in the uint32 ``weight`` ``[N, K/8]`` (value 0 in the low bits) and one
+uint8 E8M0 exponent per 32 values in ``scales`` ``[N, K/32]``, with no ``biases``; it
+loads as the "mxfp4" QuantizedWeight (``quants.mxfp4_from_blocks``'s layout, the
+weight's words viewed as bytes).
 """
 from __future__ import annotations
 
@@ -21,15 +27,17 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .quants import AFFINE_BITS, AFFINE_GROUP_SIZES, QuantizedWeight, bf16_to_float32
+from .quants import (AFFINE_BITS, AFFINE_GROUP_SIZES, MXFP4_GROUP_SIZE, QuantizedWeight,
+                     bf16_to_float32, mxfp4_from_blocks)
 
 _SUFFIX = ".scales"
+MODES = ("affine", "mxfp4")
 
 
 def quantization_entry(config: Mapping[str, Any], config_path: str) -> dict | None:
     """The ``quantization`` (else ``quantization_config``) entry of ``config``, or None
     for a float model. Raises ValueError for an entry that is not MLX affine (another
-    ``mode``, or another tool's ``quant_method`` such as GPTQ)."""
+    ``mode`` than ``MODES``, or another tool's ``quant_method`` such as GPTQ)."""
     entry = config.get("quantization") or config.get("quantization_config")
     if entry is None:
         return None
@@ -37,9 +45,9 @@ def quantization_entry(config: Mapping[str, Any], config_path: str) -> dict | No
         raise ValueError(f"[mlx] {config_path}: quantization {entry!r} is not an MLX "
                          f"quantization entry (expected group_size, bits, mode)")
     mode = entry.get("mode", "affine")
-    if mode != "affine":
+    if mode not in MODES:
         raise ValueError(f"[mlx] {config_path}: quantization mode '{mode}' is not supported "
-                         f"(supported: affine)")
+                         f"(supported: {', '.join(MODES)})")
     return entry
 
 
@@ -51,6 +59,27 @@ def _layer_params(entry: dict, layer: str, config_path: str) -> dict:
         raise ValueError(f"[mlx] {config_path}: quantization says layer '{layer}' is not "
                          f"quantized, but its {layer}{_SUFFIX} exists")
     return entry
+
+
+def _mxfp4(layer: str, params: dict, weight, scales, biases, where: str) -> QuantizedWeight:
+    """One mxfp4 layer (stacked experts [E, N, ...] fold into rows), checked against
+    ``params`` and its scales; the uint32 words viewed as bytes."""
+    source = f"{where}: tensor '{layer}.weight'"
+    if params.get("group_size", MXFP4_GROUP_SIZE) != MXFP4_GROUP_SIZE or params.get("bits", 4) != 4:
+        raise ValueError(f"[mlx] {source}: mode mxfp4 has bits 4 and group_size 32, the config "
+                         f"says bits {params.get('bits')!r}, group_size {params.get('group_size')!r}")
+    if biases is not None:
+        raise ValueError(f"[mlx] {where}: tensor '{layer}.biases' exists, but mode mxfp4 has no biases")
+    if weight is None or weight.dtype != np.uint32 or weight.ndim < 2:
+        got = "missing" if weight is None else f"{weight.dtype} {list(weight.shape)}"
+        raise ValueError(f"[mlx] {source} must be uint32 packed E2M1 codes next to its scales, got {got}")
+    if scales.dtype != np.uint8 or scales.shape[:-1] != weight.shape[:-1] \
+            or weight.shape[-1] != 4 * scales.shape[-1]:
+        raise ValueError(f"[mlx] {where}: tensor '{layer}.scales' is {scales.dtype} "
+                         f"{list(scales.shape)}; for the packed weight {list(weight.shape)} mode "
+                         f"mxfp4 needs uint8 E8M0 exponents {[*weight.shape[:-1], weight.shape[-1] // 4]}")
+    blocks = weight.view(np.uint8).reshape(*scales.shape, MXFP4_GROUP_SIZE // 2)
+    return mxfp4_from_blocks(blocks, scales, source)
 
 
 def _affine(layer: str, params: dict, weight, scales, biases, where: str) -> QuantizedWeight:
@@ -100,7 +129,8 @@ def group_quantized(config: Mapping[str, Any],
     takes them); every other tensor as it is, BF16 widened to float32.
 
     Raises ValueError naming the file and the tensor for scales without a
-    ``quantization`` entry, an unknown mode, a missing weight or biases, shapes that do
+    ``quantization`` entry, an unknown mode, mxfp4 scales that are not uint8
+    ``[N, K/32]``, a missing weight or biases, shapes that do
     not fit together, a packed uint32 weight without its scales, bits outside
     2/3/4/5/6/8 or a group size outside 32/64/128.
     """
@@ -119,8 +149,9 @@ def group_quantized(config: Mapping[str, Any],
                              f"'{name[:-len('.weight')]}{_SUFFIX}' is missing")
     for layer in layers:
         where = tensors[layer + _SUFFIX][0]
-        arrays[layer + ".weight"] = _affine(
-            layer, _layer_params(entry, layer, config_path), arrays.get(layer + ".weight"),
+        params = _layer_params(entry, layer, config_path)
+        arrays[layer + ".weight"] = (_mxfp4 if params.get("mode", "affine") == "mxfp4" else _affine)(
+            layer, params, arrays.get(layer + ".weight"),
             arrays.pop(layer + _SUFFIX), arrays.pop(layer + ".biases", None), where)
     # Left are the float tensors and the QuantizedWeights (whose stored dtype is U32).
     return {name: bf16_to_float32(a) if tensors[name][2] == "BF16" else a

@@ -1,4 +1,5 @@
-"""Quantized weights: GGUF block types (Q4_0 ... Q6_K, Q3_K, Q2_K) and MLX affine, kept in their
+"""Quantized weights: GGUF block types (Q4_0 ... Q6_K, Q3_K, Q2_K, MXFP4), MLX affine and
+split-layout MXFP4, kept in their
 file's layout, with the ops that use them without a float copy (layouts:
 cpp/include/metalrt/quantized.h; math: ops.h, "quantized weights"; docs/quantization.md)."""
 from __future__ import annotations
@@ -17,11 +18,14 @@ def quantized_tensor(format: str, shape, data, scales=None, biases=None, *, bits
     """A quantized weight of `shape` (N, K), validated. Layouts: quantized.h.
 
     format: a GGUF block type ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k",
-    "q6_k", "q3_k", "q2_k": the table of cpp/core/quantized_tensor.cpp) or "affine". GGUF formats: data
-    uint8 [N, K / block * block_bytes], each row's blocks byte for byte as in the file;
-    no scales or biases. "affine" (MLX): data uint32 [N, K * bits / 32], scales and
-    biases [N, K / group_size] float32/float16/bfloat16, bits in {2, 3, 4, 5, 6, 8},
-    group_size in {32, 64, 128}. data/scales/biases: metalrt Tensors, or numpy arrays,
+    "q6_k", "q3_k", "q2_k", "mxfp4_gguf": the table of cpp/core/quantized_tensor.cpp),
+    "affine" or "mxfp4". GGUF formats: data uint8 [N, K / block * block_bytes], each
+    row's blocks byte for byte as in the file; no scales or biases. "affine" (MLX): data
+    uint32 [N, K * bits / 32], scales and biases [N, K / group_size]
+    float32/float16/bfloat16, bits in {2, 3, 4, 5, 6, 8}, group_size in {32, 64, 128}.
+    "mxfp4" (MLX mode mxfp4, gpt-oss *_blocks/*_scales): data uint8 [N, K / 2] of FP4
+    E2M1 codes (value k in the low nibble of byte k / 2 for even k), scales uint8
+    [N, K / 32] E8M0 exponents, no biases; w = e2m1 * 2^(e - 127). data/scales/biases: metalrt Tensors, or numpy arrays,
     which are wrapped without a copy (asarray(copy=False): an np.memmap view stays a
     view of the file, kept alive by the weight; bfloat16 scales as uint16 bit patterns).
     device: where numpy arrays go (default: the device of a Tensor argument, else

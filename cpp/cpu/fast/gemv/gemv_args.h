@@ -9,7 +9,9 @@
 
 namespace metalrt::cpu::fast {
 
-enum class GemvFormat : uint8_t { kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kQ3_K, kQ2_K, kAffine };
+enum class GemvFormat : uint8_t {
+  kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kQ3_K, kQ2_K, kMxfp4Gguf, kAffine, kMxfp4
+};
 enum class ScaleDType : uint8_t { kF32, kF16, kBF16 };   // affine scales and biases
 
 struct GemvArgs {
@@ -20,7 +22,7 @@ struct GemvArgs {
   int64_t m;         // activation rows
   const uint8_t* data;     // weight rows, row_bytes apart
   int64_t row_bytes;
-  const void* scales;      // affine [n, k / group_size]
+  const void* scales;      // affine [n, k / group_size]; mxfp4: uint8 E8M0 [n, k / 32]
   const void* biases;
   ScaleDType scale_dtype;
   const float* f16_table;  // f16 bits -> f32, 65536 entries (cpu/float_rows.h)

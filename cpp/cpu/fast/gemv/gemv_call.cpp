@@ -27,6 +27,8 @@ GemvFormat FormatOf(QuantFormat f) {
     case QuantFormat::kQ6_K: return GemvFormat::kQ6_K;
     case QuantFormat::kQ3_K: return GemvFormat::kQ3_K;
     case QuantFormat::kQ2_K: return GemvFormat::kQ2_K;
+    case QuantFormat::kMxfp4Gguf: return GemvFormat::kMxfp4Gguf;
+    case QuantFormat::kMxfp4: return GemvFormat::kMxfp4;
     case QuantFormat::kAffine: break;
   }
   return GemvFormat::kAffine;
@@ -73,7 +75,7 @@ GemvArgs ArgsFor(const QuantizedTensor& w, const GemvActivations& act, float* ou
   args.m = act.m;
   args.data = w.data.data_as<uint8_t>();
   args.row_bytes = static_cast<int64_t>(w.data.nbytes()) / w.rows;
-  args.scales = affine ? w.scales.data() : nullptr;
+  args.scales = HasScaleTensor(w.format) ? w.scales.data() : nullptr;
   args.biases = affine ? w.biases.data() : nullptr;
   args.scale_dtype = affine ? ScaleDTypeOf(w.scales.dtype()) : ScaleDType::kF32;
   args.f16_table = F16ToF32Table();

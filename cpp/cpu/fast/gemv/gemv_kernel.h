@@ -20,6 +20,7 @@
 
 #include "cpu/fast/gemv/gemv_args.h"
 #include "cpu/fast/gemv/gemv_low_kquant.h"
+#include "cpu/fast/gemv/gemv_mxfp4.h"
 
 namespace metalrt::cpu::fast {
 namespace {
@@ -281,6 +282,15 @@ inline void VisitRow(const GemvArgs& a, int64_t row, Sink& sink) {
         sink.template Add<false>(8 * sb + j, Isa::Load(u), map);
       }
     }
+  } else if constexpr (F == GemvFormat::kMxfp4Gguf) {
+    // Codes j (low nibbles) and j + 16 (high) as Q4_0's, mapped to 2 * e2m1.
+    for (int64_t t = 0; t < blocks; ++t, p += 17)
+      sink.template Add<true>(t, Isa::Lookup16(Isa::SplitNibbles16(p + 1), kE2M1Int8.v), ScaleMap{E8M0Half(p[0])});
+  } else if constexpr (F == GemvFormat::kMxfp4) {
+    // Codes 2i and 2i + 1 in byte i (as MLX affine 4-bit), one E8M0 exponent a block.
+    const uint8_t* e = static_cast<const uint8_t*>(a.scales) + row * blocks;
+    for (int64_t t = 0; t < blocks; ++t, p += 16)
+      sink.template Add<true>(t, Isa::Lookup16(Isa::InterleavedNibbles16(p), kE2M1Int8.v), ScaleMap{E8M0Half(e[t])});
   } else {
     switch (a.bits) {
       case 2: return VisitAffineRow<Isa, 2>(a, row, sink);
@@ -335,6 +345,8 @@ void GemvRows(const GemvArgs& a, int64_t begin, int64_t end) {
     case GemvFormat::kQ6_K: return RowsOfFormat<Isa, GemvFormat::kQ6_K>(a, begin, end);
     case GemvFormat::kQ3_K: return RowsOfFormat<Isa, GemvFormat::kQ3_K>(a, begin, end);
     case GemvFormat::kQ2_K: return RowsOfFormat<Isa, GemvFormat::kQ2_K>(a, begin, end);
+    case GemvFormat::kMxfp4Gguf: return RowsOfFormat<Isa, GemvFormat::kMxfp4Gguf>(a, begin, end);
+    case GemvFormat::kMxfp4: return RowsOfFormat<Isa, GemvFormat::kMxfp4>(a, begin, end);
     case GemvFormat::kAffine: return RowsOfFormat<Isa, GemvFormat::kAffine>(a, begin, end);
   }
 }

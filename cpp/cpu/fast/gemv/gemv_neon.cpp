@@ -30,6 +30,11 @@ struct Neon {
     const uint8x16_t v = vld1q_u8(q), lo = vandq_u8(v, vdupq_n_u8(15)), hi = vshrq_n_u8(v, 4);
     return {{vzip1q_u8(lo, hi), vzip2q_u8(lo, hi)}};
   }
+  // table[c] for each code c < 16.
+  static Codes Lookup16(const Codes& c, const int8_t* table) {
+    const uint8x16_t t = vld1q_u8(reinterpret_cast<const uint8_t*>(table));
+    return {{vqtbl1q_u8(t, c.half[0]), vqtbl1q_u8(t, c.half[1])}};
+  }
   // codes - offset as int8 (DotSigned reads them signed).
   static Codes Centered(const Codes& c, int offset) {
     const uint8x16_t o = vdupq_n_u8(uint8_t(offset));

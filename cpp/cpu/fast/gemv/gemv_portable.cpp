@@ -36,6 +36,11 @@ struct Portable {
     }
     return c;
   }
+  // table[c] for each code c < 16.
+  static Codes Lookup16(Codes c, const int8_t* table) {
+    for (uint8_t& v : c.v) v = uint8_t(table[v]);
+    return c;
+  }
   // codes - offset as int8 (DotSigned reads them signed).
   static Codes Centered(Codes c, int offset) {
     for (uint8_t& v : c.v) v = uint8_t(v - offset);

@@ -31,6 +31,10 @@ struct X86 {
     const __m128i lo = _mm_and_si128(v, mask), hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
     return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
   }
+  // table[c] for each code c < 16 (one byte shuffle within each 128-bit lane).
+  static Codes Lookup16(const Codes& c, const int8_t* table) {
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(table))), c);
+  }
   // codes - offset as int8 (DotSigned reads them signed).
   static Codes Centered(const Codes& c, int offset) { return _mm256_sub_epi8(c, _mm256_set1_epi8(char(offset))); }
   static void NibblePlanes32(const uint8_t* qs, Codes* lo, Codes* hi) {
