@@ -12,8 +12,8 @@ intermediate 256: the released widths would take ~50 GMAC, most of an hour, per
 Bars: max |Δlogit| <= 1e-3 x the logit range on prompts of 40 and 150 tokens, 12 greedy
 tokens equal, no op of a step on the reference tier (CPU and Metal).
 
-The released MXFP4 experts (``*_blocks`` / ``*_scales``) are refused with a ValueError
-naming the format until metalrt has it."""
+The released MXFP4 experts (``*_blocks`` / ``*_scales``) run in their own bytes and match
+transformers on the weights its ``convert_moe_packed_tensors`` dequantizes."""
 import functools
 import json
 import os
@@ -227,14 +227,57 @@ def test_bad_tensors(twin):
         build_model(cfg, {**weights, gate_up: np.swapaxes(weights[gate_up], 1, 2)}, "cpu")
 
 
-def test_mxfp4_experts_are_refused_by_name(twin):
-    """The released layout (blocks uint8 [E, N, K/32, 16], scales [E, N, K/32]) in place of
-    the float experts: a ValueError naming the tensors and the missing format."""
-    cfg, weights = files(twin(SMALL)[1])
+def mxfp4_twin(twin, seed=9):
+    """The narrow twin with every layer's experts in the released MXFP4 layout: random
+    codes under E8M0 exponents 118..123 (values up to 6 x 2^-4), and the transformers model
+    given the same weights dequantized by transformers' own ``convert_moe_packed_tensors``.
+    -> (config, weights with ``*_blocks`` / ``*_scales``, transformers model)."""
+    import copy
+
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    model, directory = twin(SMALL)
+    reference = copy.deepcopy(model)
+    cfg, weights = files(directory)
+    hidden, inner = WIDTHS[SMALL]
+    rng = np.random.default_rng(seed)
+    mx = dict(weights)
+    for layer in range(LAYERS):
+        p = f"model.layers.{layer}.mlp.experts."
+        for name, rows, cols in (("gate_up_proj", 2 * inner, hidden), ("down_proj", hidden, inner)):
+            blocks = rng.integers(0, 256, (EXPERTS, rows, cols // 32, 16), dtype=np.uint8)
+            scales = rng.integers(118, 124, (EXPERTS, rows, cols // 32), dtype=np.uint8)
+            del mx[p + name]
+            mx[p + name + "_blocks"], mx[p + name + "_scales"] = blocks, scales
+            with torch.no_grad():
+                getattr(reference.model.layers[layer].mlp.experts, name).copy_(convert_moe_packed_tensors(
+                    torch.from_numpy(blocks), torch.from_numpy(scales), dtype=torch.float32))
+    return cfg, mx, reference
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mxfp4_experts_match_transformers_on_the_dequantized_weights(twin, device):
+    """The released MXFP4 experts run in their own bytes (quantized MoE kernels, no float
+    copy) and give transformers' logits on the weights it dequantizes."""
+    cfg, mx, reference = mxfp4_twin(twin)
+    model = build_model(cfg, mx, device)
+    experts = model.layers[0].mlp
+    assert isinstance(experts.gate_up, metalrt.QuantizedTensor) and experts.gate_up.format == "mxfp4"
+    ids = prompt(40, 7)
+    metalrt.providers.reset_stats()
+    got = model.logits(ids)
+    assert reference_tier_ops(device) == []
+    assert metalrt.providers.stats("moe_matmul_bt", device)["calls"] == 2 * LAYERS
+    assert_close(got, reference_logits(reference, ids))
+
+
+def test_mxfp4_experts_of_the_wrong_shape_are_refused_by_name(twin):
+    cfg, mx, _ = mxfp4_twin(twin)
     p = "model.layers.0.mlp.experts."
-    mx = {k: v for k, v in weights.items() if k not in (p + "gate_up_proj", p + "down_proj")}
-    mx[p + "gate_up_proj_blocks"] = np.zeros((EXPERTS, 512, 8, 16), np.uint8)
-    mx[p + "gate_up_proj_scales"] = np.full((EXPERTS, 512, 8), 127, np.uint8)
-    with pytest.raises(ValueError, match=rf"^\[gpt_oss\] '{p}gate_up_proj_blocks' / "
-                                         rf"'{p}gate_up_proj_scales' are MXFP4 experts; .*MXFP4"):
-        build_model(cfg, mx, "cpu")
+    bad = {**mx, p + "gate_up_proj_scales": mx[p + "gate_up_proj_scales"][:, :-1]}
+    with pytest.raises(ValueError, match=rf"^\[gpt_oss\] tensor '{p}gate_up_proj_scales' has shape "
+                                         r"\[6, 511, 8\], expected \[6, 512, 8\]"):
+        build_model(cfg, bad, "cpu")
+    missing = {k: v for k, v in mx.items() if k != p + "down_proj_scales"}
+    with pytest.raises(ValueError, match=rf"^\[gpt_oss\] missing tensor '{p}down_proj_scales'"):
+        build_model(cfg, missing, "cpu")

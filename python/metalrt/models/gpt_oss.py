@@ -28,6 +28,8 @@ import numpy as np
 import metalrt
 from metalrt import ops
 
+from ..loaders import host_weights
+from ..loaders.quants import mxfp4_from_blocks
 from .attention import Attention, Rope
 from .config_values import config_bool, config_float, config_int
 from .decoder import CausalLM, PreNormLayer
@@ -105,12 +107,19 @@ def expert_matrix(w: Weights, name: str, experts: int, rows: int, cols: int):
 
 
 def mxfp4_experts(w: Weights, name: str, experts: int, rows: int, cols: int):
-    """The released MXFP4 experts (blocks uint8 [E, rows, cols / 32, 16], scales E8M0
-    [E, rows, cols / 32]): metalrt's quantized formats do not include MXFP4 yet, so a
-    ValueError naming the tensors and the missing format."""
-    raise ValueError(f"[{w.arch}] '{name}_blocks' / '{name}_scales' are MXFP4 experts; "
-                     "metalrt's quantized formats do not include MXFP4 yet (load a "
-                     "checkpoint with float experts, e.g. dequantized by transformers)")
+    """The released MXFP4 experts ``name_blocks`` (uint8 [E, rows, cols / 32, 16]) and
+    ``name_scales`` (E8M0 [E, rows, cols / 32]) as one split-layout MXFP4 matrix
+    [E * rows, cols] whose bytes stay the file's (``quants.mxfp4_from_blocks``).
+    ValueError naming the tensor when one is missing or of another shape."""
+    blocks, scales = name + "_blocks", name + "_scales"
+    for tensor, shape in ((blocks, (experts, rows, cols // 32, 16)), (scales, (experts, rows, cols // 32))):
+        if not w.has(tensor):
+            raise ValueError(f"[{w.arch}] missing tensor '{tensor}'")
+        if tuple(w.tensors[tensor].shape) != shape:
+            raise ValueError(f"[{w.arch}] tensor '{tensor}' has shape {list(w.tensors[tensor].shape)}, "
+                             f"expected {list(shape)}")
+    weight = mxfp4_from_blocks(np.asarray(w.tensors[blocks]), np.asarray(w.tensors[scales]), blocks)
+    return host_weights.to_device(weight, w.device, w.dtype)
 
 
 @family
