@@ -109,14 +109,17 @@ class ChatOutput:
     def _new_calls(self, calls: List[ToolCall]) -> List[dict]:
         deltas = []
         for call in calls[len(self.calls):]:
-            index = len(self.calls)
+            deltas += call_deltas(len(self.calls), call)
             self.calls.append(call)
-            # The name first, the arguments after it: the shape of OpenAI's stream.
-            deltas.append({"tool_calls": [{"index": index, "id": call.id, "type": "function",
-                                           "function": {"name": call.name, "arguments": ""}}]})
-            deltas.append({"tool_calls": [{"index": index,
-                                           "function": {"arguments": call.arguments}}]})
         return deltas
+
+
+def call_deltas(index: int, call: ToolCall) -> List[dict]:
+    """The stream deltas of tool call ``index``: the name first, the arguments after it
+    (the shape of OpenAI's stream, which the ``openai`` client's helpers reassemble)."""
+    return [{"tool_calls": [{"index": index, "id": call.id, "type": "function",
+                             "function": {"name": call.name, "arguments": ""}}]},
+            {"tool_calls": [{"index": index, "function": {"arguments": call.arguments}}]}]
 
 
 def message(deltas: List[dict]) -> dict:

@@ -23,6 +23,7 @@ import os
 from functools import lru_cache
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .chat_output import call_deltas
 from .tool_parsers import ToolCall
 
 VOCAB_NAME = "o200k_base.tiktoken"
@@ -268,12 +269,8 @@ class HarmonyOutput:
                 deltas.append({key: text[self.sent[key]:]})
                 self.sent[key] = len(text)
         for call in calls[len(self.calls):]:
-            index = len(self.calls)
+            deltas += call_deltas(len(self.calls), call)
             self.calls.append(call)
-            deltas.append({"tool_calls": [{"index": index, "id": call.id, "type": "function",
-                                           "function": {"name": call.name, "arguments": ""}}]})
-            deltas.append({"tool_calls": [{"index": index,
-                                           "function": {"arguments": call.arguments}}]})
         return deltas
 
 
