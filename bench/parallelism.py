@@ -1,4 +1,4 @@
-"""Parallelism proxies of the Metal decode path (issue #40, causes 1 and 5), from the
+"""Parallelism proxies of the Metal decode path (the attention grid and the argmax), from the
 profiler's kernel rows, so they are measured on the simulated device too: they depend
 on the code and the geometry, not on timing.
 

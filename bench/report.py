@@ -225,7 +225,7 @@ def counter_table(result: Dict) -> str:
                            r.get("positions_per_simdgroup", "-"), r.get("collectives_per_simdgroup", "-"),
                            f"{r['nmse']:.1e}", f"{r['max_abs_error']:.1e}"]
                           for r in c["decode_attention"]])]
-    if "argmax_loads_per_thread" in c:   # results written before issue #40 lack it
+    if "argmax_loads_per_thread" in c:   # results written before the two-level argmax lack it
         lines.append(f"decode attention: <= 16 positions and <= 64 collectives per SIMD-group, >= 256 "
                      f"SIMD-groups at 512 positions: {goal['decode_attention_parallel']}; argmax serial "
                      f"loads per thread: {c['argmax_loads_per_thread']} (goal <= 32: "
