@@ -102,8 +102,10 @@ TEST_CASE("qkv_rope_cache: bad arguments are errors naming the op") {
   const Tensor cache2 = MakeFloat({2, 4, 1, 8}, DType::kF32, RandomValues(64, 3));
   const Tensor positions = MakeInts({2}, DType::kI32, std::vector<int32_t>{0, 1});
   const Tensor slots = MakeInts({2}, DType::kI64, std::vector<int64_t>{0, 1});
+  // 2 heads + 2 x 1 kv head in 40 features: head_dim 10, which the 8-wide caches do not hold.
   CHECK_THROWS_WITH_AS(ops::QkvRopeCache(qkv, positions, cache, cache2, slots, 2, 8, 1e4f),
-                       doctest::Contains("[qkv_rope_cache] qkv must have"), std::invalid_argument);
+                       doctest::Contains("[qkv_rope_cache] key_cache must be [num_blocks, block_size, kv_heads, 10]"),
+                       std::invalid_argument);
   CHECK_THROWS_WITH_AS(ops::QkvRopeCache(qkv, positions, cache, cache2, slots, 3, 7, 1e4f),
                        doctest::Contains("rotary_dim must be even"), std::invalid_argument);
   const Tensor far = MakeInts({2}, DType::kI64, std::vector<int64_t>{0, 8});
