@@ -127,8 +127,9 @@ def test_load_pipeline_refuses_bad_counts_before_starting_ray():
 def pipeline():
     import ray
 
-    # 4 logical CPUs: this pipeline's 2 stages and the served one's.
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    # 4 logical CPUs: this pipeline's 2 stages and the served one's; a cluster of our
+    # own ("local"), not one a `ray start` left running on the machine.
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         model, _ = load_pipeline(None, stages=2, micro_batches_per_step=2, device="cpu")
         yield model
@@ -208,6 +209,42 @@ def test_the_server_with_pipeline_stages_answers_as_the_single_server(pipeline):
     got = _completion(build_app(device="cpu", kv_cache_tokens=1024, pipeline_stages=2))
     assert got["text"] == want["text"] and got["finish_reason"] == "length"
     assert len(got["text"]) > 16
+
+
+def test_a_stage_killed_breaks_the_server_visibly(pipeline):
+    import os
+    import signal
+
+    from fastapi.testclient import TestClient
+
+    from metalrt.server.main import build_app
+
+    app = build_app(device="cpu", kv_cache_tokens=1024, pipeline_stages=2)
+    body = {"model": "SmolLM2-135M-Instruct.Q4_1", "prompt": PROMPTS[0], "max_tokens": 4}
+    with TestClient(app) as client:
+        assert client.get("/health").json()["status"] == "ok"
+        model = app.state.registry.loaded["SmolLM2-135M-Instruct.Q4_1"].model
+        os.kill(model.memory()[1]["pid"], signal.SIGKILL)   # as `kill -9` of ray::PipelineStage
+        # The request in flight ends with the error; the next ones are refused with it,
+        # and /health says so (503: a host's health check replaces the server).
+        reply = client.post("/v1/completions", json=body)
+        assert reply.status_code == 500
+        assert "a pipeline stage died" in reply.json()["error"]["message"]
+        reply = client.post("/v1/completions", json=body)
+        assert reply.status_code == 503
+        assert reply.json()["error"]["message"].startswith("[pipeline] a pipeline stage died;")
+        health = client.get("/health")
+        assert health.status_code == 503 and health.json()["status"] == "broken"
+        assert "a pipeline stage died" in health.json()["errors"]["SmolLM2-135M-Instruct.Q4_1"]
+    assert model.broken.startswith("[pipeline] a pipeline stage died;")
+
+
+def test_a_closed_pipeline_is_a_runtime_error(pipeline):
+    model, _ = load_pipeline(None, stages=2, device="cpu")
+    model.close()
+    for call in (lambda: model.logits([1, 2, 3]), model.memory, lambda: model.new_cache(1)):
+        with pytest.raises(RuntimeError, match="the pipeline is closed"):
+            call()
 
 
 def test_serve_pipeline_stages_refusals():

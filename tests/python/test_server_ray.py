@@ -274,3 +274,33 @@ def test_bad_replica_counts_are_value_errors(replicas, max_replicas, ongoing):
 
     with pytest.raises(ValueError, match="--ray-"):
         ray_app.application(build_app, {}, replicas, max_replicas, max_ongoing_requests=ongoing)
+
+
+def _bare_replica(app=None):
+    """An ``EngineReplica`` object outside Ray Serve (``__init__`` not run)."""
+    from metalrt.server import ray_app
+
+    cls = ray_app.EngineReplica.func_or_class
+    replica = cls.__new__(cls)
+    if app is not None:
+        replica.app, replica.name = app, "r1:1"
+    return replica
+
+
+def test_check_health_raises_when_the_application_is_not_healthy():
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    for status in (200, 503):
+        app = FastAPI()
+        app.get("/health")(lambda status=status: JSONResponse({"status": "x"}, status))
+        check = _bare_replica(app).check_health()
+        if status == 200:
+            assert asyncio.run(check) is None
+        else:
+            with pytest.raises(RuntimeError, match="replica r1:1: /health answered 503"):
+                asyncio.run(check)
+
+
+def test_a_replica_whose_init_failed_is_deleted_quietly():
+    asyncio.run(_bare_replica().__del__())

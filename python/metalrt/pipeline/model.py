@@ -60,13 +60,35 @@ class PipelineModel:
         self.num_layers = int(config["num_hidden_layers"])
         self.context_length = config.get("max_position_embeddings")
         self._cache: Optional[ModelCache] = None
+        # Why the pipeline cannot run any more (a stage process died), else None.
+        self.broken: Optional[str] = None
+
+    def _get(self, refs):
+        """``ray.get(refs)``; RuntimeError once the pipeline is closed, or broken: a
+        stage's process died (Ray's RayActorError: ActorDiedError, ActorUnavailableError),
+        which marks the pipeline broken for good (its stages' KV caches are gone)."""
+        import ray
+
+        if self.broken is None and not self.stages:
+            raise RuntimeError("[pipeline] the pipeline is closed")
+        if self.broken is None:
+            try:
+                return ray.get(refs)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+                self.broken = (f"[pipeline] a pipeline stage died; restart the server "
+                               f"(or load the pipeline again): {type(e).__name__}")
+        raise RuntimeError(self.broken)
+
+    def _remote(self, method: str, *args) -> list:
+        """``method(*args)`` called on every stage (object refs, in stage order)."""
+        if not self.stages:
+            raise RuntimeError("[pipeline] the pipeline is closed")
+        return [getattr(s, method).remote(*args) for s in self.stages]
 
     def new_cache(self, num_blocks: int, window_blocks=None) -> ModelCache:
         """The engine's view of the stages' caches of ``num_blocks`` blocks each (every
         stage keeps the K/V of its own layers; the engine hands out the block ids)."""
-        import ray
-
-        ray.get([s.reset_cache.remote(num_blocks) for s in self.stages])
+        self._get(self._remote("reset_cache", num_blocks))
         self._cache = ModelCache([], num_blocks)
         return self._cache
 
@@ -87,19 +109,19 @@ class PipelineModel:
                 hidden=None):
         """One step over the stages (``CausalLM.forward``'s contract for a whole model):
         float32 logits [step.num_logit_rows, vocab] on the host device, None when no
-        row wants logits."""
-        import ray
-
+        row wants logits. RuntimeError when a stage died (``broken``) or the pipeline
+        is closed."""
         self.check_cache(cache)
         if hidden is not None:
             raise ValueError("[pipeline] a pipeline embeds the ids itself: no hidden states")
+        self._get([])   # closed or broken: raised before any stage is called
         outputs = []
         for batch in micro_batches.split(micro_batches.host_arrays(step), self.micro_batches):
             h = None
             for stage in self.stages:
                 h = stage.forward.remote(batch, h)
             outputs.append(h)
-        logits = [x for x in ray.get(outputs) if x is not None]
+        logits = [x for x in self._get(outputs) if x is not None]
         if not logits:
             return None
         return metalrt.asarray(np.concatenate(logits), device=self.device)
@@ -116,15 +138,11 @@ class PipelineModel:
 
     def cpu_seconds(self) -> float:
         """CPU seconds the stage processes have run, together (``PipelineStage.cpu_seconds``)."""
-        import ray
-
-        return sum(ray.get([s.cpu_seconds.remote() for s in self.stages]))
+        return sum(self._get(self._remote("cpu_seconds")))
 
     def memory(self) -> List[dict]:
         """Each stage's ``PipelineStage.memory`` (pid, layers, VmRSS, VmHWM in bytes)."""
-        import ray
-
-        return ray.get([s.memory.remote() for s in self.stages])
+        return self._get(self._remote("memory"))
 
     def close(self) -> None:
         """Ends the stage processes."""

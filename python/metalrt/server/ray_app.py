@@ -78,8 +78,9 @@ class EngineReplica:
         self.app = build(**settings)
         # The replica reads its own /metrics as any client does: with the key, if any.
         self.metrics_headers = key_headers(settings.get("api_key"))
-        self.lifespan = self.app.router.lifespan_context(self.app)
-        await self.lifespan.__aenter__()
+        lifespan = self.app.router.lifespan_context(self.app)
+        await lifespan.__aenter__()
+        self.lifespan = lifespan
         self.name = f"{serve.get_replica_context().replica_tag}:{os.getpid()}"
         self.board = metrics_board()
         self.pusher = asyncio.get_running_loop().create_task(self._push_metrics())
@@ -94,6 +95,15 @@ class EngineReplica:
                 log.warning("replica %s: /metrics answered %d", self.name, chunks[0]["status"])
             await asyncio.sleep(PUSH_INTERVAL_S)
 
+    async def check_health(self) -> None:
+        """Ray Serve's health check: raises (and Ray Serve replaces this replica) when
+        the application's ``/health`` is not 200, e.g. 503 for a pipeline whose stage
+        died."""
+        chunks = [c async for c in asgi_stream(self.app, "GET", "/health", "", [], b"")]
+        if chunks[0]["status"] != 200:
+            raise RuntimeError(f"replica {self.name}: /health answered {chunks[0]['status']}: "
+                               f"{b''.join(chunks[1:]).decode('utf-8', 'replace')}")
+
     async def handle(self, request: dict):
         async for item in asgi_stream(self.app, **request):
             if isinstance(item, dict):
@@ -101,8 +111,11 @@ class EngineReplica:
             yield item
 
     async def __del__(self):
-        self.pusher.cancel()
-        await self.lifespan.__aexit__(None, None, None)
+        # Also called when __init__ raised: only what it got to is undone.
+        if hasattr(self, "pusher"):
+            self.pusher.cancel()
+        if hasattr(self, "lifespan"):
+            await self.lifespan.__aexit__(None, None, None)
 
 
 def _stream_error(path: str, message: str) -> bytes:
