@@ -239,6 +239,29 @@ def test_a_stage_killed_breaks_the_server_visibly(pipeline):
     assert model.broken.startswith("[pipeline] a pipeline stage died;")
 
 
+def test_too_few_free_ray_cpus_is_an_error_naming_the_numbers(pipeline):
+    import ray
+
+    # The fixture's 2 stages hold 2 of the cluster's 4 CPUs: 2 x 2 more do not fit, and
+    # Ray would wait for them without a word.
+    assert ray.available_resources()["CPU"] == 2
+    with pytest.raises(ValueError, match=r"2 stages of 2 Ray CPUs each \(--pipeline-stages, "
+                       r"--pipeline-cpus-per-stage\) need 4 CPUs; the Ray cluster has 2 free "
+                       r"of 4"):
+        load_pipeline(None, stages=2, cpus_per_stage=2)
+    with pytest.raises(ValueError, match=r"cpus_per_stage \(--pipeline-cpus-per-stage\) must "
+                       r"be a number >= 0, got -1"):
+        load_pipeline(None, stages=2, cpus_per_stage=-1)
+    from metalrt.server.ray_serve import check_cluster_cpus
+
+    check_cluster_cpus(2, 1.0, 1, 1.0)   # 4 of 4
+    # serve --ray --ray-replicas 2 --pipeline-stages 2: 6 CPUs.
+    with pytest.raises(ValueError, match=r"2 replicas x \(1 \+ 2 stages x 1\) Ray CPUs "
+                       r"\(--ray-replicas, --ray-cpus-per-replica, --pipeline-stages, "
+                       r"--pipeline-cpus-per-stage\) need 6 CPUs; the Ray cluster has 4"):
+        check_cluster_cpus(2, 1.0, 2, 1.0)
+
+
 def test_a_closed_pipeline_is_a_runtime_error(pipeline):
     model, _ = load_pipeline(None, stages=2, device="cpu")
     model.close()

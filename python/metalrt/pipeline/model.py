@@ -164,6 +164,24 @@ def require_ray():
     return ray
 
 
+def check_free_cpus(stages: int, cpus_per_stage: float) -> None:
+    """ValueError, naming the numbers and the flags, when the Ray cluster this process
+    is in has fewer free CPUs (``ray.available_resources``) than ``stages`` stages of
+    ``cpus_per_stage`` each reserve."""
+    import ray
+
+    need = stages * cpus_per_stage
+    free = ray.available_resources().get("CPU", 0.0)
+    if need > free:
+        total = ray.cluster_resources().get("CPU", 0.0)
+        raise ValueError(
+            f"[pipeline] {stages} stages of {cpus_per_stage:g} Ray CPUs each "
+            f"(--pipeline-stages, --pipeline-cpus-per-stage) need {need:g} CPUs; the Ray "
+            f"cluster has {free:g} free of {total:g} (under --ray each replica also "
+            f"reserves --ray-cpus-per-replica): lower --pipeline-cpus-per-stage or give "
+            f"Ray more CPUs (ray start --num-cpus)")
+
+
 def load_pipeline(path: Optional[str] = None, stages: int = 2, micro_batches_per_step: int = 2,
                   device: str = "auto", dtype: str = "float32", num_blocks: int = 1,
                   cpus_per_stage: float = 1.0, address: Optional[str] = None):
@@ -174,12 +192,17 @@ def load_pipeline(path: Optional[str] = None, stages: int = 2, micro_batches_per
     into at most ``micro_batches_per_step`` micro-batches. Joins the Ray cluster at
     ``address`` (None: the one this process is in, or a new local one). The stages go
     on ``device`` of the machines Ray places them on. Raises RuntimeError naming the
-    extra without Ray, ValueError for counts out of range or a family that builds whole
-    models only (``models.build_model``)."""
+    extra without Ray, ValueError for counts out of range, a family that builds whole
+    models only (``models.build_model``), or fewer free Ray CPUs than the stages reserve
+    (Ray would wait for them without a word)."""
     ray = require_ray()
     if not is_int(micro_batches_per_step) or micro_batches_per_step < 1:
         raise ValueError(f"[pipeline] micro_batches_per_step must be an int >= 1, got "
                          f"{micro_batches_per_step!r}")
+    if isinstance(cpus_per_stage, bool) or not isinstance(cpus_per_stage, (int, float)) \
+            or not cpus_per_stage >= 0:
+        raise ValueError(f"[pipeline] cpus_per_stage (--pipeline-cpus-per-stage) must be a "
+                         f"number >= 0, got {cpus_per_stage!r}")
     with file_map.mapped():   # the config and tokenizer only: no weight is read here
         files = load_model_files(path, verbose=False)
     config = files.config
@@ -187,6 +210,7 @@ def load_pipeline(path: Optional[str] = None, stages: int = 2, micro_batches_per
     ranges = stage_ranges(int(config["num_hidden_layers"]), stages)
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=True)
+    check_free_cpus(len(ranges), cpus_per_stage)
     # "auto" is resolved by each stage, on the machine Ray places it on.
     actor = ray.remote(num_cpus=cpus_per_stage)(PipelineStage)
     handles = [actor.remote(str(files.source), r, device, dtype, num_blocks) for r in ranges]

@@ -101,6 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the cluster of --ray-address, else a local one), each holding "
                              "its layers' weights only; a step is cut into K micro-batches "
                              "(needs the extra 'metalrt[ray]'; default: one process)")
+    parser.add_argument("--pipeline-cpus-per-stage", type=float, default=1.0, metavar="N",
+                        help="with --pipeline-stages: Ray CPUs each stage reserves; the "
+                             "stages start only when that many are free (default: "
+                             "%(default)s)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"),
                         help="uvicorn's log level (default: %(default)s)")
@@ -115,7 +119,7 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
               api_key: Optional[str] = None, max_memory: Optional[int] = None,
               prompt_cache_dir: Optional[str] = None, prompt_cache_min_tokens: int = 1024,
               prompt_cache_max_bytes: int = 4 << 30, pipeline_stages: int = 0,
-              ray_address: Optional[str] = None):
+              ray_address: Optional[str] = None, pipeline_cpus_per_stage: float = 1.0):
     """Loads the (first) model and returns the FastAPI application serving it (its
     engine loops stop when the application shuts down). The settings are those of
     ``metalrt serve``; this is also the builder a host such as Ray Serve calls in each
@@ -127,8 +131,9 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
     ``prompt_cache_dir/ID`` (``prompt_cache_dir.PromptCacheDir``, bounded by
     ``prompt_cache_max_bytes`` each). ``pipeline_stages`` > 0: each model's layers split
     over that many Ray actors (``metalrt.pipeline.load_pipeline``, in the cluster at
-    ``ray_address`` unless this process is in one already), a step cut into as many
-    micro-batches. Raises ValueError for a setting out of range, an unreadable
+    ``ray_address`` unless this process is in one already), each reserving
+    ``pipeline_cpus_per_stage`` Ray CPUs, a step cut into as many micro-batches.
+    Raises ValueError for a setting out of range, an unreadable
     template, a missing model path, a draft model with several models, or pipeline
     stages with speculation or a prompt-cache directory, before loading."""
     for name, value, least in (("kv_cache_tokens", kv_cache_tokens, 1),
@@ -178,7 +183,8 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
             from ..pipeline import load_pipeline
 
             loaded, tokenizer = load_pipeline(path, pipeline_stages, pipeline_stages,
-                                              device=device, address=ray_address)
+                                              device=device, address=ray_address,
+                                              cpus_per_stage=pipeline_cpus_per_stage)
         else:
             loaded, tokenizer = metalrt.load(path, device=device)
         if template is not None:
@@ -234,7 +240,8 @@ def serve(args: argparse.Namespace) -> int:
         max_memory=args.max_memory, prompt_cache_dir=args.prompt_cache_dir,
         prompt_cache_min_tokens=args.prompt_cache_min_tokens,
         prompt_cache_max_bytes=args.prompt_cache_max_bytes,
-        pipeline_stages=args.pipeline_stages, ray_address=args.ray_address)
+        pipeline_stages=args.pipeline_stages, ray_address=args.ray_address,
+        pipeline_cpus_per_stage=args.pipeline_cpus_per_stage)
     if args.pipeline_stages:
         from ..pipeline import require_ray
 
