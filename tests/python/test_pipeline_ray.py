@@ -75,6 +75,14 @@ def test_bad_layer_ranges_and_hidden_states_are_errors(whole):
         middle.forward(step, middle.new_cache(1))
     with pytest.raises(ValueError, match="'opt' is built whole only.*llama"):
         build_model({"model_type": "opt"}, {}, "cpu", layers=(0, 1))
+    for use, call in (("logits", lambda: middle.logits(ids)),
+                      ("an Engine", lambda: Engine(middle, middle.new_cache(4), 64))):
+        with pytest.raises(ValueError, match=rf"{use}.* needs logits: this model holds layers "
+                           r"10..19 of 30, a pipeline stage that returns hidden states"):
+            call()
+    first = metalrt.load(None, device="cpu", layers=(0, 15))[0]
+    with pytest.raises(ValueError, match="a pipeline stage that returns hidden states"):
+        first.logits(ids)
     for stages in (0, 31, 2.0):
         with pytest.raises(ValueError, match=r"stages must be an int in 1..30"):
             stage_ranges(LAYERS, stages)
