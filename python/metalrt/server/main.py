@@ -110,6 +110,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="uvicorn's log level (default: %(default)s)")
 
 
+def check_settings(model, kv_cache_tokens: int, max_batched_tokens: int, max_queue: int,
+                   max_tokens: int, prefix_cache: bool, spec_type: Optional[str],
+                   draft_model: Optional[str], chat_template: Optional[str],
+                   prompt_cache_dir: Optional[str], pipeline_stages: int,
+                   pipeline_cpus_per_stage: float, **_):
+    """(model entries, chat template text or None) of ``build_app``'s settings (the
+    extra ones ignored), checked without loading anything: what ``build_app`` checks
+    first, and ``serve --ray`` in the driver before Ray starts (a bad setting is then one
+    error line, not one failure per replica). Raises ValueError as ``build_app``
+    documents."""
+    for name, value, least in (("kv_cache_tokens", kv_cache_tokens, 1),
+                               ("max_batched_tokens", max_batched_tokens, 1),
+                               ("max_tokens", max_tokens, 1), ("max_queue", max_queue, 0),
+                               ("pipeline_stages", pipeline_stages, 0),
+                               ("pipeline_cpus_per_stage", pipeline_cpus_per_stage, 0)):
+        if value < least:
+            raise ValueError(f"[serve] --{name.replace('_', '-')} must be >= {least}, got {value}")
+    entries = model_entries([model] if isinstance(model, str) else model)
+    if draft_model is not None and len(entries) > 1:
+        raise ValueError("[serve] --draft-model drafts for one model; it cannot be used with "
+                         "several --model")
+    if pipeline_stages and (spec_type or draft_model or prompt_cache_dir):
+        raise ValueError("[serve] --pipeline-stages runs without speculation and without a "
+                         "prompt-cache directory (drop --spec-type, --draft-model, "
+                         "--prompt-cache-dir)")
+    if prompt_cache_dir is not None and not prefix_cache:
+        raise ValueError("[serve] --prompt-cache-dir needs the prefix cache "
+                         "(drop --no-prefix-cache)")
+    template = None
+    if chat_template is not None:
+        try:
+            with open(chat_template, encoding="utf-8") as f:
+                template = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"[serve] --chat-template {chat_template}: {e}") from None
+    return entries, template
+
+
 def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto",
               kv_cache_tokens: int = 8192,
               max_batched_tokens: int = 512, max_queue: int = 64, max_tokens: int = 512,
@@ -136,23 +174,10 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
     Raises ValueError for a setting out of range, an unreadable
     template, a missing model path, a draft model with several models, or pipeline
     stages with speculation or a prompt-cache directory, before loading."""
-    for name, value, least in (("kv_cache_tokens", kv_cache_tokens, 1),
-                               ("max_batched_tokens", max_batched_tokens, 1),
-                               ("max_tokens", max_tokens, 1), ("max_queue", max_queue, 0),
-                               ("pipeline_stages", pipeline_stages, 0)):
-        if value < least:
-            raise ValueError(f"[serve] --{name.replace('_', '-')} must be >= {least}, got {value}")
-    entries = model_entries([model] if isinstance(model, str) else model)
-    if draft_model is not None and len(entries) > 1:
-        raise ValueError("[serve] --draft-model drafts for one model; it cannot be used with "
-                         "several --model")
-    template = None
-    if chat_template is not None:
-        try:
-            with open(chat_template, encoding="utf-8") as f:
-                template = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise ValueError(f"[serve] --chat-template {chat_template}: {e}") from None
+    entries, template = check_settings(
+        model, kv_cache_tokens, max_batched_tokens, max_queue, max_tokens, prefix_cache,
+        spec_type, draft_model, chat_template, prompt_cache_dir, pipeline_stages,
+        pipeline_cpus_per_stage)
     import metalrt
 
     from ..cache import BLOCK_SIZE, blocks_for
@@ -165,13 +190,6 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
     from ..generation import speculative_config
     from .prompt_cache_dir import PromptCacheDir
 
-    if pipeline_stages and (spec_type or draft_model or prompt_cache_dir):
-        raise ValueError("[serve] --pipeline-stages runs without speculation and without a "
-                         "prompt-cache directory (drop --spec-type, --draft-model, "
-                         "--prompt-cache-dir)")
-    if prompt_cache_dir is not None and not prefix_cache:
-        raise ValueError("[serve] --prompt-cache-dir needs the prefix cache "
-                         "(drop --no-prefix-cache)")
     # One subdirectory per model: a model loads only its own files (no warning for each
     # file of the others) and its writes never evict another model's prefixes.
     disks = {} if prompt_cache_dir is None else {
@@ -252,6 +270,8 @@ def serve(args: argparse.Namespace) -> int:
             return 1
     if args.ray:
         from . import ray_serve
+
+        check_settings(**settings)   # here, before Ray: each replica would fail on its own
 
         try:
             ray_serve.import_ray_app()

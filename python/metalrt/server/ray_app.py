@@ -197,6 +197,8 @@ def application(build, settings: dict, replicas: int = 1, max_replicas: int = 0,
     ValueError for counts out of range."""
     if replicas < 1:
         raise ValueError(f"[serve] --ray-replicas must be >= 1, got {replicas}")
+    if not cpus_per_replica >= 0:
+        raise ValueError(f"[serve] --ray-cpus-per-replica must be >= 0, got {cpus_per_replica}")
     if max_ongoing_requests < 0:
         raise ValueError(f"[serve] --ray-max-ongoing-requests must be >= 0, got "
                          f"{max_ongoing_requests}")
