@@ -270,6 +270,29 @@ def test_too_few_free_ray_cpus_is_an_error_naming_the_numbers(pipeline):
         check_cluster_cpus(2, 1.0, 2, 1.0)
 
 
+def test_the_ray_metrics_board_has_a_fixed_name_and_is_killed(pipeline):
+    import time
+
+    import ray
+
+    from metalrt.server import ray_app
+
+    # On this module's cluster (serve --ray's board outlives a run on a kept cluster).
+    ray.get(ray_app.metrics_board().put.remote("r", "text"))
+    assert ray.get(ray_app.metrics_board().snapshot.remote()) == {"r": "text"}   # the same
+    ray.get_actor("metrics-board:metalrt", namespace="metalrt")
+    ray_app.kill_metrics_board()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            ray.get_actor("metrics-board:metalrt", namespace="metalrt")
+        except ValueError:
+            break
+        assert time.monotonic() < deadline, "the board outlived kill_metrics_board"
+        time.sleep(0.2)
+    ray_app.kill_metrics_board()   # none left: nothing to do
+
+
 def test_a_closed_pipeline_is_a_runtime_error(pipeline):
     model, _ = load_pipeline(None, stages=2, device="cpu")
     model.close()

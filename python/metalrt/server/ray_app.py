@@ -31,7 +31,10 @@ from .asgi_stream import asgi_stream
 from .metrics_merge import merge_metrics
 from .sse import typed
 
-BOARD_NAME = "metalrt-metrics-board"
+APP_NAME = "metalrt"   # the Ray Serve application (serve.run's name)
+# The board's fixed name and namespace: each run finds (and at its end kills) its
+# application's board, instead of leaving one per run in an anonymous namespace.
+BOARD_NAME, BOARD_NAMESPACE = f"metrics-board:{APP_NAME}", "metalrt"
 PUSH_INTERVAL_S = 1.0
 # A replica that has not pushed for this long is dead or gone: its metrics are dropped.
 STALE_AFTER_S = 10.0
@@ -63,10 +66,21 @@ class MetricsBoard:
 
 
 def metrics_board():
-    """The cluster's one ``MetricsBoard``, created by whoever asks first. Detached: an
-    actor owned by a replica would die with it."""
-    return MetricsBoard.options(name=BOARD_NAME, get_if_exists=True,
-                                lifetime="detached").remote()
+    """The application's one ``MetricsBoard`` (``BOARD_NAME`` in ``BOARD_NAMESPACE``),
+    created by whoever asks first. Detached: an actor owned by a replica would die with
+    it; ``kill_metrics_board`` ends it."""
+    return MetricsBoard.options(name=BOARD_NAME, namespace=BOARD_NAMESPACE,
+                                get_if_exists=True, lifetime="detached").remote()
+
+
+def kill_metrics_board() -> None:
+    """Ends the application's ``MetricsBoard`` (a detached actor outlives the driver
+    on a cluster that keeps running), if there is one."""
+    try:
+        board = ray.get_actor(BOARD_NAME, namespace=BOARD_NAMESPACE)
+    except ValueError:   # none: never created, or killed already
+        return
+    ray.kill(board)
 
 
 @serve.deployment

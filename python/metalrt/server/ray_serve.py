@@ -55,10 +55,11 @@ def run(build, settings: dict, host: str, port: int, replicas: int, max_replicas
         check_cluster_cpus(replicas, cpus_per_replica, settings.get("pipeline_stages", 0),
                            settings.get("pipeline_cpus_per_stage", 1.0))
         serve.start(http_options={"host": host, "port": port})
-        serve.run(target, name="metalrt", route_prefix="/", blocking=True)
+        serve.run(target, name=ray_app.APP_NAME, route_prefix="/", blocking=True)
     except KeyboardInterrupt:
         pass
     finally:
         serve.shutdown()
+        ray_app.kill_metrics_board()
         ray.shutdown()
     return 0
