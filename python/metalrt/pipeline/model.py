@@ -209,7 +209,8 @@ def load_pipeline(path: Optional[str] = None, stages: int = 2, micro_batches_per
     check_layer_ranges(config.get("model_type"))
     ranges = stage_ranges(int(config["num_hidden_layers"]), stages)
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=True)
+        # None: a new local cluster, not one a `ray start` left on the host.
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=True)
     check_free_cpus(len(ranges), cpus_per_stage)
     # "auto" is resolved by each stage, on the machine Ray places it on.
     actor = ray.remote(num_cpus=cpus_per_stage)(PipelineStage)

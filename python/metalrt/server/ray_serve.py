@@ -50,7 +50,8 @@ def run(build, settings: dict, host: str, port: int, replicas: int, max_replicas
     target = ray_app.application(build, settings, replicas, max_replicas,
                                  cpus_per_replica=cpus_per_replica,
                                  max_ongoing_requests=max_ongoing_requests)
-    ray.init(address=address, include_dashboard=False, log_to_driver=True)
+    # None: a cluster of its own, as documented, not one a `ray start` left on the host.
+    ray.init(address=address or "local", include_dashboard=False, log_to_driver=True)
     try:
         check_cluster_cpus(replicas, cpus_per_replica, settings.get("pipeline_stages", 0),
                            settings.get("pipeline_cpus_per_stage", 1.0))
