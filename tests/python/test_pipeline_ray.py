@@ -75,6 +75,14 @@ def test_bad_layer_ranges_and_hidden_states_are_errors(whole):
         middle.forward(step, middle.new_cache(1))
     with pytest.raises(ValueError, match="'opt' is built whole only.*llama"):
         build_model({"model_type": "opt"}, {}, "cpu", layers=(0, 1))
+    for use, call in (("logits", lambda: middle.logits(ids)),
+                      ("an Engine", lambda: Engine(middle, middle.new_cache(4), 64))):
+        with pytest.raises(ValueError, match=rf"{use}.* needs logits: this model holds layers "
+                           r"10..19 of 30, a pipeline stage that returns hidden states"):
+            call()
+    first = metalrt.load(None, device="cpu", layers=(0, 15))[0]
+    with pytest.raises(ValueError, match="a pipeline stage that returns hidden states"):
+        first.logits(ids)
     for stages in (0, 31, 2.0):
         with pytest.raises(ValueError, match=r"stages must be an int in 1..30"):
             stage_ranges(LAYERS, stages)
@@ -127,8 +135,9 @@ def test_load_pipeline_refuses_bad_counts_before_starting_ray():
 def pipeline():
     import ray
 
-    # 4 logical CPUs: this pipeline's 2 stages and the served one's.
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    # 4 logical CPUs: this pipeline's 2 stages and the served one's; a cluster of our
+    # own ("local"), not one a `ray start` left running on the machine.
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         model, _ = load_pipeline(None, stages=2, micro_batches_per_step=2, device="cpu")
         yield model
@@ -208,6 +217,94 @@ def test_the_server_with_pipeline_stages_answers_as_the_single_server(pipeline):
     got = _completion(build_app(device="cpu", kv_cache_tokens=1024, pipeline_stages=2))
     assert got["text"] == want["text"] and got["finish_reason"] == "length"
     assert len(got["text"]) > 16
+
+
+def test_a_stage_killed_breaks_the_server_visibly(pipeline):
+    import os
+    import signal
+
+    from fastapi.testclient import TestClient
+
+    from metalrt.server.main import build_app
+
+    app = build_app(device="cpu", kv_cache_tokens=1024, pipeline_stages=2)
+    body = {"model": "SmolLM2-135M-Instruct.Q4_1", "prompt": PROMPTS[0], "max_tokens": 4}
+    with TestClient(app) as client:
+        assert client.get("/health").json()["status"] == "ok"
+        model = app.state.registry.loaded["SmolLM2-135M-Instruct.Q4_1"].model
+        os.kill(model.memory()[1]["pid"], signal.SIGKILL)   # as `kill -9` of ray::PipelineStage
+        # The request in flight ends with the error; the next ones are refused with it,
+        # and /health says so (503: a host's health check replaces the server).
+        reply = client.post("/v1/completions", json=body)
+        assert reply.status_code == 500
+        assert "a pipeline stage died" in reply.json()["error"]["message"]
+        reply = client.post("/v1/completions", json=body)
+        assert reply.status_code == 503
+        assert reply.json()["error"]["message"].startswith("[pipeline] a pipeline stage died;")
+        health = client.get("/health")
+        assert health.status_code == 503 and health.json()["status"] == "broken"
+        assert "a pipeline stage died" in health.json()["errors"]["SmolLM2-135M-Instruct.Q4_1"]
+    assert model.broken.startswith("[pipeline] a pipeline stage died;")
+
+
+def test_too_few_free_ray_cpus_is_an_error_naming_the_numbers(pipeline):
+    import ray
+
+    import time
+
+    # The fixture's 2 stages hold 2 of the cluster's 4 CPUs (once the stages of the
+    # tests before are gone: Ray frees them a moment after the kill): 2 x 2 more do not
+    # fit, and Ray would wait for them without a word.
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get("CPU", 0) != 2:
+        assert time.monotonic() < deadline, ray.available_resources()
+        time.sleep(0.2)
+    with pytest.raises(ValueError, match=r"2 stages of 2 Ray CPUs each \(--pipeline-stages, "
+                       r"--pipeline-cpus-per-stage\) need 4 CPUs; the Ray cluster has 2 free "
+                       r"of 4"):
+        load_pipeline(None, stages=2, cpus_per_stage=2)
+    with pytest.raises(ValueError, match=r"cpus_per_stage \(--pipeline-cpus-per-stage\) must "
+                       r"be a number >= 0, got -1"):
+        load_pipeline(None, stages=2, cpus_per_stage=-1)
+    from metalrt.server.ray_serve import check_cluster_cpus
+
+    check_cluster_cpus(2, 1.0, 1, 1.0)   # 4 of 4
+    # serve --ray --ray-replicas 2 --pipeline-stages 2: 6 CPUs.
+    with pytest.raises(ValueError, match=r"2 replicas x \(1 \+ 2 stages x 1\) Ray CPUs "
+                       r"\(--ray-replicas, --ray-cpus-per-replica, --pipeline-stages, "
+                       r"--pipeline-cpus-per-stage\) need 6 CPUs; the Ray cluster has 4"):
+        check_cluster_cpus(2, 1.0, 2, 1.0)
+
+
+def test_the_ray_metrics_board_has_a_fixed_name_and_is_killed(pipeline):
+    import time
+
+    import ray
+
+    from metalrt.server import ray_app
+
+    # On this module's cluster (serve --ray's board outlives a run on a kept cluster).
+    ray.get(ray_app.metrics_board().put.remote("r", "text"))
+    assert ray.get(ray_app.metrics_board().snapshot.remote()) == {"r": "text"}   # the same
+    ray.get_actor("metrics-board:metalrt", namespace="metalrt")
+    ray_app.kill_metrics_board()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            ray.get_actor("metrics-board:metalrt", namespace="metalrt")
+        except ValueError:
+            break
+        assert time.monotonic() < deadline, "the board outlived kill_metrics_board"
+        time.sleep(0.2)
+    ray_app.kill_metrics_board()   # none left: nothing to do
+
+
+def test_a_closed_pipeline_is_a_runtime_error(pipeline):
+    model, _ = load_pipeline(None, stages=2, device="cpu")
+    model.close()
+    for call in (lambda: model.logits([1, 2, 3]), model.memory, lambda: model.new_cache(1)):
+        with pytest.raises(RuntimeError, match="the pipeline is closed"):
+            call()
 
 
 def test_serve_pipeline_stages_refusals():

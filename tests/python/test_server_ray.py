@@ -267,10 +267,61 @@ def test_cli_without_ray_is_an_error_naming_the_extra():
     assert "pip install 'metalrt[ray]'" in done.stderr
 
 
-@pytest.mark.parametrize("replicas, max_replicas, ongoing", [(0, 0, 0), (3, 2, 0), (1, 0, -1)])
-def test_bad_replica_counts_are_value_errors(replicas, max_replicas, ongoing):
+@pytest.mark.parametrize("replicas, max_replicas, ongoing, cpus, flag", [
+    (0, 0, 0, 1, "--ray-replicas"), (3, 2, 0, 1, "--ray-max-replicas"),
+    (1, 0, -1, 1, "--ray-max-ongoing-requests"), (1, 0, 0, -1, "--ray-cpus-per-replica")])
+def test_bad_replica_counts_are_value_errors(replicas, max_replicas, ongoing, cpus, flag):
     from metalrt.server import ray_app
     from metalrt.server.main import build_app
 
-    with pytest.raises(ValueError, match="--ray-"):
-        ray_app.application(build_app, {}, replicas, max_replicas, max_ongoing_requests=ongoing)
+    with pytest.raises(ValueError, match=flag):
+        ray_app.application(build_app, {}, replicas, max_replicas, max_ongoing_requests=ongoing,
+                            cpus_per_replica=cpus)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--model", "/nonexistent.gguf"], "--model /nonexistent.gguf: no such file or directory"),
+    (["--kv-cache-tokens", "0"], "--kv-cache-tokens must be >= 1, got 0"),
+    (["--pipeline-stages", "2", "--spec-type", "ngram"], "--pipeline-stages runs without"),
+    (["--ray-cpus-per-replica", "-1"], "--ray-cpus-per-replica must be >= 0, got -1.0")])
+def test_serve_ray_checks_the_settings_before_ray_starts(flags, message):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "metalrt.cli", "serve", "--ray", "--port",
+                           str(free_port()), *flags], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()   # one line: no Ray start, no replica's traceback
+    assert len(lines) == 1 and lines[0].startswith("metalrt: error: [serve] "), done.stderr
+    assert message in lines[0], done.stderr
+
+
+def _bare_replica(app=None):
+    """An ``EngineReplica`` object outside Ray Serve (``__init__`` not run)."""
+    from metalrt.server import ray_app
+
+    cls = ray_app.EngineReplica.func_or_class
+    replica = cls.__new__(cls)
+    if app is not None:
+        replica.app, replica.name = app, "r1:1"
+    return replica
+
+
+def test_check_health_raises_when_the_application_is_not_healthy():
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    for status in (200, 503):
+        app = FastAPI()
+        app.get("/health")(lambda status=status: JSONResponse({"status": "x"}, status))
+        check = _bare_replica(app).check_health()
+        if status == 200:
+            assert asyncio.run(check) is None
+        else:
+            with pytest.raises(RuntimeError, match="replica r1:1: /health answered 503"):
+                asyncio.run(check)
+
+
+def test_a_replica_whose_init_failed_is_deleted_quietly():
+    asyncio.run(_bare_replica().__del__())

@@ -117,6 +117,16 @@ class CausalLM:
         """Whether this model ends at the last layer (it computes the logits)."""
         return self.layer_stop == self.shape.num_layers
 
+    def check_last_stage(self, use: str) -> None:
+        """ValueError unless this model computes logits (``last_stage``): a first or
+        middle stage returns hidden states, which only a pipeline (``metalrt.pipeline``)
+        passes on; ``use`` names what needed the logits."""
+        if not self.last_stage:
+            raise ValueError(f"[model] {use} needs logits: this model holds layers "
+                             f"{self.layer_start}..{self.layer_stop - 1} of "
+                             f"{self.shape.num_layers}, a pipeline stage that returns "
+                             f"hidden states (only metalrt.pipeline drives it)")
+
     @property
     def num_layers(self) -> int:
         return len(self.layers)
@@ -248,7 +258,9 @@ class CausalLM:
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """float32 [n_tokens, vocab]: the logits after every token of ``token_ids``,
         from one prefill into a fresh cache (for parity checks and scoring).
-        Raises ValueError for an empty list or ids outside the vocabulary (or int32)."""
+        Raises ValueError for an empty list, ids outside the vocabulary (or int32), or
+        a model of a first or middle pipeline stage (``check_last_stage``)."""
+        self.check_last_stage("logits()")
         ids = scored_ids(token_ids)
         cache = self.new_cache(blocks_for(len(ids)), window_blocks=None)   # one pass: one table
         step = build_step([ScheduledChunk(ids, 0, list(range(cache.num_blocks)), "all")],

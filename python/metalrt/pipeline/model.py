@@ -60,13 +60,35 @@ class PipelineModel:
         self.num_layers = int(config["num_hidden_layers"])
         self.context_length = config.get("max_position_embeddings")
         self._cache: Optional[ModelCache] = None
+        # Why the pipeline cannot run any more (a stage process died), else None.
+        self.broken: Optional[str] = None
+
+    def _get(self, refs):
+        """``ray.get(refs)``; RuntimeError once the pipeline is closed, or broken: a
+        stage's process died (Ray's RayActorError: ActorDiedError, ActorUnavailableError),
+        which marks the pipeline broken for good (its stages' KV caches are gone)."""
+        import ray
+
+        if self.broken is None and not self.stages:
+            raise RuntimeError("[pipeline] the pipeline is closed")
+        if self.broken is None:
+            try:
+                return ray.get(refs)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as e:
+                self.broken = (f"[pipeline] a pipeline stage died; restart the server "
+                               f"(or load the pipeline again): {type(e).__name__}")
+        raise RuntimeError(self.broken)
+
+    def _remote(self, method: str, *args) -> list:
+        """``method(*args)`` called on every stage (object refs, in stage order)."""
+        if not self.stages:
+            raise RuntimeError("[pipeline] the pipeline is closed")
+        return [getattr(s, method).remote(*args) for s in self.stages]
 
     def new_cache(self, num_blocks: int, window_blocks=None) -> ModelCache:
         """The engine's view of the stages' caches of ``num_blocks`` blocks each (every
         stage keeps the K/V of its own layers; the engine hands out the block ids)."""
-        import ray
-
-        ray.get([s.reset_cache.remote(num_blocks) for s in self.stages])
+        self._get(self._remote("reset_cache", num_blocks))
         self._cache = ModelCache([], num_blocks)
         return self._cache
 
@@ -87,19 +109,19 @@ class PipelineModel:
                 hidden=None):
         """One step over the stages (``CausalLM.forward``'s contract for a whole model):
         float32 logits [step.num_logit_rows, vocab] on the host device, None when no
-        row wants logits."""
-        import ray
-
+        row wants logits. RuntimeError when a stage died (``broken``) or the pipeline
+        is closed."""
         self.check_cache(cache)
         if hidden is not None:
             raise ValueError("[pipeline] a pipeline embeds the ids itself: no hidden states")
+        self._get([])   # closed or broken: raised before any stage is called
         outputs = []
         for batch in micro_batches.split(micro_batches.host_arrays(step), self.micro_batches):
             h = None
             for stage in self.stages:
                 h = stage.forward.remote(batch, h)
             outputs.append(h)
-        logits = [x for x in ray.get(outputs) if x is not None]
+        logits = [x for x in self._get(outputs) if x is not None]
         if not logits:
             return None
         return metalrt.asarray(np.concatenate(logits), device=self.device)
@@ -116,15 +138,11 @@ class PipelineModel:
 
     def cpu_seconds(self) -> float:
         """CPU seconds the stage processes have run, together (``PipelineStage.cpu_seconds``)."""
-        import ray
-
-        return sum(ray.get([s.cpu_seconds.remote() for s in self.stages]))
+        return sum(self._get(self._remote("cpu_seconds")))
 
     def memory(self) -> List[dict]:
         """Each stage's ``PipelineStage.memory`` (pid, layers, VmRSS, VmHWM in bytes)."""
-        import ray
-
-        return ray.get([s.memory.remote() for s in self.stages])
+        return self._get(self._remote("memory"))
 
     def close(self) -> None:
         """Ends the stage processes."""
@@ -146,6 +164,24 @@ def require_ray():
     return ray
 
 
+def check_free_cpus(stages: int, cpus_per_stage: float) -> None:
+    """ValueError, naming the numbers and the flags, when the Ray cluster this process
+    is in has fewer free CPUs (``ray.available_resources``) than ``stages`` stages of
+    ``cpus_per_stage`` each reserve."""
+    import ray
+
+    need = stages * cpus_per_stage
+    free = ray.available_resources().get("CPU", 0.0)
+    if need > free:
+        total = ray.cluster_resources().get("CPU", 0.0)
+        raise ValueError(
+            f"[pipeline] {stages} stages of {cpus_per_stage:g} Ray CPUs each "
+            f"(--pipeline-stages, --pipeline-cpus-per-stage) need {need:g} CPUs; the Ray "
+            f"cluster has {free:g} free of {total:g} (under --ray each replica also "
+            f"reserves --ray-cpus-per-replica): lower --pipeline-cpus-per-stage or give "
+            f"Ray more CPUs (ray start --num-cpus)")
+
+
 def load_pipeline(path: Optional[str] = None, stages: int = 2, micro_batches_per_step: int = 2,
                   device: str = "auto", dtype: str = "float32", num_blocks: int = 1,
                   cpus_per_stage: float = 1.0, address: Optional[str] = None):
@@ -156,19 +192,26 @@ def load_pipeline(path: Optional[str] = None, stages: int = 2, micro_batches_per
     into at most ``micro_batches_per_step`` micro-batches. Joins the Ray cluster at
     ``address`` (None: the one this process is in, or a new local one). The stages go
     on ``device`` of the machines Ray places them on. Raises RuntimeError naming the
-    extra without Ray, ValueError for counts out of range or a family that builds whole
-    models only (``models.build_model``)."""
+    extra without Ray, ValueError for counts out of range, a family that builds whole
+    models only (``models.build_model``), or fewer free Ray CPUs than the stages reserve
+    (Ray would wait for them without a word)."""
     ray = require_ray()
     if not is_int(micro_batches_per_step) or micro_batches_per_step < 1:
         raise ValueError(f"[pipeline] micro_batches_per_step must be an int >= 1, got "
                          f"{micro_batches_per_step!r}")
+    if isinstance(cpus_per_stage, bool) or not isinstance(cpus_per_stage, (int, float)) \
+            or not cpus_per_stage >= 0:
+        raise ValueError(f"[pipeline] cpus_per_stage (--pipeline-cpus-per-stage) must be a "
+                         f"number >= 0, got {cpus_per_stage!r}")
     with file_map.mapped():   # the config and tokenizer only: no weight is read here
         files = load_model_files(path, verbose=False)
     config = files.config
     check_layer_ranges(config.get("model_type"))
     ranges = stage_ranges(int(config["num_hidden_layers"]), stages)
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=True)
+        # None: a new local cluster, not one a `ray start` left on the host.
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=True)
+    check_free_cpus(len(ranges), cpus_per_stage)
     # "auto" is resolved by each stage, on the machine Ray places it on.
     actor = ray.remote(num_cpus=cpus_per_stage)(PipelineStage)
     handles = [actor.remote(str(files.source), r, device, dtype, num_blocks) for r in ranges]

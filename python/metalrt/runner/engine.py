@@ -97,12 +97,15 @@ class Engine:
     Raises ValueError for a num_draft_tokens a verify step cannot hold (above
     max_batched_tokens - 1 or the cache's tokens - 1), a draft model that cannot draft
     for ``model`` (``draft_model.check_draft_model``) and "mtp" for a model without a
-    multi-token-prediction head.
+    multi-token-prediction head, or a model of a first or middle pipeline stage
+    (``CausalLM.check_last_stage``: it returns hidden states, not logits).
     """
 
     def __init__(self, model, cache: ModelCache, max_batched_tokens: int = 512,
                  prefix_caching: bool = False, decode_plans: bool = True,
                  speculative: Optional[SpeculativeConfig] = None, state_checkpoints: int = 64):
+        if hasattr(model, "check_last_stage"):   # a PipelineModel is whole
+            model.check_last_stage("an Engine")
         model.check_cache(cache)
         if cache.in_use:
             raise ValueError("[engine] the KV cache is already held by another engine")

@@ -154,6 +154,7 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
         registry.close()
 
     app = FastAPI(title="metalrt", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.state.registry = registry
     metrics = Metrics(lambda: {i: m.engine_loop for i, m in list(registry.loaded.items())})
     for served in registry.loaded.values():
         served.engine_loop.observer = metrics.observer(served.id)
@@ -188,6 +189,9 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
             raise APIError(404, str(e), param="model", code="model_not_found") from None
         except ModelUnavailableError as e:
             raise APIError(503, str(e), "server_error", code="model_unavailable") from None
+        broken = getattr(served.model, "broken", None)   # a pipeline whose stage died
+        if broken is not None:
+            raise APIError(503, broken, "server_error", code="model_broken")
         if served.engine_loop.observer is None:   # loaded now (again): a new engine loop
             served.engine_loop.observer = metrics.observer(served.id)
         return served
@@ -448,6 +452,14 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
         # "model"/"engine": the first model (its stats None while it is not loaded).
         stats = {name: m.engine_loop.stats() for name, m in list(registry.loaded.items())}
         first = registry.ids[0]
-        return {"status": "ok", "model": first, "engine": stats.get(first), "models": stats}
+        # A pipeline whose stage died answers nothing any more: 503, so that a host's
+        # health check (Ray Serve's check_health, a load balancer) replaces the server.
+        broken = {name: m.model.broken for name, m in list(registry.loaded.items())
+                  if getattr(m.model, "broken", None) is not None}
+        body = {"status": "broken" if broken else "ok", "model": first,
+                "engine": stats.get(first), "models": stats}
+        if broken:
+            return JSONResponse({**body, "errors": broken}, status_code=503)
+        return body
 
     return app

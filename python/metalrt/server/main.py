@@ -104,9 +104,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the cluster of --ray-address, else a local one), each holding "
                              "its layers' weights only; a step is cut into K micro-batches "
                              "(needs the extra 'metalrt[ray]'; default: one process)")
+    parser.add_argument("--pipeline-cpus-per-stage", type=float, default=1.0, metavar="N",
+                        help="with --pipeline-stages: Ray CPUs each stage reserves; the "
+                             "stages start only when that many are free (default: "
+                             "%(default)s)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"),
                         help="uvicorn's log level (default: %(default)s)")
+
+
+def check_settings(model, kv_cache_tokens: int, max_batched_tokens: int, max_queue: int,
+                   max_tokens: int, prefix_cache: bool, spec_type: Optional[str],
+                   draft_model: Optional[str], chat_template: Optional[str],
+                   prompt_cache_dir: Optional[str], pipeline_stages: int,
+                   pipeline_cpus_per_stage: float, kv_type=None, **_):
+    """(model entries, chat template text or None) of ``build_app``'s settings (the
+    extra ones ignored), checked without loading anything: what ``build_app`` checks
+    first, and ``serve --ray`` in the driver before Ray starts (a bad setting is then one
+    error line, not one failure per replica). Raises ValueError as ``build_app``
+    documents."""
+    for name, value, least in (("kv_cache_tokens", kv_cache_tokens, 1),
+                               ("max_batched_tokens", max_batched_tokens, 1),
+                               ("max_tokens", max_tokens, 1), ("max_queue", max_queue, 0),
+                               ("pipeline_stages", pipeline_stages, 0),
+                               ("pipeline_cpus_per_stage", pipeline_cpus_per_stage, 0)):
+        if value < least:
+            raise ValueError(f"[serve] --{name.replace('_', '-')} must be >= {least}, got {value}")
+    entries = model_entries([model] if isinstance(model, str) else model)
+    if draft_model is not None and len(entries) > 1:
+        raise ValueError("[serve] --draft-model drafts for one model; it cannot be used with "
+                         "several --model")
+    if pipeline_stages and (spec_type or draft_model or prompt_cache_dir or kv_type):
+        raise ValueError("[serve] --pipeline-stages runs without speculation, without a "
+                         "prompt-cache directory and with the model's KV cache type (drop "
+                         "--spec-type, --draft-model, --prompt-cache-dir, --kv-type)")
+    if prompt_cache_dir is not None and not prefix_cache:
+        raise ValueError("[serve] --prompt-cache-dir needs the prefix cache "
+                         "(drop --no-prefix-cache)")
+    template = None
+    if chat_template is not None:
+        try:
+            with open(chat_template, encoding="utf-8") as f:
+                template = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"[serve] --chat-template {chat_template}: {e}") from None
+    return entries, template
 
 
 def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto",
@@ -118,7 +160,7 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
               api_key: Optional[str] = None, max_memory: Optional[int] = None,
               prompt_cache_dir: Optional[str] = None, prompt_cache_min_tokens: int = 1024,
               prompt_cache_max_bytes: int = 4 << 30, kv_type=None, pipeline_stages: int = 0,
-              ray_address: Optional[str] = None):
+              ray_address: Optional[str] = None, pipeline_cpus_per_stage: float = 1.0):
     """Loads the (first) model and returns the FastAPI application serving it (its
     engine loops stop when the application shuts down). The settings are those of
     ``metalrt serve``; this is also the builder a host such as Ray Serve calls in each
@@ -131,27 +173,15 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
     ``prompt_cache_dir/ID`` (``prompt_cache_dir.PromptCacheDir``, bounded by
     ``prompt_cache_max_bytes`` each). ``pipeline_stages`` > 0: each model's layers split
     over that many Ray actors (``metalrt.pipeline.load_pipeline``, in the cluster at
-    ``ray_address`` unless this process is in one already), a step cut into as many
-    micro-batches. Raises ValueError for a setting out of range, an unreadable
+    ``ray_address`` unless this process is in one already), each reserving
+    ``pipeline_cpus_per_stage`` Ray CPUs, a step cut into as many micro-batches.
+    Raises ValueError for a setting out of range, an unreadable
     template, a missing model path, a draft model with several models, or pipeline
     stages with speculation, a prompt-cache directory or a KV cache type, before loading."""
-    for name, value, least in (("kv_cache_tokens", kv_cache_tokens, 1),
-                               ("max_batched_tokens", max_batched_tokens, 1),
-                               ("max_tokens", max_tokens, 1), ("max_queue", max_queue, 0),
-                               ("pipeline_stages", pipeline_stages, 0)):
-        if value < least:
-            raise ValueError(f"[serve] --{name.replace('_', '-')} must be >= {least}, got {value}")
-    entries = model_entries([model] if isinstance(model, str) else model)
-    if draft_model is not None and len(entries) > 1:
-        raise ValueError("[serve] --draft-model drafts for one model; it cannot be used with "
-                         "several --model")
-    template = None
-    if chat_template is not None:
-        try:
-            with open(chat_template, encoding="utf-8") as f:
-                template = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise ValueError(f"[serve] --chat-template {chat_template}: {e}") from None
+    entries, template = check_settings(
+        model, kv_cache_tokens, max_batched_tokens, max_queue, max_tokens, prefix_cache,
+        spec_type, draft_model, chat_template, prompt_cache_dir, pipeline_stages,
+        pipeline_cpus_per_stage, kv_type=kv_type)
     import metalrt
 
     from ..cache import BLOCK_SIZE, blocks_for
@@ -164,13 +194,6 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
     from ..generation import speculative_config
     from .prompt_cache_dir import PromptCacheDir
 
-    if pipeline_stages and (spec_type or draft_model or prompt_cache_dir or kv_type):
-        raise ValueError("[serve] --pipeline-stages runs without speculation, without a "
-                         "prompt-cache directory and with the model's KV cache type (drop "
-                         "--spec-type, --draft-model, --prompt-cache-dir, --kv-type)")
-    if prompt_cache_dir is not None and not prefix_cache:
-        raise ValueError("[serve] --prompt-cache-dir needs the prefix cache "
-                         "(drop --no-prefix-cache)")
     # One subdirectory per model: a model loads only its own files (no warning for each
     # file of the others) and its writes never evict another model's prefixes.
     disks = {} if prompt_cache_dir is None else {
@@ -182,7 +205,8 @@ def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto
             from ..pipeline import load_pipeline
 
             loaded, tokenizer = load_pipeline(path, pipeline_stages, pipeline_stages,
-                                              device=device, address=ray_address)
+                                              device=device, address=ray_address,
+                                              cpus_per_stage=pipeline_cpus_per_stage)
         else:
             loaded, tokenizer = metalrt.load(path, device=device, kv_type=kv_type)
         if template is not None:
@@ -238,7 +262,8 @@ def serve(args: argparse.Namespace) -> int:
         max_memory=args.max_memory, prompt_cache_dir=args.prompt_cache_dir,
         prompt_cache_min_tokens=args.prompt_cache_min_tokens,
         prompt_cache_max_bytes=args.prompt_cache_max_bytes, kv_type=args.kv_type,
-        pipeline_stages=args.pipeline_stages, ray_address=args.ray_address)
+        pipeline_stages=args.pipeline_stages, ray_address=args.ray_address,
+        pipeline_cpus_per_stage=args.pipeline_cpus_per_stage)
     if args.pipeline_stages:
         from ..pipeline import require_ray
 
@@ -249,6 +274,8 @@ def serve(args: argparse.Namespace) -> int:
             return 1
     if args.ray:
         from . import ray_serve
+
+        check_settings(**settings)   # here, before Ray: each replica would fail on its own
 
         try:
             ray_serve.import_ray_app()

@@ -31,7 +31,10 @@ from .asgi_stream import asgi_stream
 from .metrics_merge import merge_metrics
 from .sse import typed
 
-BOARD_NAME = "metalrt-metrics-board"
+APP_NAME = "metalrt"   # the Ray Serve application (serve.run's name)
+# The board's fixed name and namespace: each run finds (and at its end kills) its
+# application's board, instead of leaving one per run in an anonymous namespace.
+BOARD_NAME, BOARD_NAMESPACE = f"metrics-board:{APP_NAME}", "metalrt"
 PUSH_INTERVAL_S = 1.0
 # A replica that has not pushed for this long is dead or gone: its metrics are dropped.
 STALE_AFTER_S = 10.0
@@ -63,10 +66,21 @@ class MetricsBoard:
 
 
 def metrics_board():
-    """The cluster's one ``MetricsBoard``, created by whoever asks first. Detached: an
-    actor owned by a replica would die with it."""
-    return MetricsBoard.options(name=BOARD_NAME, get_if_exists=True,
-                                lifetime="detached").remote()
+    """The application's one ``MetricsBoard`` (``BOARD_NAME`` in ``BOARD_NAMESPACE``),
+    created by whoever asks first. Detached: an actor owned by a replica would die with
+    it; ``kill_metrics_board`` ends it."""
+    return MetricsBoard.options(name=BOARD_NAME, namespace=BOARD_NAMESPACE,
+                                get_if_exists=True, lifetime="detached").remote()
+
+
+def kill_metrics_board() -> None:
+    """Ends the application's ``MetricsBoard`` (a detached actor outlives the driver
+    on a cluster that keeps running), if there is one."""
+    try:
+        board = ray.get_actor(BOARD_NAME, namespace=BOARD_NAMESPACE)
+    except ValueError:   # none: never created, or killed already
+        return
+    ray.kill(board)
 
 
 @serve.deployment
@@ -78,8 +92,9 @@ class EngineReplica:
         self.app = build(**settings)
         # The replica reads its own /metrics as any client does: with the key, if any.
         self.metrics_headers = key_headers(settings.get("api_key"))
-        self.lifespan = self.app.router.lifespan_context(self.app)
-        await self.lifespan.__aenter__()
+        lifespan = self.app.router.lifespan_context(self.app)
+        await lifespan.__aenter__()
+        self.lifespan = lifespan
         self.name = f"{serve.get_replica_context().replica_tag}:{os.getpid()}"
         self.board = metrics_board()
         self.pusher = asyncio.get_running_loop().create_task(self._push_metrics())
@@ -94,6 +109,15 @@ class EngineReplica:
                 log.warning("replica %s: /metrics answered %d", self.name, chunks[0]["status"])
             await asyncio.sleep(PUSH_INTERVAL_S)
 
+    async def check_health(self) -> None:
+        """Ray Serve's health check: raises (and Ray Serve replaces this replica) when
+        the application's ``/health`` is not 200, e.g. 503 for a pipeline whose stage
+        died."""
+        chunks = [c async for c in asgi_stream(self.app, "GET", "/health", "", [], b"")]
+        if chunks[0]["status"] != 200:
+            raise RuntimeError(f"replica {self.name}: /health answered {chunks[0]['status']}: "
+                               f"{b''.join(chunks[1:]).decode('utf-8', 'replace')}")
+
     async def handle(self, request: dict):
         async for item in asgi_stream(self.app, **request):
             if isinstance(item, dict):
@@ -101,8 +125,11 @@ class EngineReplica:
             yield item
 
     async def __del__(self):
-        self.pusher.cancel()
-        await self.lifespan.__aexit__(None, None, None)
+        # Also called when __init__ raised: only what it got to is undone.
+        if hasattr(self, "pusher"):
+            self.pusher.cancel()
+        if hasattr(self, "lifespan"):
+            await self.lifespan.__aexit__(None, None, None)
 
 
 def _stream_error(path: str, message: str) -> bytes:
@@ -184,6 +211,8 @@ def application(build, settings: dict, replicas: int = 1, max_replicas: int = 0,
     ValueError for counts out of range."""
     if replicas < 1:
         raise ValueError(f"[serve] --ray-replicas must be >= 1, got {replicas}")
+    if not cpus_per_replica >= 0:
+        raise ValueError(f"[serve] --ray-cpus-per-replica must be >= 0, got {cpus_per_replica}")
     if max_ongoing_requests < 0:
         raise ValueError(f"[serve] --ray-max-ongoing-requests must be >= 0, got "
                          f"{max_ongoing_requests}")

@@ -18,6 +18,24 @@ def import_ray_app():
     return ray_app
 
 
+def check_cluster_cpus(replicas: int, cpus_per_replica: float, stages: int,
+                       cpus_per_stage: float) -> None:
+    """ValueError, naming the numbers and the flags, when the Ray cluster this process
+    is in has fewer CPUs (``ray.cluster_resources``) than ``replicas`` replicas of
+    ``cpus_per_replica`` each, with ``stages`` pipeline stages of ``cpus_per_stage``
+    each, reserve: Ray Serve would wait for them without a word."""
+    import ray
+
+    need = replicas * (cpus_per_replica + stages * cpus_per_stage)
+    total = ray.cluster_resources().get("CPU", 0.0)
+    if need > total:
+        raise ValueError(
+            f"[serve] {replicas} replicas x ({cpus_per_replica:g} + {stages} stages x "
+            f"{cpus_per_stage:g}) Ray CPUs (--ray-replicas, --ray-cpus-per-replica, "
+            f"--pipeline-stages, --pipeline-cpus-per-stage) need {need:g} CPUs; the Ray "
+            f"cluster has {total:g}")
+
+
 def run(build, settings: dict, host: str, port: int, replicas: int, max_replicas: int,
         address: Optional[str], cpus_per_replica: float,
         max_ongoing_requests: int = 0) -> int:
@@ -32,13 +50,17 @@ def run(build, settings: dict, host: str, port: int, replicas: int, max_replicas
     target = ray_app.application(build, settings, replicas, max_replicas,
                                  cpus_per_replica=cpus_per_replica,
                                  max_ongoing_requests=max_ongoing_requests)
-    ray.init(address=address, include_dashboard=False, log_to_driver=True)
+    # None: a cluster of its own, as documented, not one a `ray start` left on the host.
+    ray.init(address=address or "local", include_dashboard=False, log_to_driver=True)
     try:
+        check_cluster_cpus(replicas, cpus_per_replica, settings.get("pipeline_stages", 0),
+                           settings.get("pipeline_cpus_per_stage", 1.0))
         serve.start(http_options={"host": host, "port": port})
-        serve.run(target, name="metalrt", route_prefix="/", blocking=True)
+        serve.run(target, name=ray_app.APP_NAME, route_prefix="/", blocking=True)
     except KeyboardInterrupt:
         pass
     finally:
         serve.shutdown()
+        ray_app.kill_metrics_board()
         ray.shutdown()
     return 0
