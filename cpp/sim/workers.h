@@ -32,7 +32,7 @@ class WorkerPool {
 
  private:
   struct Job;
-  void WorkerLoop();
+  void WorkerLoop(unsigned index);   // index: 1 .. threads - 1 (the caller is 0)
   void Drain(Job& job, ThreadgroupRunner& runner);
 
   std::vector<std::thread> threads_;
