@@ -35,7 +35,8 @@ inline void kv_store_half(device uchar* p, float value) {
 inline void kv_store(device uchar* cache, int32_t type, long row, int32_t head_dim, int32_t d0, int32_t n,
                      thread const float* x) {
   if (!kv_quantized(type)) {
-    for (int32_t i = 0; i < n; ++i) {
+    for (int32_t i = 0; i < kKvQuantBlock; ++i) {  // constant bound: x stays in registers once inlined
+      if (i >= n) break;
       const long e = row * head_dim + d0 + i;
       if (type == kKvF32) ((device float*)cache)[e] = x[i];
       else if (type == kKvF16) ((device half*)cache)[e] = half(x[i]);

@@ -93,9 +93,10 @@ kernel void qkv_rope_cache_kv(device const T* qkv [[buffer(0)]],
   for (int32_t u = int32_t(tid); u < args.kv_heads * units; u += kRopeThreads) {
     const int32_t h = u / units, d0 = (u % units) * kKvQuantBlock, n = min(kKvQuantBlock, head_dim - d0);
     float x[kKvQuantBlock];
-    for (int32_t i = 0; i < n; ++i) x[i] = k_rows[h * head_dim + d0 + i];
+    // Bounded by the constant block (the unit's own n may be shorter) so x stays in registers.
+    for (int32_t i = 0; i < kKvQuantBlock; ++i) x[i] = i < n ? k_rows[h * head_dim + d0 + i] : 0.0f;
     kv_store(key_cache, key_type, slot * args.kv_heads + h, head_dim, d0, n, x);
-    for (int32_t i = 0; i < n; ++i) x[i] = v_rows[h * head_dim + d0 + i];
+    for (int32_t i = 0; i < kKvQuantBlock; ++i) x[i] = i < n ? v_rows[h * head_dim + d0 + i] : 0.0f;
     kv_store(value_cache, value_type, slot * args.kv_heads + h, head_dim, d0, n, x);
   }
 }

@@ -39,7 +39,8 @@ template <typename T>
 inline void store_unit(device const T* src, long src_row, device uchar* cache, int32_t type, long cache_row,
                        int32_t head_dim, int32_t d0, int32_t n) {
   float x[kKvQuantBlock];
-  for (int32_t i = 0; i < n; ++i) x[i] = float(src[src_row * head_dim + d0 + i]);
+  // Bounded by the constant block (n may be shorter) so x stays in registers.
+  for (int32_t i = 0; i < kKvQuantBlock; ++i) x[i] = i < n ? float(src[src_row * head_dim + d0 + i]) : 0.0f;
   kv_store(cache, type, cache_row, head_dim, d0, n, x);
 }
 

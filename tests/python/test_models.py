@@ -73,7 +73,7 @@ def test_greedy_tokens_match_transformers(models, arch, device):
 
 
 def test_architecture_registry_errors():
-    with pytest.raises(ValueError, match=r"unknown architecture 'mamba' \(supported: gemma3, gemma3_text, llama, opt, phi3, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next\)"):
+    with pytest.raises(ValueError, match=r"unknown architecture 'mamba' \(supported: gemma3, gemma3_text, gpt_oss, llama, opt, phi3, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next\)"):
         build_model({"model_type": "mamba"}, {}, "cpu")
     config = tiny_hf.configs()["qwen2"].to_dict()
     with pytest.raises(ValueError, match=r"^\[qwen2\] missing tensor 'model.embed_tokens.weight'"):

@@ -249,7 +249,12 @@ def test_serve_ray_without_ray_names_the_extra(monkeypatch):
     from metalrt.server import ray_serve
 
     monkeypatch.setitem(sys.modules, "ray", None)
+    import metalrt.server
+
+    # An earlier test may have imported ray_app: `from . import ray_app` would then find
+    # it as the package's attribute and not import it again.
     monkeypatch.delitem(sys.modules, "metalrt.server.ray_app", raising=False)
+    monkeypatch.delattr(metalrt.server, "ray_app", raising=False)
     with pytest.raises(RuntimeError, match=r"pip install 'metalrt\[ray\]'"):
         ray_serve.import_ray_app()
 
