@@ -152,6 +152,13 @@ def _read_json(path: str) -> dict[str, Any]:
         return json.load(f)
 
 
+def chat_template_environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
+    """The jinja2 environment chat templates are parsed and rendered in (transformers'
+    syntax settings: ``trim_blocks``, ``lstrip_blocks``, loop controls)."""
+    return jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+
+
 class Tokenizer:
     """Text ↔ token ids for one model.
 
@@ -273,8 +280,7 @@ class Tokenizer:
         malformed template, a variable of the wrong type)."""
         if not self.chat_template:
             raise ValueError("[apply_chat_template] this tokenizer has no chat template")
-        env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+        env = chat_template_environment()
 
         def raise_exception(message: str):
             raise ValueError(f"[apply_chat_template] {message}")

@@ -63,7 +63,10 @@ class _Blocks:
         self.open = False
         block = self.content[-1]
         if block["type"] == "tool_use":
-            block["input"] = json.loads(self.arguments or "{}")
+            try:
+                block["input"] = json.loads(self.arguments or "{}")
+            except ValueError:   # a call cut by max_tokens: its input_json_deltas hold it
+                block["input"] = {}
             self.arguments = ""
         return [{"type": "content_block_stop", "index": len(self.content) - 1}]
 
@@ -106,10 +109,10 @@ class MessagesResponse:
         self.blocks = _Blocks()
 
     def _stop(self, last: Event) -> dict:
-        if any(b["type"] == "tool_use" for b in self.blocks.content):
-            reason = "tool_use"
-        elif last.finish_reason == "length":
+        if last.finish_reason == "length":   # a tool_use cut by max_tokens too
             reason = "max_tokens"
+        elif any(b["type"] == "tool_use" for b in self.blocks.content):
+            reason = "tool_use"
         else:
             reason = "stop_sequence" if last.stop_sequence is not None else "end_turn"
         return {"stop_reason": reason,
@@ -121,7 +124,8 @@ class MessagesResponse:
 
     def full(self, events: List[Event]) -> dict:
         """The non-streamed message of a request whose events are ``events``."""
-        for delta in self.split.feed("".join(e.text for e in events)) + self.split.finish():
+        cut = events[-1].finish_reason == "length"
+        for delta in self.split.feed("".join(e.text for e in events)) + self.split.finish(cut):
             self.blocks.add(delta)
         self.blocks.close()
         return self._message(self.blocks.content, _usage(events[-1]), self._stop(events[-1]))
@@ -137,7 +141,7 @@ class MessagesResponse:
         block's stop, ``message_delta`` (stop reason, usage) and ``message_stop``."""
         deltas = self.split.feed(event.text)
         if event.finish_reason:
-            deltas += self.split.finish()
+            deltas += self.split.finish(event.finish_reason == "length")
         events = [e for d in deltas for e in self.blocks.add(d)]
         if event.finish_reason:
             events += self.blocks.close() + [

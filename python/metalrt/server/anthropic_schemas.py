@@ -182,12 +182,21 @@ class _Conversation(_Body):
         """The chat request's messages, tools, tool_choice and template kwargs:
         ``system`` first, tool_result blocks as ``role: tool`` messages, tool_use
         blocks as ``tool_calls``, tool_choice ``any`` as ``required``, ``thinking`` as
-        ``chat_template_kwargs.enable_thinking``."""
+        ``chat_template_kwargs.enable_thinking``. ValueError for a tool_result whose
+        tool_use_id no earlier tool_use block has."""
         messages = []
         if self.system:
             messages.append({"role": "system", "content": self.system if isinstance(
                 self.system, str) else JOIN.join(b.text for b in self.system)})
-        for m in self.messages:
+        called = set()
+        for i, m in enumerate(self.messages):
+            for block in m.blocks():
+                if block.type == "tool_use":
+                    called.add(block.id)
+                elif block.type == "tool_result" and block.tool_use_id not in called:
+                    raise ValueError(f"messages[{i}]: tool_result block with tool_use_id "
+                                     f"{block.tool_use_id!r} answers no tool_use block of an "
+                                     f"earlier assistant message")
             messages += _chat_messages(m)
         choice = None
         if self.tool_choice is not None:

@@ -47,7 +47,7 @@ from .tool_parsers import tools_system_prompt
 
 
 DISCONNECT_POLL_SECONDS = 0.25   # how often a non-streamed request checks for its client
-ANTHROPIC_PATHS = ("/v1/messages", "/v1/messages/count_tokens")   # errors there take Anthropic's shape
+ANTHROPIC_PATH = "/v1/messages"   # errors at it and under it take Anthropic's shape
 
 
 class APIError(Exception):
@@ -62,7 +62,7 @@ class APIError(Exception):
 def _error_response(http: Request, status: int, body: dict) -> JSONResponse:
     """``body`` (OpenAI's error shape) answered with ``status``, in Anthropic's shape
     under its paths."""
-    if http.url.path in ANTHROPIC_PATHS:
+    if http.url.path == ANTHROPIC_PATH or http.url.path.startswith(ANTHROPIC_PATH + "/"):
         body = anthropic_format.error_body(status, body["error"]["message"])
     return JSONResponse(body, status_code=status)
 
@@ -373,14 +373,14 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
             return body.chat_request()
         except ValidationError as e:
             raise rename(_validation_error(RequestValidationError(e.errors()))) from None
+        except ValueError as e:   # an input the translation refuses
+            raise APIError(400, str(e), param="input" if isinstance(body, ResponsesRequest)
+                           else "messages") from None
 
     @app.post("/v1/responses")
     async def responses(body: ResponsesRequest, http: Request):
         m = await model_for(body.model)
-        try:
-            chat = translated(body, _responses_error)
-        except ValueError as e:   # an input the translation refuses
-            raise APIError(400, str(e), param="input") from None
+        chat = translated(body, _responses_error)
         try:
             generation, split = start_chat(m, chat)
         except APIError as e:

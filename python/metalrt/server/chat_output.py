@@ -46,11 +46,16 @@ class ChatOutput:
             if self.phase == phase:
                 return [d for d in deltas if any(d.values())]
 
-    def finish(self) -> List[dict]:
-        """The deltas of the held-back text once the reply is complete."""
+    def finish(self, cut: bool = False) -> List[dict]:
+        """The deltas of the held-back text once the reply is complete; ``cut``: it
+        ended at max_tokens, and a call it was writing is a call (its arguments the
+        JSON text so far, as OpenAI returns one), never content."""
         deltas = self.feed("")
         rest = self.text[self.sent:]
-        if self.phase == "tools":
+        if self.phase == "tools" and cut:
+            whole, partial = self.parser.cut(self.text, self.tools)
+            deltas += self._new_calls(whole + [partial] if partial else whole)
+        elif self.phase == "tools":
             calls = self.parser.calls(self.text, self.tools)
             if calls or self.calls:
                 deltas += self._new_calls(calls)

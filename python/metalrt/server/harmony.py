@@ -210,17 +210,22 @@ def _messages(completion: str, directory: str, unfinished_calls: bool):
 
 
 def parse(completion: str, directory: str, tools: Optional[Dict[str, dict]] = None,
-          unfinished_calls: bool = True) -> Tuple[str, str, List[ToolCall]]:
+          unfinished_calls: bool = True, cut: bool = False) -> Tuple[str, str, List[ToolCall]]:
     """(reasoning, content, tool calls) of an assistant completion in harmony format.
     A call to a function not in ``tools`` (when given) or with arguments that are not
     a JSON object stays in the content as the model wrote it. A completion cut before
     its message ended (max_tokens) keeps what it had (without an unfinished call when
-    ``unfinished_calls`` is False: what a stream has decided so far)."""
+    ``unfinished_calls`` is False: what a stream has decided so far); ``cut``: it was,
+    and its last message, when a call, is a call with the arguments written so far (as
+    OpenAI returns a call cut by the length limit)."""
     reasoning, content, calls = [], [], []
-    for channel, recipient, text in _messages(completion, directory, unfinished_calls):
+    messages = _messages(completion, directory, unfinished_calls)
+    for i, (channel, recipient, text) in enumerate(messages):
         name = recipient[len("functions."):] if recipient and \
             recipient.startswith("functions.") else None
         call = _call(name, text, tools) if name else None
+        if name and call is None and cut and i == len(messages) - 1:
+            call = ToolCall(name, text)
         if call is not None:
             calls.append(call)
         elif channel == "analysis":
@@ -257,12 +262,12 @@ class HarmonyOutput:
         self.text += piece
         return self._deltas(unfinished_calls=False)
 
-    def finish(self) -> List[dict]:
-        return self._deltas(unfinished_calls=True)
+    def finish(self, cut: bool = False) -> List[dict]:
+        return self._deltas(unfinished_calls=True, cut=cut)
 
-    def _deltas(self, unfinished_calls: bool) -> List[dict]:
+    def _deltas(self, unfinished_calls: bool, cut: bool = False) -> List[dict]:
         reasoning, content, calls = parse(self.text, self.directory, self.tools or None,
-                                          unfinished_calls)
+                                          unfinished_calls, cut)
         deltas = []
         for key, text in (("reasoning_content", reasoning), ("content", content)):
             if len(text) > self.sent[key]:

@@ -148,7 +148,22 @@ def check_settings(model, kv_cache_tokens: int, max_batched_tokens: int, max_que
                 template = f.read()
         except (OSError, UnicodeDecodeError) as e:
             raise ValueError(f"[serve] --chat-template {chat_template}: {e}") from None
+        _check_template(chat_template, template)
     return entries, template
+
+
+def _check_template(path: str, template: str) -> None:
+    """ValueError naming ``path`` and jinja2's error when ``template`` does not parse
+    (found at startup, not by each request)."""
+    import jinja2
+
+    from ..tokenizer import chat_template_environment
+
+    try:
+        chat_template_environment().parse(template)
+    except jinja2.TemplateSyntaxError as e:
+        raise ValueError(f"[serve] --chat-template {path} is not a valid jinja2 template: "
+                         f"line {e.lineno}: {e.message}") from None
 
 
 def build_app(model: Union[None, str, Sequence[str]] = None, device: str = "auto",

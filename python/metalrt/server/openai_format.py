@@ -119,8 +119,11 @@ class Response:
         for i, mine in enumerate(per):
             text, last = "".join(e.text for e in mine), mine[-1]
             if self.chat:
-                reply = message(self.splits[i].feed(text) + self.splits[i].finish())
-                reason = "tool_calls" if reply.get("tool_calls") else last.finish_reason
+                cut = last.finish_reason == "length"
+                reply = message(self.splits[i].feed(text) + self.splits[i].finish(cut))
+                # A call cut by max_tokens ends with "length", as OpenAI's does.
+                reason = "tool_calls" if reply.get("tool_calls") and not cut \
+                    else last.finish_reason
                 choices.append({"index": i, "message": reply, "logprobs": chat_logprobs(mine),
                                 "finish_reason": reason})
             else:
@@ -158,15 +161,15 @@ class Response:
         if self.chat:
             deltas = self.splits[i].feed(event.text)
             if event.finish_reason:
-                deltas += self.splits[i].finish()
+                deltas += self.splits[i].finish(event.finish_reason == "length")
             self.called[i] = self.called[i] or any("tool_calls" in d for d in deltas)
             if not deltas and (event.logprobs or event.finish_reason):
                 deltas = [{}]
             out = []
             for j, delta in enumerate(deltas):
                 last = j == len(deltas) - 1
-                reason = ("tool_calls" if self.called[i] else event.finish_reason) \
-                    if last and event.finish_reason else None
+                reason = ("tool_calls" if self.called[i] and event.finish_reason != "length"
+                          else event.finish_reason) if last and event.finish_reason else None
                 choice = {"index": i, "delta": delta,
                           "logprobs": chat_logprobs([event]) if j == 0 else None,
                           "finish_reason": reason}

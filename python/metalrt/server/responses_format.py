@@ -129,7 +129,8 @@ class ResponsesReply:
             "truncation": "disabled", "usage": None}
 
     def _feed(self, text: str, last: Optional[Event]) -> None:
-        for delta in self.split.feed(text) + (self.split.finish() if last else []):
+        cut = last is not None and last.finish_reason == "length"
+        for delta in self.split.feed(text) + (self.split.finish(cut) if last else []):
             self.items.add(delta)
 
     def _final(self, last: Event) -> dict:

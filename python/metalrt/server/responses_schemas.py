@@ -230,13 +230,14 @@ class ResponsesRequest(_Body):
     def chat_request(self) -> ChatCompletionRequest:
         """The same request in the chat API's shape (``instructions`` first as a system
         message; consecutive function calls one assistant turn). ValueError when no
-        message is left."""
+        message is left or a function_call_output answers no earlier function_call."""
         messages: List[dict] = []
         if self.instructions:
             messages.append({"role": "system", "content": self.instructions})
         items = [MessageItem(role="user", content=self.input)] \
             if isinstance(self.input, str) else self.input
-        for item in items:
+        called = set()
+        for k, item in enumerate(items):
             if isinstance(item, MessageItem):
                 messages.append({"role": item.role, "content": item.text})
             elif isinstance(item, FunctionCallItem):
@@ -245,7 +246,11 @@ class ResponsesRequest(_Body):
                 if not (messages and messages[-1]["role"] == "assistant"):
                     messages.append({"role": "assistant", "content": None})
                 messages[-1].setdefault("tool_calls", []).append(call)
+                called.add(item.call_id)
             elif isinstance(item, FunctionCallOutputItem):
+                if item.call_id not in called:
+                    raise ValueError(f"input[{k}].call_id {item.call_id!r} names no "
+                                     f"function_call item before it")
                 messages.append({"role": "tool", "tool_call_id": item.call_id,
                                  "content": item.text})
         if not messages:

@@ -64,12 +64,32 @@ class Message(_Body):
     tool_calls: Optional[List[ToolCallItem]] = None
     tool_call_id: Optional[str] = None
 
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts_only(cls, value):
+        # Else pydantic reports the union's members ("Input should be 'text'") for an
+        # image part; this server feeds text-only models.
+        for part in value if isinstance(value, list) else ():
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind in ("image_url", "input_audio", "file"):
+                raise PydanticCustomError(
+                    "content_part", "{kind} input is not supported by this server/model "
+                    "(content parts must be of type 'text')",
+                    {"kind": "image" if kind == "image_url" else kind.replace("input_", "")})
+        return value
+
     @model_validator(mode="after")
-    def _tool_result_names_its_call(self):
+    def _content_given(self):
         if self.role == "tool" and not self.tool_call_id:
             raise PydanticCustomError(
                 "tool_call_id", "a message with role 'tool' needs the tool_call_id of the "
                 "call it answers")
+        # OpenAI's rule: only an assistant turn that calls tools may leave content null.
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise PydanticCustomError(
+                "content", "a {role} message needs content (a string or text parts); null "
+                "is allowed only for an assistant message with tool_calls",
+                {"role": self.role})
         return self
 
     @property
@@ -179,10 +199,43 @@ class ChatCompletionRequest(_Sampling):
             raise PydanticCustomError("top_logprobs", "top_logprobs needs logprobs: true")
         return value
 
+    @field_validator("tools")
+    @classmethod
+    def _distinct_names(cls, value):
+        names = [t.function.name for t in value or ()]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise PydanticCustomError("tools", "each tool needs its own name; {names} "
+                                      "given more than once", {"names": ", ".join(twice)})
+        return value
+
+    @model_validator(mode="after")
+    def _results_answer_calls(self):
+        unknown = unknown_call(self.messages)
+        if unknown is not None:
+            raise PydanticCustomError(
+                "tool_call_id", "messages[{index}].tool_call_id {id!r} names no tool call "
+                "of an earlier assistant message", {"index": unknown[0], "id": unknown[1]})
+        return self
+
     @property
     def token_limit(self) -> Optional[int]:
         """``max_completion_tokens`` (OpenAI's newer name), else ``max_tokens``."""
         return self.max_completion_tokens or self.max_tokens
+
+
+def unknown_call(messages) -> Optional[Tuple[int, str]]:
+    """(index, call id) of the first ``tool`` message of ``messages`` (Messages, or
+    dicts with role, tool_call_id and tool_calls) whose call id no earlier assistant
+    message's ``tool_calls`` holds; None when each answers a call."""
+    called = set()
+    for i, m in enumerate(messages):
+        get = m.get if isinstance(m, dict) else lambda key: getattr(m, key)
+        for call in get("tool_calls") or ():
+            called.add(call["id"] if isinstance(call, dict) else call.id)
+        if get("role") == "tool" and get("tool_call_id") not in called:
+            return i, get("tool_call_id")
+    return None
 
 
 def _describe(value) -> str:

@@ -98,6 +98,25 @@ class ToolParser:
     def calls(self, part: str, tools: Dict[str, dict]) -> List[ToolCall]:
         raise NotImplementedError
 
+    # The head of a call object, up to where its arguments begin.
+    _head = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)+)"\s*,\s*'
+                       r'"(?:arguments|parameters)"\s*:\s*')
+
+    def cut(self, part: str, tools: Dict[str, dict]) -> Tuple[List[ToolCall], Optional[ToolCall]]:
+        """(the whole calls, the cut one) of a tool-call part that ``max_tokens`` ended:
+        the cut call's arguments are the JSON text written so far, as OpenAI returns
+        a call cut by the length limit. None when the cut left no function name."""
+        last = next(reversed(list(self._head.finditer(part))), None)
+        if last is None or isinstance(_json_prefix(part[last.start():])[0], dict):
+            return self.calls(part, tools), None   # the last call is whole
+        before = self.calls(self.before(part[:last.start()]), tools)
+        return before, ToolCall(json.loads(f'"{last.group(1)}"'), part[last.end():])
+
+    def before(self, text: str) -> str:
+        """The whole calls of ``text``, the part before a cut call's object, as
+        ``calls`` parses them."""
+        return text[:text.rfind(self.start)]
+
     def grammar(self, tools: Dict[str, dict], parallel: bool) -> str:
         one = _alternatives([self.call_rule(name, params) for name, params in tools.items()])
         return f"start: {one}" + ("+" if parallel else "")
@@ -155,6 +174,22 @@ class Qwen3CoderParser(ToolParser):
             calls.append(ToolCall(name.strip(), json.dumps(arguments, ensure_ascii=False)))
         return calls
 
+    def cut(self, part, tools):
+        # Parameters are whole at their closing tag; the cut call's arguments are the
+        # JSON object of those, left open.
+        i = part.rfind("<function=")
+        if i < 0 or "</function>" in part[i:]:
+            return self.calls(part, tools), None
+        before = self.calls(part[:i], tools)
+        name, sep, body = part[i + len("<function="):].partition(">")
+        if not sep:
+            return before, None
+        end = body.rfind("</parameter>")
+        whole = body[:end + len("</parameter>")] if end >= 0 else ""
+        (call,) = self.calls(f"<function={name}>{whole}</function>", tools) or \
+            (ToolCall(name.strip(), "{}"),)
+        return before, ToolCall(call.name, call.arguments[:-1])
+
     def call_rule(self, name, parameters):
         properties = parameters.get("properties", {})
         required = set(parameters.get("required", ()))
@@ -197,6 +232,9 @@ class Llama3JsonParser(ToolParser):
             rest = rest[1:] if rest.startswith(";") else rest
         return calls
 
+    def before(self, text):
+        return text.rstrip().rstrip(";")
+
     def grammar(self, tools, parallel):
         one = _alternatives([self.call_rule(n, p) for n, p in tools.items()])
         return f'start: {one} ("; " {one})*' if parallel else f"start: {one}"
@@ -227,6 +265,10 @@ class MistralParser(ToolParser):
                     return []
                 calls.append(call)
         return calls
+
+    def before(self, text):
+        # [TOOL_CALLS][{...}, {cut  ->  [TOOL_CALLS][{...}]
+        return text.rstrip().rstrip(",") + "]"
 
     def grammar(self, tools, parallel):
         one = _alternatives([self.call_rule(n, p) for n, p in tools.items()])
