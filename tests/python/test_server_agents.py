@@ -267,3 +267,54 @@ def test_stop_token_ids_end_the_reply_without_their_text(client):
     assert choice.finish_reason == "stop"
     assert choice.text == "".join(free.logprobs.tokens[:ids.index(ids[2])])
     assert stopped.usage.completion_tokens == ids.index(ids[2]) + 1
+
+
+def test_a_forced_call_cut_by_max_tokens_is_a_partial_call_not_content(client):
+    """OpenAI's behaviour for a call cut by the length limit: finish_reason "length",
+    the call in tool_calls with the arguments written so far, no content; streamed (the
+    client's stream helper) as not. Before, the raw <tool_call> text was the content."""
+    kwargs = dict(model=MODEL_ID, messages=ASK, tools=[WEATHER], temperature=0,
+                  tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    whole = client.chat.completions.create(**kwargs, max_tokens=100)
+    arguments = whole.choices[0].message.tool_calls[0].function.arguments
+    limit = whole.usage.completion_tokens - 10   # inside the arguments
+    cut = client.chat.completions.create(**kwargs, max_tokens=limit).choices[0]
+    assert cut.finish_reason == "length" and cut.message.content is None
+    (call,) = cut.message.tool_calls
+    assert call.function.name == "get_weather" and call.id.startswith("call_")
+    assert call.function.arguments and arguments.startswith(call.function.arguments)
+    assert call.function.arguments != arguments
+    with client.chat.completions.stream(**kwargs, max_tokens=limit) as stream:
+        events = list(stream)
+        # (get_final_completion raises LengthFinishReasonError, as it does for OpenAI.)
+        streamed = stream.current_completion_snapshot.choices[0]
+    assert not [e for e in events if e.type == "content.delta" and e.delta]
+    assert streamed.finish_reason == "length" and not streamed.message.content
+    assert [(c.function.name, c.function.arguments) for c in streamed.message.tool_calls] \
+        == [("get_weather", call.function.arguments)]
+
+
+@pytest.mark.parametrize("body, param, says", [
+    ({"messages": ASK + [{"role": "tool", "tool_call_id": "call_nope", "content": "18 C"}]},
+     "messages", "'call_nope' names no tool call"),
+    ({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]},
+     "messages.0.content", "image input is not supported by this server/model"),
+    ({"messages": [{"role": "user", "content": None}]}, "messages.0",
+     "a user message needs content"),
+    ({"messages": [{"role": "system", "content": None}] + ASK}, "messages.0",
+     "a system message needs content"),
+    ({"tools": [WEATHER, TIME, WEATHER]}, "tools", "get_weather given more than once"),
+])
+def test_a_new_users_mistakes_are_clear_400s(server, client, body, param, says):
+    import openai
+
+    request = {"model": MODEL_ID, "messages": ASK, "max_tokens": 4, **body}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(**request)
+    assert e.value.body["type"] == "invalid_request_error"
+    assert (e.value.body["param"] or "").startswith(param), e.value.body
+    assert says in e.value.body["message"], e.value.body
+    assert client.chat.completions.create(model=MODEL_ID, messages=ASK,
+                                          max_tokens=2).choices[0].finish_reason == "length"

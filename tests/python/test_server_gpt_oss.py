@@ -165,3 +165,43 @@ def test_streaming_splitter_reassembles_a_rendered_reply(vocab_directory):
     first_call = next(i for i, d in enumerate(deltas) if "tool_calls" in d)
     assert first_call >= len([d for d in deltas if "reasoning_content" in d])
     assert len(split.calls) == 1
+
+
+ANSWER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
+                                           "warm": {"type": "boolean"}},
+          "required": ["city", "warm"], "additionalProperties": False}
+
+
+def test_response_format_is_enforced_in_the_final_channel(client, server):
+    """A JSON schema holds for the final channel's text (the content); the analysis
+    channel before it stays free reasoning. Before, harmony models ignored it. The random
+    model would reason until max_tokens: a bias on <|end|> ends its analysis at once (the
+    grammar allows <|end|> only there)."""
+    for stream in (False, True):
+        kwargs = dict(response_format={"type": "json_schema", "json_schema": {
+            "name": "answer", "schema": ANSWER}}, logit_bias={SPECIALS["<|end|>"]: 100})
+        if not stream:
+            reply = ask(client, server, CALL_TOKENS, **kwargs).choices[0]
+            content, reason = reply.message.content, reply.finish_reason
+        else:
+            chunks = list(ask(client, server, CALL_TOKENS, stream=True, **kwargs))
+            content = "".join(c.choices[0].delta.content or "" for c in chunks)
+            reason = chunks[-1].choices[0].finish_reason
+        assert reason == "stop", (content, reason)
+        jsonschema.validate(json.loads(content), ANSWER)
+
+
+def test_a_forced_call_cut_by_max_tokens_is_a_partial_call(client, server):
+    """Cut inside its arguments, a forced call is a tool call whose arguments are the
+    JSON text so far, finish_reason "length" (OpenAI's behaviour), nothing in content."""
+    full = ask(client, server, CALL_TOKENS, tools=TOOLS,
+               tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    arguments = full.choices[0].message.tool_calls[0].function.arguments
+    cut = ask(client, server, full.usage.completion_tokens - 4, tools=TOOLS,
+              tool_choice={"type": "function", "function": {"name": "get_weather"}}).choices[0]
+    assert cut.finish_reason == "length"
+    assert not cut.message.content
+    (call,) = cut.message.tool_calls
+    assert call.function.name == "get_weather"
+    assert call.function.arguments and arguments.startswith(call.function.arguments)
+    assert call.function.arguments != arguments

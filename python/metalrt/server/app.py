@@ -261,15 +261,16 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
         if isinstance(choice, NamedToolChoice) or choice == "required":
             raise APIError(400, f"tool_choice {choice!r} needs tools", param="tool_choice")
         fmt = body.response_format
+        if fmt is None or fmt.type == "text":
+            return None
+        schema = {"type": "object"} if fmt.type == "json_object" else fmt.json_schema.schema_
         try:
-            if fmt is not None and fmt.type == "json_object":
-                return grammar.json_object_grammar()
-            if fmt is not None and fmt.type == "json_schema":
-                return grammar.json_schema_grammar(fmt.json_schema.schema_)
+            rule = grammar.json_schema_grammar(schema)   # ValueError for a bad schema
         except ValueError as e:
             raise APIError(400, f"response_format.json_schema.schema is not a usable JSON "
                                 f"schema: {e}", param="response_format") from None
-        return None
+        # A harmony model answers in its final channel, after its reasoning.
+        return harmony.final_grammar(schema) if parser is harmony.CALL_SYNTAX else rule
 
     async def answer(http: Request, response, generation, stream: bool):
         """The HTTP answer of ``response`` to ``generation``: one JSON object

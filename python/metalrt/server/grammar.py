@@ -41,11 +41,6 @@ def json_schema_grammar(schema: Any) -> str:
     return llguidance.LLMatcher.grammar_from_json_schema(styled(schema))
 
 
-def json_object_grammar() -> str:
-    """Any JSON object (``response_format: json_object``)."""
-    return json_schema_grammar({"type": "object"})
-
-
 def lark_json(schema: Any) -> str:
     """A Lark expression matching JSON valid for ``schema``."""
     return "%json " + json.dumps(styled(schema))

@@ -13,7 +13,8 @@ ending in ``<|start|>assistant``) with openai-harmony's own renderer; ``parse`` 
 a completion (the text after that prompt, special tokens kept) into reasoning (the
 ``analysis`` channel), content (``final``) and tool calls (``commentary`` messages to
 ``functions.NAME``); ``HarmonyOutput`` does so as the completion streams;
-``call_grammar`` is the llguidance grammar of a forced call in harmony's syntax.
+``call_grammar`` is the llguidance grammar of a forced call in harmony's syntax,
+``final_grammar`` that of a JSON answer (``response_format``) in its final channel.
 """
 from __future__ import annotations
 
@@ -291,6 +292,21 @@ def call_grammar(tools: Dict[str, dict], parallel: bool) -> str:
              for i, (name, params) in enumerate(tools.items())]
     calls = " | ".join(f"call_{i}" for i in range(len(tools)))
     return "\n".join([f"start: <|channel|> ({calls}) <|call|>", *rules])
+
+
+def final_grammar(schema: dict) -> str:
+    """The llguidance Lark grammar of a harmony reply whose answer is JSON valid for
+    ``schema`` (``response_format``): optionally an ``analysis`` message of free text
+    (the model's reasoning), then the ``final`` message, the JSON document, ending the
+    turn with ``<|return|>``. Special tokens are only where the grammar names them, so
+    the reasoning cannot open another channel."""
+    from .grammar import lark_json
+
+    return "\n".join([
+        'start: analysis? <|channel|> "final" <|message|> answer <|return|>',
+        'analysis: <|channel|> "analysis" <|message|> thought <|end|> <|start|> "assistant"',
+        r"thought: /(.|\n)*/",
+        f"answer: {lark_json(schema)}"])
 
 
 class _CallSyntax:

@@ -209,14 +209,15 @@ class ChatCompletionRequest(_Sampling):
                                       "given more than once", {"names": ", ".join(twice)})
         return value
 
-    @model_validator(mode="after")
-    def _results_answer_calls(self):
-        unknown = unknown_call(self.messages)
+    @field_validator("messages")
+    @classmethod
+    def _results_answer_calls(cls, value):
+        unknown = unknown_call(value)
         if unknown is not None:
             raise PydanticCustomError(
-                "tool_call_id", "messages[{index}].tool_call_id {id!r} names no tool call "
+                "tool_call_id", "messages[{index}].tool_call_id '{id}' names no tool call "
                 "of an earlier assistant message", {"index": unknown[0], "id": unknown[1]})
-        return self
+        return value
 
     @property
     def token_limit(self) -> Optional[int]:
