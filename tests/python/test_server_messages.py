@@ -211,6 +211,9 @@ def _post(client, body: dict):
     ({"messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                      "data": "iVBORw0KGgo="}}]}]}, "image"),
+    ({"messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_nope", "content": "18 C"}]}]},
+     "tool_use_id 'toolu_nope' answers no tool_use block"),
     ({"temperature": 1.5}, "temperature"),
     ({"messages": ASK + [{"role": "assistant", "content": "It is"}]}, "last message"),
 ])
@@ -226,6 +229,34 @@ def test_bad_input_is_a_400_in_anthropics_shape_and_the_server_keeps_serving(cli
     assert says in e.value.body["error"]["message"], e.value.body
     assert client.messages.create(model=MODEL_ID, messages=ASK,
                                   max_tokens=2).stop_reason == "max_tokens"
+
+
+def test_a_forced_tool_use_cut_by_max_tokens_is_no_text(client):
+    """A tool_use cut by max_tokens: stop_reason max_tokens, the tool_use block (its
+    input_json_deltas the JSON so far), no text block or text_delta. Before, the raw
+    <tool_call> syntax was the text."""
+    kwargs = dict(model=MODEL_ID, messages=ASK, tools=[WEATHER], **GREEDY,
+                  tool_choice={"type": "tool", "name": "get_weather"})
+    whole = client.messages.create(**kwargs, max_tokens=100)
+    limit = whole.usage.output_tokens - 10   # inside the input
+    message = client.messages.create(**kwargs, max_tokens=limit)
+    assert message.stop_reason == "max_tokens"
+    assert [(b.type, b.name) for b in message.content] == [("tool_use", "get_weather")]
+    with client.messages.stream(**kwargs, max_tokens=limit) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    assert not [e for e in events if e.type == "text"]
+    partial = "".join(e.partial_json for e in events if e.type == "input_json")
+    assert partial and json.dumps(whole.content[0].input).startswith(partial)
+    assert final.stop_reason == "max_tokens"
+    assert [b.type for b in final.content] == ["tool_use"]
+
+
+def test_an_unknown_messages_path_is_a_404_in_anthropics_shape(client):
+    with pytest.raises(anthropic.NotFoundError) as e:
+        client.post("/v1/messages/batches", body={}, cast_to=anthropic.types.Message)
+    assert e.value.body == {"type": "error", "error": {
+        "type": "not_found_error", "message": e.value.body["error"]["message"]}}
 
 
 def test_another_model_is_a_404_not_found_error(client):

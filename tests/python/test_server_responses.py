@@ -208,6 +208,9 @@ def test_text_format_json_schema_output_validates(client):
     ({"tools": [{"type": "web_search"}]}, "tools.0"),
     ({"input": []}, "input"),
     ({"input": [{"type": "reasoning", "summary": []}]}, "input"),
+    ({"input": [{"role": "user", "content": ASK},
+                {"type": "function_call_output", "call_id": "call_nope", "output": "18 C"}]},
+     "input"),
     ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "objec"}}}},
      "text.format"),
 ])
@@ -230,6 +233,12 @@ def test_the_client_raises_bad_request_with_the_servers_message(client):
         client.responses.create(model=MODEL_ID, input=ASK, tools=[WEATHER],
                                 tool_choice={"type": "function", "name": "get_time"})
     assert "get_time" in e.value.message and e.value.body["param"] == "tool_choice"
+    with pytest.raises(openai.BadRequestError) as e:   # a result of no call
+        client.responses.create(model=MODEL_ID, input=[
+            {"role": "user", "content": ASK},
+            {"type": "function_call_output", "call_id": "call_nope", "output": "18 C"}])
+    assert "input[1].call_id 'call_nope' names no function_call item" in e.value.message
+    assert e.value.body["param"] == "input"
 
 
 @pytest.fixture(scope="module")
