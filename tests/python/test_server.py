@@ -206,3 +206,14 @@ def test_bad_settings_fail_before_loading(flag, value):
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith(f"metalrt: error: [serve] {flag} must be")
     assert f"got {value}" in proc.stderr
+
+
+def test_a_chat_template_that_does_not_parse_fails_at_startup(tmp_path):
+    # Before, the server started and every chat request answered 400 instead.
+    template = tmp_path / "broken.jinja"
+    template.write_text("{% for m in messages %}{{ m['content'] }\n{% endfor %}")
+    proc = subprocess.run([sys.executable, "-m", "metalrt.server", "--chat-template",
+                           str(template)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == (f"metalrt: error: [serve] --chat-template {template} is not a "
+                           f"valid jinja2 template: line 1: unexpected '}}'\n")

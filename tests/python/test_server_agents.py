@@ -318,3 +318,30 @@ def test_a_new_users_mistakes_are_clear_400s(server, client, body, param, says):
     assert says in e.value.body["message"], e.value.body
     assert client.chat.completions.create(model=MODEL_ID, messages=ASK,
                                           max_tokens=2).choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("raw, says", [
+    (b'{"model": ', "the request body is not valid JSON: Expecting value"),
+    (b"[]", "the request body must be a JSON object"),
+    ({"stop": 5}, "stop: must be a string or a list of strings"),
+    ({"tool_choice": "maybe"}, "tool_choice: must be one of 'none', 'auto', 'required' or "
+                               "an object"),
+    ({"response_format": "json"}, "response_format: Input should be an object"),
+    ({"messages": [{"role": "user", "content": [{"type": "video"}]}]},
+     "messages.0.content: must be a string or a list of objects (messages.0.content.0.type: "
+     "Input should be 'text')"),
+])
+def test_malformed_bodies_are_told_what_was_expected(server, raw, says):
+    """No pydantic internals (union member tags such as ``stop.str``, class names,
+    "dictionary or object to extract fields from") in the message."""
+    body = raw if isinstance(raw, bytes) else json.dumps(
+        {"model": MODEL_ID, "messages": ASK, "max_tokens": 2, **raw}).encode()
+    status, error = server.request("POST", "/v1/chat/completions", body)
+    assert status == 400 and error["error"]["message"] == says, error
+
+
+def test_an_unknown_path_is_named_in_the_404(server):
+    status, error = server.request("POST", "/v1/nothing", b"{}")
+    assert status == 404 and error["error"] == {
+        "message": "/v1/nothing is not an endpoint of this server", "type": "not_found_error",
+        "param": None, "code": None}

@@ -40,9 +40,14 @@ class TextBlock(_Body):
 
 def _text_or(blocks):
     """A string or a list of ``blocks``: only the list's errors are reported for a
-    list (a plain union would report "should be a valid string" first)."""
+    list (a plain union would report "should be a valid string" first), and one error
+    saying what is expected for anything else."""
     return Annotated[Union[Annotated[str, Tag("text")], Annotated[List[blocks], Tag("blocks")]],
-                     Discriminator(lambda v: "text" if isinstance(v, str) else "blocks")]
+                     Discriminator(lambda v: "text" if isinstance(v, str) else
+                                   "blocks" if isinstance(v, list) else None,
+                                   custom_error_type="content_type",
+                                   custom_error_message="must be a string or a list of "
+                                                        "content blocks")]
 
 
 class ToolUseBlock(_Body):

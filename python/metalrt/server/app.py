@@ -67,13 +67,62 @@ def _error_response(http: Request, status: int, body: dict) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
+# What a member of a union (pydantic names it in an error's location) expects.
+_MEMBERS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean",
+            "dict": "an object", "none": "null", "blocks": "a list of content blocks"}
+
+
+def _member(segment) -> Optional[str]:
+    """What the union member that ``segment`` of an error location names expects; None
+    for a field name or a list index."""
+    if not isinstance(segment, str):
+        return None
+    if segment in _MEMBERS:
+        return _MEMBERS[segment]
+    if segment.startswith("literal["):
+        return "one of " + segment[len("literal["):-1].replace(",", ", ")
+    if segment.startswith("list["):
+        items = _member(segment[len("list["):-1]) or "an object"
+        return "a list of " + items.split(" ", 1)[1] + "s"   # "a string" -> "strings"
+    if segment[:1].isupper() or segment.startswith(("dict[", "function-", "tagged-union[")):
+        return "an object"
+    return None
+
+
+def _said(error: dict) -> str:
+    """pydantic's message of ``error`` without its class names."""
+    if error.get("type") in ("model_type", "model_attributes_type", "dict_type"):
+        return "Input should be an object"
+    return error.get("msg", "")
+
+
 def _validation_error(exc: RequestValidationError) -> APIError:
-    first = exc.errors()[0]
-    where = [str(p) for p in first.get("loc", ()) if p != "body"]
-    if first.get("type") == "json_invalid":
-        return APIError(400, f"the request body is not valid JSON: {first.get('msg')}")
-    param = ".".join(where) or None
-    return APIError(400, f"{param or 'body'}: {first.get('msg')}", param=param)
+    """The 400 of a body that does not validate: its first error, named by the field's
+    path; a union's alternatives (pydantic reports one error per member) as one
+    message saying what each expects, with the error of the member that got furthest."""
+    errors = exc.errors()
+    if errors[0].get("type") == "json_invalid":
+        detail = (errors[0].get("ctx") or {}).get("error") or errors[0].get("msg")
+        return APIError(400, f"the request body is not valid JSON: {detail}")
+    locs = [[p for p in e.get("loc", ()) if p != "body"] for e in errors]
+    loc = locs[0]
+    if not loc:
+        return APIError(400, "the request body must be a JSON object")
+    cut = next((i for i, p in enumerate(loc) if _member(p)), None)
+    if cut is None:
+        param = ".".join(str(p) for p in loc)
+        return APIError(400, f"{param}: {_said(errors[0])}", param=param)
+    union = loc[:cut]
+    members = [(l, e) for l, e in zip(locs, errors)
+               if len(l) > cut and l[:cut] == union and _member(l[cut])]
+    tried = dict.fromkeys(_member(l[cut]) for l, _ in members)
+    param = ".".join(str(p) for p in union)
+    deepest, error = max(members, key=lambda m: len(m[0]))
+    detail = ""
+    if len(deepest) > cut + 1:
+        detail = " (" + ".".join(str(p) for p in deepest if not _member(p)) + \
+            f": {_said(error)})"
+    return APIError(400, f"{param}: must be {' or '.join(tried)}{detail}", param=param)
 
 
 # The chat request's fields that an error names, as the Responses API calls them
@@ -178,7 +227,11 @@ def create_app(registry: ModelRegistry, default_max_tokens: int = 512,
     @app.exception_handler(HTTPException)
     async def _http(http: Request, exc: HTTPException):
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return _error_response(http, exc.status_code, error_body(str(exc.detail), kind))
+        # Starlette's "Not Found" / "Method Not Allowed" say what was asked.
+        message = {404: f"{http.url.path} is not an endpoint of this server",
+                   405: f"{http.url.path} does not take {http.method} requests"}.get(
+            exc.status_code, str(exc.detail))
+        return _error_response(http, exc.status_code, error_body(message, kind))
 
     async def model_for(name: str) -> ServedModel:
         """The loaded model ``name`` (loaded now when it is not): APIError 404 for a
