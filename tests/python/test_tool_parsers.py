@@ -136,3 +136,37 @@ def test_forced_call_grammar_accepts_the_format(parser, text):
     assert matcher.try_consume_tokens(ids) == len(ids), matcher.get_error()
     assert matcher.is_accepting()
     assert message(split(parser, rendered, 1000))["tool_calls"] is not None
+
+
+# (parser, a reply cut by max_tokens, [(name, arguments text)]): the whole calls, then
+# the cut one with the arguments written so far.
+CUT = [
+    ("hermes", 'Sure.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa',
+     [("get_weather", '{"city": "Pa')]),
+    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "A"}}\n</tool_call>\n'
+               '<tool_call>\n{"name": "get_weather", "arguments": {"ci',
+     [("get_weather", '{"city": "A"}'), ("get_weather", '{"ci')]),
+    ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "A"}}\n</tool_',
+     [("get_weather", '{"city": "A"}')]),
+    ("hermes", '<tool_call>\n{"name": "get_wea', []),
+    ("llama3_json", '{"name": "get_weather", "parameters": {"city": "A"}}; '
+                    '{"name": "get_weather", "parameters": {"days": 2',
+     [("get_weather", '{"city": "A"}'), ("get_weather", '{"days": 2')]),
+    ("mistral", '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "A"}}, '
+                '{"name": "get_weather", "arguments": {"ci',
+     [("get_weather", '{"city": "A"}'), ("get_weather", '{"ci')]),
+    ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+                    "</parameter>\n<parameter=days>\n3",
+     [("get_weather", '{"city": "Paris"')]),
+]
+
+
+@pytest.mark.parametrize("parser, text, calls", CUT)
+def test_a_reply_cut_in_a_call_is_a_partial_call_not_content(parser, text, calls):
+    """OpenAI's behaviour for a call cut by max_tokens: the call with the arguments
+    written so far; the call syntax never reaches content."""
+    split = ChatOutput(PARSERS[parser], TOOLS, False)
+    reply = message(split.feed(text) + split.finish(cut=True))
+    assert (reply["content"] or "") == ("Sure." if text.startswith("Sure.") else "")
+    assert [(c["function"]["name"], c["function"]["arguments"])
+            for c in reply.get("tool_calls", ())] == calls

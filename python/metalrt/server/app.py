@@ -106,8 +106,10 @@ def _validation_error(exc: RequestValidationError) -> APIError:
         return APIError(400, f"the request body is not valid JSON: {detail}")
     locs = [[p for p in e.get("loc", ()) if p != "body"] for e in errors]
     loc = locs[0]
-    if not loc:
-        return APIError(400, "the request body must be a JSON object")
+    if not loc:   # the body as a whole: not an object (or none), or a rule across fields
+        return APIError(400, "the request body must be a JSON object"
+                        if errors[0].get("type") in ("missing", "model_attributes_type")
+                        else _said(errors[0]))
     cut = next((i for i, p in enumerate(loc) if _member(p)), None)
     if cut is None:
         param = ".".join(str(p) for p in loc)
