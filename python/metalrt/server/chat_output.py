@@ -52,12 +52,15 @@ class ChatOutput:
         JSON text so far, as OpenAI returns one), never content."""
         deltas = self.feed("")
         rest = self.text[self.sent:]
-        if self.phase == "tools" and cut:
-            whole, partial = self.parser.cut(self.text, self.tools)
-            deltas += self._new_calls(whole + [partial] if partial else whole)
-        elif self.phase == "tools":
-            calls = self.parser.calls(self.text, self.tools)
-            if calls or self.calls:
+        if self.phase == "tools":
+            if cut:
+                whole, partial = self.parser.cut(self.text, self.tools)
+                calls = whole + [partial] if partial else whole
+                keep = calls or self.parser.opens_call(self.text)
+            else:
+                calls = self.parser.calls(self.text, self.tools)
+                keep = calls or self.calls
+            if keep:
                 deltas += self._new_calls(calls)
             else:   # text in the call syntax that does not parse stays content
                 deltas.append({"content": self.text})

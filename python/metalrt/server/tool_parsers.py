@@ -117,6 +117,11 @@ class ToolParser:
         ``calls`` parses them."""
         return text[:text.rfind(self.start)]
 
+    def opens_call(self, part: str) -> bool:
+        """Whether a tool-call part that ``max_tokens`` cut before any function name is
+        the start of a call (then it is no content)."""
+        return part.lstrip().startswith(self.start)
+
     def grammar(self, tools: Dict[str, dict], parallel: bool) -> str:
         one = _alternatives([self.call_rule(name, params) for name, params in tools.items()])
         return f"start: {one}" + ("+" if parallel else "")
@@ -234,6 +239,12 @@ class Llama3JsonParser(ToolParser):
 
     def before(self, text):
         return text.rstrip().rstrip(";")
+
+    def opens_call(self, part):
+        # A reply of JSON is a call only once it begins {"name".
+        stripped = re.sub(r"\s+", "", part)
+        head = '{"name"'
+        return stripped.startswith((self.start, head)) or head.startswith(stripped)
 
     def grammar(self, tools, parallel):
         one = _alternatives([self.call_rule(n, p) for n, p in tools.items()])
