@@ -148,6 +148,22 @@ def test_named_tool_choice_yields_a_function_call_that_validates(client):
     assert response.tool_choice.name == "get_weather"
 
 
+def test_a_function_call_cut_by_max_output_tokens_is_no_output_text(client):
+    """Cut inside its arguments, the forced call is a function_call item with the
+    arguments written so far, the response incomplete; no output_text. Before, the raw
+    <tool_call> syntax was a message's text."""
+    kwargs = dict(model=MODEL_ID, input=ASK, tools=[WEATHER], tool_choice=FORCED,
+                  temperature=0)
+    whole = client.responses.create(**kwargs, max_output_tokens=100)
+    limit = whole.usage.output_tokens - 10   # inside the arguments
+    cut = client.responses.create(**kwargs, max_output_tokens=limit)
+    assert cut.status == "incomplete" and cut.output_text == ""
+    (call,) = cut.output
+    assert call.type == "function_call" and call.name == "get_weather"
+    assert call.arguments and whole.output[0].arguments.startswith(call.arguments)
+    assert call.arguments != whole.output[0].arguments
+
+
 def test_a_streamed_function_call_reassembles_into_the_non_streamed_one(client):
     kwargs = dict(model=MODEL_ID, input=ASK, tools=[WEATHER], tool_choice=FORCED,
                   temperature=0, max_output_tokens=100)

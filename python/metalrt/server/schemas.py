@@ -225,17 +225,14 @@ class ChatCompletionRequest(_Sampling):
         return self.max_completion_tokens or self.max_tokens
 
 
-def unknown_call(messages) -> Optional[Tuple[int, str]]:
-    """(index, call id) of the first ``tool`` message of ``messages`` (Messages, or
-    dicts with role, tool_call_id and tool_calls) whose call id no earlier assistant
-    message's ``tool_calls`` holds; None when each answers a call."""
+def unknown_call(messages: List[Message]) -> Optional[Tuple[int, str]]:
+    """(index, call id) of the first ``tool`` message whose ``tool_call_id`` no earlier
+    assistant message's ``tool_calls`` holds; None when each answers a call."""
     called = set()
     for i, m in enumerate(messages):
-        get = m.get if isinstance(m, dict) else lambda key: getattr(m, key)
-        for call in get("tool_calls") or ():
-            called.add(call["id"] if isinstance(call, dict) else call.id)
-        if get("role") == "tool" and get("tool_call_id") not in called:
-            return i, get("tool_call_id")
+        called.update(call.id for call in m.tool_calls or ())
+        if m.role == "tool" and m.tool_call_id not in called:
+            return i, m.tool_call_id
     return None
 
 
