@@ -245,3 +245,28 @@ def test_metadata_rules_of_llama_cpp():
 def test_bad_metadata(meta, message):
     with pytest.raises(ValueError, match=r"^\[gguf\] x\.gguf: metadata key " + message):
         metadata_config(**meta)
+
+
+def test_harmony_vocabulary_from_gguf_metadata():
+    """A gpt-oss GGUF's tokenizer as the converter writes it (byte-level BPE, pre-tokenizer
+    ``gpt-4o``: o200k's split, the harmony tokens as control tokens) serves the server's
+    harmony path: openai-harmony accepts its vocabulary (o200k's hash) and its ids decode
+    to the text harmony renders. No merges (o200k's are not in the test's cache): the
+    rendered ids come from openai-harmony."""
+    from metalrt.server import harmony
+    from metalrt.tokenizer import Tokenizer
+    from test_server_gpt_oss import SPECIALS, VOCAB, o200k_tokens
+
+    named = {i: t for t, i in SPECIALS.items()}
+    ordinary = o200k_tokens()
+    tokens = ordinary + [named.get(i, f"<|reserved_{i}|>") for i in range(len(ordinary), VOCAB)]
+    types = [1] * len(ordinary) + [3] * (VOCAB - len(ordinary))   # normal, control
+    tokenizer = Tokenizer.from_gguf_metadata({
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-4o", "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": []}, "x.gguf")
+    split = tokenizer.backend.pre_tokenizer.pre_tokenize_str("HelloWorld's 1234")
+    assert [piece for piece, _ in split] == ["Hello", "World's", "Ġ", "123", "4"]
+    directory = harmony.served_vocab("gpt_oss", tokenizer)
+    ids = harmony.render([{"role": "user", "content": "Weather in Paris?"}], None, directory)
+    assert tokenizer.decode(ids) == harmony.encoding(directory).decode(ids)
+    assert "<|start|>user<|message|>Weather in Paris?<|end|>" in tokenizer.decode(ids)
