@@ -23,6 +23,7 @@ import numpy as np
 
 import moe_gguf_fixtures
 import quant_fixtures
+import test_gpt_oss
 
 VOCAB, LAYERS, EXPERTS, WINDOW, HIDDEN, INTERMEDIATE = 49152, 2, 6, 16, 64, 64
 SPEC = ("GptOssConfig", dict(
@@ -31,7 +32,7 @@ SPEC = ("GptOssConfig", dict(
     num_experts_per_tok=4, sliding_window=WINDOW, initializer_range=0.08, tie_word_embeddings=False,
     bos_token_id=None, eos_token_id=None, pad_token_id=None), [],
     # The experts' random MXFP4: E8M0 exponents in [low, high], and the seeds.
-    {"mxfp4_exponents": [120, 126], "seeds": [21, 22]})
+    {"mxfp4_exponents": [120, 126], "seeds": [23, 24]})
 # The experts' MXFP4 tensors: (transformers' parameter, rows N, columns K) per expert.
 EXPERT_TENSORS = (("gate_up_proj", 2 * INTERMEDIATE, HIDDEN), ("down_proj", HIDDEN, INTERMEDIATE))
 
@@ -73,14 +74,7 @@ def _write_hf(spec, directory: Path) -> None:
     (low, high), (torch_seed, numpy_seed) = spec[3]["mxfp4_exponents"], spec[3]["seeds"]
     torch.manual_seed(torch_seed)
     model = tf.GptOssForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.copy_(1 + 0.2 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.copy_(0.2 * torch.randn_like(p))
-            elif name.endswith("sinks"):
-                p.copy_(torch.randn_like(p))
+    test_gpt_oss.randomize(model, torch_seed)   # the float experts it sets are replaced below
     model.save_pretrained(directory, safe_serialization=True)
     path = directory / "model.safetensors"
     tensors = load_file(str(path))
