@@ -23,7 +23,6 @@ import numpy as np
 
 import moe_gguf_fixtures
 import quant_fixtures
-import test_gpt_oss
 
 VOCAB, LAYERS, EXPERTS, WINDOW, HIDDEN, INTERMEDIATE = 49152, 2, 6, 16, 64, 64
 SPEC = ("GptOssConfig", dict(
@@ -69,6 +68,8 @@ def _write_hf(spec, directory: Path) -> None:
     import torch
     import transformers as tf
     from safetensors.numpy import load_file, save_file
+
+    import test_gpt_oss   # here: it imports conftest, which imports build_fixtures
 
     cfg = tf.GptOssConfig(**spec[1])
     (low, high), (torch_seed, numpy_seed) = spec[3]["mxfp4_exponents"], spec[3]["seeds"]
