@@ -11,8 +11,8 @@ window of 16 below the prompts, one full) and SmolLM2's vocabulary of 49152 (a t
 the converter knows). Weights bite as in test_gpt_oss.py: sinks ~ N(0, 1), biases
 ~ N(0, 0.2), norms 1 + N(0, 0.2), expert values up to 6 x 2^-1 (E8M0 exponents
 120..126), so that the SwiGLU clamps (limit 7) fire.
-Built once per machine in about 13 s of CPU (26 s wall on the shared 2-core machine);
-55 MB in the cache."""
+Built once per machine (build_fixtures.py) in about 14 s of CPU (34 s wall on a busy
+2-core machine); 55 MB in the cache."""
 from __future__ import annotations
 
 import json

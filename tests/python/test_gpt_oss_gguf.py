@@ -7,8 +7,9 @@ expert GEMM and swiglu_oai on halves, the directory's interleaved gate|up as one
 stack); transformers' fp32 logits on the weights it dequantizes within
 test_gpt_oss.py's bar (max |Δlogit| <= 1e-3 x range) on prompts of 40 and 150 tokens
 (the window, 16, below both), its 12 greedy tokens, no op on the reference tier and on
-Metal the mxfp4_gguf MoE kernel dispatched. A file without a tensor or key the model
-needs is a ValueError naming it."""
+Metal the mxfp4_gguf MoE kernel dispatched. The file rewritten with float expert stacks
+(the converter's layout for a float checkpoint) gives the same logits. A file without a
+tensor or key the model needs is a ValueError naming it."""
 import functools
 
 import gguf
@@ -20,7 +21,7 @@ import gpt_oss_gguf_fixtures as fixtures
 import metalrt
 from conftest import DEVICES, profiled
 from metalrt.loaders import load_model_files
-from metalrt.loaders.gguf import load_gguf
+from metalrt.loaders.gguf import dequantize_tensor, load_gguf
 from metalrt.loaders.gguf_file import GGUFFile
 from metalrt.loaders.quants import QuantizedWeight, dequantize_weight
 from test_gpt_oss import assert_close, clamped_shares, reference_tier_ops
@@ -145,9 +146,11 @@ def whole_buffer_bytes(array):
     return array.nbytes if isinstance(array, memoryview) else None
 
 
-def rewritten(tmp_path, drop_key=None, drop_tensor=None):
+def rewritten(tmp_path, drop_key=None, drop_tensor=None, dequantized=False):
     """The fixture's file written again (gguf-py's writer, the architecture's metadata
-    and every tensor's raw bytes) without one metadata key or tensor."""
+    and every tensor's raw bytes) without one metadata key or tensor; ``dequantized``:
+    the MXFP4 expert stacks as F32 [E, N, K], what the converter writes from a float
+    checkpoint."""
     source = GGUFFile(fixtures.fixture()["f32"])
     path = tmp_path / "bad.gguf"
     writer = gguf.GGUFWriter(str(path), "gpt-oss")
@@ -163,7 +166,9 @@ def rewritten(tmp_path, drop_key=None, drop_tensor=None):
         if name == drop_tensor:
             continue
         raw = source.raw(name)
-        if info.ggml_type == gguf.GGMLQuantizationType.F32:
+        if dequantized and info.ggml_type == gguf.GGMLQuantizationType.MXFP4:
+            writer.add_tensor(name, dequantize_tensor(source, name))
+        elif info.ggml_type == gguf.GGMLQuantizationType.F32:
             writer.add_tensor(name, raw.view(np.float32).reshape(info.shape))
         else:   # block bytes, rows of the last dimension
             writer.add_tensor(name, raw.reshape(*info.shape[:-1], -1), raw_dtype=info.ggml_type)
@@ -180,6 +185,18 @@ def test_rewritten_file_loads(tmp_path):
     config, weights, _ = load_gguf(rewritten(tmp_path))
     assert config["sliding_window"] == 16
     assert sorted(weights) == sorted(load_model_files(fixtures.fixture()["f32"]).weights)
+
+
+def test_float_expert_stacks(tmp_path):
+    """A file with float expert stacks (the converter's output from a float checkpoint)
+    loads them as float and gives the MXFP4 file's logits on the same values."""
+    config, weights, _ = load_gguf(rewritten(tmp_path, dequantized=True))
+    gate = weights["model.layers.0.mlp.experts.gate_proj.weight"]
+    assert isinstance(gate, np.ndarray) and gate.shape == (6, 64, 64)
+    ids = prompt(40, 3)
+    expected = loaded("cpu")[0].logits(ids)
+    got = metalrt.models.build_model(config, weights, "cpu").logits(ids)
+    assert np.abs(got - expected).max() <= 1e-5 * (expected.max() - expected.min())
 
 
 @pytest.mark.parametrize("tensor", ["blk.1.attn_sinks.weight", "blk.0.ffn_up_exps.bias",
