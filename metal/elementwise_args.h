@@ -20,7 +20,8 @@ static_assert(sizeof(ElementwiseArgs) == 8, "ElementwiseArgs must match between 
 struct GluArgs {
   uint32_t n;            // output elements
   uint32_t inner;        // the output's last dim
-  int32_t activation;    // 0: SwiGLU (gate | up halves), 1: swiglu_oai (interleaved pairs)
+  int32_t activation;    // 0: SwiGLU (gate | up halves), 1: swiglu_oai (interleaved pairs),
+                         // 2: swiglu_oai (gate | up halves)
   float alpha;           // swiglu_oai's sigmoid slope
   float limit;           // swiglu_oai's clamp
 };

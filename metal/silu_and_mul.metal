@@ -2,7 +2,7 @@
 // element, computed in f32 and rounded once to the output dtype like the CPU oracle
 // (cpp/cpu/silu_and_mul.cpp). activation 0: SwiGLU (Shazeer 2020), silu(x[..., :n]) *
 // x[..., n:]; 1: gpt-oss's swiglu_oai (metalrt/expert_ops.h) on interleaved gate/up
-// pairs, the clamps written as comparisons so a NaN stays NaN (MSL's min/max drop it).
+// pairs, 2: the same on gate | up halves; the clamps written as comparisons so a NaN stays NaN (MSL's min/max drop it).
 #include <metal_stdlib>
 #include "elementwise_args.h"
 using namespace metal;
@@ -15,8 +15,10 @@ kernel void silu_and_mul(device const T* x [[buffer(0)]],
   if (i >= args.n) return;
   const uint row = i / args.inner, col = i % args.inner;
   device const T* gate_up = x + ulong(row) * 2 * args.inner;
-  if (args.activation == 1) {
-    const float gate = float(gate_up[2 * col]), up = float(gate_up[2 * col + 1]);
+  if (args.activation != 0) {
+    const bool pairs = args.activation == 1;
+    const float gate = float(gate_up[pairs ? 2 * col : col]);
+    const float up = float(gate_up[pairs ? 2 * col + 1 : args.inner + col]);
     const float g = gate > args.limit ? args.limit : gate;
     float u = up > args.limit ? args.limit : up;
     u = u < -args.limit ? -args.limit : u;

@@ -1,7 +1,7 @@
 // CPU oracle of silu_and_mul: SwiGLU (Shazeer 2020, "GLU Variants Improve
 // Transformer"), out = silu(gate) * up with gate = x[..., :n], up = x[..., n:] and
 // silu(g) = g / (1 + exp(-g)), or the swiglu_oai variant (metalrt/expert_ops.h,
-// silu_rows.h), in f32, rounded once to the output dtype.
+// silu_rows.h; interleaved or halves), in f32, rounded once to the output dtype.
 #include <algorithm>
 #include <vector>
 
@@ -18,7 +18,8 @@ bool CpuSiluAndMul(const OpCall& call) {
   const Tensor& out = call.outputs[0];
   // A call without params (a direct RunOp) is plain SwiGLU.
   const auto* p = std::any_cast<ops::GluParams>(&call.params);
-  const bool oai = p != nullptr && p->activation == ops::GluActivation::kSwigluOai;
+  const bool oai = p != nullptr && p->activation != ops::GluActivation::kSilu;
+  const bool halves = oai && p->activation == ops::GluActivation::kSwigluOaiHalves;
   const int64_t n = out.dim(-1);
   if (out.numel() == 0) return true;
   const int64_t rows = out.numel() / n;
@@ -27,7 +28,8 @@ bool CpuSiluAndMul(const OpCall& call) {
     for (int64_t r = begin; r < end; ++r) {
       LoadRowF32(x.data(), x.dtype(), r * 2 * n, 2 * n, in.data());
       if (oai) {
-        SwigluOaiRow(in.data(), n, p->alpha, p->limit, result.data());
+        SwigluOaiRow(in.data(), in.data() + (halves ? n : 1), halves ? 1 : 2, n, p->alpha, p->limit,
+                     result.data());
       } else {
         std::copy(in.begin(), in.begin() + n, result.begin());
         SiluAndMulRow(result.data(), in.data() + n, n);

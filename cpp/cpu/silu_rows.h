@@ -13,12 +13,14 @@ inline void SiluAndMulRow(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
-// out[i] = (u + 1) * g / (1 + exp(-alpha g)) with g = min(x[2i], limit) and
-// u = clamp(x[2i + 1], -limit, limit), for i < n; the comparisons keep a NaN.
-inline void SwigluOaiRow(const float* x, int64_t n, float alpha, float limit, float* out) {
+// out[i] = (u + 1) * g / (1 + exp(-alpha g)) with g = min(gate[step i], limit) and
+// u = clamp(up[step i], -limit, limit), for i < n; the comparisons keep a NaN. Interleaved
+// pairs: up = gate + 1, step 2; halves: up = gate + n, step 1.
+inline void SwigluOaiRow(const float* gate, const float* up, int64_t step, int64_t n, float alpha,
+                         float limit, float* out) {
   for (int64_t i = 0; i < n; ++i) {
-    const float g = x[2 * i] > limit ? limit : x[2 * i];
-    float u = x[2 * i + 1] > limit ? limit : x[2 * i + 1];
+    const float g = gate[step * i] > limit ? limit : gate[step * i];
+    float u = up[step * i] > limit ? limit : up[step * i];
     u = u < -limit ? -limit : u;
     out[i] = (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
   }

@@ -31,11 +31,12 @@ Tensor SiluAndMul(const Tensor& x, const OptTensor& out) {
   return GatedUnit(x, out, GluParams{GluActivation::kSilu, 0.0f, 0.0f});
 }
 
-Tensor SwigluOaiAndMul(const Tensor& x, float alpha, float limit, const OptTensor& out) {
+Tensor SwigluOaiAndMul(const Tensor& x, float alpha, float limit, bool interleaved, const OptTensor& out) {
   for (auto [value, name] : {std::pair{alpha, "alpha"}, {limit, "limit"}})
     Check(std::isfinite(value) && value > 0.0f, "silu_and_mul",
           std::string("swiglu_oai ") + name + " must be finite and > 0, got " + std::to_string(value));
-  return GatedUnit(x, out, GluParams{GluActivation::kSwigluOai, alpha, limit});
+  const GluActivation activation = interleaved ? GluActivation::kSwigluOai : GluActivation::kSwigluOaiHalves;
+  return GatedUnit(x, out, GluParams{activation, alpha, limit});
 }
 
 }  // namespace metalrt::ops

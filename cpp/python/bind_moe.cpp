@@ -40,7 +40,7 @@ void BindMoeOps(nb::module_& ops) {
           nb::arg("y"), nb::arg("weights"), nb::arg("shared").none(), nb::arg("shared_gate").none(),
           nb::arg("out") = nb::none());
   ops.def("swiglu_oai_and_mul", &ops::SwigluOaiAndMul, nb::arg("x"), nb::arg("alpha"), nb::arg("limit"),
-          nb::arg("out") = nb::none());
+          nb::arg("interleaved"), nb::arg("out") = nb::none());
   ops.def("moe_bias_add", &ops::MoeBiasAdd, nb::arg("y"), nb::arg("bias"), nb::arg("expert_ids"),
           nb::arg("out") = nb::none());
 }

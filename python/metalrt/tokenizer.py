@@ -32,13 +32,20 @@ _SPM_SPACE = "\u2581"
 # ``tokenizer.ggml.pre`` values whose pre-tokenization we reproduce (llama.cpp's
 # ``llama-vocab.cpp`` gives each name its split regexes). GPT-2: the GPT-2 regex through
 # byte-level. SmolLM/StarCoder: every digit split off first, then the GPT-2 regex.
-# Llama 3 and Qwen2: their tokenizer.json split regex, then byte-level without a regex.
+# Llama 3, Qwen2 and o200k: their tokenizer.json split regex, then byte-level without a
+# regex.
 _GPT2_PRE = ("gpt2", "default")
 _DIGITS_FIRST_PRE = ("smollm", "starcoder", "refact", "codeshell")
 _LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2_SPLIT = _LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
-_SPLIT_PRE = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT}
+# o200k's (gpt-4o, gpt-oss: "gpt-4o" in files of llama.cpp's converter).
+_O200K_SPLIT = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+                r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+"
+                r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_SPLIT_PRE = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT,
+              "gpt-4o": _O200K_SPLIT}
 
 
 def _byte_level_pre_tokenizer(pre: str, source: str) -> pre_tokenizers.PreTokenizer:

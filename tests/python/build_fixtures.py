@@ -25,14 +25,15 @@ import traceback
 import chat_templates
 import family_gguf_fixtures
 import ggml_metal_source
+import gpt_oss_gguf_fixtures
 import moe_gguf_fixtures
 import quant_fixtures
 import real_geometry
 import tiny_hybrid
 
 # The modules whose fixtures are built here, in the order pytest reaches them.
-MODULES = (tiny_hybrid, moe_gguf_fixtures, chat_templates, family_gguf_fixtures, ggml_metal_source,
-           quant_fixtures, real_geometry)
+MODULES = (tiny_hybrid, moe_gguf_fixtures, chat_templates, family_gguf_fixtures,
+           gpt_oss_gguf_fixtures, ggml_metal_source, quant_fixtures, real_geometry)
 
 
 def _ggml_corpus() -> None:
@@ -50,6 +51,7 @@ def steps():
     yield "chat templates", chat_templates.templates_dir
     yield from ((f"family gguf {n}", lambda n=n: family_gguf_fixtures.fixture(n))
                 for n in family_gguf_fixtures.CONFIGS)
+    yield "gpt-oss gguf", gpt_oss_gguf_fixtures.fixture
     yield "ggml kernel libraries", _ggml_corpus
     quantized = dict.fromkeys((*quant_fixtures.FIXTURES, *quant_fixtures.REAL_FILE_GGUFS))
     yield from ((f"quantized {n}", lambda n=n: quant_fixtures.fixture(n)) for n in quantized)

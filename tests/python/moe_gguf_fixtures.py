@@ -23,6 +23,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -111,19 +112,25 @@ def mtp_fixture() -> dict[str, Path]:
     return converted("qwen3_5_mtp", MTP_SPEC)
 
 
-def converted(name: str, spec) -> dict[str, Path]:
+def converted(name: str, spec, write_hf: Callable[[Any, Path], None] | None = None,
+              q8_0: bool = True) -> dict[str, Path]:
     """The fixture of any (transformers config class, its arguments, converter flags):
-    {"hf": the Hugging Face directory, "f32": its GGUF, "q8_0": that quantized}."""
+    {"hf": the Hugging Face directory, "f32": its GGUF, "q8_0": that quantized (when
+    ``q8_0``)}. ``write_hf(spec, directory)`` writes the directory (default: the random
+    model of ``spec`` with SmolLM2's tokenizer); a new one needs a new ``name`` or spec,
+    which key the cache."""
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     final = cache_dir() / "moe-gguf-fixtures" / f"{name}-{digest}"
-    paths = {"hf": final / "hf", "f32": final / "f32.gguf", "q8_0": final / "q8_0.gguf"}
+    paths = {"hf": final / "hf", "f32": final / "f32.gguf"}
+    if q8_0:
+        paths["q8_0"] = final / "q8_0.gguf"
     with cache_lock.held(f"{final.parent.name}/{final.name}"):
         if not final.exists():
-            _make(name, spec, final)
+            _make(name, spec, final, write_hf or _hf_model, q8_0)
     return paths
 
 
-def _make(name: str, spec, final: Path) -> None:
+def _make(name: str, spec, final: Path, write_hf, q8_0: bool) -> None:
     """Writes the fixture into a temporary sibling of ``final``, renamed into place
     when complete."""
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -131,7 +138,7 @@ def _make(name: str, spec, final: Path) -> None:
     try:
         hf = partial / "hf"
         hf.mkdir()
-        _hf_model(spec, hf)
+        write_hf(spec, hf)
         converter = converter_dir()
         env = dict(os.environ, PYTHONPATH=str(converter / "gguf-py"))
         argv = ["convert_hf_to_gguf.py", str(hf), "--outfile", str(partial / "f32.gguf"),
@@ -146,7 +153,8 @@ def _make(name: str, spec, final: Path) -> None:
         if proc.returncode:
             raise RuntimeError(f"[moe_gguf_fixtures] convert_hf_to_gguf.py exited "
                                f"{proc.returncode}: {proc.stderr[-2000:]}")
-        quant_fixtures.quantize_gguf(partial / "f32.gguf", partial / "q8_0.gguf", Q8_0)
+        if q8_0:
+            quant_fixtures.quantize_gguf(partial / "f32.gguf", partial / "q8_0.gguf", Q8_0)
         os.replace(partial, final)
     finally:
         shutil.rmtree(partial, ignore_errors=True)

@@ -1,5 +1,5 @@
-"""ops.silu_and_mul (SwiGLU, and gpt-oss's clamped swiglu_oai variant) against numpy
-float64 references; swiglu_oai's also against transformers' own GptOssExperts._apply_gate."""
+"""ops.silu_and_mul (SwiGLU, and gpt-oss's clamped swiglu_oai variant, on interleaved
+pairs and on halves) against numpy float64 references; swiglu_oai's also against transformers' own GptOssExperts._apply_gate."""
 import numpy as np
 import pytest
 
@@ -31,22 +31,29 @@ def reference_oai(x, alpha=1.702, limit=7.0):
     return (up + 1) * gate / (1.0 + np.exp(-alpha * gate))
 
 
+def interleave(x):
+    """The interleaved pairs of a gate | up halves input."""
+    n = x.shape[-1] // 2
+    return np.stack([x[..., :n], x[..., n:]], axis=-1).reshape(x.shape)
+
+
 # Pair counts around the AVX-512 row's 16 lanes and the released intermediate (2880).
 OAI_SHAPES = [(1, 2), (3, 30), (2, 32), (4, 34), (2, 5, 66), (3, 5760)]
 
 
+@pytest.mark.parametrize("interleaved", [True, False])
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("shape", OAI_SHAPES)
-def test_swiglu_oai_matches_float64(dtype, shape, device):
+def test_swiglu_oai_matches_float64(dtype, shape, device, interleaved):
     # scale 6: a good share of the values lie past the limit (7), so both clamps run.
     x = rand(shape, seed=shape[-1] + 1, scale=6.0, dtype=dtype)
     out_shape = shape[:-1] + (shape[-1] // 2,)
     out = poisoned(out_shape, dtype, device)
     metalrt.providers.reset_stats()
     result = ops.silu_and_mul(metalrt.asarray(x, device=device, dtype=dtype), out=out,
-                              activation="swiglu_oai")
+                              activation="swiglu_oai", interleaved=interleaved)
     assert result.data_ptr() == out.data_ptr()
-    assert_matches(result, reference_oai(x), dtype)
+    assert_matches(result, reference_oai(x if interleaved else interleave(x)), dtype)
     fast = device == "cpu" and dtype == "float32" and metalrt._metalrt._cpu_facts()["gemv_isa"] == "avx512_vnni"
     provider = {"metal": "metal_silu_and_mul", "cpu": "cpu_fast_silu_and_mul" if fast
                 else "cpu_silu_and_mul"}[device]
@@ -71,11 +78,16 @@ def test_swiglu_oai_is_transformers_gate(device):
         assert_matches(got, want, "float32")
 
 
-def test_swiglu_oai_keeps_nan(device):
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_swiglu_oai_keeps_nan(device, interleaved):
     """A NaN gate or up gives NaN (the clamps do not turn it into the limit)."""
     x = np.zeros((2, 40), np.float32)
-    x[0, 6], x[1, 33] = np.nan, np.nan   # gate of pair 3, up of pair 16
-    got = ops.silu_and_mul(metalrt.asarray(x, device=device), activation="swiglu_oai").numpy()
+    if interleaved:
+        x[0, 6], x[1, 33] = np.nan, np.nan   # gate of pair 3, up of pair 16
+    else:
+        x[0, 3], x[1, 36] = np.nan, np.nan
+    got = ops.silu_and_mul(metalrt.asarray(x, device=device), activation="swiglu_oai",
+                           interleaved=interleaved).numpy()
     assert np.isnan(got[0, 3]) and np.isnan(got[1, 16])
     assert np.isnan(got).sum() == 2
 
@@ -102,3 +114,5 @@ def test_bad_inputs(device):
         ops.silu_and_mul(metalrt.zeros((2, 8), device=device), activation="swiglu_oai", limit=0.0)
     with pytest.raises(ValueError, match=r"^\[silu_and_mul\] x must have an even last dim"):
         ops.silu_and_mul(metalrt.zeros((2, 7), device=device), activation="swiglu_oai")
+    with pytest.raises(TypeError, match=r"^\[silu_and_mul\] interleaved must be a bool, got int"):
+        ops.silu_and_mul(metalrt.zeros((2, 8), device=device), activation="swiglu_oai", interleaved=0)

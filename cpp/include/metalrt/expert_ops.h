@@ -16,7 +16,9 @@ namespace metalrt::ops {
 // x[..., 0::2], up = x[..., 1::2] (interleaved, as gpt-oss's gate_up_proj stores them),
 // g = min(gate, limit), u = clamp(up, -limit, limit), out = (u + 1) * g * sigmoid(alpha g)
 // (transformers GptOssExperts._apply_gate; vLLM's swigluoai_and_mul). A NaN stays NaN.
-enum class GluActivation : int32_t { kSilu = 0, kSwigluOai = 1 };
+// kSwigluOaiHalves: the same on gate = x[..., :n], up = x[..., n:] (llama.cpp's gpt-oss
+// GGUF files store gate and up as two expert stacks, which moe_matmul_bt's up= writes so).
+enum class GluActivation : int32_t { kSilu = 0, kSwigluOai = 1, kSwigluOaiHalves = 2 };
 struct GluParams {
   GluActivation activation;
   float alpha;
@@ -24,8 +26,9 @@ struct GluParams {
 };
 // silu_and_mul with the kSwigluOai activation: x [..., 2n] float -> [..., n] in x's
 // dtype, computed in f32 (sigmoid(z) = 1 / (1 + exp(-z))) and rounded once. alpha and
-// limit finite and > 0 (gpt-oss: 1.702 and 7).
-Tensor SwigluOaiAndMul(const Tensor& x, float alpha, float limit,
+// limit finite and > 0 (gpt-oss: 1.702 and 7). interleaved: the pairs of kSwigluOai, else
+// the halves of kSwigluOaiHalves.
+Tensor SwigluOaiAndMul(const Tensor& x, float alpha, float limit, bool interleaved = true,
                        const std::optional<Tensor>& out = std::nullopt);
 
 // y [T, k, N] float, bias [E, N] in y's dtype, expert_ids int32 [T, k] -> [T, k, N] in

@@ -8,7 +8,8 @@ per-frequency RoPE factors, is read as ``rope_freqs.weight``), Qwen2 (Q/K/V bias
 RMSNorm), Qwen3-MoE (``qwen3moe``: stacked expert tensors, see ``gguf_moe``), Qwen3-Next,
 Qwen3.5 and Qwen3.5-MoE (``qwen3next``, ``qwen35``, ``qwen35moe``: Gated-DeltaNet layers,
 see ``gguf_hybrid``), Gemma 3 text (``gemma3``: sandwich norms, sliding-window layers,
-see ``gguf_gemma3``). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
+see ``gguf_gemma3``), gpt-oss (``gpt-oss``: sinks, biased router and experts, MXFP4
+expert stacks, see ``gguf_gpt_oss``). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
 Llama GGUF files store the Q/K projection rows permuted for interleaved (GPT-J) RoPE —
 llama.cpp's ``convert_hf_to_gguf.py`` moves row ``i`` of each head's second half next
 to row ``i`` of its first half; Qwen files are converted without it. Putting the rows
@@ -31,6 +32,7 @@ from . import load_progress
 from .gguf_file import GGUFFile
 from .gguf_gemma3 import LAYER_NAMES as GEMMA3_NAMES, READ_FIXES as GEMMA3_FIXES
 from .gguf_gemma3 import gemma3_config, gemma3_layer_shapes
+from .gguf_gpt_oss import LAYER_NAMES as GPT_OSS_NAMES, gpt_oss_config, gpt_oss_layer_shapes
 from .gguf_hybrid import (LAYER_TENSORS, NEXTN_TENSORS, READ_FIXES as HYBRID_FIXES,
                           hybrid_config, hybrid_layer_shapes, shared_expert_shapes)
 from .gguf_moe import LAYER_NAMES, moe_config, moe_layer_shapes
@@ -49,6 +51,7 @@ class Architecture:
     hybrid: bool = False    # Gated-DeltaNet and gated-attention layers (gguf_hybrid)
     v_heads_tiled: bool = False   # Qwen3.5's GDN tensors, value heads tiled (gguf_hybrid)
     gemma3: bool = False    # Gemma 3's sandwich norms and window metadata (gguf_gemma3)
+    gpt_oss: bool = False   # gpt-oss's sinks, biased router and experts (gguf_gpt_oss)
     # GGUF layer tensor -> Hugging Face name where this family differs from _LAYER_NAMES.
     layer_names: dict = field(default_factory=dict, compare=False)
     # GGUF tensor (after "blk.N.", or global) -> its value in transformers' semantics.
@@ -73,6 +76,8 @@ ARCHITECTURES = {
     "gemma3": Architecture("Gemma3ForCausalLM", permuted_qk=False, qk_norm=True,
                            model_type="gemma3_text", gemma3=True, layer_names=GEMMA3_NAMES,
                            read_fixes=GEMMA3_FIXES),
+    "gpt-oss": Architecture("GptOssForCausalLM", permuted_qk=False, qkv_bias=True,
+                            model_type="gpt_oss", gpt_oss=True, layer_names=GPT_OSS_NAMES),
 }
 
 _GLOBAL_NAMES = {
@@ -103,6 +108,9 @@ def hf_name(gguf_name: str, layers: int | None = None, arch: str | None = None) 
     ``mtp.layers.{N - layers}.*``, its ``nextn.*`` tensors ``mtp.*``) in a file of
     ``general.architecture`` ``arch`` (None: a name every architecture spells alike)."""
     names = ARCHITECTURES[arch].layer_names if arch in ARCHITECTURES else {}
+    if gguf_name.startswith("blk.") and gguf_name.split(".", 2)[2] in names:
+        _, layer, rest = gguf_name.split(".", 2)
+        return f"model.layers.{layer}.{names[rest]}"
     if gguf_name.startswith("blk.") and gguf_name.split(".")[2] in names:
         _, layer, part, suffix = gguf_name.split(".")
         return f"model.layers.{layer}.{names[part]}.{suffix}"
@@ -304,6 +312,8 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
     if ARCHITECTURES[arch].gemma3:
         del config["hidden_act"]
         config.update(gemma3_config(arch, meta, config, gf.path))
+    if ARCHITECTURES[arch].gpt_oss:
+        config.update(gpt_oss_config(arch, count, meta, config, gf.path))
     if mtp:
         config["mtp_num_hidden_layers"] = mtp
     return config
@@ -332,6 +342,8 @@ def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
         layer.update({"attn_q_norm.weight": (d,), "attn_k_norm.weight": (d,)})
     if arch.gemma3:
         layer.update(gemma3_layer_shapes(config))
+    if arch.gpt_oss:
+        layer = gpt_oss_layer_shapes(config)
     if arch.moe:
         for name in ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"):
             del layer[name]

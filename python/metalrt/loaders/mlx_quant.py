@@ -36,10 +36,12 @@ MODES = ("affine", "mxfp4")
 
 def quantization_entry(config: Mapping[str, Any], config_path: str) -> dict | None:
     """The ``quantization`` (else ``quantization_config``) entry of ``config``, or None
-    for a float model. Raises ValueError for an entry that is not MLX affine (another
-    ``mode`` than ``MODES``, or another tool's ``quant_method`` such as GPTQ)."""
+    for a float model and for transformers' ``quant_method`` "mxfp4" (gpt-oss's released
+    files: their experts are the ``*_blocks`` / ``*_scales`` tensors ``models/gpt_oss``
+    reads). Raises ValueError for an entry that is not MLX affine (another ``mode`` than
+    ``MODES``, or another tool's ``quant_method`` such as GPTQ)."""
     entry = config.get("quantization") or config.get("quantization_config")
-    if entry is None:
+    if entry is None or isinstance(entry, dict) and entry.get("quant_method") == "mxfp4":
         return None
     if not isinstance(entry, dict) or "quant_method" in entry and "bits" not in entry:
         raise ValueError(f"[mlx] {config_path}: quantization {entry!r} is not an MLX "

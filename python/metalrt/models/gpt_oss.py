@@ -17,7 +17,12 @@ interleaved (gate at even, up at odd) and whose activation is the clamped SwiGLU
 Expert files: transformers' float parameters ``mlp.experts.gate_up_proj`` [E, H, 2I]
 and ``down_proj`` [E, I, H] (x @ W, read transposed into the [E * N, K] rows
 ``ops.moe_matmul_bt`` takes), or the released MXFP4 layout ``*_blocks`` uint8
-[E, N, K / 32, 16] + ``*_scales`` E8M0 [E, N, K / 32], already rows [N, K] per expert.
+[E, N, K / 32, 16] + ``*_scales`` E8M0 [E, N, K / 32], already rows [N, K] per expert;
+or llama.cpp's GGUF (``loaders/gguf_gpt_oss``): gate and up as two stacks
+``mlp.experts.{gate,up}_proj.weight`` [E * I, H] (MXFP4 blocks or float) with biases
+``.bias`` [E, I], read in place as ``models/experts`` reads stacked experts; their
+projection is gate | up halves (``moe_matmul_bt``'s ``up=``), the activation's
+``interleaved=False`` form.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from ..loaders.quants import mxfp4_from_blocks
 from .attention import Attention, Rope
 from .config_values import config_bool, config_float, config_int
 from .decoder import CausalLM, PreNormLayer
+from .experts import load_experts
 from .hybrid_config import listed_layer_types
 from .layers import Embedding, Linear, RMSNorm
 from .registry import family
@@ -65,7 +71,8 @@ class GptOssExperts:
     softmax, each token's k experts' gate|up projection plus its bias, swiglu_oai,
     the down projection plus its bias, and the routing-weighted sum. Only the selected
     experts' weights are read (``ops.moe_matmul_bt``), their biases gathered
-    (``ops.moe_bias_add``)."""
+    (``ops.moe_bias_add``). ``up`` is None for the interleaved gate|up of transformers'
+    files, the up stack of a GGUF file (``gate_up`` then its gate stack)."""
 
     def __init__(self, config: Mapping, w: Weights, prefix: str, hidden: int):
         arch = w.arch
@@ -79,6 +86,14 @@ class GptOssExperts:
         self.limit = config_float(config, "swiglu_limit", arch)
         self.router = Linear.load(w, [prefix + "router"], [self.experts], hidden, True)
         p = prefix + "experts."
+        if w.has(p + "gate_proj.weight"):
+            self.gate_up, self.up, self.down = load_experts(w, prefix, self.experts, hidden, inner)
+            # gate | up halves of the biases, as moe_matmul_bt(up=) writes the projection.
+            halves = [w.float_host(p + name + "_proj.bias", (self.experts, inner)) for name in ("gate", "up")]
+            self.gate_up_bias = w.upload(np.concatenate(halves, axis=1))
+            self.down_bias = w.load(p + "down_proj.bias", (self.experts, hidden))
+            return
+        self.up = None
         self.gate_up = expert_matrix(w, p + "gate_up_proj", self.experts, 2 * inner, hidden)
         self.down = expert_matrix(w, p + "down_proj", self.experts, hidden, inner)
         self.gate_up_bias = w.load(p + "gate_up_proj_bias", (self.experts, 2 * inner))
@@ -87,10 +102,10 @@ class GptOssExperts:
     def __call__(self, x):
         # Renormalised softmax over the top k = transformers' softmax over the top-k logits.
         weights, ids = ops.moe_router(self.router(x), self.top_k, renormalize=True)
-        gate_up = ops.moe_matmul_bt(x, self.gate_up, ids, num_experts=self.experts)
+        gate_up = ops.moe_matmul_bt(x, self.gate_up, ids, num_experts=self.experts, up=self.up)
         gate_up = ops.moe_bias_add(gate_up, self.gate_up_bias, ids, out=gate_up)
         act = ops.silu_and_mul(gate_up, activation="swiglu_oai", alpha=self.alpha,
-                               limit=self.limit)
+                               limit=self.limit, interleaved=self.up is None)
         y = ops.moe_matmul_bt(act, self.down, ids, num_experts=self.experts)
         return ops.moe_combine(ops.moe_bias_add(y, self.down_bias, ids, out=y), weights)
 

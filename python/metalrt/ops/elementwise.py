@@ -66,17 +66,21 @@ gelu.__doc__ = ("GELU, tanh approximation (Hendrycks & Gimpel 2016, \"Gaussian E
 GLU_ACTIVATIONS = ("silu", "swiglu_oai")
 
 
-def silu_and_mul(x, out=None, *, activation="silu", alpha=1.702, limit=7.0) -> Tensor:
+def silu_and_mul(x, out=None, *, activation="silu", alpha=1.702, limit=7.0,
+                 interleaved=True) -> Tensor:
     """A gated linear unit on a merged gate|up projection: x [..., 2n] -> [..., n].
     activation "silu": SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer"),
     silu(x[..., :n]) * x[..., n:] (math: ops.h ``SiluAndMul``); "swiglu_oai": gpt-oss's
     clamped SwiGLU on interleaved pairs, gate = x[..., 0::2], up = x[..., 1::2],
     (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g) with g = min(gate, limit)
-    (transformers ``GptOssExperts._apply_gate``; math: expert_ops.h ``SwigluOaiAndMul``).
+    (transformers ``GptOssExperts._apply_gate``; math: expert_ops.h ``SwigluOaiAndMul``);
+    with ``interleaved=False`` the same on halves, gate = x[..., :n], up = x[..., n:]
+    (llama.cpp's gpt-oss GGUF files: gate and up are two expert stacks).
 
     x: float Tensor or array (copied to the CPU), last dim even; out: optional Tensor
-    [..., n] in x's dtype, not overlapping x; activation, alpha, limit: keyword-only
-    (alpha and limit, finite floats > 0, are read by "swiglu_oai" only). Returns
+    [..., n] in x's dtype, not overlapping x; activation, alpha, limit, interleaved:
+    keyword-only (alpha and limit, finite floats > 0, and interleaved, a bool, are read
+    by "swiglu_oai" only). Returns
     [..., n] in x's dtype.
 
     Raises ValueError for an odd last dim, an unknown activation, alpha or limit not
@@ -88,9 +92,11 @@ def silu_and_mul(x, out=None, *, activation="silu", alpha=1.702, limit=7.0) -> T
         return _unary(op, x, out)
     if activation != "swiglu_oai":
         raise ValueError(f"[{op}] activation must be one of {GLU_ACTIVATIONS}, got {activation!r}")
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"[{op}] interleaved must be a bool, got {type(interleaved).__name__}")
     (x,) = tensors(op, x=x)
     return _native.swiglu_oai_and_mul(x, real(op, "alpha", alpha), real(op, "limit", limit),
-                                      out=out_tensor(op, out))
+                                      interleaved, out=out_tensor(op, out))
 
 
 def cast(x, dtype, out=None) -> Tensor:

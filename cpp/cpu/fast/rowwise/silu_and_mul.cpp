@@ -22,15 +22,17 @@ bool FastSiluAndMul(const OpCall& call) {
   if (x.dtype() != DType::kF32 || out.dtype() != DType::kF32 || SelectedGemvIsa() != GemvIsa::kAvx512Vnni)
     return false;
   const auto* p = std::any_cast<ops::GluParams>(&call.params);
-  const bool oai = p != nullptr && p->activation == ops::GluActivation::kSwigluOai;
+  const auto activation = p != nullptr ? p->activation : ops::GluActivation::kSilu;
   const int64_t n = out.dim(-1);
   if (out.numel() == 0) return true;
   const float* in = x.data_as<const float>();
   float* dst = out.data_as<float>();
   ParallelFor(out.numel() / n, std::max<int64_t>(1, 8192 / n), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      if (oai)
+      if (activation == ops::GluActivation::kSwigluOai)
         SwigluOaiRowAvx512(in + r * 2 * n, n, p->alpha, p->limit, dst + r * n);
+      else if (activation == ops::GluActivation::kSwigluOaiHalves)
+        SwigluOaiHalvesRowAvx512(in + r * 2 * n, in + r * 2 * n + n, n, p->alpha, p->limit, dst + r * n);
       else
         SiluAndMulRowAvx512(in + r * 2 * n, in + r * 2 * n + n, n, dst + r * n);
     }

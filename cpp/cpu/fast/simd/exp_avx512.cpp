@@ -30,17 +30,21 @@ __m512 Swiglu(__m512 g, __m512 u) {
   return _mm512_mul_ps(_mm512_div_ps(g, denominator), u);
 }
 
-// (u + 1) * g * sigmoid(alpha g) of 16 interleaved pairs (a: pairs 0-7, b: pairs 8-15).
-// min/max return their second operand when either is NaN, so the limits come first.
-__m512 SwigluOai(__m512 a, __m512 b, __m512 alpha, __m512 limit) {
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  const __m512 g = _mm512_min_ps(limit, _mm512_permutex2var_ps(a, even, b));
-  const __m512 u = _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), limit),
-                                 _mm512_min_ps(limit, _mm512_permutex2var_ps(a, odd, b)));
+// (u + 1) * g * sigmoid(alpha g) of 16 gate and up lanes. min/max return their second
+// operand when either is NaN, so the limits come first.
+__m512 SwigluOaiLanes(__m512 gate, __m512 up, __m512 alpha, __m512 limit) {
+  const __m512 g = _mm512_min_ps(limit, gate);
+  const __m512 u = _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), limit), _mm512_min_ps(limit, up));
   const __m512 denominator =
       _mm512_add_ps(_mm512_set1_ps(1.0f), Exp(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(alpha, g))));
   return _mm512_mul_ps(_mm512_add_ps(u, _mm512_set1_ps(1.0f)), _mm512_div_ps(g, denominator));
+}
+
+// SwigluOaiLanes of 16 interleaved pairs (a: pairs 0-7, b: pairs 8-15).
+__m512 SwigluOai(__m512 a, __m512 b, __m512 alpha, __m512 limit) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  return SwigluOaiLanes(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b), alpha, limit);
 }
 
 }  // namespace
@@ -56,6 +60,19 @@ void SwigluOaiRowAvx512(const float* x, int64_t n, float alpha, float limit, flo
     const auto high = static_cast<__mmask16>(values > 16 ? (1u << (values - 16)) - 1 : 0u);
     const __m512 y = SwigluOai(_mm512_maskz_loadu_ps(low, x + 2 * i), _mm512_maskz_loadu_ps(high, x + 2 * i + 16), a, l);
     _mm512_mask_storeu_ps(out + i, static_cast<__mmask16>((1u << (n - i)) - 1), y);
+  }
+}
+
+void SwigluOaiHalvesRowAvx512(const float* gate, const float* up, int64_t n, float alpha, float limit,
+                              float* out) {
+  const __m512 a = _mm512_set1_ps(alpha), l = _mm512_set1_ps(limit);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, SwigluOaiLanes(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i), a, l));
+  if (i < n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(out + i, mask, SwigluOaiLanes(_mm512_maskz_loadu_ps(mask, gate + i),
+                                                        _mm512_maskz_loadu_ps(mask, up + i), a, l));
   }
 }
 
@@ -102,6 +119,7 @@ namespace {
 }  // namespace
 void SiluAndMulRowAvx512(const float*, const float*, int64_t, float*) { NoKernel(); }
 void SwigluOaiRowAvx512(const float*, int64_t, float, float, float*) { NoKernel(); }
+void SwigluOaiHalvesRowAvx512(const float*, const float*, int64_t, float, float, float*) { NoKernel(); }
 float ExpShiftedRowAvx512(float*, int64_t, float) { NoKernel(); }
 }  // namespace metalrt::cpu::fast
 #endif

@@ -20,6 +20,10 @@ void SiluAndMulRowAvx512(const float* gate, const float* up, int64_t n, float* o
 // metalrt/expert_ops.h). NaN in x gives NaN.
 void SwigluOaiRowAvx512(const float* x, int64_t n, float alpha, float limit, float* out);
 
+// The same on separate rows: g = min(gate[i], limit), u = clamp(up[i], -limit, limit).
+void SwigluOaiHalvesRowAvx512(const float* gate, const float* up, int64_t n, float alpha, float limit,
+                              float* out);
+
 // s[j] = exp(s[j] - shift) for j < n; returns their f32 sum (16 partial sums, then
 // added in lane order). shift is the row's finite maximum.
 float ExpShiftedRowAvx512(float* s, int64_t n, float shift);
