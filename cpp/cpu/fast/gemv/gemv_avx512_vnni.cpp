@@ -9,7 +9,7 @@
 // to); lanes 0-7 are the block's first half.
 //
 // Decode's m = 1 against Q4_0, Q4_1 and Q8_0 (the default model's weights) and MXFP4
-// (both layouts) has kernels of its own here, several weight rows per pass: the generic one spends as many
+// (both layouts, where the CPU has VBMI) has kernels of its own here, several weight rows per pass: the generic one spends as many
 // instructions per block on its scalar f16 scales as on the dot.
 #include "cpu/fast/gemv/gemv_args.h"
 
@@ -21,6 +21,7 @@
 #include "cpu/fast/gemv/gemv_kquant_avx512.h"
 #include "cpu/fast/gemv/gemv_prefetch_avx512.h"
 #include "cpu/fast/gemv/gemv_x86.h"
+#include "cpu/fast/simd/cpu_features.h"
 
 namespace metalrt::cpu::fast {
 namespace {
@@ -182,6 +183,18 @@ inline __m512i Broadcast128(const void* p) {
   return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(p)));
 }
 
+// table[index & 63] for each byte: vpermb (AVX512_VBMI), which maps MXFP4's nibbles
+// through the 16-entry table copied four times without masking them first (8% of
+// the kernel's time against vpand + vpshufb, docs/cpu.md). Inline asm: this TU is
+// compiled without -mavx512vbmi, which would let the compiler emit VBMI anywhere in
+// it, on CPUs with VNNI and no VBMI (Cascade Lake); called only where
+// CpuHasAvx512Vbmi().
+inline __m512i PermuteBytes(__m512i index, __m512i table) {
+  __m512i out;
+  __asm__("vpermb %2, %1, %0" : "=v"(out) : "v"(index), "v"(table));
+  return out;
+}
+
 // 2^(e - 128) of eight E8M0 exponents (e8m0_half_bits in SIMD).
 inline __m256 E8M0Halves(__m256i e) {
   const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
@@ -214,7 +227,7 @@ inline __m512 EightScales(const GemvArgs& a, const uint8_t* const* p, const int6
 
 // Q4_0 / Q4_1 / MXFP4 rows row[0..7] as FourRowsQ8, in two groups of four, one row
 // per 128-bit lane: a group's 16 code bytes per row in one vector, split into the low
-// nibbles and the high ones (MXFP4: each mapped to 2 e2m1 + 12 by one byte shuffle),
+// nibbles and the high ones (MXFP4: each mapped to 2 e2m1 + 12 by one vpermb),
 // dotted with the activation's bytes (ByteCodes) in four vpdpbusd and a shift, no
 // widening to int16 (the int16 kernel spent a vpmovzxbw per row-block and a convert
 // and FMA per two). Each int32 lane sums 8 products, |8 u c| < 2^24 (MXFP4: 8 * 24 *
@@ -236,7 +249,7 @@ void EightRowsQ4(const GemvArgs& a, const ByteCodes* xc, const int64_t* row, flo
       L::kMxfp4 ? _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7)
                 : _mm512_setr_epi32(8, 8, 8, 8, 10, 10, 10, 10, 12, 12, 12, 12, 14, 14, 14, 14)};
   const __m512i mask = _mm512_set1_epi8(15);
-  const __m512i table = Broadcast128(kE2M1Offset8.v);
+  const __m512i table = Broadcast128(kE2M1Offset8.v);   // four copies: vpermb reads 6 index bits
   Prefetcher<R, L::kBytes> prefetch(a, row[0]);
   for (int64_t t = 0; t < a.k / 32; ++t) {
     const ByteCodes& c = xc[t];
@@ -248,11 +261,9 @@ void EightRowsQ4(const GemvArgs& a, const ByteCodes* xc, const int64_t* row, flo
       const __m256i q01 = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(pg[1] + L::kQs), reinterpret_cast<const __m128i*>(pg[0] + L::kQs));
       const __m256i q23 = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(pg[3] + L::kQs), reinterpret_cast<const __m128i*>(pg[2] + L::kQs));
       const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(q01), q23, 1);
-      __m512i lo = _mm512_and_si512(q, mask), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
-      if constexpr (L::kMxfp4) {
-        lo = _mm512_shuffle_epi8(table, lo);
-        hi = _mm512_shuffle_epi8(table, hi);
-      }
+      const __m512i high_nibbles = _mm512_srli_epi16(q, 4);
+      const __m512i lo = L::kMxfp4 ? PermuteBytes(q, table) : _mm512_and_si512(q, mask);
+      const __m512i hi = L::kMxfp4 ? PermuteBytes(high_nibbles, table) : _mm512_and_si512(high_nibbles, mask);
       // The high and low bytes' dots in two chains (one chain of four measured
       // latency-bound), the offset the low chain's start.
       const __m512i low_start = L::kOffset != 0 ? Broadcast128(c.offset) : _mm512_setzero_si512();
@@ -306,8 +317,13 @@ void GemvRowsAvx512Vnni(const GemvArgs& args, int64_t begin, int64_t end) {
       case GemvFormat::kQ4_0: return RowsM1<GemvFormat::kQ4_0>(args, begin, end);
       case GemvFormat::kQ4_1: return RowsM1<GemvFormat::kQ4_1>(args, begin, end);
       case GemvFormat::kQ8_0: return RowsM1<GemvFormat::kQ8_0>(args, begin, end);
-      case GemvFormat::kMxfp4Gguf: return RowsM1<GemvFormat::kMxfp4Gguf>(args, begin, end);
-      case GemvFormat::kMxfp4: return RowsM1<GemvFormat::kMxfp4>(args, begin, end);
+      // MXFP4's kernel needs VBMI (PermuteBytes); without it the generic loop serves.
+      case GemvFormat::kMxfp4Gguf:
+        if (CpuHasAvx512Vbmi()) return RowsM1<GemvFormat::kMxfp4Gguf>(args, begin, end);
+        break;
+      case GemvFormat::kMxfp4:
+        if (CpuHasAvx512Vbmi()) return RowsM1<GemvFormat::kMxfp4>(args, begin, end);
+        break;
       case GemvFormat::kQ4_K:
       case GemvFormat::kQ5_K:
       case GemvFormat::kQ6_K: return GemvRowsKQuantM1Avx512(args, begin, end);
