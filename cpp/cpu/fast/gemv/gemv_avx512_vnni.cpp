@@ -9,8 +9,9 @@
 // to); lanes 0-7 are the block's first half.
 //
 // Decode's m = 1 against Q4_0, Q4_1 and Q8_0 (the default model's weights) and MXFP4
-// (both layouts, where the CPU has VBMI) has kernels of its own here, several weight rows per pass: the generic one spends as many
-// instructions per block on its scalar f16 scales as on the dot.
+// (both layouts, where the CPU has VBMI) has kernels of its own here, several weight
+// rows per pass: the generic one spends as many instructions per block on its scalar
+// scales as on the dot.
 #include "cpu/fast/gemv/gemv_args.h"
 
 #if defined(__x86_64__)
@@ -184,11 +185,10 @@ inline __m512i Broadcast128(const void* p) {
 }
 
 // table[index & 63] for each byte: vpermb (AVX512_VBMI), which maps MXFP4's nibbles
-// through the 16-entry table copied four times without masking them first (8% of
-// the kernel's time against vpand + vpshufb, docs/cpu.md). Inline asm: this TU is
-// compiled without -mavx512vbmi, which would let the compiler emit VBMI anywhere in
-// it, on CPUs with VNNI and no VBMI (Cascade Lake); called only where
-// CpuHasAvx512Vbmi().
+// through the 16-entry table copied four times without masking them first (faster
+// than vpand + vpshufb, docs/cpu.md). Inline asm: this TU is compiled without
+// -mavx512vbmi, which would let the compiler emit VBMI anywhere in it, and some CPUs
+// with VNNI have no VBMI (Cascade Lake); called only where CpuHasAvx512Vbmi().
 inline __m512i PermuteBytes(__m512i index, __m512i table) {
   __m512i out;
   __asm__("vpermb %2, %1, %0" : "=v"(out) : "v"(index), "v"(table));
@@ -264,8 +264,8 @@ void EightRowsQ4(const GemvArgs& a, const ByteCodes* xc, const int64_t* row, flo
       const __m512i high_nibbles = _mm512_srli_epi16(q, 4);
       const __m512i lo = L::kMxfp4 ? PermuteBytes(q, table) : _mm512_and_si512(q, mask);
       const __m512i hi = L::kMxfp4 ? PermuteBytes(high_nibbles, table) : _mm512_and_si512(high_nibbles, mask);
-      // The high and low bytes' dots in two chains (one chain of four measured
-      // latency-bound), the offset the low chain's start.
+      // The high and low bytes' dots in two chains, the offset the low chain's start
+      // (no subtraction).
       const __m512i low_start = L::kOffset != 0 ? Broadcast128(c.offset) : _mm512_setzero_si512();
       const __m512i high = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, h0), hi, h1);
       const __m512i low = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(low_start, l0, lo), l1, hi);
