@@ -10,6 +10,7 @@
 // roundoffs, as the Metal GEMV's gate (docs/cpu.md).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -177,8 +178,8 @@ TEST_CASE("cpu fast quantized_matmul_bt: with the fast provider disabled the ora
 TEST_CASE("cpu fast quantized_matmul_bt: every kernel this CPU can run meets the bar (METALRT_CPU_ISA)") {
   MESSAGE("best GEMV kernel on this CPU: " << cpu::fast::GemvIsaName(cpu::fast::SelectedGemvIsa()));
   for (const WeightSpec& s : Specs()) {
-    // n = 37: nine groups of the AVX-512 m = 1 kernel's 4 weight rows (Q4_0, Q4_1,
-    // Q8_0) and a tail row.
+    // n = 37: nine groups of the AVX-512 m = 1 kernel's 4 weight rows (Q8_0; Q4_0,
+    // Q4_1 and MXFP4 take 8: four passes and a tail of five).
     const int64_t k = 512, n = 37;
     const std::vector<Tensor> t = RandomWeight(s, n, k, 91);
     const QuantizedTensor w = WeightOf(s, n, k, t, 0);
@@ -208,8 +209,46 @@ TEST_CASE("cpu fast quantized_matmul_bt: every kernel this CPU can run meets the
   cpu::fast::ResetCpuSelections();
 }
 
+TEST_CASE("cpu fast quantized_matmul_bt: MXFP4 takes every finite E8M0 scale as the oracle, on every kernel") {
+  // Every block of the weight has exponent e; e = 0, 1 are the subnormal scales
+  // 2^-128, 2^-127 (mxfp4_values.h), and from e = 253 on a code of 6 overflows f32 in
+  // the oracle's dequantization, so those are left out. x is scaled by 2^(127 - e)
+  // (within 2^+-90, where its int8 rounding keeps its step normal) so y stays a
+  // normal f32. n = 9: a pass of the AVX-512 m = 1 kernel's eight rows and a tail row.
+  const int64_t k = 64, n = 9;
+  for (const WeightSpec& s : {kMxfp4Spec, WeightSpec{QuantFormat::kMxfp4Gguf}}) {
+    std::vector<Tensor> t = RandomWeight(s, n, k, 95);
+    for (int e = 0; e <= 252; ++e) {
+      if (s.format == QuantFormat::kMxfp4) {
+        std::memset(t[1].data(), e, t[1].nbytes());
+      } else {
+        for (int64_t b = 0; b < n * (k / 32); ++b) t[0].data_as<uint8_t>()[b * 17] = static_cast<uint8_t>(e);
+      }
+      const QuantizedTensor w = WeightOf(s, n, k, t, 0);
+      std::vector<double> values = RandomValues(k, 96);
+      for (double& v : values) v = std::ldexp(v, std::clamp(127 - e, -90, 90));
+      const Tensor x = MakeFloat({1, k}, DType::kF32, values);
+      SetProviderEnabled(kFast, false);
+      const std::vector<double> oracle = ReadFloat(ops::QuantizedMatmulBT(x, w));
+      SetProviderEnabled(kFast, true);
+      for (cpu::fast::GemvIsa isa : RunnableIsas()) {
+        CAPTURE(SpecName(s));
+        CAPTURE(e);
+        CAPTURE(cpu::fast::GemvIsaName(isa));
+        setenv("METALRT_CPU_ISA", cpu::fast::GemvIsaName(isa), 1);
+        cpu::fast::ResetCpuSelections();
+        const std::vector<double> got = ReadFloat(ops::QuantizedMatmulBT(x, w, Poisoned({1, n}, DType::kF32)));
+        unsetenv("METALRT_CPU_ISA");
+        cpu::fast::ResetCpuSelections();
+        CHECK(GetProviderStats("quantized_matmul_bt", DeviceType::kCPU).last_selected == kFast);
+        CHECK(Nmse(got, oracle) < kNmseBar);
+      }
+    }
+  }
+}
+
 TEST_CASE("cpu fast quantized_matmul_bt: the same bytes on one thread and on two, every format and kernel") {
-  // The AVX-512 m = 1 kernels take weight rows 8 (Q4_0, Q4_1) or 4 (Q8_0) at a time from
+  // The AVX-512 m = 1 kernels take weight rows 8 (Q4_0, Q4_1, MXFP4) or 4 (Q8_0) at a time from
   // the start of their chunk; n = 150 splits at row 75 on two threads, so the groups differ
   // from one thread's and only a per-row arithmetic independent of the grouping gives
   // the same bytes.

@@ -8,9 +8,10 @@
 // lane: exact in int32, and below 2^24, so exact in the f32 the lanes are converted
 // to); lanes 0-7 are the block's first half.
 //
-// Decode's m = 1 against Q4_0, Q4_1 and Q8_0 (the default model's weights) has kernels
-// of its own here, several weight rows per pass: the generic one spends as many
-// instructions per block on its scalar f16 scales as on the dot.
+// Decode's m = 1 against Q4_0, Q4_1 and Q8_0 (the default model's weights) and MXFP4
+// (both layouts, where the CPU has VBMI) has kernels of its own here, several weight
+// rows per pass: the generic one spends as many instructions per block on its scalar
+// scales as on the dot.
 #include "cpu/fast/gemv/gemv_args.h"
 
 #if defined(__x86_64__)
@@ -21,6 +22,7 @@
 #include "cpu/fast/gemv/gemv_kquant_avx512.h"
 #include "cpu/fast/gemv/gemv_prefetch_avx512.h"
 #include "cpu/fast/gemv/gemv_x86.h"
+#include "cpu/fast/simd/cpu_features.h"
 
 namespace metalrt::cpu::fast {
 namespace {
@@ -124,30 +126,55 @@ void FourRowsQ8(const GemvArgs& a, const int64_t* row, float* out) {
   }
 }
 
+// The 4-bit formats of the eight-row kernel: where a block's 16 code bytes sit, how
+// the codes map to integers, the scale's encoding, the activation order.
+template <GemvFormat F>
+struct Q4Layout {
+  static constexpr bool kMxfp4 = F == GemvFormat::kMxfp4Gguf || F == GemvFormat::kMxfp4;
+  // Bytes a block takes in a weight row, and the offset of its codes.
+  static constexpr int kBytes = F == GemvFormat::kQ4_0 ? 18 : F == GemvFormat::kQ4_1 ? 20 : F == GemvFormat::kMxfp4Gguf ? 17 : 16;
+  static constexpr int kQs = kBytes - 16;
+  // What the unsigned byte codes carry above the format's integers, taken out of the
+  // dot through the activation's sums (Q4_0: u - 8; MXFP4: 2 e2m1 + 12, gemv_mxfp4.h).
+  static constexpr int kOffset = F == GemvFormat::kQ4_0 ? 8 : kMxfp4 ? kE2M1Offset : 0;
+  // Split MXFP4's byte i holds values 2i (low nibble) and 2i + 1 (as MLX affine
+  // 4-bit); the others' byte j holds values j and j + 16 (ggml's block_q4_0).
+  static constexpr bool kInterleaved = F == GemvFormat::kMxfp4;
+};
+
 // The activation block's int16 codes c split into bytes for vpdpbusd (u8 x s8, four
 // products summed into each int32 lane): c = 256 h + l with h = c >> 8 signed and
 // l = c & 255 unsigned, so u c = 256 (u h) + l u, both products of a byte the
-// instruction takes (the 4-bit codes u fit either side). offset[j] = 8 times the sum of
-// the c that int32 lane j of a 128-bit lane sees (values 4j .. 4j + 3 and 16 + 4j ..
-// 16 + 4j + 3): Q4_0's sum (u - 8) c is the unsigned sum minus it, exact in int32.
+// instruction takes (the 4-bit codes u, and MXFP4's offset integers, below 128, fit
+// either side). Bytes 0-15 of h and l meet the low nibbles of a row's 16 code bytes,
+// 16-31 the high ones: values 0-31 in order, or for an interleaved layout the even
+// values then the odd ones. offset[j] = -kOffset times the sum of the c that int32
+// lane j of a 128-bit lane sees (bytes 4j .. 4j + 3 and 16 + 4j .. 16 + 4j + 3): the
+// format's sum of integers times c is the unsigned sum plus it, exact in int32.
 struct ByteCodes {
   int8_t h[32];
   uint8_t l[32];
   int32_t offset[4];
 };
 
-// Only Q4_0 reads the offsets: Q4_1's codes are unsigned (its min is the dsum term).
-template <bool kOffsets>
+// Only offset formats read the offsets (Q4_1's codes are unsigned, its min the dsum term).
+template <GemvFormat F>
 void SplitActivation(const Q8Block* x, int64_t blocks, ByteCodes* out) {
+  using L = Q4Layout<F>;
+  const __m512i order = _mm512_set_epi16(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1,
+                                         30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   for (int64_t t = 0; t < blocks; ++t) {
-    const __m512i c = _mm512_loadu_si512(x[t].c);
+    __m512i c = _mm512_loadu_si512(x[t].c);
+    if constexpr (L::kInterleaved) c = _mm512_permutexvar_epi16(order, c);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[t].h), _mm512_cvtepi16_epi8(_mm512_srai_epi16(c, 8)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[t].l), _mm512_cvtepi16_epi8(c));
-    if constexpr (kOffsets) {
+    if constexpr (L::kOffset != 0) {
+      alignas(64) int16_t v[32];
+      _mm512_store_si512(v, c);
       for (int j = 0; j < 4; ++j) {
         int32_t sum = 0;
-        for (int i = 0; i < 4; ++i) sum += x[t].c[4 * j + i] + x[t].c[16 + 4 * j + i];
-        out[t].offset[j] = 8 * sum;
+        for (int i = 0; i < 4; ++i) sum += v[4 * j + i] + v[16 + 4 * j + i];
+        out[t].offset[j] = -L::kOffset * sum;
       }
     }
   }
@@ -157,54 +184,97 @@ inline __m512i Broadcast128(const void* p) {
   return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(p)));
 }
 
-// Q4_0 / Q4_1 rows row[0..7] as FourRowsQ8, in two groups of four, one row per 128-bit
-// lane: a group's 16 code bytes per row in one vector, split into the low nibbles
-// (values 0-15) and the high ones (16-31), dotted with the activation's bytes
-// (ByteCodes) in four vpdpbusd and a shift, no widening to int16 (the int16 kernel
-// spent a vpmovzxbw per row-block and a convert and FMA per two). Each int32 lane sums
-// 8 products, |8 u c| < 2^24 (and |8 (u - 8) c| for Q4_0): exact in f32, so one
-// convert and one FMA serve four rows. A row's lanes never mix with another's.
+// table[index & 63] for each byte: vpermb (AVX512_VBMI), which maps MXFP4's nibbles
+// through the 16-entry table copied four times without masking them first (faster
+// than vpand + vpshufb, docs/cpu.md). Inline asm: this TU is compiled without
+// -mavx512vbmi, which would let the compiler emit VBMI anywhere in it, and some CPUs
+// with VNNI have no VBMI (Cascade Lake); called only where CpuHasAvx512Vbmi().
+inline __m512i PermuteBytes(__m512i index, __m512i table) {
+  __m512i out;
+  __asm__("vpermb %2, %1, %0" : "=v"(out) : "v"(index), "v"(table));
+  return out;
+}
+
+// 2^(e - 128) of eight E8M0 exponents (e8m0_half_bits in SIMD).
+inline __m256 E8M0Halves(__m256i e) {
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+  const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+  return _mm256_castsi256_ps(_mm256_mask_blend_epi32(_mm256_cmplt_epu32_mask(e, _mm256_set1_epi32(2)), normal, subnormal));
+}
+
+// Block t's scales of the eight rows p (at the block) and row[], times the activation
+// block's d (and Q4_1's min times d sum c): lanes 2w and 2w + 1 hold row w's scale and
+// min (Q4_0: codes, never read) for the f16 formats, lane w row w's scale for MXFP4.
+template <GemvFormat F>
+inline __m512 EightScales(const GemvArgs& a, const uint8_t* const* p, const int64_t* row, int64_t t) {
+  if constexpr (F == GemvFormat::kMxfp4) {
+    const uint8_t* e = static_cast<const uint8_t*>(a.scales) + t;
+    const int64_t blocks = a.k / 32;
+    const __m256i ev = _mm256_setr_epi32(e[row[0] * blocks], e[row[1] * blocks], e[row[2] * blocks], e[row[3] * blocks],
+                                         e[row[4] * blocks], e[row[5] * blocks], e[row[6] * blocks], e[row[7] * blocks]);
+    return _mm512_castps256_ps512(_mm256_mul_ps(E8M0Halves(ev), _mm256_set1_ps(a.x[t].d)));
+  } else {
+    const __m256i words = _mm256_setr_epi32(int(Word(p[0])), int(Word(p[1])), int(Word(p[2])), int(Word(p[3])),
+                                            int(Word(p[4])), int(Word(p[5])), int(Word(p[6])), int(Word(p[7])));
+    if constexpr (F == GemvFormat::kMxfp4Gguf) {
+      const __m256i ev = _mm256_and_si256(words, _mm256_set1_epi32(255));
+      return _mm512_castps256_ps512(_mm256_mul_ps(E8M0Halves(ev), _mm256_set1_ps(a.x[t].d)));
+    } else {
+      return _mm512_mul_ps(_mm512_cvtph_ps(words), _mm512_castpd_ps(_mm512_broadcastsd_pd(DPair(a.x[t]))));
+    }
+  }
+}
+
+// Q4_0 / Q4_1 / MXFP4 rows row[0..7] as FourRowsQ8, in two groups of four, one row
+// per 128-bit lane: a group's 16 code bytes per row in one vector, split into the low
+// nibbles and the high ones (MXFP4: each mapped to 2 e2m1 + 12 by one vpermb),
+// dotted with the activation's bytes (ByteCodes) in four vpdpbusd and a shift, no
+// widening to int16 (the int16 kernel spent a vpmovzxbw per row-block and a convert
+// and FMA per two). Each int32 lane sums 8 products, |8 u c| < 2^24 (MXFP4: 8 * 24 *
+// 32385 < 2^24 before the offset): exact in f32, so one convert and one FMA serve four
+// rows. A row's lanes never mix with another's.
 template <GemvFormat F>
 void EightRowsQ4(const GemvArgs& a, const ByteCodes* xc, const int64_t* row, float* out) {
-  constexpr int kBytes = F == GemvFormat::kQ4_0 ? 18 : 20;
-  constexpr int kQs = kBytes - 16;
+  using L = Q4Layout<F>;
   constexpr int R = kRowsQ4, G = R / 4;
   const uint8_t* p[R];
   for (int w = 0; w < R; ++w) p[w] = a.data + row[w] * a.row_bytes;
   __m512 acc[G];
   for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
   __m512 bias = _mm512_setzero_ps();
-  const __m512i scale_index[2] = {_mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6),
-                                  _mm512_setr_epi32(8, 8, 8, 8, 10, 10, 10, 10, 12, 12, 12, 12, 14, 14, 14, 14)};
+  // The scale lanes of row 4g + w (EightScales).
+  const __m512i scale_index[2] = {
+      L::kMxfp4 ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)
+                : _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6),
+      L::kMxfp4 ? _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7)
+                : _mm512_setr_epi32(8, 8, 8, 8, 10, 10, 10, 10, 12, 12, 12, 12, 14, 14, 14, 14)};
   const __m512i mask = _mm512_set1_epi8(15);
-  Prefetcher<R, kBytes> prefetch(a, row[0]);
+  const __m512i table = Broadcast128(kE2M1Offset8.v);   // four copies: vpermb reads 6 index bits
+  Prefetcher<R, L::kBytes> prefetch(a, row[0]);
   for (int64_t t = 0; t < a.k / 32; ++t) {
     const ByteCodes& c = xc[t];
     const __m512i h0 = Broadcast128(c.h), h1 = Broadcast128(c.h + 16), l0 = Broadcast128(c.l), l1 = Broadcast128(c.l + 16);
-    // Lanes 2w and 2w + 1: row w's scale and min (Q4_0: codes, never read) times the
-    // block's d and d sum c.
-    const __m256i words = _mm256_setr_epi32(int(Word(p[0])), int(Word(p[1])), int(Word(p[2])), int(Word(p[3])),
-                                            int(Word(p[4])), int(Word(p[5])), int(Word(p[6])), int(Word(p[7])));
-    const __m512 pair = _mm512_castpd_ps(_mm512_broadcastsd_pd(DPair(a.x[t])));
-    const __m512 scales = _mm512_mul_ps(_mm512_cvtph_ps(words), pair);
+    const __m512 scales = EightScales<F>(a, p, row, t);
     if constexpr (F == GemvFormat::kQ4_1) bias = _mm512_add_ps(bias, scales);
     for (int g = 0; g < G; ++g) {
       const uint8_t* const* pg = p + 4 * g;
-      const __m256i q01 = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(pg[1] + kQs), reinterpret_cast<const __m128i*>(pg[0] + kQs));
-      const __m256i q23 = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(pg[3] + kQs), reinterpret_cast<const __m128i*>(pg[2] + kQs));
+      const __m256i q01 = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(pg[1] + L::kQs), reinterpret_cast<const __m128i*>(pg[0] + L::kQs));
+      const __m256i q23 = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(pg[3] + L::kQs), reinterpret_cast<const __m128i*>(pg[2] + L::kQs));
       const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(q01), q23, 1);
-      const __m512i lo = _mm512_and_si512(q, mask), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
-      __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, h0);
-      dot = _mm512_dpbusd_epi32(dot, hi, h1);
-      dot = _mm512_slli_epi32(dot, 8);
-      dot = _mm512_dpbusd_epi32(dot, l0, lo);
-      dot = _mm512_dpbusd_epi32(dot, l1, hi);
-      if constexpr (F == GemvFormat::kQ4_0) dot = _mm512_sub_epi32(dot, Broadcast128(c.offset));
+      const __m512i high_nibbles = _mm512_srli_epi16(q, 4);
+      const __m512i lo = L::kMxfp4 ? PermuteBytes(q, table) : _mm512_and_si512(q, mask);
+      const __m512i hi = L::kMxfp4 ? PermuteBytes(high_nibbles, table) : _mm512_and_si512(high_nibbles, mask);
+      // The high and low bytes' dots in two chains, the offset the low chain's start
+      // (no subtraction).
+      const __m512i low_start = L::kOffset != 0 ? Broadcast128(c.offset) : _mm512_setzero_si512();
+      const __m512i high = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, h0), hi, h1);
+      const __m512i low = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(low_start, l0, lo), l1, hi);
+      const __m512i dot = _mm512_add_epi32(_mm512_slli_epi32(high, 8), low);
       const __m512 scale = _mm512_permutexvar_ps(scale_index[g], scales);
       acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[g]);
     }
     prefetch.Step();
-    for (int w = 0; w < R; ++w) p[w] += kBytes;
+    for (int w = 0; w < R; ++w) p[w] += L::kBytes;
   }
   alignas(64) float b[16];
   _mm512_store_ps(b, bias);
@@ -226,7 +296,7 @@ void RowsM1(const GemvArgs& a, int64_t begin, int64_t end) {
   thread_local std::vector<ByteCodes> split;
   if constexpr (F != GemvFormat::kQ8_0) {
     if (split.size() < size_t(a.k / 32)) split.resize(size_t(a.k / 32));
-    SplitActivation<F == GemvFormat::kQ4_0>(a.x, a.k / 32, split.data());
+    SplitActivation<F>(a.x, a.k / 32, split.data());
   }
   for (int64_t j = begin; j < end; j += kRows) {
     int64_t row[kRows];
@@ -247,6 +317,13 @@ void GemvRowsAvx512Vnni(const GemvArgs& args, int64_t begin, int64_t end) {
       case GemvFormat::kQ4_0: return RowsM1<GemvFormat::kQ4_0>(args, begin, end);
       case GemvFormat::kQ4_1: return RowsM1<GemvFormat::kQ4_1>(args, begin, end);
       case GemvFormat::kQ8_0: return RowsM1<GemvFormat::kQ8_0>(args, begin, end);
+      // MXFP4's kernel needs VBMI (PermuteBytes); without it the generic loop serves.
+      case GemvFormat::kMxfp4Gguf:
+        if (CpuHasAvx512Vbmi()) return RowsM1<GemvFormat::kMxfp4Gguf>(args, begin, end);
+        break;
+      case GemvFormat::kMxfp4:
+        if (CpuHasAvx512Vbmi()) return RowsM1<GemvFormat::kMxfp4>(args, begin, end);
+        break;
       case GemvFormat::kQ4_K:
       case GemvFormat::kQ5_K:
       case GemvFormat::kQ6_K: return GemvRowsKQuantM1Avx512(args, begin, end);

@@ -38,6 +38,8 @@ GemvIsa Detect() {
   return GemvIsa::kPortable;
 }
 
+bool DetectAvx512Vbmi() { return Detect() == GemvIsa::kAvx512Vnni && __builtin_cpu_supports("avx512vbmi"); }
+
 bool DetectAvx512Bf16() {
   return (Xcr0() & 0xE6) == 0xE6 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
@@ -68,6 +70,7 @@ GemvIsa Detect() { return GemvIsa::kNeon; }   // NEON is part of the arm64 basel
 GemvIsa Detect() { return GemvIsa::kPortable; }
 #endif
 #if !defined(__x86_64__) && !defined(__i386__)
+bool DetectAvx512Vbmi() { return false; }
 bool DetectAvx512Bf16() { return false; }
 bool DetectAmxBf16() { return false; }
 #endif
@@ -109,6 +112,11 @@ const char* GemvIsaName(GemvIsa isa) {
     case GemvIsa::kPortable: break;
   }
   return "portable";
+}
+
+bool CpuHasAvx512Vbmi() {
+  static const bool has = DetectAvx512Vbmi();
+  return has;
 }
 
 bool CpuHasAvx512Bf16() {

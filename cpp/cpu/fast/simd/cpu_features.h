@@ -28,6 +28,10 @@ void ResetCpuSelections();
 // and opmask state: the bf16 prefill GEMM (gemm_bf16.h) may run.
 bool CpuHasAvx512Bf16();
 
+// True when the CPU runs the avx512_vnni kernels and has AVX512_VBMI (vpermb): the
+// AVX-512 m = 1 MXFP4 GEMV (gemv_avx512_vnni.cpp) may run.
+bool CpuHasAvx512Vbmi();
+
 // True when CpuHasAvx512Bf16() and the CPU has AMX (tiles and TDPBF16PS), the OS saves
 // the tile state (XCR0 bits 17-18) and, on Linux, granted this process the tile data
 // (arch_prctl ARCH_REQ_XCOMP_PERM, asked once here: without it the first tile
