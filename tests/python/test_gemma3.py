@@ -6,9 +6,8 @@ window (16) below the prompts; and the text model of a ``Gemma3ForConditionalGen
 directory. Bars: max |Δlogit| <= 1e-3 x the logit range on prompts of 40 and 150 tokens,
 16 greedy tokens equal.
 
-On the Metal device the sliding-window layers' attention is served by the CPU reference
-tier (the Metal provider declines ``window``; the fast CPU one takes it): the gates pin
-that list so it shrinks to nothing when the Metal kernels take windows. On the CPU every
+On both devices no op of a step runs on the reference tier (``REFERENCE_TIER`` pins the
+empty lists: the Metal paged-attention kernels take the window). On the CPU every
 attention of a step (the sliding layers' included) is served by a fast provider: the
 steps run with the oracle (``cpu_paged_attention``) disabled, so a call it would have
 served fails."""
