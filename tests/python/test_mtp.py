@@ -141,6 +141,24 @@ def test_mtp_greedy_output_equals_plain_decoding(name, device):
             assert stats.accepted_tokens > 0
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_mtp_steps_replay_decode_plans(device):
+    """With MTP, every target step after the prefill is a plan's (recorded or replayed):
+    the verify and decode plans hand out the final-normed hidden states the head reads
+    (``DecodePlans.launch(final_hidden=True)``), and the output is plain decoding's.
+    Batched, a step in which the requests verify different numbers of drafts (near
+    max_tokens) runs op by op; the others replay."""
+    model = metalrt.load(str(tiny_hybrid.path("qwen3_5_mtp")), device=device)[0]
+    plain, _ = run(model, PROMPTS)
+    for prompts in (PROMPTS[1:2], PROMPTS[::2]):
+        got, stats = run(model, prompts, SpeculativeConfig("mtp", 3))
+        assert got == [plain[PROMPTS.index(p)] for p in prompts]
+        assert stats.verify_steps > 0 and 0 < stats.accepted_tokens < stats.draft_tokens
+        assert stats.plan_replays > 0 and stats.state_reruns > 0
+        op_by_op = stats.steps - stats.plan_records - stats.plan_replays
+        assert op_by_op == 1 if len(prompts) == 1 else 1 <= op_by_op <= 3, stats
+
+
 def test_mtp_with_the_hybrid_prefix_cache_equals_plain_decoding():
     """A second request sharing a 40-token prefix resumes from a state checkpoint and
     prefills only the rest; the head's rows of the cached prefix are those the first

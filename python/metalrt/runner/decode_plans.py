@@ -33,11 +33,16 @@ from ..models.logits import as_float32
 from ..plan import Plan, read_output, write_inputs
 
 
-def decode_key(num_rows: int, width: int, max_position: int, fed: int = 1) -> Tuple[int, ...]:
+def decode_key(num_rows: int, width: int, max_position: int, fed: int = 1,
+               final_hidden: bool = False) -> Tuple[int, ...]:
     """(rows, block-table width bucket, position bucket) of a decode step; a verify step
-    feeding ``fed`` > 1 tokens a request adds ``fed``."""
+    feeding ``fed`` > 1 tokens a request adds ``fed``, a step that also hands out the
+    final-normed hidden states (``final_hidden``: an MTP head reads them) adds
+    ``"hidden"`` after it."""
     key = num_rows, 1 << max(0, (width - 1).bit_length()), Rope.position_bucket(max_position)
-    return key if fed == 1 else key + (fed,)
+    if fed > 1 or final_hidden:
+        key += (fed,)
+    return key + ("hidden",) if final_hidden else key
 
 
 class DecodeSlots:
@@ -81,18 +86,23 @@ class _Phase:
     logits: Optional["metalrt.Tensor"] = None   # float32 [B, vocab], the plan's output
     ids: Optional["metalrt.Tensor"] = None      # its greedy ids (a decode: the next phase's
                                                 # token_ids)
+    hidden: Optional["metalrt.Tensor"] = None   # final-normed hidden [B * fed, H] (a key
+                                                # with "hidden")
 
 
 @dataclass(frozen=True)
 class DecodeRun:
     """A committed decode step: where its outputs land. ``ids``: int32 [B] greedy ids
     (the next phase's token-id tensor); ``logits``: [B, vocab] in the model's dtype
-    (``read_logits`` gives float32)."""
+    (``read_logits`` gives float32); ``hidden``: the final-normed hidden states
+    [B * fed, hidden_size] in the model's dtype for a step launched with
+    ``final_hidden`` (else None), valid until the key's phase runs again."""
 
-    key: Tuple[int, int, int]
+    key: Tuple
     phase: int
     ids: "metalrt.Tensor"
     logits: "metalrt.Tensor"
+    hidden: Optional["metalrt.Tensor"] = None
 
 
 def _weak(obj):
@@ -153,7 +163,7 @@ class DecodePlans:
                     if phase.plan is not None:
                         phase.plan.release()
             device = self.model.device
-            fed = key[3] if len(key) > 3 else 1
+            fed = key[3] if len(key) > 3 else 1   # decode_key's layout
             phases = self._keys[key] = [_Phase(DecodeSlots(device, key[0], key[1], fed))
                                         for _ in range(2)]
         self._keys.move_to_end(key)
@@ -170,7 +180,7 @@ class DecodePlans:
                token_ids: Optional[Sequence[int]], after: Optional[DecodeRun] = None,
                state_slots: Optional[Sequence[int]] = None,
                window_tables: Optional[Sequence[Sequence[int]]] = None,
-               fed: int = 1) -> DecodeRun:
+               fed: int = 1, final_hidden: bool = False) -> DecodeRun:
         """Commits the decode step of len(positions) requests: request b feeds
         ``token_ids[b]`` at ``positions[b]`` (its block table ``blocks[b]``, its
         recurrent state at ``state_slots[b]``: distinct slots of the cache's pools, for
@@ -182,11 +192,13 @@ class DecodePlans:
         (``metalrt.plan``): pass the scheduler's. ``fed`` > 1: a verify step, request b
         feeding ``token_ids[b * fed:(b + 1) * fed]`` at positions[b] ..
         positions[b] + fed - 1, logits and greedy ids at every row (the run's ``ids``:
-        int32 [B * fed]); its ids stay in the run (no step follows on the device)."""
+        int32 [B * fed]); its ids stay in the run (no step follows on the device).
+        ``final_hidden``: the run also holds every row's final-normed hidden state
+        (``CausalLM.forward(final_hidden=True)``), for an MTP drafter; a key of its own."""
         first = np.asarray(positions, dtype=np.int64)
         pos = (first[:, None] + np.arange(fed)[None, :]).reshape(-1)
         width = max(len(b) for b in blocks)
-        key = decode_key(len(first), width, int(pos.max()), fed)
+        key = decode_key(len(first), width, int(pos.max()), fed, final_hidden)
         if token_ids is None and (after is None or after.key != key):
             raise ValueError("[decode plans] ids on the device need the previous run of the "
                              "same key")
@@ -222,7 +234,9 @@ class DecodePlans:
                 # In the model's dtype: the argmax needs no cast (read_logits casts).
                 logits = self.model.forward(
                     slots.step_inputs(int(pos.max()), window_tables is not None), self.cache,
-                    float32_logits=False)
+                    float32_logits=False, final_hidden=final_hidden)
+                if final_hidden:
+                    logits, current.hidden = logits
                 ids = ops.greedy_argmax(logits, out=following.slots.token_ids
                                         if fed == 1 else None)
             current.plan, current.logits, current.ids = plan, logits, ids
@@ -230,7 +244,7 @@ class DecodePlans:
         else:
             current.plan.replay()
             self.replays += 1
-        return DecodeRun(key, phase, current.ids, current.logits)
+        return DecodeRun(key, phase, current.ids, current.logits, current.hidden)
 
     @staticmethod
     def read_ids(run: DecodeRun) -> np.ndarray:

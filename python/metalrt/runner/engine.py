@@ -91,9 +91,10 @@ class Engine:
     a verify plan (``DecodePlans.launch(fed=k + 1)``); another verify step runs op by
     op, beside plain decodes and prefills of other requests; a step in which nothing
     was drafted replays its decode plan.
-    With "mtp" (``mtp_drafter.MtpDrafter``), every step of a speculating request runs op
-    by op and hands the model's final-normed hidden states of the positions it kept to
-    the drafter, whose next round drafts from them.
+    With "mtp" (``mtp_drafter.MtpDrafter``), every step of a speculating request hands
+    the model's final-normed hidden states of the positions it kept to the drafter,
+    whose next round drafts from them; its decode and verify steps replay plans that
+    output those states too (``DecodePlans.launch(final_hidden=True)``).
     Raises ValueError for a num_draft_tokens a verify step cannot hold (above
     max_batched_tokens - 1 or the cache's tokens - 1), a draft model that cannot draft
     for ``model`` (``draft_model.check_draft_model``) and "mtp" for a model without a
@@ -238,12 +239,13 @@ class Engine:
                         self.cache.reset(request.state_slot)
             self.stats.prompt_tokens_computed += max(
                 0, min(len(request.prompt), chunk.start + len(chunk.token_ids)) - chunk.start)
-        # An MTP drafter reads the hidden states of every step of a speculating request,
-        # which a plan does not hand out.
+        # An MTP drafter reads the final-normed hidden states of every step of a
+        # speculating request: such a step's plan hands them out too (a key of its own).
         mtp = isinstance(self.drafter, MtpDrafter) and any(r.speculative for r, _ in scheduled)
         snapshots = {id(r): self.cache.snapshot(r.state_slot) for r, _ in scheduled
                      if r.draft and self.cache.num_state_slots}
-        fed = self._verify_plan_rows(scheduled) if self.plans is not None and not mtp else 0
+        starts = [(r, c.start) for r, c in scheduled]
+        fed = self._verify_plan_rows(scheduled) if self.plans is not None else 0
         if fed:
             # Every request verifies as many drafts: the step replays its verify plan.
             chunks = [c for _, c in scheduled]
@@ -251,15 +253,18 @@ class Engine:
                                     [t for c in chunks for t in c.token_ids],
                                     state_slots=self._state_slots([r for r, _ in scheduled]),
                                     window_tables=None if not self.cache.window
-                                    else [c.window_table for c in chunks], fed=fed)
+                                    else [c.window_table for c in chunks], fed=fed,
+                                    final_hidden=mtp)
             self._count_step(len(scheduled))
             host_logits = self.plans.read_logits(run) \
                 if any(r.params.needs_logits for r, _ in scheduled) else None
             ids = self.plans.read_ids(run) \
                 if not all(r.params.needs_logits for r, _ in scheduled) else None
-            return self._verify([(r, b * fed) for b, (r, _) in enumerate(scheduled)],
-                                host_logits, ids, snapshots)
-        if self.plans is not None and scheduled and not mtp and all(
+            outputs = self._verify([(r, b * fed) for b, (r, _) in enumerate(scheduled)],
+                                   host_logits, ids, snapshots)
+            self._note_hidden(run.hidden, starts, fed)
+            return outputs
+        if self.plans is not None and scheduled and all(
                 len(c.token_ids) == 1 and c.logits == "last" for _, c in scheduled):
             # One token per request: a decode step (or 1-token prompts), from a plan.
             requests = [r for r, _ in scheduled]
@@ -268,11 +273,14 @@ class Engine:
                                     [c.token_ids[0] for c in chunks],
                                     state_slots=self._state_slots(requests),
                                     window_tables=None if not self.cache.window
-                                    else [c.window_table for c in chunks])
+                                    else [c.window_table for c in chunks], final_hidden=mtp)
             for request in requests:
                 self.scheduler.advance(request, 1)
             self._count_step(len(requests))
-            return self._decode_outputs(run, requests, requests)
+            # A speculating request is never pipelined: no later step overwrote the hidden.
+            outputs = self._decode_outputs(run, requests, requests)
+            self._note_hidden(run.hidden, starts, 1)
+            return outputs
         # The model's dtype: greedy_argmax reads float16/bfloat16 logits directly, and
         # only a request that samples from the logits pays for the float32 cast.
         step = build_step([c for _, c in scheduled], self.model.device, self.inputs)
@@ -289,12 +297,21 @@ class Engine:
                 self._checkpoint(request)
         sampling = [(r, c) for r, c in scheduled if c.logits != "none"]
         outputs = self._sample_and_verify(sampling, logits, snapshots) if sampling else []
-        if hidden is not None:
-            rows = np.cumsum([0] + [len(c.token_ids) for _, c in scheduled])
-            self.drafter.note(hidden, [(r, int(row), c.start, r.num_computed - c.start)
-                                       for (r, c), row in zip(scheduled, rows)
-                                       if r.speculative and not r.finished])
+        self._note_hidden(hidden, starts, [len(c.token_ids) for _, c in scheduled])
         return outputs
+
+    def _note_hidden(self, hidden, starts, fed) -> None:
+        """Hands a step's final-normed ``hidden`` [T, H] (None: not an MTP step) to the MTP
+        drafter: of each speculating, unfinished request of ``starts`` ((request, first
+        position) in row order, ``fed`` rows each: an int for all or a list), the rows
+        of the positions now in the cache for good."""
+        if hidden is None:
+            return
+        counts = [fed] * len(starts) if isinstance(fed, int) else fed
+        rows = np.cumsum([0] + counts)
+        self.drafter.note(hidden, [(r, int(row), start, r.num_computed - start)
+                                   for (r, start), row in zip(starts, rows)
+                                   if r.speculative and not r.finished])
 
     def _sample_and_verify(self, sampling, logits, snapshots) -> List[TokenOutput]:
         """The tokens of the step's rows with logits (``sampling``: (request, chunk)
