@@ -145,18 +145,28 @@ def test_mtp_greedy_output_equals_plain_decoding(name, device):
 def test_mtp_steps_replay_decode_plans(device):
     """With MTP, every target step after the prefill is a plan's (recorded or replayed):
     the verify and decode plans hand out the final-normed hidden states the head reads
-    (``DecodePlans.launch(final_hidden=True)``), and the output is plain decoding's.
-    Batched, a step in which the requests verify different numbers of drafts (near
-    max_tokens) runs op by op; the others replay."""
-    model = metalrt.load(str(tiny_hybrid.path("qwen3_5_mtp")), device=device)[0]
-    plain, _ = run(model, PROMPTS)
-    for prompts in (PROMPTS[1:2], PROMPTS[::2]):
-        got, stats = run(model, prompts, SpeculativeConfig("mtp", 3))
-        assert got == [plain[PROMPTS.index(p)] for p in prompts]
-        assert stats.verify_steps > 0 and 0 < stats.accepted_tokens < stats.draft_tokens
-        assert stats.plan_replays > 0 and stats.state_reruns > 0
-        op_by_op = stats.steps - stats.plan_records - stats.plan_replays
-        assert op_by_op == 1 if len(prompts) == 1 else 1 <= op_by_op <= 3, stats
+    (``DecodePlans.launch(final_hidden=True)``), and every proposal round after the
+    first (the prompt's catch-up) is a round plan's (``MtpDrafter``); the output is
+    plain decoding's. Batched, a step in which the requests verify different numbers
+    of drafts (near max_tokens) runs op by op, and so does the next round; the others
+    replay. Both twins: a dense-MLP head (Qwen3.5) and a sparse-MoE one (Qwen3-Next)."""
+    for name in ("qwen3_5_mtp", "qwen3_next_mtp"):
+        model = metalrt.load(str(tiny_hybrid.path(name)), device=device)[0]
+        plain, _ = run(model, PROMPTS)
+        for prompts in (PROMPTS[1:2], PROMPTS[::2]):
+            got, stats = run(model, prompts, SpeculativeConfig("mtp", 3))
+            assert got == [plain[PROMPTS.index(p)] for p in prompts]
+            assert stats.verify_steps > 0 and stats.accepted_tokens < stats.draft_tokens
+            assert stats.plan_replays > 0 and stats.state_reruns > 0
+            assert stats.draft_plan_replays > 0
+            op_by_op = stats.steps - stats.plan_records - stats.plan_replays
+            rounds = stats.draft_plan_records + stats.draft_plan_replays
+            if len(prompts) == 1:
+                assert op_by_op == 1 and rounds == stats.verify_steps - 1, stats
+            else:
+                # The rounds after op-by-op steps, and before the last step (nothing
+                # drafted: at max_tokens), run op by op.
+                assert 1 <= op_by_op <= 3 and rounds >= stats.steps - 2 * op_by_op - 1, stats
 
 
 def test_mtp_with_the_hybrid_prefix_cache_equals_plain_decoding():

@@ -9,11 +9,14 @@ new inputs into the plan's fixed tensors with one call (``metalrt.plan``). The
 requests' recurrent-state slots (hybrid models) are such an input too, like the block
 tables: the conv and delta-rule kernels read them on the device.
 
-Every key has two phases, each with its own input tensors and plan; phase p's greedy
+Every decode key has two phases, each with its own input tensors and plan; phase p's greedy
 argmax writes its ids straight into phase 1 - p's token-id tensor. So step n + 1 can
 be committed, reading step n's ids on the device, before the host reads step n's ids:
 the host writes step n + 1's positions into the other phase's tensors, which no
-running step uses (mlx-lm's async evaluation, done with two sets of slots).
+running step uses (mlx-lm's async evaluation, done with two sets of slots). A verify
+step or one that outputs hidden states (MTP) is never followed on the device: its key
+has one phase, so its outputs are the same tensors at every replay (a drafter's plan
+reads them).
 """
 from __future__ import annotations
 
@@ -164,8 +167,10 @@ class DecodePlans:
                         phase.plan.release()
             device = self.model.device
             fed = key[3] if len(key) > 3 else 1   # decode_key's layout
+            # A verify or hidden-state step is never followed on the device (its ids are
+            # read first): one phase; a decode alternates two.
             phases = self._keys[key] = [_Phase(DecodeSlots(device, key[0], key[1], fed))
-                                        for _ in range(2)]
+                                        for _ in range(1 if len(key) > 3 else 2)]
         self._keys.move_to_end(key)
         return phases
 
@@ -203,9 +208,13 @@ class DecodePlans:
             raise ValueError("[decode plans] ids on the device need the previous run of the "
                              "same key")
         phases = self._phases(key)
-        phase = self._next_phase if token_ids is not None else 1 - after.phase
-        self._next_phase = 1 - phase
-        current, following = phases[phase], phases[1 - phase]
+        if len(phases) == 1:
+            phase, following = 0, None
+        else:
+            phase = self._next_phase if token_ids is not None else 1 - after.phase
+            self._next_phase = 1 - phase
+            following = phases[1 - phase]
+        current = phases[phase]
         slots = current.slots
         tables = np.zeros((len(first), slots.width), dtype=np.int32)
         for b, table in enumerate(blocks):
@@ -237,8 +246,8 @@ class DecodePlans:
                     float32_logits=False, final_hidden=final_hidden)
                 if final_hidden:
                     logits, current.hidden = logits
-                ids = ops.greedy_argmax(logits, out=following.slots.token_ids
-                                        if fed == 1 else None)
+                ids = ops.greedy_argmax(logits, out=None if following is None
+                                        else following.slots.token_ids)
             current.plan, current.logits, current.ids = plan, logits, ids
             self.records += 1
         else:

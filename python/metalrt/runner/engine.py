@@ -42,6 +42,8 @@ class EngineStats:
     draft_tokens: int = 0      # tokens drafted for them
     accepted_tokens: int = 0   # drafted tokens the target kept
     state_reruns: int = 0      # request-steps re-run from a recurrent-state snapshot
+    draft_plan_records: int = 0  # MTP proposal rounds recorded into a plan
+    draft_plan_replays: int = 0  # MTP proposal rounds replayed from a plan
 
 
 @dataclass(frozen=True)
@@ -262,7 +264,7 @@ class Engine:
                 if not all(r.params.needs_logits for r, _ in scheduled) else None
             outputs = self._verify([(r, b * fed) for b, (r, _) in enumerate(scheduled)],
                                    host_logits, ids, snapshots)
-            self._note_hidden(run.hidden, starts, fed)
+            self._note_hidden(run.hidden, starts, fed, run.key)
             return outputs
         if self.plans is not None and scheduled and all(
                 len(c.token_ids) == 1 and c.logits == "last" for _, c in scheduled):
@@ -279,7 +281,7 @@ class Engine:
             self._count_step(len(requests))
             # A speculating request is never pipelined: no later step overwrote the hidden.
             outputs = self._decode_outputs(run, requests, requests)
-            self._note_hidden(run.hidden, starts, 1)
+            self._note_hidden(run.hidden, starts, 1, run.key)
             return outputs
         # The model's dtype: greedy_argmax reads float16/bfloat16 logits directly, and
         # only a request that samples from the logits pays for the float32 cast.
@@ -300,18 +302,19 @@ class Engine:
         self._note_hidden(hidden, starts, [len(c.token_ids) for _, c in scheduled])
         return outputs
 
-    def _note_hidden(self, hidden, starts, fed) -> None:
+    def _note_hidden(self, hidden, starts, fed, plan_key=None) -> None:
         """Hands a step's final-normed ``hidden`` [T, H] (None: not an MTP step) to the MTP
         drafter: of each speculating, unfinished request of ``starts`` ((request, first
         position) in row order, ``fed`` rows each: an int for all or a list), the rows
-        of the positions now in the cache for good."""
+        of the positions now in the cache for good; ``plan_key``: the decode plan whose
+        output ``hidden`` is."""
         if hidden is None:
             return
         counts = [fed] * len(starts) if isinstance(fed, int) else fed
         rows = np.cumsum([0] + counts)
         self.drafter.note(hidden, [(r, int(row), start, r.num_computed - start)
                                    for (r, start), row in zip(starts, rows)
-                                   if r.speculative and not r.finished])
+                                   if r.speculative and not r.finished], plan_key)
 
     def _sample_and_verify(self, sampling, logits, snapshots) -> List[TokenOutput]:
         """The tokens of the step's rows with logits (``sampling``: (request, chunk)
@@ -371,6 +374,8 @@ class Engine:
         if isinstance(self.drafter, MtpDrafter):
             # Also when nothing is wanted: the catch-up of prompt chunks runs every step.
             drafts = self.drafter.propose(wanted)
+            self.stats.draft_plan_records = self.drafter.records
+            self.stats.draft_plan_replays = self.drafter.replays
         elif self.drafter is not None:
             self.drafter.release_others([r.request_id for r in running])
             drafts = self.drafter.propose(wanted) if wanted else []
