@@ -145,9 +145,10 @@ def test_mtp_greedy_output_equals_plain_decoding(name, device):
 def test_mtp_steps_replay_decode_plans(device):
     """With MTP, every target step after the prefill is a plan's (recorded or replayed):
     the verify and decode plans hand out the final-normed hidden states the head reads
-    (``DecodePlans.launch(final_hidden=True)``), and every proposal round after the
-    first (the prompt's catch-up) is a round plan's (``MtpDrafter``); the output is
-    plain decoding's. Batched, a step in which the requests verify different numbers
+    (``DecodePlans.launch(outputs="hidden")``), and every proposal round after the
+    first (the prompt's catch-up) is a round plan's (``MtpDrafter``), and so is the
+    re-run of the kept tokens over the restored state after a rejection (outputs
+    "none"); the output is plain decoding's. Batched, a step in which the requests verify different numbers
     of drafts (near max_tokens) runs op by op, and so does the next round; the others
     replay. Both twins: a dense-MLP head (Qwen3.5) and a sparse-MoE one (Qwen3-Next)."""
     for name in ("qwen3_5_mtp", "qwen3_next_mtp"):
@@ -162,7 +163,10 @@ def test_mtp_steps_replay_decode_plans(device):
             op_by_op = stats.steps - stats.plan_records - stats.plan_replays
             rounds = stats.draft_plan_records + stats.draft_plan_replays
             if len(prompts) == 1:
+                # Every re-run of the kept tokens after a rejection is a plan's too.
                 assert op_by_op == 1 and rounds == stats.verify_steps - 1, stats
+                assert stats.rerun_plan_records + stats.rerun_plan_replays == \
+                    stats.state_reruns, stats
             else:
                 # The rounds after op-by-op steps, and before the last step (nothing
                 # drafted: at max_tokens), run op by op.

@@ -36,16 +36,16 @@ from ..models.logits import as_float32
 from ..plan import Plan, read_output, write_inputs
 
 
+OUTPUTS = ("logits", "hidden", "none")
+
+
 def decode_key(num_rows: int, width: int, max_position: int, fed: int = 1,
-               final_hidden: bool = False) -> Tuple[int, ...]:
+               outputs: str = "logits") -> Tuple:
     """(rows, block-table width bucket, position bucket) of a decode step; a verify step
-    feeding ``fed`` > 1 tokens a request adds ``fed``, a step that also hands out the
-    final-normed hidden states (``final_hidden``: an MTP head reads them) adds
-    ``"hidden"`` after it."""
+    (``fed`` > 1 tokens a request) or a step of other ``outputs`` (``launch``) adds
+    (fed, outputs)."""
     key = num_rows, 1 << max(0, (width - 1).bit_length()), Rope.position_bucket(max_position)
-    if fed > 1 or final_hidden:
-        key += (fed,)
-    return key + ("hidden",) if final_hidden else key
+    return key if fed == 1 and outputs == "logits" else key + (fed, outputs)
 
 
 class DecodeSlots:
@@ -73,10 +73,12 @@ class DecodeSlots:
         self.query_start_loc = metalrt.asarray(np.arange(0, tokens + 1, fed, dtype=np.int32),
                                                device=device)
 
-    def step_inputs(self, max_position: int, windowed: bool = False) -> StepInputs:
+    def step_inputs(self, max_position: int, windowed: bool = False,
+                    logits: bool = True) -> StepInputs:
         return StepInputs(self.token_ids, self.positions, self.slot_mapping, self.block_tables,
                           self.seq_lens, self.query_start_loc, logit_rows=None,
-                          num_logit_rows=self.rows * self.fed, max_position=max_position,
+                          num_logit_rows=self.rows * self.fed if logits else 0,
+                          max_position=max_position,
                           state_slots=self.state_slots,
                           window_tables=self.window_tables if windowed else None,
                           window_slots=self.window_slots if windowed else None)
@@ -98,8 +100,9 @@ class DecodeRun:
     """A committed decode step: where its outputs land. ``ids``: int32 [B] greedy ids
     (the next phase's token-id tensor); ``logits``: [B, vocab] in the model's dtype
     (``read_logits`` gives float32); ``hidden``: the final-normed hidden states
-    [B * fed, hidden_size] in the model's dtype for a step launched with
-    ``final_hidden`` (else None), valid until the key's phase runs again."""
+    [B * fed, hidden_size] in the model's dtype for a step launched with outputs
+    "hidden" (else None), valid until the key runs again; ids and logits are None for
+    outputs "none"."""
 
     key: Tuple
     phase: int
@@ -115,10 +118,11 @@ def _weak(obj):
 
 class DecodePlans:
     """Recorded decode steps of ``model`` over ``cache``, the ``capacity`` most recently
-    used keys (an evicted key's plans are released). ``records`` and ``replays`` count
-    what ``launch`` did."""
+    used keys (an evicted key's plans are released): room for speculation's keys beside
+    the decode's (a verify key, and on a hybrid model a re-run key per kept count).
+    ``records`` and ``replays`` count what ``launch`` did."""
 
-    def __init__(self, model, cache, capacity: int = 4):
+    def __init__(self, model, cache, capacity: int = 12):
         # The cache keeps its plans (cache.decode_plans, runner.engine) and a model its
         # last cache (model.kv_cache): weak references back, so that neither cycle keeps
         # a model's weights or a cache's memory alive past its last user.
@@ -167,8 +171,8 @@ class DecodePlans:
                         phase.plan.release()
             device = self.model.device
             fed = key[3] if len(key) > 3 else 1   # decode_key's layout
-            # A verify or hidden-state step is never followed on the device (its ids are
-            # read first): one phase; a decode alternates two.
+            # A verify step or one of other outputs is never followed on the device (its
+            # ids are read first): one phase; a decode alternates two.
             phases = self._keys[key] = [_Phase(DecodeSlots(device, key[0], key[1], fed))
                                         for _ in range(1 if len(key) > 3 else 2)]
         self._keys.move_to_end(key)
@@ -185,7 +189,7 @@ class DecodePlans:
                token_ids: Optional[Sequence[int]], after: Optional[DecodeRun] = None,
                state_slots: Optional[Sequence[int]] = None,
                window_tables: Optional[Sequence[Sequence[int]]] = None,
-               fed: int = 1, final_hidden: bool = False) -> DecodeRun:
+               fed: int = 1, outputs: str = "logits") -> DecodeRun:
         """Commits the decode step of len(positions) requests: request b feeds
         ``token_ids[b]`` at ``positions[b]`` (its block table ``blocks[b]``, its
         recurrent state at ``state_slots[b]``: distinct slots of the cache's pools, for
@@ -198,12 +202,17 @@ class DecodePlans:
         feeding ``token_ids[b * fed:(b + 1) * fed]`` at positions[b] ..
         positions[b] + fed - 1, logits and greedy ids at every row (the run's ``ids``:
         int32 [B * fed]); its ids stay in the run (no step follows on the device).
-        ``final_hidden``: the run also holds every row's final-normed hidden state
-        (``CausalLM.forward(final_hidden=True)``), for an MTP drafter; a key of its own."""
+        ``outputs`` "hidden": the run also holds every row's final-normed hidden state
+        (``CausalLM.forward(final_hidden=True)``), for an MTP drafter; "none": no logits
+        and no ids (a re-run that only writes the cache and the recurrent state); each a
+        key of its own. ValueError for another ``outputs``."""
+        if outputs not in OUTPUTS:
+            raise ValueError(f"[decode plans] outputs must be one of {', '.join(OUTPUTS)}, "
+                             f"got {outputs!r}")
         first = np.asarray(positions, dtype=np.int64)
         pos = (first[:, None] + np.arange(fed)[None, :]).reshape(-1)
         width = max(len(b) for b in blocks)
-        key = decode_key(len(first), width, int(pos.max()), fed, final_hidden)
+        key = decode_key(len(first), width, int(pos.max()), fed, outputs)
         if token_ids is None and (after is None or after.key != key):
             raise ValueError("[decode plans] ids on the device need the previous run of the "
                              "same key")
@@ -242,12 +251,13 @@ class DecodePlans:
             with plan.record():
                 # In the model's dtype: the argmax needs no cast (read_logits casts).
                 logits = self.model.forward(
-                    slots.step_inputs(int(pos.max()), window_tables is not None), self.cache,
-                    float32_logits=False, final_hidden=final_hidden)
-                if final_hidden:
+                    slots.step_inputs(int(pos.max()), window_tables is not None,
+                                      outputs != "none"), self.cache,
+                    float32_logits=False, final_hidden=outputs == "hidden")
+                if outputs == "hidden":
                     logits, current.hidden = logits
-                ids = ops.greedy_argmax(logits, out=None if following is None
-                                        else following.slots.token_ids)
+                ids = None if logits is None else ops.greedy_argmax(
+                    logits, out=None if following is None else following.slots.token_ids)
             current.plan, current.logits, current.ids = plan, logits, ids
             self.records += 1
         else:

@@ -42,6 +42,8 @@ class EngineStats:
     draft_tokens: int = 0      # tokens drafted for them
     accepted_tokens: int = 0   # drafted tokens the target kept
     state_reruns: int = 0      # request-steps re-run from a recurrent-state snapshot
+    rerun_plan_records: int = 0  # re-runs (of all their requests) recorded into a plan
+    rerun_plan_replays: int = 0  # re-runs replayed from a plan
     draft_plan_records: int = 0  # MTP proposal rounds recorded into a plan
     draft_plan_replays: int = 0  # MTP proposal rounds replayed from a plan
 
@@ -96,7 +98,7 @@ class Engine:
     With "mtp" (``mtp_drafter.MtpDrafter``), every step of a speculating request hands
     the model's final-normed hidden states of the positions it kept to the drafter,
     whose next round drafts from them; its decode and verify steps replay plans that
-    output those states too (``DecodePlans.launch(final_hidden=True)``).
+    output those states too (``DecodePlans.launch(outputs="hidden")``).
     Raises ValueError for a num_draft_tokens a verify step cannot hold (above
     max_batched_tokens - 1 or the cache's tokens - 1), a draft model that cannot draft
     for ``model`` (``draft_model.check_draft_model``) and "mtp" for a model without a
@@ -256,7 +258,7 @@ class Engine:
                                     state_slots=self._state_slots([r for r, _ in scheduled]),
                                     window_tables=None if not self.cache.window
                                     else [c.window_table for c in chunks], fed=fed,
-                                    final_hidden=mtp)
+                                    outputs="hidden" if mtp else "logits")
             self._count_step(len(scheduled))
             host_logits = self.plans.read_logits(run) \
                 if any(r.params.needs_logits for r, _ in scheduled) else None
@@ -275,7 +277,8 @@ class Engine:
                                     [c.token_ids[0] for c in chunks],
                                     state_slots=self._state_slots(requests),
                                     window_tables=None if not self.cache.window
-                                    else [c.window_table for c in chunks], final_hidden=mtp)
+                                    else [c.window_table for c in chunks],
+                                    outputs="hidden" if mtp else "logits")
             for request in requests:
                 self.scheduler.advance(request, 1)
             self._count_step(len(requests))
@@ -413,13 +416,30 @@ class Engine:
                                              self.scheduler.window_table(request, kept + 1)))
             done.append((request, kept + 1))
         if reruns:
-            self.model.forward(build_step(reruns, self.model.device, self.inputs), self.cache)
-            self.stats.state_reruns += len(reruns)
+            self._rerun(reruns)
         for request, n in done:
             self.scheduler.advance(request, n)
             if request.finished:
                 self.scheduler.finish(request)
         return outputs
+
+    def _rerun(self, reruns: List[ScheduledChunk]) -> None:
+        """Runs the kept tokens of rolled-back requests again over their restored state,
+        without logits: from a plan (outputs "none") when they all re-run as many."""
+        fed = {len(c.token_ids) for c in reruns}
+        if self.plans is None or len(fed) != 1:
+            self.model.forward(build_step(reruns, self.model.device, self.inputs), self.cache)
+        else:
+            records, replays = self.plans.records, self.plans.replays
+            self.plans.launch([c.block_table for c in reruns], [c.start for c in reruns],
+                              [t for c in reruns for t in c.token_ids],
+                              state_slots=[c.state_slot for c in reruns],
+                              window_tables=None if not self.cache.window
+                              else [c.window_table for c in reruns],
+                              fed=fed.pop(), outputs="none")
+            self.stats.rerun_plan_records += self.plans.records - records
+            self.stats.rerun_plan_replays += self.plans.replays - replays
+        self.stats.state_reruns += len(reruns)
 
     def _sample(self, rows, host_logits, device_ids) -> List[TokenOutput]:
         """The tokens of (row, request) pairs: sampled from ``host_logits[row]`` for a
@@ -443,8 +463,8 @@ class Engine:
         self.stats.steps += 1
         self.stats.max_batch_size = max(self.stats.max_batch_size, rows)
         records, replays = self._plan_counts_at_start
-        self.stats.plan_records = self.plans.records - records
-        self.stats.plan_replays = self.plans.replays - replays
+        self.stats.plan_records = self.plans.records - records - self.stats.rerun_plan_records
+        self.stats.plan_replays = self.plans.replays - replays - self.stats.rerun_plan_replays
 
     def _state_slots(self, requests: List[Request]) -> Optional[List[int]]:
         """The requests' recurrent-state slots, None for a cache without that state."""

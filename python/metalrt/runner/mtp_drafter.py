@@ -13,7 +13,7 @@ a round share each of these steps. The head's rows past a position's catch-up (d
 positions) are overwritten by the next catch-up before anything reads them, so a
 rejected draft needs no rollback here.
 
-A round after a plan's step (``DecodePlans.launch(final_hidden=True)``: every request
+A round after a plan's step (``DecodePlans.launch(outputs="hidden")``: every request
 fed the same number of rows, all of them drafting k tokens again) replays a plan of
 its own (``metalrt.plan``): the catch-up runs over all the rows the step fed, past the
 kept ones too (the tokens there are padding: those rows' outputs are not read, and
