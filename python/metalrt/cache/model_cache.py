@@ -57,10 +57,11 @@ class ModelCache:
                    for t in ((layer.keys, layer.values) if not layer.num_slots
                              else (layer.conv, layer.recurrent)))
 
-    def snapshot(self, slot: int) -> list:
-        """Host copies of request slot ``slot`` of every layer with per-request state (to
-        ``restore`` when the tokens after this point are rolled back)."""
-        return [layer.snapshot(slot) for layer in self._stateful]
+    def snapshot(self, slot: int, on_device: bool = False) -> list:
+        """Copies of request slot ``slot`` of every layer with per-request state (to
+        ``restore`` when the tokens after this point are rolled back): on the host, or
+        with ``on_device`` in device tensors (``RecurrentLayer.snapshot``)."""
+        return [layer.snapshot(slot, on_device) for layer in self._stateful]
 
     def restore(self, slot: int, snapshot: list) -> None:
         """Writes a ``snapshot`` (of any slot) back into request slot ``slot``."""

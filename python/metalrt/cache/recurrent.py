@@ -15,6 +15,7 @@ import functools
 import numpy as np
 
 import metalrt
+from metalrt import ops
 
 
 class RecurrentLayer:
@@ -38,24 +39,37 @@ class RecurrentLayer:
         host_dtype = "float16" if dtype == "float16" else "float32"
         self._zero_conv = _zero_rows((1, *conv_shape[1:]), host_dtype)
         self._zero_state = _zero_rows((1, *state_shape[1:]), "float32")
+        # Row indices of the device snapshots' gathers, written once: a host write per
+        # snapshot would wait for the device.
+        self._slot_ids = metalrt.asarray(np.arange(num_slots, dtype=np.int32), device=device)
 
     def reset(self, slot: int) -> None:
         """Zeroes slot ``slot`` of both pools (a new request starts from no history)."""
         self.restore(slot, (self._zero_conv, self._zero_state))
 
-    def snapshot(self, slot: int):
-        """(conv, recurrent): host copies of slot ``slot`` of both pools, [1, ...] each,
-        exact (the element type ``copy_from`` takes back: float32 holds a bfloat16
-        exactly)."""
+    def snapshot(self, slot: int, on_device: bool = False):
+        """(conv, recurrent): copies of slot ``slot`` of both pools, exact: host arrays
+        [1, ...] each (the element type ``copy_from`` takes back: float32 holds a
+        bfloat16 exactly), or with ``on_device`` device tensors [1, conv_dim * (K - 1)]
+        and [1, v_heads * k_dim * v_dim] copied by a row gather (no wait for the device:
+        a speculative step's rollback point)."""
         self._check(slot)
+        if on_device:
+            row = self._slot_ids[slot:slot + 1]
+            return tuple(ops.embedding(pool.reshape(self.num_slots, -1), row)
+                         for pool in (self.conv, self.recurrent))
         return self.conv[slot:slot + 1].numpy(), self.recurrent[slot:slot + 1].numpy()
 
     def restore(self, slot: int, state) -> None:
-        """Writes (conv, recurrent) host rows (a ``snapshot``) into slot ``slot``."""
+        """Writes (conv, recurrent) rows of a ``snapshot`` (host or device) into slot
+        ``slot``."""
         self._check(slot)
-        conv, recurrent = state
-        self.conv[slot:slot + 1].copy_from(conv)
-        self.recurrent[slot:slot + 1].copy_from(recurrent)
+        for pool, rows in zip((self.conv, self.recurrent), state):
+            view = pool[slot:slot + 1]
+            if isinstance(rows, metalrt.Tensor):
+                ops.embedding(rows, self._slot_ids[:1], out=view.reshape(1, -1))
+            else:
+                view.copy_from(rows)
 
     def _check(self, slot: int) -> None:
         if not 0 <= slot < self.num_slots:

@@ -246,8 +246,8 @@ class Engine:
         # An MTP drafter reads the final-normed hidden states of every step of a
         # speculating request: such a step's plan hands them out too (a key of its own).
         mtp = isinstance(self.drafter, MtpDrafter) and any(r.speculative for r, _ in scheduled)
-        snapshots = {id(r): self.cache.snapshot(r.state_slot) for r, _ in scheduled
-                     if r.draft and self.cache.num_state_slots}
+        snapshots = {id(r): self.cache.snapshot(r.state_slot, on_device=True)
+                     for r, _ in scheduled if r.draft and self.cache.num_state_slots}
         starts = [(r, c.start) for r, c in scheduled]
         fed = self._verify_plan_rows(scheduled) if self.plans is not None else 0
         if fed:
