@@ -9,6 +9,17 @@ time to the first streamed chunk is its time to first token. requests/s is all
 requests over the wall time of the whole level. Both servers run in subprocesses on
 127.0.0.1; the clients are threads of this process (the official openai client).
 Writes ``bench/results/serving-<UTC timestamp>.json`` and prints a table.
+
+``--hybrid-prefix [DIR]``: instead, ``metalrt serve`` of a hybrid (Gated-DeltaNet)
+model (default: the tests' Qwen3.5-MoE twin at its released geometry,
+``tests/python/real_geometry.py``) with and without the prefix cache, one client
+sending ``--requests`` streamed greedy completions one after another: a prefix of
+``--prompt-words`` English words and a question, then each request the previous
+prompt and one more question (a conversation growing turn by turn): the first
+request's time to first token (a whole prefill either way) and the later ones' (with
+the cache they resume from the recurrent-state checkpoint at the previous prompt's
+last block boundary and prefill only the rest). Writes
+``bench/results/serving-hybrid-prefix-<UTC timestamp>.json``.
 """
 from __future__ import annotations
 
@@ -27,7 +38,7 @@ from typing import Dict, List, Sequence
 from metalrt.server.launch import ServerProcess, free_port, metalrt_command
 
 from . import peers
-from .__main__ import ROOT, TEXT, die_with_parent, machine, worker_env
+from .__main__ import ROOT, TEXT, die_with_parent, load_average, machine, worker_env
 
 STARTUP_SECONDS = 600
 
@@ -99,6 +110,66 @@ def measure(engine: str, args, gguf: str, prompt: str) -> Dict:
     return row
 
 
+def measure_hybrid_prefix(args, model: str, prefix: str) -> List[Dict]:
+    """One row per prefix-cache setting: TTFTs of ``args.requests`` sequential
+    completions, request r's prompt ``prefix`` and questions 0 .. r."""
+    import openai
+
+    rows = []
+    for cached in (True, False):
+        row = {"engine": "metalrt", "model": model, "prefix_cache": cached}
+        rows.append(row)
+        settings = ["--model", model, "--device", "cpu", "--log-level", "warning"]
+        try:
+            port = free_port()
+            server = ServerProcess(metalrt_command(port, *settings, *(
+                [] if cached else ["--no-prefix-cache"])), port, STARTUP_SECONDS,
+                env=worker_env(args.threads), cwd=ROOT, preexec_fn=die_with_parent)
+        except RuntimeError as e:
+            row["reason"] = f"the server did not start: {e}"
+            continue
+        try:
+            api = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0,
+                                http_client=openai.DefaultHttpxClient(trust_env=False,
+                                                                      timeout=600))
+            ttfts, cached_tokens = [], []
+            for r in range(args.requests):
+                print(f"bench.serving: hybrid prefix, cache {cached}, request {r}",
+                      file=sys.stderr)
+                start, first, usage = time.perf_counter(), None, None
+                prompt = prefix + "".join(f" Question {i}: what comes next?"
+                                          for i in range(r + 1))
+                for chunk in api.completions.create(
+                        model=server.model, prompt=prompt,
+                        max_tokens=args.max_tokens, temperature=0, stream=True,
+                        stream_options={"include_usage": True}):
+                    if first is None:
+                        first = time.perf_counter() - start
+                    usage = chunk.usage or usage
+                ttfts.append(first)
+                details = getattr(usage, "prompt_tokens_details", None) if usage else None
+                cached_tokens.append(getattr(details, "cached_tokens", None))
+                row.setdefault("prompt_tokens", []).append(usage.prompt_tokens if usage else None)
+            row.update(ttft_first_s=ttfts[0], ttft_later_s=summary(ttfts[1:]),
+                       ttft_s=ttfts, cached_tokens=cached_tokens)
+        finally:
+            server.close()
+    return rows
+
+
+def print_hybrid_prefix(rows: List[Dict]) -> None:
+    print("Serving: a repeated long prefix on a hybrid model, one client")
+    print(f"{'prefix cache':<13} {'prompt tokens':>20} {'TTFT first s':>13} "
+          f"{'TTFT later median s':>20} {'cached tokens':>18}")
+    for row in rows:
+        if "reason" in row:
+            print(f"{str(row['prefix_cache']):<13} {row['reason']}")
+            continue
+        print(f"{str(row['prefix_cache']):<13} {str(row['prompt_tokens']):>20} "
+              f"{row['ttft_first_s']:>13.3f} {row['ttft_later_s']['median']:>20.3f} "
+              f"{str(row['cached_tokens'][1:]):>18}")
+
+
 def parse(argv: List[str]):
     p = argparse.ArgumentParser(prog="python -m bench.serving", description=__doc__.split("\n\n")[0])
     p.add_argument("--clients", default="1,4,16",
@@ -116,6 +187,10 @@ def parse(argv: List[str]):
     p.add_argument("--peers-venv", type=Path, default=None,
                    help="the peers' venv (default: as python -m bench)")
     p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--hybrid-prefix", nargs="?", const="", default=None, metavar="DIR",
+                   help="TTFT of a repeated long prefix on a hybrid model (default: the "
+                        "tests' Qwen3.5-MoE twin at released geometry) with and without "
+                        "the prefix cache, instead of the client levels")
     args = p.parse_args(argv)
     try:
         args.clients = [int(c) for c in args.clients.split(",") if c.strip()]
@@ -153,6 +228,9 @@ def main(argv: List[str]) -> int:
     from metalrt.default_model import default_model_path
 
     args = parse(argv)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    if args.hybrid_prefix is not None:
+        return hybrid_prefix_main(args, stamp)
     gguf = str(default_model_path())
     prompt = " ".join((TEXT * 8).split()[:args.prompt_words])
     rows = []
@@ -163,7 +241,6 @@ def main(argv: List[str]) -> int:
                 rows.append({"engine": engine, "levels": [], "reason": state["reason"]})
                 continue
         rows.append(measure(engine, args, gguf, prompt))
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out = args.out_dir / f"serving-{stamp}.json"
     out.write_text(json.dumps({"machine": machine(), "threads": args.threads, "quick": args.quick,
@@ -171,6 +248,28 @@ def main(argv: List[str]) -> int:
                                "max_tokens": args.max_tokens, "prompt_words": args.prompt_words,
                                "rows": rows}, indent=1))
     print_table(rows)
+    print(f"bench.serving: wrote {out}", file=sys.stderr)
+    return 0
+
+
+def hybrid_prefix_main(args, stamp: str) -> int:
+    model = args.hybrid_prefix
+    if not model:
+        sys.path.insert(0, str(ROOT / "tests" / "python"))
+        import real_geometry
+
+        model = str(real_geometry.fixture("qwen3_5_moe", "hf")[0])
+    prefix = " ".join((TEXT * 16).split()[:args.prompt_words])
+    load_before = load_average()
+    rows = measure_hybrid_prefix(args, model, prefix)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    out = args.out_dir / f"serving-hybrid-prefix-{stamp}.json"
+    out.write_text(json.dumps({"machine": machine(), "threads": args.threads,
+                               "load_average_before": load_before,
+                               "load_average_after": load_average(),
+                               "requests": args.requests, "max_tokens": args.max_tokens,
+                               "prompt_words": args.prompt_words, "rows": rows}, indent=1))
+    print_hybrid_prefix(rows)
     print(f"bench.serving: wrote {out}", file=sys.stderr)
     return 0
 
