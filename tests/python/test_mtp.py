@@ -153,9 +153,9 @@ def test_mtp_steps_replay_decode_plans(device):
     replay. Both twins: a dense-MLP head (Qwen3.5) and a sparse-MoE one (Qwen3-Next)."""
     for name in ("qwen3_5_mtp", "qwen3_next_mtp"):
         model = metalrt.load(str(tiny_hybrid.path(name)), device=device)[0]
-        plain, _ = run(model, PROMPTS)
+        plain, _ = run(model, PROMPTS, max_tokens=16)
         for prompts in (PROMPTS[1:2], PROMPTS[::2]):
-            got, stats = run(model, prompts, SpeculativeConfig("mtp", 3))
+            got, stats = run(model, prompts, SpeculativeConfig("mtp", 3), max_tokens=16)
             assert got == [plain[PROMPTS.index(p)] for p in prompts]
             assert stats.verify_steps > 0 and stats.accepted_tokens < stats.draft_tokens
             assert stats.plan_replays > 0 and stats.state_reruns > 0
