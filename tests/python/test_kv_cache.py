@@ -1,11 +1,13 @@
 """Block allocator, the flattening of a step into slot mappings / block tables, the
 paged layers' tensors (one allocation a side, in huge pages on the CPU) and the model
-cache over per-layer caches."""
+cache over per-layer caches (and device snapshots of a recurrent slot)."""
 import sys
 
 import numpy as np
 import pytest
 
+import metalrt
+from conftest import DEVICES
 from metalrt.cache import (BLOCK_SIZE, BlockAllocator, ModelCache, OutOfBlocksError, PagedKVLayer,
                            RecurrentLayer, ScheduledChunk, blocks_for, build_step, paged_kv_layers)
 
@@ -154,3 +156,30 @@ def test_a_model_cache_with_recurrent_layers_resets_one_slot_of_each():
     with pytest.raises(ValueError, match=r"^\[cache\] the layers' per-request state has \[2, 3\]"):
         ModelCache([state[0], other], num_blocks=2)
 
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_device_snapshot_of_a_slot_restores_it_bit_exactly(device, dtype):
+    """``snapshot(slot, on_device=True)`` (a speculative step's rollback point) copies the
+    slot's conv and delta-rule rows on the device; ``restore`` writes them back into
+    that slot or another, bit-exactly, leaving the other slots alone."""
+    layer = RecurrentLayer(3, conv_dim=6, conv_width=4, v_heads=2, k_dim=3, v_dim=5,
+                           device=device, dtype=dtype)
+    rng = np.random.default_rng(0)
+    conv = rng.standard_normal((3, 6, 3)).astype(np.float32)
+    if dtype == "bfloat16":   # values a bfloat16 holds exactly
+        conv = (conv.view(np.uint32) & 0xFFFF0000).view(np.float32)
+    layer.conv.copy_from(conv)
+    layer.recurrent.copy_from(rng.standard_normal((3, 2, 3, 5)).astype(np.float32))
+    before = layer.conv.numpy(), layer.recurrent.numpy()
+    snap = layer.snapshot(1, on_device=True)
+    assert all(isinstance(t, metalrt.Tensor) and t.device == device for t in snap)
+    layer.conv.copy_from(np.zeros((3, 6, 3), np.float32))
+    layer.recurrent.copy_from(np.zeros((3, 2, 3, 5), np.float32))
+    layer.restore(1, snap)
+    layer.restore(2, snap)
+    for pool, old in zip((layer.conv, layer.recurrent), before):
+        now = pool.numpy()
+        assert np.array_equal(now[1], old[1]) and np.array_equal(now[2], old[1])
+        assert not now[0].any()
