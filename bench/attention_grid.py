@@ -33,7 +33,9 @@ def _batch(context: int, heads: int, kv_heads: int, head_dim: int, seed: int):
 
 def measure(heads: int, kv_heads: int, head_dim: int, dtype: str = "float32",
             contexts: Sequence[int] = CONTEXTS) -> List[Dict]:
-    """One row per context: kernels {name: threadgroups}, threadgroups per (request, kv
+    """One row per context: kernels {name: threadgroups}, grids {name: the profiler
+    row's dispatches, threadgroups, last_threads_per_threadgroup, max_simd_collectives},
+    threadgroups per (request, kv
     head) of the attending kernel, its ``parallelism.attention`` proxies, NMSE and worst
     absolute error against the CPU."""
     rows = []
@@ -54,7 +56,10 @@ def measure(heads: int, kv_heads: int, head_dim: int, dtype: str = "float32",
         kernels = {n: r["threadgroups"] for n, r in profiled.items() if n.startswith("paged_attention")}
         attend = next(n for n in kernels if "merge" not in n)
         err = got - reference
-        rows.append({"context": context, "kernels": kernels,
+        grids = {n: {k: r[k] for k in ("dispatches", "threadgroups", "last_threads_per_threadgroup",
+                                        "max_simd_collectives")}
+                 for n, r in profiled.items() if n.startswith("paged_attention")}
+        rows.append({"context": context, "kernels": kernels, "grids": grids,
                      "threadgroups_per_kv_head": kernels[attend] // kv_heads,
                      **parallelism.attention(profiled, context),
                      "nmse": float(np.sum(err ** 2) / np.sum(reference.astype(np.float64) ** 2)),

@@ -77,3 +77,23 @@ def test_default_model_decode_attention_is_a_short_chain_on_a_wide_grid(decode):
     assert decode["goal"]["decode_attention_parallel"]
     # The step's busiest SIMD-group of any dispatch (the prompt's short context).
     assert 0 < decode["max_simd_collectives"]["decode"] <= parallelism.GOALS["collectives_per_simdgroup"]
+
+
+def test_default_model_weight_bytes_are_credited_to_the_kernels_that_read_them(decode):
+    # The per-kernel bytes the Metal estimate uses (bench/decode_estimate.py): every byte
+    # the step's op calls read lands on a kernel the profiler saw dispatched.
+    step = decode["decode"]
+    kernels = {n: r["weight_bytes"] for n, r in step["kernels"].items()}
+    assert sum(kernels.values()) == pytest.approx(step["weight_bytes"], abs=len(kernels))
+    # The tied Q8_0 head: 49,152 x 576 weights at 34 bytes a 32-block.
+    assert kernels["quantized_matmul_bt_gemv16_q8_0_f32"] == 49152 * 576 * 34 // 32
+    # Q4_1 (20 bytes a 32-block): q|k|v 960 x 576 a layer; gate|up 3,072 x 576.
+    assert kernels["quantized_matmul_bt_concat_gemv16_q4_1_f32"] == 30 * 960 * 576 * 20 // 32
+    assert kernels["quantized_matmul_bt_swiglu_gemv16_q4_1_f32"] == 30 * 3072 * 576 * 20 // 32
+    assert kernels[next(n for n in kernels if n.startswith("paged_attention"))] == 0
+    # The estimate per context: the K/V bytes of f32 K and V (30 x 2 x 3 x 64 x 4 a position).
+    estimates = {e["context"]: e for e in decode["metal_estimate"]}
+    assert sorted(estimates) == [128, 512, 1024, 4096]
+    assert estimates[512]["kv_bytes"] == 512 * 30 * 2 * 3 * 64 * 4
+    assert estimates[512]["weight_bytes"] == pytest.approx(step["weight_bytes"], abs=len(kernels))
+    assert all(r["estimate_tok_s"] < r["bandwidth_tok_s"] for r in estimates[512]["chips"])
