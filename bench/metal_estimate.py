@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
 # GPU time of one small dispatch in a dependent chain: 5.16 us measured on an M2 Pro
-# (github.com/antonellof/ferrox/issues/149); no other chip's figure was found.
+# (github.com/antonellof/ferrox/issues/149, quoted in its PR #151); no other chip's
+# figure was found.
 PER_DISPATCH_SECONDS = 5.16e-6
 # One dependent step of a serial chain: a DRAM round trip (~0.4-0.6 us, not measured)
 # and its arithmetic; metal-perf-review.md's "mid" scenario.
@@ -68,6 +69,12 @@ CHIPS = (
     Chip("M2", 100.0, 10, "Apple M2 announcement, macrumors.com 2022-06-06", 21.91),
     Chip("M3 Pro", 150.0, 18, "Apple M3 Pro spec sheet, macrumors.com 2023-10-31", 30.74),
     Chip("M4 Max", 546.0, 40, "Apple M4 Max announcement, macrumors.com 2024-10-30", 83.06),
+)
+# Chips with published decode figures of 1B/8B models to check the estimate against
+# (bench/decode_estimate.py); bandwidth and cores as #4167's table gives them.
+CHECK_CHIPS = (
+    Chip("M2 Pro", 200.0, 16, "llama.cpp discussion #4167's table", 37.87),
+    Chip("M4", 120.0, 10, "llama.cpp discussion #4167's table", 24.11),
 )
 
 

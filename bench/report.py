@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from .decode_estimate import PUBLISHED
 from .generation import MIN_RUNS
 
 SIM_NOTE = "simulated: not a performance figure"
@@ -270,7 +271,27 @@ def _replayed_lines(c: Dict) -> List[str]:
                          [[chip, f"{row['bandwidth_gb_s']:g} x {row['efficiency']:.0%}", row["gpu_cores"]]
                           + [_estimate_cell(e["chips"][i]) for e in contexts]
                           for i, (chip, row) in enumerate(zip(chips, contexts[0]["chips"]))])]
+    models = c.get("model_estimates")
+    if models:
+        names = list(dict.fromkeys(m["model"] for m in models))
+        contexts = list(dict.fromkeys(m["context"] for m in models))
+        cell = {(m["model"], m["context"]): m for m in models}
+        lines += ["", "ESTIMATE, not a measurement: metalrt against mlx-lm from the same arithmetic "
+                  "(bench/decode_estimate.py; the 1B and 8B scaled from the default model's kernels "
+                  "at Q4_K_M, mlx-lm at 4-bit group 64 with bf16 K/V), tok/s metalrt / mlx-lm, beside "
+                  "published decode figures (short contexts: compare with the first column):",
+                  _table(["model", "chip"] + [f"{n} positions" for n in contexts] + ["published"],
+                         [[name, row["chip"]]
+                          + [f"{cell[name, n]['metalrt'][i]['estimate_tok_s']:.1f} / "
+                             f"{cell[name, n]['mlx_lm'][i]['estimate_tok_s']:.1f}" for n in contexts]
+                          + [_published(name, row["chip"])]
+                          for name in names for i, row in enumerate(cell[name, contexts[0]]["metalrt"])])]
     return lines
+
+
+def _published(model: str, chip: str) -> str:
+    return "; ".join(f"{what} {tps:g} ({src})" for m, c, what, tps, src in PUBLISHED
+                     if m == model and c == chip) or "none found"
 
 
 def _estimate_cell(row: Dict) -> str:

@@ -97,3 +97,11 @@ def test_default_model_weight_bytes_are_credited_to_the_kernels_that_read_them(d
     assert estimates[512]["kv_bytes"] == 512 * 30 * 2 * 3 * 64 * 4
     assert estimates[512]["weight_bytes"] == pytest.approx(step["weight_bytes"], abs=len(kernels))
     assert all(r["estimate_tok_s"] < r["bandwidth_tok_s"] for r in estimates[512]["chips"])
+    # metalrt beside mlx-lm for the default model and the 1B / 8B shapes, every chip.
+    models = {(m["model"], m["context"]): m for m in decode["model_estimates"]}
+    assert sorted(models) == [(n, c) for n in ("Llama-3.1-8B", "Llama-3.2-1B", "SmolLM2-135M")
+                              for c in (512, 4096)]
+    default = models["SmolLM2-135M", 512]
+    assert [r["estimate_tok_s"] for r in default["metalrt"][:4]] == [
+        r["estimate_tok_s"] for r in estimates[512]["chips"]]
+    assert all(r["estimate_tok_s"] > 0 for r in default["mlx_lm"])

@@ -2,13 +2,14 @@
 bytes at each chip's achieved bandwidth, the dispatch cost and the serial chains of small
 grids, printed as an estimate, never as a measurement, and
 the replayed-step goals bench/decode_pipeline.py checks in the profiler's event log."""
+import dataclasses
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repository's bench/
-from bench import decode_estimate, decode_pipeline, metal_estimate, report  # noqa: E402
+from bench import decode_estimate, decode_pipeline, metal_estimate, report, shapes_gguf  # noqa: E402
 
 
 M2_EFFICIENCY = 21.91 * 3.56 * 2 ** 30 / 100e9    # llama.cpp #4167's 7B Q4_0 decode on an M2
@@ -89,6 +90,55 @@ def test_decode_estimate_puts_the_context_into_the_attention_kernel():
     assert est["chips"] == metal_estimate.estimate(4_000_000, 16, 512_000, kernels)
 
 
+def _chip(name):
+    return next(c for c in metal_estimate.CHIPS + metal_estimate.CHECK_CHIPS if c.name == name)
+
+
+def test_mlx_lm_step_is_12_epochs_a_layer_at_4_5_bits_with_bf16_kv():
+    shape = decode_estimate.SMOLLM2_135M
+    ks = decode_estimate.mlx_lm_kernels(shape, 512, _chip("M2"))
+    assert sum(k.dispatches for k in ks) == 12 * 30 + 6
+    # Weights: 30 x (q|k|v 960 x 576 + o 576 x 576 + gate|up|down 3 x 1536 x 576) + the
+    # 49,152 x 576 head, at 4.5 bits; K/V: 30 layers x 512 x 2 x 3 x 64 x 2 bytes.
+    weights = (30 * (960 * 576 + 576 * 576 + 3 * 1536 * 576) + 49152 * 576) * 4.5 / 8
+    kv = 30 * 512 * 2 * 3 * 64 * 2
+    assert sum(k.bytes for k in ks) == pytest.approx(weights + kv, abs=8)
+    att = {k.name: k for k in ks}
+    # One pass at 512 positions: a 1,024-thread threadgroup per query head, 16 positions a SIMD-group.
+    assert att["sdpa_vector"] == metal_estimate.Kernel("sdpa_vector", 30, 270, 1024, kv, 16)
+    # Two passes at 4,096: 32 blocks of 8 SIMD-groups on an M2 (grouped heads), 64 on an M4 Max.
+    m2 = {k.name: k for k in decode_estimate.mlx_lm_kernels(shape, 4096, _chip("M2"))}
+    assert (m2["sdpa_vector_2pass_1"].threadgroups, m2["sdpa_vector_2pass_1"].serial_steps) == (30 * 9 * 32, 16)
+    big = {k.name: k for k in decode_estimate.mlx_lm_kernels(shape, 4096, _chip("M4 Max"))}
+    assert (big["sdpa_vector_2pass_1"].threadgroups, big["sdpa_vector_2pass_1"].serial_steps) == (30 * 9 * 64, 8)
+    assert "sdpa_vector_2pass_2" in big and "sdpa_vector" not in big
+
+
+def test_scaled_kernels_read_the_target_files_tensors():
+    att = {"context": 512, "positions_per_simdgroup": 16,
+           "grids": {"paged_attention_decode_f32": {"dispatches": 1, "threadgroups": 9,
+                                                    "last_threads_per_threadgroup": 1024,
+                                                    "max_simd_collectives": 20}}}
+    profile = _profile()
+    profile["quantized_matmul_bt_gemv16_q4_1_f32"]["dispatches"] = 1   # the LM head
+    base = dataclasses.replace(decode_estimate.SMOLLM2_135M, layers=2)
+    target = shapes_gguf.SHAPES["llama-3.1-8b"]
+    ks = {k.name: k for k in decode_estimate.scaled_kernels(profile, att, base, target)}
+    # The untied Q6_K head, 128,256 x 4,096 at 210 bytes a 256-block; its grid: rows / 8.
+    head = ks["quantized_matmul_bt_gemv16_q4_1_f32"]
+    assert (head.bytes, head.threadgroups) == (128256 * 4096 // 256 * 210, 960 * 128256 // 49152)
+    # 5 norms over 2 layers = 2 a layer + 1: 65 over 32 layers, f32 weights of 4,096.
+    assert (ks["rms_norm_row_f32"].dispatches, ks["rms_norm_row_f32"].bytes) == (65, 65 * 4096 * 4)
+    argmax = ks["greedy_argmax_row_f32"]
+    assert (argmax.threadgroups, argmax.serial_steps) == (32, 16)   # ceil(128,256 / 4,096) chunks
+    # Attention: a threadgroup per query head, 8 kv heads x 128 of f32 K and V per position.
+    attn = ks["paged_attention_decode_f32"]
+    assert (attn.dispatches, attn.threadgroups, attn.serial_steps) == (32, 32 * 32, 16)
+    assert attn.bytes == 512 * 32 * 2 * 8 * 128 * 4
+    f16 = decode_estimate.scaled_kernels(profile, att, base, target, ("float16", "float16"))
+    assert next(k for k in f16 if k.name == attn.name).bytes == attn.bytes // 2
+
+
 def test_report_labels_the_estimate():
     att = {"context": 512, "positions_per_simdgroup": 16,
            "grids": {"paged_attention_decode_f32": {"dispatches": 1, "threadgroups": 9,
@@ -98,6 +148,15 @@ def test_report_labels_the_estimate():
     text = "\n".join(report._replayed_lines(counters))
     assert "ESTIMATE, not a measurement" in text and "4.00 MB of weights" in text
     assert "512 pos (16 disp, 0.5 MB K/V)" in text and "100 x 84%" in text and "M4 Max" in text
+    counters["model_estimates"] = [
+        {"model": "Llama-3.2-1B", "context": 512,
+         "metalrt": metal_estimate.estimate(10**9, 200, chips=[_chip("M4 Max")]),
+         "mlx_lm": metal_estimate.estimate(10**9, 300, chips=[_chip("M4 Max")])}]
+    text = "\n".join(report._replayed_lines(counters))
+    assert "metalrt against mlx-lm from the same arithmetic" in text
+    row = next(line for line in text.splitlines() if line.startswith("| Llama-3.2-1B"))
+    mine = metal_estimate.estimate(10**9, 200, chips=[_chip("M4 Max")])[0]["estimate_tok_s"]
+    assert f"{mine:.1f} / " in row and "464" in row and "vllm-mlx" in row
 
 
 def test_event_order_goal():
