@@ -40,7 +40,7 @@ from typing import Dict, List, Optional, Sequence
 
 import metalrt
 from metalrt import ops, profiler, providers
-from metalrt.cache import blocks_for, kv_types
+from metalrt.cache import BLOCK_SIZE, blocks_for
 from metalrt.loaders.gguf_file import GGUFFile
 from metalrt.runner import Engine, SamplingParams
 
@@ -182,7 +182,8 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3,
     decode = decodes[-1]
     reference_ops = sorted(n for n, r in decode["ops"].items() if not r["native"])
     attention = attention_grid.measure(model.config["num_attention_heads"], model.num_kv_heads,
-                                       model.head_dim, model.dtype)
+                                       model.head_dim, model.dtype, kv_dtype=model.kv_type[0])
+    kv_per_position = cache.nbytes // (cache.num_blocks * BLOCK_SIZE)   # all layers' K and V
     waiting_ops = {n: r["waits"] for n, r in decode["ops"].items() if r["waits"]}
     argmax_loads = parallelism.argmax_loads_per_thread(decode["kernels"], 1, model.vocab_size)
     return {
@@ -194,10 +195,11 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3,
         "decode": decode,
         "decode_warmup": decodes[:-1],
         "replayed_decode": decode_pipeline.measure(model, prompt_ids),
+        "kv_type": list(model.kv_type),
+        "kv_bytes_per_position_per_layer": kv_per_position // model.num_layers,
+        "device_bytes_per_step_at_4096": decode["weight_bytes"] + 4096 * kv_per_position,
         "metal_estimate": decode_estimate.metalrt_estimate(
-            decode["kernels"], attention, model.num_layers,
-            kv_types.bytes_per_token(model.kv_type, model.num_kv_heads, model.head_dim, model.num_layers),
-            model.vocab_size),
+            decode["kernels"], attention, model.num_layers, kv_per_position, model.vocab_size),
         "model_estimates": decode_estimate.model_estimates(decode["kernels"], attention, model.kv_type),
         "weight_bytes_resident": weight_bytes.resident_bytes(weights),
         "decode_attention": attention,
