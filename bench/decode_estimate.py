@@ -1,11 +1,20 @@
-"""The inputs of ``bench/metal_estimate.py`` for metalrt's decode step, from what the
-simulated device counted: the kernel rows of one decode step (``bench/counters.py``:
-dispatches, threadgroups, threads per threadgroup, the busiest SIMD-group's
-collectives, the weight bytes credited to each kernel), with the decode attention's
-grid re-measured at the estimate's context (``bench/attention_grid.py``) and the K/V
-bytes that context reads. Serial steps: the positions one SIMD-group walks for the
-attention, the serial loads of one thread for the argmax's scan, the busiest
-SIMD-group's collectives for every other kernel."""
+"""The inputs of ``bench/metal_estimate.py``, so that metalrt's decode step and mlx-lm's
+go through the same arithmetic.
+
+* metalrt, from what the simulated device counted: the kernel rows of one decode step
+  (``bench/counters.py``: dispatches, threadgroups, threads per threadgroup, the busiest
+  SIMD-group's collectives, the weight bytes credited to each kernel), with the decode
+  attention's grid re-measured at the estimate's context (``bench/attention_grid.py``)
+  and the K/V bytes that context reads (``metalrt_kernels``); at the 1B and 8B shapes of
+  ``bench/shapes_gguf.py``, those rows scaled by shape (``scaled_kernels``). Serial
+  steps: the positions one SIMD-group walks for the attention, the serial loads of one
+  thread for the argmax's scan, the busiest SIMD-group's collectives for every other
+  kernel.
+* mlx-lm, from its op count as the Metal performance review read it
+  (``mlx_lm_kernels``).
+
+``model_estimates`` puts both beside each other per model, context and chip; PUBLISHED
+holds the figures they are checked against (docs/benchmarks.md §3)."""
 from __future__ import annotations
 
 from typing import Dict, List, Mapping
