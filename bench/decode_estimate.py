@@ -17,7 +17,8 @@ go through the same arithmetic.
 holds the figures they are checked against (docs/benchmarks.md §3)."""
 from __future__ import annotations
 
-from typing import Dict, List, Mapping
+import dataclasses
+from typing import Dict, List, Mapping, Tuple
 
 from metalrt.cache import kv_types
 
@@ -105,17 +106,60 @@ def _rows(shape: shapes_gguf.Shape, what: str) -> int:
             "hidden": shape.hidden, "vocab": shape.vocab}[what]
 
 
-def _tensor_bytes(shape: shapes_gguf.Shape, quant: str) -> Dict[str, int]:
-    """{GGUF name without blk.N.: bytes summed over the layers} of a Q4_K_M/Q8_0 file."""
-    out: Dict[str, int] = {}
+def _tensors(shape: shapes_gguf.Shape, quant: str) -> List[Tuple[int, str, str, int]]:
+    """(layer or -1, GGUF name without blk.N. and .weight, type, bytes) of every tensor of
+    a Q4_K_M/Q8_0 file at ``shape``."""
+    out = []
     for name, dims, kind in shapes_gguf.tensor_plan(shape, quant):
         count = 1
         for d in dims:
             count *= d
         size = count * 4 if kind == "F32" else count // shapes_gguf.BLOCKS[kind][0] * shapes_gguf.BLOCKS[kind][1]
-        key = name.split(".", 2)[2] if name.startswith("blk.") else name
-        out[key.removesuffix(".weight")] = out.get(key.removesuffix(".weight"), 0) + size
+        layer, key = (int(name.split(".")[1]), name.split(".", 2)[2]) if name.startswith("blk.") else (-1, name)
+        out.append((layer, key.removesuffix(".weight"), kind, size))
     return out
+
+
+def _tensor_bytes(tensors, layers=None) -> Dict[str, int]:
+    """{name: bytes summed over ``layers`` (None: all, and the tensors outside them)}."""
+    out: Dict[str, int] = {}
+    for layer, key, _, size in tensors:
+        if layers is None or layer in layers:
+            out[key] = out.get(key, 0) + size
+    return out
+
+
+def _mixed_qkv_layers(tensors) -> List[int]:
+    """Layers whose q, k and v differ in type: metalrt projects them apart (no concatenated
+    GEMV), then runs RoPE and the cache write apart (no qkv_rope_cache)."""
+    kinds: Dict[int, set] = {}
+    for layer, key, kind, _ in tensors:
+        if key in ("attn_q", "attn_k", "attn_v"):
+            kinds.setdefault(layer, set()).add(kind)
+    return sorted(layer for layer, k in kinds.items() if len(k) > 1)
+
+
+def _split_mixed_layers(rows: List[Kernel], tensors, layers: int) -> List[Kernel]:
+    """``rows`` with the mixed layers' (``_mixed_qkv_layers``) concatenated GEMV and
+    qkv_rope_cache dispatches replaced by what the simulated device runs there
+    (tests/python/test_decode_proxies_1b.py): 3 GEMVs, 2 RoPE dispatches (q, k) and the
+    cache write, one threadgroup each like qkv_rope_cache."""
+    mixed = _mixed_qkv_layers(tensors)
+    concat = next((k for k in rows if k.name.startswith("quantized_matmul_bt_concat_gemv16")), None)
+    rope = next((k for k in rows if k.name.startswith("qkv_rope_cache")), None)
+    if not mixed or concat is None or rope is None:
+        return rows
+    by = {k.name: k for k in rows}
+    apart = sum(_tensor_bytes(tensors, set(mixed)).get(t, 0) for t in ("attn_q", "attn_k", "attn_v"))
+    m, tgs = len(mixed), concat.threadgroups // concat.dispatches
+    by[concat.name] = dataclasses.replace(concat, dispatches=layers - m, threadgroups=(layers - m) * tgs,
+                                          bytes=concat.bytes - apart)
+    by[rope.name] = dataclasses.replace(rope, dispatches=layers - m, threadgroups=layers - m)
+    extra = [Kernel("quantized_matmul_bt_gemv16 (q, k, v apart)", 3 * m, m * tgs,
+                    concat.threads_per_threadgroup, apart, concat.serial_steps),
+             Kernel("rope_interleaved", 2 * m, 2 * m, rope.threads_per_threadgroup, 0, rope.serial_steps),
+             Kernel("reshape_and_cache", m, m, rope.threads_per_threadgroup, 0, rope.serial_steps)]
+    return list(by.values()) + extra
 
 
 def scaled_kernels(kernels: Mapping[str, Mapping], attention: Mapping, base: shapes_gguf.Shape,
@@ -129,8 +173,10 @@ def scaled_kernels(kernels: Mapping[str, Mapping], attention: Mapping, base: sha
     the attention's threadgroups follow the query heads (one SIMD-group row per query
     head, as measured) at the same positions per SIMD-group, reading the target's K/V of
     ``kv_type``;
-    the argmax scans ceil(vocab / 4,096) chunks at 16 loads a thread (metal/row_args.h)."""
-    tensors = _tensor_bytes(target, quant)
+    the argmax scans ceil(vocab / 4,096) chunks at 16 loads a thread (metal/row_args.h);
+    layers whose q, k and v differ in type run apart (``_split_mixed_layers``)."""
+    plan = _tensors(target, quant)
+    tensors = _tensor_bytes(plan)
     head = tensors["token_embd" if target.tied else "output"]
     rows = []
     for name, r in kernels.items():
@@ -151,6 +197,7 @@ def scaled_kernels(kernels: Mapping[str, Mapping], attention: Mapping, base: sha
         elif name.startswith(parallelism.ARGMAX_KERNEL):
             tgs, steps = -(-target.vocab // 4096), 16
         rows.append(Kernel(name, n, n * tgs, r["last_threads_per_threadgroup"], nbytes, steps))
+    rows = _split_mixed_layers(rows, plan, target.layers)
     kv = attention["context"] * kv_types.bytes_per_token(kv_type, target.kv_heads,
                                                          target.head_dim, target.layers)
     for name, g in attention["grids"].items():

@@ -19,6 +19,7 @@ positions x 3 heads' simd_sum). Cause 2: the Metal device's KV cache is float16 
 (768 bytes a position and layer, 190.9 MB read a step at 4,096 positions; float32 took
 1,536 and 285.3 MB). The weight bytes credited to each kernel and the per-chip estimate
 they feed (bench/decode_estimate.py)."""
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -29,7 +30,7 @@ import metalrt
 import decode_proxy_gates
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repository's bench/
-from bench import counters, parallelism  # noqa: E402
+from bench import counters, decode_estimate, parallelism, shapes_gguf  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not metalrt.is_available("metal"), reason="needs a Metal device")
 
@@ -113,3 +114,16 @@ def test_default_model_kv_cache_is_float16_on_metal(decode):
     assert decode["device_bytes_per_step_at_4096"] < 191_000_000
     # The step's attention read the f16 cache natively (no reference-tier op).
     assert decode["decode"]["ops"]["paged_attention"]["native"] and not decode["goal"]["reference_tier_ops"]
+
+
+def test_the_1b_estimate_scaled_from_this_step_reads_what_the_1b_cut_measured(decode):
+    # bench/decode_estimate.scaled_kernels at test_decode_proxies_1b's cut (3 layers of
+    # Llama-3.2-1B, 16,384 entries, Q4_K_M): the weight bytes and dispatches its decode
+    # step measured on the simulated device, 139,404,944 and 37 (12 + 12 + 8 + 5).
+    cut = dataclasses.replace(shapes_gguf.shape_of("llama-3.2-1b", 3), vocab=16384)
+    attention = {r["context"]: r for r in decode["decode_attention"]}[512]
+    ks = decode_estimate.scaled_kernels(decode["decode"]["kernels"], attention,
+                                        decode_estimate.SMOLLM2_135M, cut, tuple(decode["kv_type"]))
+    kv = 512 * 3 * 2 * 8 * 64 * 2
+    assert sum(k.bytes for k in ks) - kv == 139_404_944
+    assert sum(k.dispatches for k in ks) == 37

@@ -44,6 +44,9 @@ def test_1b_shape_decode_step_dispatches(decode):
     assert step["dispatches_per_layer"] == [8, 12]
     # 12 + 12 + 8 + embedding, final norm, LM head and the two-level argmax's 2.
     assert step["dispatches"] == 12 + 12 + 8 + 5
+    # The Q4_K/Q6_K bytes of the cut's tensors, once (test_decode_dispatches scales the
+    # default model's step to this cut and gets the same).
+    assert step["weight_bytes"] == 139_404_944
     assert decode["goal"]["reference_tier_ops"] == [] and step["allocated_bytes"] == 0
 
 
