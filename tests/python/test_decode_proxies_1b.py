@@ -3,7 +3,7 @@
 the Metal device (the simulated one without an Apple GPU), gated like the default
 model's (test_decode_dispatches.py). The model is a cut: 3 of the 16 layers and 16,384
 of the 128,256 vocabulary entries (the two-level argmax still scans 4 chunks), a
-bench/shapes_gguf.py Q4_K_M file with random weights written once per run (~110 MB,
+bench/shapes_gguf.py Q4_K_M file with random weights written once per run (~140 MB,
 ~2 s). Its prompt is one token: a 4-token prefill through the K-quant GEMMs at these
 shapes takes ~70 s on the simulated device, a decode step ~1 s. Proxies: decode
 attention's SIMD-groups at 512 positions (>= 256), the positions one SIMD-group walks
