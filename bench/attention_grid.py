@@ -19,6 +19,7 @@ from . import parallelism
 
 CONTEXTS = (128, 512, 1024, 4096)
 BLOCK_SIZE = 16
+KV_ROUNDING = {"float32": np.float32, "float16": np.float16}   # cache types measured here
 
 
 def _batch(context: int, heads: int, kv_heads: int, head_dim: int, seed: int):
@@ -32,17 +33,26 @@ def _batch(context: int, heads: int, kv_heads: int, head_dim: int, seed: int):
 
 
 def measure(heads: int, kv_heads: int, head_dim: int, dtype: str = "float32",
-            contexts: Sequence[int] = CONTEXTS) -> List[Dict]:
-    """One row per context: kernels {name: threadgroups}, threadgroups per (request, kv
+            contexts: Sequence[int] = CONTEXTS, kv_dtype: str = None) -> List[Dict]:
+    """One row per context (queries in ``dtype``, the K/V cache in ``kv_dtype``, default
+    ``dtype``; float32 or float16, else ValueError): kernels {name: threadgroups}, grids {name: the profiler
+    row's dispatches, threadgroups, last_threads_per_threadgroup, max_simd_collectives},
+    threadgroups per (request, kv
     head) of the attending kernel, its ``parallelism.attention`` proxies, NMSE and worst
     absolute error against the CPU."""
+    kv_dtype = kv_dtype or dtype
+    if kv_dtype not in KV_ROUNDING:
+        raise ValueError(f"[attention grid] kv_dtype must be one of {sorted(KV_ROUNDING)}, got {kv_dtype!r}")
     rows = []
     scale = head_dim ** -0.5
     for context in contexts:
-        arrays = _batch(context, heads, kv_heads, head_dim, seed=context)
+        arrays = list(_batch(context, heads, kv_heads, head_dim, seed=context))
+        # The reference reads the K/V the cache holds: rounded to its type.
+        arrays[1:3] = [a.astype(KV_ROUNDING[kv_dtype]).astype(np.float32) for a in arrays[1:3]]
         reference = ops.paged_attention(*[metalrt.asarray(a) for a in arrays], scale).numpy()
-        on_metal = [metalrt.asarray(a, device="metal", dtype=dtype if a.dtype == np.float32 else None)
-                    for a in arrays]
+        on_metal = [metalrt.asarray(a, device="metal", dtype=(kv_dtype if i in (1, 2) else dtype)
+                                    if a.dtype == np.float32 else None)
+                    for i, a in enumerate(arrays)]
         was = profiler.enabled()
         profiler.enable(True)
         profiler.reset()
@@ -54,7 +64,10 @@ def measure(heads: int, kv_heads: int, head_dim: int, dtype: str = "float32",
         kernels = {n: r["threadgroups"] for n, r in profiled.items() if n.startswith("paged_attention")}
         attend = next(n for n in kernels if "merge" not in n)
         err = got - reference
-        rows.append({"context": context, "kernels": kernels,
+        grids = {n: {k: r[k] for k in ("dispatches", "threadgroups", "last_threads_per_threadgroup",
+                                        "max_simd_collectives")}
+                 for n, r in profiled.items() if n.startswith("paged_attention")}
+        rows.append({"context": context, "kernels": kernels, "grids": grids,
                      "threadgroups_per_kv_head": kernels[attend] // kv_heads,
                      **parallelism.attention(profiled, context),
                      "nmse": float(np.sum(err ** 2) / np.sum(reference.astype(np.float64) ** 2)),

@@ -40,11 +40,11 @@ from typing import Dict, List, Optional, Sequence
 
 import metalrt
 from metalrt import ops, profiler, providers
-from metalrt.cache import blocks_for
+from metalrt.cache import BLOCK_SIZE, blocks_for
 from metalrt.loaders.gguf_file import GGUFFile
 from metalrt.runner import Engine, SamplingParams
 
-from . import attention_grid, decode_pipeline, metal_estimate, parallelism, weight_bytes
+from . import attention_grid, decode_estimate, decode_pipeline, parallelism, weight_bytes
 from .generation import emit
 
 DEFAULT_MAX_DISPATCHES = 48   # the command stream's cap unless METALRT_MAX_DISPATCHES is set
@@ -62,25 +62,41 @@ def _delta(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:
     return {k: after[k] - before[k] for k in after}
 
 
+def _kernel_threadgroups() -> Dict[str, int]:
+    return {r["name"]: r["threadgroups"] for r in profiler.rows() if r["name"] != "total"}
+
+
 class _Recorder:
     """Profiler deltas of every op call and of every decoder layer during one step, and
-    the weight bytes the op calls read (``weight_bytes``)."""
+    the weight bytes the op calls read (``weight_bytes``), also by the kernel that read
+    them (``kernel_bytes``: an op call's bytes go to the kernels it dispatched, shared
+    by their threadgroups)."""
 
     def __init__(self, weights: Dict[int, object]):
         self.ops: Dict[str, Dict[str, int]] = {}
         self.layers: List[Dict[str, int]] = []
         self.weights, self.weight_bytes = weights, 0
+        self.kernel_bytes: Dict[str, float] = {}
         self.deferred_bytes = []    # expert GEMMs: counted from their ids after the step
+
+    def _credit(self, nbytes: int, before: Dict[str, int]) -> None:
+        grown = {n: tgs - before.get(n, 0) for n, tgs in _kernel_threadgroups().items()}
+        grown = {n: d for n, d in grown.items() if d > 0}
+        for n, d in grown.items():
+            self.kernel_bytes[n] = self.kernel_bytes.get(n, 0) + nbytes * d / sum(grown.values())
 
     def op(self, name, fn):
         def wrapped(*args, **kwargs):
+            nbytes = 0
             if name == "moe_matmul_bt":
                 self.deferred_bytes.append(weight_bytes.selected_expert_bytes(args, kwargs, self.weights))
             else:
-                self.weight_bytes += weight_bytes.bytes_read(name, args, kwargs, self.weights)
-            before = _totals()
+                nbytes = weight_bytes.bytes_read(name, args, kwargs, self.weights)
+                self.weight_bytes += nbytes
+            before, tgs = _totals(), _kernel_threadgroups()
             result = fn(*args, **kwargs)
             d = _delta(before, _totals())
+            self._credit(nbytes, tgs)
             row = self.ops.setdefault(name, {"calls": 0, "waits": 0, "commits": 0, "dispatches": 0})
             row["calls"] += 1
             for k in ("waits", "commits", "dispatches"):
@@ -137,7 +153,8 @@ def _step(engine: Engine, model, weights: Dict[int, object]) -> Dict:
         "waits_per_layer": recorder.layers[0]["waits"] if recorder.layers else 0,
         "weight_bytes": recorder.weight_bytes,
         "ops": per_op,
-        "kernels": parallelism.kernel_rows(profiler.rows()),
+        "kernels": {n: dict(r, weight_bytes=round(recorder.kernel_bytes.get(n, 0)))
+                    for n, r in parallelism.kernel_rows(profiler.rows()).items()},
     }
 
 
@@ -165,7 +182,8 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3,
     decode = decodes[-1]
     reference_ops = sorted(n for n, r in decode["ops"].items() if not r["native"])
     attention = attention_grid.measure(model.config["num_attention_heads"], model.num_kv_heads,
-                                       model.head_dim, model.dtype)
+                                       model.head_dim, model.dtype, kv_dtype=model.kv_type[0])
+    kv_per_position = cache.nbytes // (cache.num_blocks * BLOCK_SIZE)   # all layers' K and V
     waiting_ops = {n: r["waits"] for n, r in decode["ops"].items() if r["waits"]}
     argmax_loads = parallelism.argmax_loads_per_thread(decode["kernels"], 1, model.vocab_size)
     return {
@@ -177,8 +195,12 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3,
         "decode": decode,
         "decode_warmup": decodes[:-1],
         "replayed_decode": decode_pipeline.measure(model, prompt_ids),
-        "metal_estimate": metal_estimate.estimate(decode["weight_bytes"], decode["dispatches"]),
-        "per_dispatch_seconds": metal_estimate.PER_DISPATCH_SECONDS,
+        "kv_type": list(model.kv_type),
+        "kv_bytes_per_position_per_layer": kv_per_position // model.num_layers,
+        "device_bytes_per_step_at_4096": decode["weight_bytes"] + 4096 * kv_per_position,
+        "metal_estimate": decode_estimate.metalrt_estimate(
+            decode["kernels"], attention, model.num_layers, kv_per_position, model.vocab_size),
+        "model_estimates": decode_estimate.model_estimates(decode["kernels"], attention, model.kv_type),
         "weight_bytes_resident": weight_bytes.resident_bytes(weights),
         "decode_attention": attention,
         "argmax_loads_per_thread": argmax_loads,

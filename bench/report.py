@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from .decode_estimate import PUBLISHED
 from .generation import MIN_RUNS
 
 SIM_NOTE = "simulated: not a performance figure"
@@ -257,20 +258,45 @@ def _replayed_lines(c: Dict) -> List[str]:
                   f"{w['commits_at_flush']}/{w['commits_at_synchronize']} cap/flush/sync); next "
                   f"step committed before the read: {g['next_step_committed_before_read']}; "
                   f"0 bytes: {g['zero_bytes_after_warmup']}"]
-    rows = c.get("metal_estimate")
-    if rows:
-        decode = c["decode"]
-        lines += ["", f"ESTIMATE, not a measurement: decode tok/s from {decode['weight_bytes'] / 1e6:.2f} "
-                  f"MB read and {decode['dispatches']} dispatches per step at "
-                  f"{c['per_dispatch_seconds'] * 1e6:.0f} us each (bench/metal_estimate.py):",
-                  _table(["chip", "GB/s", "GPU cores", "roofline tok/s", "estimate tok/s",
-                          "dispatch share", "mlx-lm published"],
-                         [[e["chip"], f"{e['bandwidth_gb_s']:g}", e["gpu_cores"],
-                           f"{e['roofline_tok_s']:.0f}", f"{e['estimate_tok_s']:.0f}",
-                           f"{e['dispatch_share']:.0%}",
-                           "none found" if e["mlx_lm_published_tok_s"] is None
-                           else f"{e['mlx_lm_published_tok_s']:g}"] for e in rows])]
+    contexts = [e for e in c.get("metal_estimate") or () if "chips" in e]   # older results: chip rows
+    if contexts:
+        chips = [r["chip"] for r in contexts[0]["chips"]]
+        lines += ["", f"ESTIMATE, not a measurement (bench/metal_estimate.py): decode tok/s per chip "
+                  f"from the step's counted kernels ({contexts[0]['weight_bytes'] / 1e6:.2f} MB of "
+                  f"weights) at each context's K/V bytes and attention grid; in brackets the shares "
+                  f"of dispatch cost / bytes / serial chains:",
+                  _table(["chip", "GB/s x efficiency", "cores"]
+                         + [f"{e['context']} pos ({e['dispatches']} disp, {e['kv_bytes'] / 1e6:.1f} MB K/V)"
+                            for e in contexts],
+                         [[chip, f"{row['bandwidth_gb_s']:g} x {row['efficiency']:.0%}", row["gpu_cores"]]
+                          + [_estimate_cell(e["chips"][i]) for e in contexts]
+                          for i, (chip, row) in enumerate(zip(chips, contexts[0]["chips"]))])]
+    models = c.get("model_estimates")
+    if models:
+        names = list(dict.fromkeys(m["model"] for m in models))
+        contexts = list(dict.fromkeys(m["context"] for m in models))
+        cell = {(m["model"], m["context"]): m for m in models}
+        lines += ["", "ESTIMATE, not a measurement: metalrt against mlx-lm from the same arithmetic "
+                  "(bench/decode_estimate.py; the 1B and 8B scaled from the default model's kernels "
+                  "at Q4_K_M, mlx-lm at 4-bit group 64 with bf16 K/V), tok/s metalrt / mlx-lm, beside "
+                  "published decode figures (short contexts: compare with the first column):",
+                  _table(["model", "chip"] + [f"{n} positions" for n in contexts] + ["published"],
+                         [[name, row["chip"]]
+                          + [f"{cell[name, n]['metalrt'][i]['estimate_tok_s']:.1f} / "
+                             f"{cell[name, n]['mlx_lm'][i]['estimate_tok_s']:.1f}" for n in contexts]
+                          + [_published(name, row["chip"])]
+                          for name in names for i, row in enumerate(cell[name, contexts[0]]["metalrt"])])]
     return lines
+
+
+def _published(model: str, chip: str) -> str:
+    return "; ".join(f"{what} {tps:g} ({src})" for m, c, what, tps, src in PUBLISHED
+                     if m == model and c == chip) or "none found"
+
+
+def _estimate_cell(row: Dict) -> str:
+    return (f"{row['estimate_tok_s']:.0f} ({row['dispatch_share']:.0%}/{row['memory_share']:.0%}/"
+            f"{row['chain_share']:.0%})")
 
 
 def _busy(env: Dict) -> str:

@@ -2,7 +2,8 @@
 
 Left: decode tok/s against the weight bytes a decode token reads, one marker per engine and
 result file at its main thread count, with each file's bandwidth roofline (probe GB/s /
-bytes per token); the Metal roofline per chip of ``bench/metal_estimate.py`` (an estimate,
+bytes per token); per chip the bytes at the bandwidth llama.cpp achieves there, from
+``bench/metal_estimate.py`` (an estimate,
 never a measurement) and published llama.cpp / mlx-lm decode figures on Apple chips
 (PUBLISHED; cited in docs/benchmarks.md). Right: decode tok/s against threads per model
 and engine, one curve per result file.
@@ -130,13 +131,16 @@ def render(results: List[Tuple[str, Dict]]):
             right.plot([t for t, _ in curve], [v for _, v in curve],
                        ENGINE_MARKERS.get(engine, "x") + ("--" if engine != "metalrt" else "-"),
                        label=f"{model} {engine} - {label}")
-    # Bandwidth only (no dispatch count is known at these shapes): an upper bound.
+    # Bytes at the achieved bandwidth only (no dispatch count is known at these shapes):
+    # an upper bound.
     estimates = [metal_estimate.estimate(int(x * 1e9), 0) for x in grid]
     for i, chip in enumerate(metal_estimate.CHIPS):
-        left.plot(grid, [rows[i]["roofline_tok_s"] for rows in estimates], ":", color="grey",
+        left.plot(grid, [rows[i]["bandwidth_tok_s"] for rows in estimates], ":", color="grey",
                   lw=0.8, gid=f"Metal estimate {chip.name}",
-                  label="Metal estimate per chip (bandwidth / bytes; not measured)" if i == 0 else None)
-        left.annotate(f"Metal estimate {chip.name}", (grid[0], chip.bandwidth_gb_s / grid[0]),
+                  label="Metal estimate per chip (achieved bandwidth / bytes; not measured)"
+                  if i == 0 else None)
+        left.annotate(f"Metal estimate {chip.name}",
+                      (grid[0], chip.bandwidth_gb_s * chip.efficiency / grid[0]),
                       fontsize=7, color="grey", ha="left", va="bottom")
     for engine, marker in (("llama.cpp", "P"), ("mlx-lm", "*")):
         mine = [p for p in PUBLISHED if p[0] == engine]

@@ -86,7 +86,8 @@ def load(path: Optional[str] = None, device: str = "auto", dtype: str = "float32
     ``verbose``: a ``tqdm`` bar on standard error of the weight files' bytes read and
     the rate: True always, None (the default) only when standard error is a terminal,
     False never (``metalrt.loaders.load_progress``). ``kv_type``: the KV cache's element
-    types (llama.cpp's -ctk / -ctv): None (the model's dtype), one of "float32",
+    types (llama.cpp's -ctk / -ctv): None (float16 on Metal for a float32 model, else the
+    model's dtype: ``kv_types.device_default``), one of "float32",
     "float16", "bfloat16", "q8_0", "q4_0" (or f32 / f16 / bf16) for keys and values, or
     a (key, value) pair such as ("q8_0", "f16") (``metalrt.cache.kv_types``).
     ``layers``: (start, stop), build only those layers (a pipeline stage:

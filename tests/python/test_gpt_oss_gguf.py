@@ -36,8 +36,8 @@ def reference():
 
 
 @functools.lru_cache(maxsize=None)
-def loaded(device, kind="f32"):
-    return metalrt.load(str(fixtures.fixture()[kind]), device=device)
+def loaded(device, kind="f32", kv_type=None):
+    return metalrt.load(str(fixtures.fixture()[kind]), device=device, kv_type=kv_type)
 
 
 def prompt(length, seed):
@@ -84,7 +84,10 @@ def test_gguf_matches_the_directory_and_transformers(length, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_greedy_tokens_match_transformers(device):
-    model, tokenizer = loaded(device)
+    # A float32 cache, as transformers computes: this random twin's 11th token is a near
+    # tie (top-2 logits 8.5e-5 apart, 1.5e-5 of their range), which the Metal default's
+    # float16 cache (logits within 1e-4 of the range, test_gguf_matches_...) flips.
+    model, tokenizer = loaded(device, kv_type="float32")
     ids = prompt(40, 1)
     with torch.no_grad():
         expected = reference().generate(torch.tensor([ids]), max_new_tokens=GREEDY_TOKENS,

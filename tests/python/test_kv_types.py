@@ -288,8 +288,9 @@ def test_default_model_logits_per_kv_type(kv_type, f32_logits):
                                               pytest.param("metal", "q8_0", marks=requires_metal)])
 def test_greedy_reference_per_kv_type(device, kv_type):
     """test_default_model_generation's hidden-prompt reference with each KV type (on
-    Metal, ~65 s on the simulated device, q8_0 alone: float16 and bfloat16 caches take the
-    same kernels' float loads, and held there too when run)."""
+    Metal, ~65 s on the simulated device, q8_0 alone: float16 is the Metal default, which
+    test_default_model_generation runs, and bfloat16 takes the same kernels' float loads
+    and held there too when run)."""
     model, tokenizer = metalrt.load(device=device, kv_type=kv_type)
     metalrt.providers.reset_stats()
     tokens = [r.token for r in metalrt.stream_generate(model, tokenizer, "Once upon a time", max_tokens=10)]
@@ -331,3 +332,22 @@ def test_serve_kv_type_setting():
     assert parser.parse_args([]).kv_type is None
     with pytest.raises(ValueError, match=r"unknown KV cache type 'q5_0'"):
         build_app(device="cpu", kv_type="q5_0")
+
+
+def test_metal_default_kv_type_is_float16_for_a_float32_model():
+    """Issue 40 cause 2: half the K/V bytes a Metal decode step reads; the CPU and models
+    computing in 16 bits keep their dtype."""
+    assert kv_types.device_default("metal", "float32") == "float16"
+    assert kv_types.device_default("metal", "bfloat16") == "bfloat16"
+    assert kv_types.device_default("cpu", "float32") == "float32"
+    cpu, _ = metalrt.load(device="cpu")
+    assert cpu.kv_type == ("float32", "float32")
+    if metalrt.is_available("metal"):
+        model, _ = metalrt.load(device="metal")
+        assert model.kv_type == ("float16", "float16")
+        cache = model.new_cache(4)
+        assert cache.nbytes == 4 * 16 * kv_types.bytes_per_token(("float16", "float16"), 3, 64, 30)
+        model.set_kv_type("float32")
+        assert model.kv_type == ("float32", "float32")
+        model.set_kv_type(None)
+        assert model.kv_type == ("float16", "float16")

@@ -41,6 +41,15 @@ def _one(name, head_dim: int) -> str:
     return canonical
 
 
+def device_default(device: str, dtype: str) -> str:
+    """The KV type a model's caches take unless told otherwise: float16 on the Metal
+    device for a float32 model (half the K/V bytes a decode step reads; the attention
+    kernels load the f16 rows and accumulate in f32), else the model's ``dtype``. The
+    CPU keeps the model's dtype: its kernels convert an f16 cache a block at a time,
+    which is slower than reading f32 (docs/cpu.md)."""
+    return "float16" if device == "metal" and dtype == "float32" else dtype
+
+
 def parse_kv_type(kv_type: KvTypeArg, head_dim: int, default: str) -> Tuple[str, str]:
     """(key type, value type) of a ``kv_type`` argument: None (both ``default``, the
     model's dtype), one name for both sides, or a (key, value) pair of names; names are
@@ -58,7 +67,8 @@ def parse_kv_type(kv_type: KvTypeArg, head_dim: int, default: str) -> Tuple[str,
 
 KV_TYPE_HELP = ("the KV cache's element type: float32, float16, bfloat16, q8_0 or q4_0 (or "
                 "f32, f16, bf16), or KEY,VALUE to type the keys and values apart (e.g. "
-                "q8_0,f16; llama.cpp's -ctk / -ctv); default: the model's dtype")
+                "q8_0,f16; llama.cpp's -ctk / -ctv); default: float16 on the Metal device "
+                "for a float32 model, else the model's dtype")
 
 
 def from_text(text: str) -> KvTypeArg:

@@ -15,7 +15,7 @@ from metalrt import ops
 
 from ..cache import (BLOCK_SIZE, ModelCache, ScheduledChunk, StepInputs, blocks_for, build_step,
                      paged_kv_layers)
-from ..cache.kv_types import parse_kv_type
+from ..cache.kv_types import device_default, parse_kv_type
 from ..cache.window import window_blocks_per_sequence
 from ..tensor import check_int_range, is_int
 from .attention import Attention
@@ -77,14 +77,15 @@ class CausalLM:
         self.context_length = config_int(config, "max_position_embeddings", self.arch, None)
         self.layer_start, self.layer_stop = 0, shape.num_layers
         self._cache: Optional[ModelCache] = None
-        self.kv_type = (dtype, dtype)
+        self.kv_type = parse_kv_type(None, shape.head_dim, device_default(device, dtype))
 
     def set_kv_type(self, kv_type) -> None:
         """The (key, value) types of the KV caches ``new_cache`` makes from now on:
-        ``kv_types.parse_kv_type``'s argument (None: the model's dtype; "q8_0"; a pair such
-        as ("q8_0", "float16")). ValueError for an unknown type or a quantized one where
+        ``kv_types.parse_kv_type``'s argument (None: ``kv_types.device_default``, float16
+        on Metal for a float32 model, else the model's dtype; "q8_0"; a pair such as
+        ("q8_0", "float16")). ValueError for an unknown type or a quantized one where
         head_dim is not a multiple of 32."""
-        self.kv_type = parse_kv_type(kv_type, self.head_dim, self.dtype)
+        self.kv_type = parse_kv_type(kv_type, self.head_dim, device_default(self.device, self.dtype))
         self._cache = None
 
     def stage_layers(self, layers: Optional[Tuple[int, int]]) -> range:
