@@ -152,16 +152,12 @@ def test_a_bad_partial_rotary_factor_is_refused(phi3_dir, tmp_path, factor, erro
         metalrt.load(directory, device="cpu")
 
 
-def test_phi3_longrope_is_refused_until_decode_switches_factors(tmp_path):
+def test_a_longrope_factor_list_of_the_wrong_length_is_refused(tmp_path):
     directory = tmp_path / "phi3"
     directory.mkdir()
     tiny_hf.build("phi3", directory)
     pairs = tiny_hf.configs()["phi3"].head_dim // 2
     rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * pairs,
-            "long_factor": [2.0] * pairs, "original_max_position_embeddings": 64}
-    with pytest.raises(ValueError, match=r"\[phi3\] rope_scaling 'longrope' .* not supported yet"):
-        metalrt.load(with_config(directory, tmp_path, rope_parameters=rope), device="cpu")
-    rope["long_factor"] = [2.0] * (pairs - 1)
-    (tmp_path / "x").mkdir()
+            "long_factor": [2.0] * (pairs - 1), "original_max_position_embeddings": 64}
     with pytest.raises(ValueError, match=r"config 'long_factor' has 7 values, expected 8"):
-        metalrt.load(with_config(directory, tmp_path / "x", rope_parameters=rope), device="cpu")
+        metalrt.load(with_config(directory, tmp_path, rope_parameters=rope), device="cpu")

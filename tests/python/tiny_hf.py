@@ -44,6 +44,16 @@ def configs():
         "phi3": tf.Phi3Config(**llama, tie_word_embeddings=False),
         "phi3_partial": tf.Phi3Config(**llama, tie_word_embeddings=False, rope_parameters={
             "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75}),
+        # Phi-4-mini's RoPE: LongRoPE over the leading 3/4 of each head, factor 32
+        # (max_position_embeddings / original_max_position_embeddings, as released) with
+        # the original context cut to 64 so that a 40-token prompt runs on the short
+        # factors and a 150-token one on the long; tied embeddings as released.
+        "phi4_mini": tf.Phi3Config(**dict(llama, max_position_embeddings=32 * 64),
+                                   tie_word_embeddings=True,
+                                   original_max_position_embeddings=64, rope_parameters={
+            "rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+            "short_factor": [1.0 + 0.1 * i for i in range(6)],
+            "long_factor": [1.0 + 6.0 * i for i in range(6)]}),
         "opt": tf.OPTConfig(**common, hidden_size=64, ffn_dim=96, num_attention_heads=4,
                             word_embed_proj_dim=64, init_std=0.08),
     }

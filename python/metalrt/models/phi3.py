@@ -1,10 +1,10 @@
 """Phi-3 and Phi-4 (``Phi3ForCausalLM``: Phi-3-mini/medium 4k, Phi-4, Phi-4-mini): the
 Llama layer with Q/K/V stored as one ``self_attn.qkv_proj`` ([q | k | v] rows) and
 gate/up as one ``mlp.gate_up_proj`` ([gate | up] rows), each used as stored (one GEMM,
-any weight format). Phi-4-mini's partial RoPE is Llama's ``partial_rotary_factor``.
-The 128k variants' ``longrope`` scaling is refused here: its frequencies are in the RoPE
-table (``rope.py``), but a decode plan does not yet switch to the long factors when a
-sequence passes the original context."""
+any weight format). Phi-4-mini's partial RoPE is Llama's ``partial_rotary_factor``; its (and the 128k
+variants') ``longrope`` scaling is in the RoPE table (``rope.py``): a step whose largest
+position is at or past ``original_max_position_embeddings`` rotates with the long
+factors, as transformers' ``Phi3RotaryEmbedding`` does."""
 from __future__ import annotations
 
 from .rope import partial_rotary_dim
@@ -20,9 +20,6 @@ class Phi3Model(LlamaModel):
 
     def __init__(self, config, weights, device, dtype="float32", layers=None):
         super().__init__(config, weights, device, dtype, layers)
-        if self.rope.freqs.long_inv_freq is not None:
-            raise ValueError("[phi3] rope_scaling 'longrope' (the 128k variants) is not "
-                             "supported yet (supported: default, linear, llama3, yarn)")
         # Attention past a sliding window (Phi-3-mini's 2,047) is not implemented yet:
         # within it, full attention is the same, so the context stops there.
         window = config_int(config, "sliding_window", self.arch, None)
