@@ -13,7 +13,7 @@ from .attention import Attention, Rope
 from .config_values import config_bool, config_float, config_int
 from .decoder import CausalLM, PreNormLayer
 from .layers import Embedding, Linear, RMSNorm, dense_mlp
-from .rope import rope_frequencies
+from .rope import long_rope_switch, rope_frequencies
 from .shape import DecoderShape
 from .weights import Weights
 from .registry import family
@@ -55,6 +55,7 @@ class LlamaModel(CausalLM):
         qkv_bias = config_bool(config, "attention_bias", arch, self.qkv_bias_default)
         mlp_bias = config_bool(config, "mlp_bias", arch, False)
         self.rope = self.make_rope(config, w, self.rotary_dim(config, head_dim))
+        self.rope_switch = long_rope_switch([self.rope.freqs], arch)
         self.layers = []
         for i in built:
             p = f"model.layers.{i}."

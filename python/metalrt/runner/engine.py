@@ -42,6 +42,7 @@ class EngineStats:
     draft_tokens: int = 0      # tokens drafted for them
     accepted_tokens: int = 0   # drafted tokens the target kept
     state_reruns: int = 0      # request-steps re-run from a recurrent-state snapshot
+    long_rope_recomputes: int = 0   # requests recomputed on LongRoPE's long factors
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,8 @@ class Engine:
                                                        or checkpoints is not None),
                                    slots, checkpoints, cache.window,
                                    BlockAllocator(cache.num_window_blocks, "window block")
-                                   if cache.window else None)
+                                   if cache.window else None,
+                                   getattr(model, "rope_switch", None))
         # Taken once every argument is accepted: a refused engine leaves it free.
         self.model, self.cache = model, cache
         cache.in_use = True
@@ -227,6 +229,7 @@ class Engine:
             return self._decode_outputs(run, requests, live)
         self._propose()
         scheduled = self.scheduler.schedule()
+        self.stats.long_rope_recomputes = self.scheduler.long_rope_recomputes
         for request, chunk in scheduled:
             if chunk.start == request.num_cached_tokens:   # the request's first chunk
                 self.stats.prompt_tokens_cached += request.num_cached_tokens
@@ -347,6 +350,8 @@ class Engine:
             request.draft = []
             k = min(self.speculative.num_draft_tokens, request.max_tokens - len(request.output) - 1,
                     budget)
+            room = self.scheduler.rope_room(request)   # a verify step never crosses it
+            k = k if room is None else min(k, room)
             if request.speculative and k > 0:
                 wanted.append((request, k))
                 budget -= k
@@ -430,10 +435,13 @@ class Engine:
 
     def _can_pipeline(self, requests: List[Request]) -> bool:
         """The next step is these requests' decodes whatever this step samples, short
-        of an eos: all greedy, none waiting to join, none at max_tokens after it."""
+        of an eos: all greedy, none waiting to join, none at max_tokens after it, none
+        to be recomputed on LongRoPE's long factors before it."""
         return (not self.scheduler.waiting and self.scheduler.running == requests
                 and all(not r.params.needs_logits and not r.speculative
-                        and len(r.output) + 2 <= r.max_tokens for r in requests))
+                        and len(r.output) + 2 <= r.max_tokens
+                        and not self.scheduler.short_rope_past_switch(r, len(r.tokens) + 1)
+                        for r in requests))
 
     def _decode_outputs(self, run: DecodeRun, requests: List[Request],
                         live: List[Request]) -> List[TokenOutput]:
