@@ -1,5 +1,6 @@
 """GGUF fixtures of the dense families whose files carry their RoPE variant (a tiny
-random Llama 3.1 with ``rope_freqs.weight``, a Qwen3 with YaRN metadata) and of Gemma 3
+random Llama 3.1 with ``rope_freqs.weight``, a Qwen3 with YaRN metadata), of Mistral
+(a llama file of a ``MistralForCausalLM`` directory) and of Gemma 3
 (``GEMMA3``: test_gemma3.py's twin with SmolLM2's vocabulary), written by
 llama.cpp's own converter through ``moe_gguf_fixtures.converted`` (same cache, same
 SmolLM2 vocabulary of 49152 the converter accepts). Each original context is cut below
@@ -22,6 +23,9 @@ CONFIGS = {
     "qwen3_yarn": ("Qwen3Config", dict(_COMMON, rope_parameters={
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
         "original_max_position_embeddings": 32}), []),
+    # Mistral 7B v0.3 / NeMo: MistralForCausalLM without a window (llama.cpp's converter
+    # writes it as a llama file and drops any window), theta 1e6.
+    "mistral": ("MistralConfig", dict(_COMMON, sliding_window=None, rope_theta=1e6), []),
 }
 
 

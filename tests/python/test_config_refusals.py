@@ -161,3 +161,37 @@ def test_a_longrope_factor_list_of_the_wrong_length_is_refused(tmp_path):
             "long_factor": [2.0] * (pairs - 1), "original_max_position_embeddings": 64}
     with pytest.raises(ValueError, match=r"config 'long_factor' has 7 values, expected 8"):
         metalrt.load(with_config(directory, tmp_path, rope_parameters=rope), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def mistral_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("mistral_swa")
+    tiny_hf.build("mistral_swa", directory)
+    return directory
+
+
+def test_mistral_window_is_every_layers_and_its_cache_keeps_only_it(mistral_dir, tmp_path):
+    model, _ = metalrt.load(str(mistral_dir), device="cpu")
+    assert [layer.attention.window for layer in model.layers] == [24, 24]
+    assert model.new_cache(16).window == 24
+    # Absent: MistralConfig's 4096; null: full attention.
+    (tmp_path / "absent").mkdir()
+    absent = with_config(mistral_dir, tmp_path / "absent", max_position_embeddings=8192)
+    config = json.loads((mistral_dir / "config.json").read_text())
+    del config["sliding_window"]
+    (tmp_path / "absent" / "model" / "config.json").write_text(
+        json.dumps(dict(config, max_position_embeddings=8192)))
+    assert metalrt.load(absent, device="cpu")[0].layers[0].attention.window == 4096
+    (tmp_path / "null").mkdir()
+    full, _ = metalrt.load(with_config(mistral_dir, tmp_path / "null", sliding_window=None),
+                           device="cpu")
+    assert full.layers[0].attention.window == 0 and full.new_cache(16).window == 0
+
+
+@pytest.mark.parametrize("window, error", [
+    (0, r"\[mistral\] config 'sliding_window' must be >= 1, got 0"),
+    (257, r"\[mistral\] config 'sliding_window' \(257\) is larger than 'max_position_embeddings' \(256\)"),
+    ("24", r"\[mistral\] config 'sliding_window' must be an integer, got str")])
+def test_a_bad_mistral_window_is_refused(mistral_dir, tmp_path, window, error):
+    with pytest.raises(ValueError, match=error):
+        metalrt.load(with_config(mistral_dir, tmp_path, sliding_window=window), device="cpu")

@@ -1,7 +1,8 @@
 """Dense families whose GGUF files carry their RoPE variant, from files written by
 llama.cpp's converter (``family_gguf_fixtures``), on the CPU and the (simulated) Metal
 device: Llama 3.1 (``rope_freqs.weight``, llama.cpp's per-frequency factor table, on
-interleaved Q/K rows) and Qwen3 with YaRN (``rope.scaling.*`` metadata). Bars: the F32
+interleaved Q/K rows), Qwen3 with YaRN (``rope.scaling.*`` metadata) and Mistral
+(``MistralForCausalLM`` without a window, converted as a ``llama`` file). Bars: the F32
 file gives transformers' logits (max |Δlogit| <= 1e-3 x range) on prompts of 40 and
 150 tokens and its 12 greedy tokens, with no op on the CPU reference tier on Metal; the
 Q8_0 file loads quantized and keeps transformers' greedy tokens within its own error."""
@@ -72,6 +73,14 @@ def test_llama3_file_has_the_factor_table():
     assert factors.shape == (16,) and factors.max() == pytest.approx(8.0) and factors.min() == 1.0
     model, _ = loaded("llama3", "cpu")
     assert model.rope.scaled and not model.rope.neox
+
+
+def test_mistral_file_is_a_llama_file():
+    files = metalrt.loaders.load_model_files(family_gguf_fixtures.fixture("mistral")["f32"])
+    assert files.config["model_type"] == "llama"
+    model, _ = loaded("mistral", "cpu")
+    assert model.arch == "llama" and model.head_dim == 32 and model.rope.base == 1e6
+    assert all(layer.attention.window == 0 for layer in model.layers)
 
 
 def test_q8_0_gguf_keeps_the_scaled_rope():

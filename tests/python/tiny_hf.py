@@ -54,6 +54,13 @@ def configs():
             "rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
             "short_factor": [1.0 + 0.1 * i for i in range(6)],
             "long_factor": [1.0 + 6.0 * i for i in range(6)]}),
+        # Mistral 7B v0.3's layout (no window, theta 1e6, untied) and v0.1's (a window
+        # on every layer, here 24 positions so that it bites on the 40- and 150-token
+        # prompts), with a head_dim other than hidden / heads as NeMo has.
+        "mistral": tf.MistralConfig(**dict(llama, head_dim=24), sliding_window=None,
+                                    tie_word_embeddings=False, rope_theta=1e6),
+        "mistral_swa": tf.MistralConfig(**dict(llama, head_dim=24), sliding_window=24,
+                                        tie_word_embeddings=False, rope_theta=1e4),
         "opt": tf.OPTConfig(**common, hidden_size=64, ffn_dim=96, num_attention_heads=4,
                             word_embed_proj_dim=64, init_std=0.08),
     }
