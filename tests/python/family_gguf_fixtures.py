@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import json
+
 import moe_gguf_fixtures
 
 _COMMON = dict(vocab_size=49152, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
@@ -43,7 +45,30 @@ GEMMA3 = ("Gemma3TextConfig", dict(
     bos_token_id=None, eos_token_id=None, pad_token_id=None), [])
 
 
+# Phi-4-mini's layout (tests/python/tiny_hf.py's phi4_mini): fused qkv and gate|up,
+# LongRoPE over 3/4 of each head (12 factor pairs) with factor 32 and the original
+# context cut to 64, tied embeddings. head_dim is hidden / heads: llama.cpp's phi3
+# converter counts the rotary dims from those.
+PHI4_MINI = ("Phi3Config", dict(
+    _COMMON, hidden_size=128, max_position_embeddings=32 * 64, tie_word_embeddings=True,
+    original_max_position_embeddings=64, rope_parameters={
+        "rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+        "short_factor": [1.0 + 0.05 * i for i in range(12)],
+        "long_factor": [1.0 + 3.0 * i for i in range(12)]}), [])
+
+
+def _phi3_hf(spec, directory: Path) -> None:
+    """The random model with SmolLM2's tokenizer, its tokenizer_config naming
+    GPT2Tokenizer as Phi-4-mini's does (the phi3 converter reads a SentencePiece file
+    otherwise)."""
+    moe_gguf_fixtures._hf_model(spec, directory)
+    path = directory / "tokenizer_config.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), tokenizer_class="GPT2Tokenizer")))
+
+
 def fixture(name: str) -> dict[str, Path]:
     """{"hf": the Hugging Face directory, "f32": its GGUF, "q8_0": that quantized} of a
-    CONFIGS entry or "gemma3"."""
+    CONFIGS entry, "gemma3" or "phi4_mini"."""
+    if name == "phi4_mini":
+        return moe_gguf_fixtures.converted(name, PHI4_MINI, _phi3_hf)
     return moe_gguf_fixtures.converted(name, GEMMA3 if name == "gemma3" else CONFIGS[name])
