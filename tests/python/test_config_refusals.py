@@ -11,11 +11,16 @@ from tiny_models import TinyLlama, write_llama_gguf
 from metalrt.models import build_model
 
 
+def built(tmp_path_factory, name):
+    """A directory of tiny_hf's model ``name``."""
+    directory = tmp_path_factory.mktemp(name)
+    tiny_hf.build(name, directory)
+    return directory
+
+
 @pytest.fixture(scope="module")
 def llama3_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("llama3")
-    tiny_hf.build("llama3", directory)
-    return directory
+    return built(tmp_path_factory, "llama3")
 
 
 def with_config(directory, tmp_path, **changes):
@@ -129,17 +134,19 @@ def test_a_malformed_safetensors_index_is_refused(llama3_dir, tmp_path, index, m
 
 @pytest.fixture(scope="module")
 def phi3_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("phi3")
-    tiny_hf.build("phi3", directory)
-    return directory
+    return built(tmp_path_factory, "phi3")
 
 
-def test_phi3_context_stops_at_its_sliding_window(phi3_dir, tmp_path):
-    # Attention past the window is not implemented: within it, full attention is the same.
-    model, tokenizer = metalrt.load(with_config(phi3_dir, tmp_path, sliding_window=40), device="cpu")
-    assert model.context_length == 40
-    with pytest.raises(ValueError, match="the model's context length is 40"):
-        metalrt.generate(model, tokenizer, list(range(1, 41)), max_tokens=8)
+def test_phi3_window_is_every_layers_and_one_past_the_context_is_full_attention(phi3_dir,
+                                                                                 tmp_path):
+    (tmp_path / "a").mkdir()
+    model, _ = metalrt.load(with_config(phi3_dir, tmp_path / "a", sliding_window=40), device="cpu")
+    assert model.context_length == 256 and [l.attention.window for l in model.layers] == [40, 40]
+    # Phi-4-mini's config: a window of 262,144 over a context of 131,072.
+    (tmp_path / "b").mkdir()
+    model, _ = metalrt.load(with_config(phi3_dir, tmp_path / "b", sliding_window=256),
+                            device="cpu")
+    assert [l.attention.window for l in model.layers] == [0, 0]
 
 
 @pytest.mark.parametrize("factor, error", [(float("nan"), "must be a finite number > 0"),
@@ -165,9 +172,7 @@ def test_a_longrope_factor_list_of_the_wrong_length_is_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def mistral_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("mistral_swa")
-    tiny_hf.build("mistral_swa", directory)
-    return directory
+    return built(tmp_path_factory, "mistral_swa")
 
 
 def test_mistral_window_is_every_layers_and_its_cache_keeps_only_it(mistral_dir, tmp_path):

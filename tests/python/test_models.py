@@ -1,7 +1,7 @@
 """Model parity with Hugging Face transformers on the CPU and the (simulated) Metal
 device: randomly initialised Llama (GQA, tied; Llama 3.1 and linear RoPE scaling),
 Qwen3 (head_dim 128, q/k norm; and with YaRN), Qwen2 (QKV bias, untied; and with YaRN),
-OPT, Phi-3 (merged qkv/gate_up; partial RoPE) and Mistral (head_dim != hidden / heads;
+OPT, Phi-3 (merged qkv/gate_up; a window of 24 positions; partial RoPE; Phi-4-mini's LongRoPE, test_phi4_mini_longrope.py) and Mistral (head_dim != hidden / heads;
 without a window, and with one of 24 positions on every layer), saved as safetensors and loaded with
 metalrt.load. Bars: max |Δlogit| <= 1e-3 x the logit range on prompts of 40 and 150
 tokens, 16 greedy tokens equal, no op on the CPU reference tier on Metal."""
@@ -18,7 +18,7 @@ import torch  # test dependency (the "test" extra)
 from conftest import DEVICES
 
 ARCHS = ["llama", "llama3", "llama_linear", "qwen3", "qwen3_yarn", "qwen2", "qwen2_yarn", "opt",
-         "phi3", "phi3_partial", "mistral", "mistral_swa"]
+         "phi3", "phi3_swa", "phi3_partial", "phi4_mini", "mistral", "mistral_swa"]
 
 
 @pytest.fixture(scope="module")

@@ -2,19 +2,21 @@
 factor 32, tied embeddings) against transformers fp32 on the CPU and the (simulated)
 Metal device. The tiny twin's original context is 64 positions, so a 40-token prompt
 runs on the short factors and a 150-token one on the long (transformers picks the set
-by the call's largest position + 1 > original_max_position_embeddings). Bars as
-test_models.py: max |Δlogit| <= 1e-3 x the logit range, equal greedy ids, no op on the
-reference tier on Metal; decode plans keyed by the factor set, replayed on both sides of
-the switch."""
+by the call's largest position + 1 > original_max_position_embeddings); its logits and
+greedy parity gates are test_models.py's (``phi4_mini``). Here: generation across the
+switch (transformers recomputes the cache there, so does the engine), with decode
+plans replayed on both sides, op by op, speculating and batched with prefix caching,
+as the same greedy ids; no op on the reference tier on Metal."""
 import functools
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import metalrt
-from metalrt.cache import ScheduledChunk, blocks_for, build_step
+from metalrt.cache import BlockAllocator, ScheduledChunk, blocks_for, build_step
 from metalrt.runner.decode_plans import DecodePlans
-from metalrt.cache import BlockAllocator
 from metalrt.runner.engine import Engine
 from metalrt.runner.request import Request
 from metalrt.runner.sampling import SamplingParams
@@ -49,36 +51,39 @@ def factor_set(reference):
     return "long" if torch.equal(rotary.inv_freq, rotary.long_inv_freq) else "short"
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("length, factors", [(40, "short"), (150, "long")])
-def test_logits_match_transformers(twin, length, factors, device):
-    model, _ = twin(device)
+def test_the_parity_prompts_run_on_both_factor_sets(twin, length, factors):
+    """test_models.py's parity prompts of 40 and 150 tokens (``phi4_mini`` there) run on
+    the short and the long factors in transformers, and those give other logits."""
     reference = twin()[0]
-    ids = tiny_hf.prompt(length, length)
+    ids = torch.tensor([tiny_hf.prompt(length, length)])
     with torch.no_grad():
-        expected = reference(torch.tensor([ids])).logits[0].double().numpy()
+        logits = reference(ids).logits[0]
     assert factor_set(reference) == factors
-    metalrt.providers.reset_stats()
-    got = model.logits(ids)
-    assert reference_tier_ops(device) == []
-    assert got.dtype == np.float32 and got.shape == (length, tiny_hf.VOCAB)
-    span = expected.max() - expected.min()
-    assert span > 0.5
-    assert np.abs(got - expected).max() <= 1e-3 * span
+    rotary = reference.model.rotary_emb
+    other = rotary.original_inv_freq if factors == "long" else rotary.long_inv_freq
+    with torch.no_grad(), _forced(rotary, other):
+        changed = reference(ids).logits[0]
+    assert (changed - logits).abs().max() > 0.1 * (logits.max() - logits.min())
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_greedy_tokens_match_transformers(twin, device):
-    model, tokenizer = twin(device)
-    ids = tiny_hf.prompt(40, 1)
-    with torch.no_grad():
-        expected = twin()[0].generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False,
-                                      pad_token_id=0)[0, len(ids):].tolist()
-    metalrt.providers.reset_stats()
-    got = [r.token for r in metalrt.stream_generate(model, tokenizer, ids, max_tokens=16,
-                                                    max_batched_tokens=8)]
-    assert reference_tier_ops(device) == []
-    assert got == expected
+class _forced:
+    """Within it, transformers' rotary embedding keeps ``inv_freq`` (no factor switch)."""
+
+    def __init__(self, rotary, inv_freq):
+        self.rotary, self.inv_freq = rotary, inv_freq
+
+    def __enter__(self):
+        self.saved = self.rotary.forward
+        inner = type(self.rotary).forward.__wrapped__   # forward without dynamic_rope_update
+
+        def forward(x, position_ids):
+            self.rotary.inv_freq.copy_(self.inv_freq)
+            return inner(self.rotary, x, position_ids)
+        self.rotary.forward = forward
+
+    def __exit__(self, *exc):
+        self.rotary.forward = self.saved
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -175,12 +180,33 @@ def test_a_batch_of_short_and_long_requests_matches_transformers(twin, device):
     assert stats.prompt_tokens_cached >= 32   # the repeated prompt's first two blocks
 
 
-def test_a_long_rope_scheduler_refuses_a_cache_it_cannot_recompute():
-    with pytest.raises(ValueError, match="recurrent state"):
-        Scheduler(BlockAllocator(8), state_slots=BlockAllocator(2, "state slot"), rope_switch=64)
-    with pytest.raises(ValueError, match="sliding-window pool"):
-        Scheduler(BlockAllocator(8), window=32, window_allocator=BlockAllocator(8, "window block"),
-                  rope_switch=64)
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_windowed_long_rope_model_recomputes_with_its_window_pool(twin, device, tmp_path):
+    """The twin with a window of 24 positions on every layer: its cache keeps a window
+    pool, whose blocks the recompute at the switch releases and takes again; the
+    tokens are transformers' (windowed mask, recomputed cache)."""
+    import transformers as tf
+
+    directory = tmp_path / "windowed"
+    directory.mkdir()
+    source = Path(twin()[1])
+    for f in source.iterdir():
+        (directory / f.name).symlink_to(f)
+    config = json.loads((source / "config.json").read_text())
+    (directory / "config.json").unlink()
+    (directory / "config.json").write_text(json.dumps(dict(config, sliding_window=24)))
+    reference = tf.AutoModelForCausalLM.from_pretrained(directory, dtype="float32").eval()
+    model, _ = metalrt.load(str(directory), device=device)
+    ids = tiny_hf.prompt(40, 1)
+    expected = _transformers_greedy(reference, ids, 40)
+    assert expected != _transformers_greedy(twin()[0], ids, 40)   # the window bites
+    engine = Engine(model, model.new_cache(blocks_for(80)))
+    assert engine.cache.window == 24
+    request = engine.add_request(ids, SamplingParams(), 40)
+    while engine.has_work:
+        engine.step()
+    engine.close()
+    assert request.output == expected and engine.stats.long_rope_recomputes == 1
 
 
 def test_drafts_and_pipelined_steps_stop_before_the_switch():

@@ -42,6 +42,8 @@ def configs():
         "qwen2_yarn": tf.Qwen2Config(**qwen2, rope_parameters=yarn),
         # Merged qkv_proj and gate_up_proj, untied; Phi-4-mini's partial RoPE.
         "phi3": tf.Phi3Config(**llama, tie_word_embeddings=False),
+        # Phi-3-mini's window on every layer, cut to 24 positions so that it bites.
+        "phi3_swa": tf.Phi3Config(**llama, tie_word_embeddings=False, sliding_window=24),
         "phi3_partial": tf.Phi3Config(**llama, tie_word_embeddings=False, rope_parameters={
             "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75}),
         # Phi-4-mini's RoPE: LongRoPE over the leading 3/4 of each head, factor 32

@@ -35,10 +35,10 @@ class StepInputs:
     when no layer has one; rope_rows int32 [T]: each token's row in a LongRoPE model's
     two-set cos|sin table (its position, plus the original context for a sequence on
     the long factors: ``Rope.long_rope_table``), None when no chunk is on the long
-    factors (the step's largest position then picks the set); derived: tensors that every layer
-    would otherwise compute again from these inputs, made by the first layer that
-    needs them and kept for this step only (RoPE's cos|sin rows of the step's tokens,
-    keyed by their maker).
+    factors (the step's largest position then picks the set); derived: tensors that
+    every layer would otherwise compute again from these inputs, made by the first
+    layer that needs them and kept for this step only (RoPE's cos|sin rows of the
+    step's tokens, keyed by their maker).
     """
 
     token_ids: "metalrt.Tensor"

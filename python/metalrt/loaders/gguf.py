@@ -10,7 +10,8 @@ Qwen3.5 and Qwen3.5-MoE (``qwen3next``, ``qwen35``, ``qwen35moe``: Gated-DeltaNe
 see ``gguf_hybrid``), Gemma 3 text (``gemma3``: sandwich norms, sliding-window layers,
 see ``gguf_gemma3``), gpt-oss (``gpt-oss``: sinks, biased router and experts, MXFP4
 expert stacks, see ``gguf_gpt_oss``), Phi-3 / Phi-4 (``phi3``: fused Q/K/V and gate|up,
-partial RoPE, LongRoPE factor tensors, see ``gguf_phi3``). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
+partial RoPE, LongRoPE factor tensors, see ``gguf_phi3``). Names follow ``transformers``
+(``model.layers.0.self_attn.q_proj.weight``).
 Llama GGUF files store the Q/K projection rows permuted for interleaved (GPT-J) RoPE —
 llama.cpp's ``convert_hf_to_gguf.py`` moves row ``i`` of each head's second half next
 to row ``i`` of its first half; Qwen files are converted without it. Putting the rows

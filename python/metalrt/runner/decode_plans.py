@@ -51,8 +51,8 @@ class DecodeSlots:
     zeros for a model without recurrent state), window_tables int32 [B, W] and
     window_slots int64 [B] (the sliding-window layers' own pool, ``cache.window``;
     unused without one), rope_rows int32 [B] (a LongRoPE model's RoPE table rows,
-    ``StepInputs.rope_rows``; unused for other models), query_start_loc int32 [B + 1] (0..B: one token per request,
-    written once). A verify step's slots (``fed`` tokens a request: its last token and
+    ``StepInputs.rope_rows``; unused for other models), query_start_loc int32 [B + 1]
+    (0..B: one token per request, written once). A verify step's slots (``fed`` tokens a request: its last token and
     fed - 1 drafts) hold ``fed`` entries a request in token_ids, positions,
     slot_mapping, window_slots and rope_rows, and query_start_loc is 0, fed, .., B * fed."""
 

@@ -393,7 +393,8 @@ class Engine:
                 self.cache.restore(request.state_slot, snapshots[id(request)])
                 reruns.append(ScheduledChunk(request.tokens[start:start + kept + 1], start,
                                              request.blocks, "none", request.state_slot,
-                                             self.scheduler.window_table(request, kept + 1)))
+                                             self.scheduler.window_table(request, kept + 1),
+                                             request.rope_offset))
             done.append((request, kept + 1))
         if reruns:
             self.model.forward(build_step(reruns, self.model.device, self.inputs), self.cache)

@@ -36,8 +36,9 @@ the long factors (every chunk), and a request that grows past it is recomputed, 
 transformers drops its cache there: it goes back to the front of the waiting queue
 (its blocks released, their short-factor K/V left to the prefix cache) and is admitted
 again like a prompt of all its tokens, on the long factors (``long_rope_recomputes``
-counts them). Prefix keys of long requests start from their own root, so the two
-sets' K/V are never shared.
+counts them; its window blocks and state slot are released and taken again too).
+Prefix keys of long requests start from their own root, so the two sets' K/V are
+never shared.
 """
 from __future__ import annotations
 
@@ -74,10 +75,6 @@ class Scheduler:
         self.window = window if window_allocator is not None else 0
         self.window_pool = BlockPool(window_allocator, prefix_caching) if self.window else None
         self.window_reserved = 0        # window blocks reserved by running requests
-        if rope_switch is not None and (self.window or state_slots is not None):
-            raise ValueError("[scheduler] a LongRoPE model's recompute past its original "
-                             "context needs a cache without a sliding-window pool or "
-                             "recurrent state")
         self.rope_switch = rope_switch
         self.long_rope_recomputes = 0
         self.waiting: Deque[Request] = deque()
@@ -105,18 +102,23 @@ class Scheduler:
     def finish(self, request: Request) -> None:
         """Removes a finished (or aborted) request and frees its blocks."""
         if request in self.running:
-            self.running.remove(request)
-            self.pool.release(request.blocks)
-            request.blocks = []
-            if self.window:
-                self.window_pool.release([b for b in request.window_blocks if b != NO_BLOCK])
-                self.window_reserved -= request.window_reserve
-                request.window_blocks, request.window_reserve = None, 0
-            if request.state_slot is not None:
-                self.state_slots.free([request.state_slot])
-                request.state_slot = None
+            self._release(request)
         elif request in self.waiting:
             self.waiting.remove(request)
+
+    def _release(self, request: Request) -> None:
+        """Takes running ``request`` out of ``running`` and frees its blocks, window
+        blocks and state slot."""
+        self.running.remove(request)
+        self.pool.release(request.blocks)
+        request.blocks = []
+        if self.window:
+            self.window_pool.release([b for b in request.window_blocks if b != NO_BLOCK])
+            self.window_reserved -= request.window_reserve
+            request.window_blocks, request.window_reserve = None, 0
+        if request.state_slot is not None:
+            self.state_slots.free([request.state_slot])
+            request.state_slot = None
 
     @property
     def has_work(self) -> bool:
@@ -138,9 +140,8 @@ class Scheduler:
     def _recompute_on_long_rope(self, request: Request) -> None:
         """Puts running ``request`` back at the front of the queue, to be admitted again
         on the long factors with nothing computed (its blocks released)."""
-        self.running.remove(request)
-        self.pool.release(request.blocks)
-        request.blocks, request.block_keys, request.num_computed, request.draft = [], [], 0, []
+        self._release(request)
+        request.block_keys, request.num_computed, request.draft = [], 0, []
         request.rope_offset = self.rope_switch
         self.waiting.appendleft(request)
         self.long_rope_recomputes += 1
