@@ -122,7 +122,7 @@ class Engine:
                                    slots, checkpoints, cache.window,
                                    BlockAllocator(cache.num_window_blocks, "window block")
                                    if cache.window else None,
-                                   getattr(model, "rope_switch", None))
+                                   model.rope_switch)
         # Taken once every argument is accepted: a refused engine leaves it free.
         self.model, self.cache = model, cache
         cache.in_use = True
