@@ -11,11 +11,16 @@ from tiny_models import TinyLlama, write_llama_gguf
 from metalrt.models import build_model
 
 
+def built(tmp_path_factory, name):
+    """A directory of tiny_hf's model ``name``."""
+    directory = tmp_path_factory.mktemp(name)
+    tiny_hf.build(name, directory)
+    return directory
+
+
 @pytest.fixture(scope="module")
 def llama3_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("llama3")
-    tiny_hf.build("llama3", directory)
-    return directory
+    return built(tmp_path_factory, "llama3")
 
 
 def with_config(directory, tmp_path, **changes):
@@ -129,17 +134,19 @@ def test_a_malformed_safetensors_index_is_refused(llama3_dir, tmp_path, index, m
 
 @pytest.fixture(scope="module")
 def phi3_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("phi3")
-    tiny_hf.build("phi3", directory)
-    return directory
+    return built(tmp_path_factory, "phi3")
 
 
-def test_phi3_context_stops_at_its_sliding_window(phi3_dir, tmp_path):
-    # Attention past the window is not implemented: within it, full attention is the same.
-    model, tokenizer = metalrt.load(with_config(phi3_dir, tmp_path, sliding_window=40), device="cpu")
-    assert model.context_length == 40
-    with pytest.raises(ValueError, match="the model's context length is 40"):
-        metalrt.generate(model, tokenizer, list(range(1, 41)), max_tokens=8)
+def test_phi3_window_is_every_layers_and_one_past_the_context_is_full_attention(phi3_dir,
+                                                                                 tmp_path):
+    (tmp_path / "a").mkdir()
+    model, _ = metalrt.load(with_config(phi3_dir, tmp_path / "a", sliding_window=40), device="cpu")
+    assert model.context_length == 256 and [l.attention.window for l in model.layers] == [40, 40]
+    # Phi-4-mini's config: a window of 262,144 over a context of 131,072.
+    (tmp_path / "b").mkdir()
+    model, _ = metalrt.load(with_config(phi3_dir, tmp_path / "b", sliding_window=256),
+                            device="cpu")
+    assert [l.attention.window for l in model.layers] == [0, 0]
 
 
 @pytest.mark.parametrize("factor, error", [(float("nan"), "must be a finite number > 0"),
@@ -152,16 +159,44 @@ def test_a_bad_partial_rotary_factor_is_refused(phi3_dir, tmp_path, factor, erro
         metalrt.load(directory, device="cpu")
 
 
-def test_phi3_longrope_is_refused_until_decode_switches_factors(tmp_path):
+def test_a_longrope_factor_list_of_the_wrong_length_is_refused(tmp_path):
     directory = tmp_path / "phi3"
     directory.mkdir()
     tiny_hf.build("phi3", directory)
     pairs = tiny_hf.configs()["phi3"].head_dim // 2
     rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * pairs,
-            "long_factor": [2.0] * pairs, "original_max_position_embeddings": 64}
-    with pytest.raises(ValueError, match=r"\[phi3\] rope_scaling 'longrope' .* not supported yet"):
-        metalrt.load(with_config(directory, tmp_path, rope_parameters=rope), device="cpu")
-    rope["long_factor"] = [2.0] * (pairs - 1)
-    (tmp_path / "x").mkdir()
+            "long_factor": [2.0] * (pairs - 1), "original_max_position_embeddings": 64}
     with pytest.raises(ValueError, match=r"config 'long_factor' has 7 values, expected 8"):
-        metalrt.load(with_config(directory, tmp_path / "x", rope_parameters=rope), device="cpu")
+        metalrt.load(with_config(directory, tmp_path, rope_parameters=rope), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def mistral_dir(tmp_path_factory):
+    return built(tmp_path_factory, "mistral_swa")
+
+
+def test_mistral_window_is_every_layers_and_its_cache_keeps_only_it(mistral_dir, tmp_path):
+    model, _ = metalrt.load(str(mistral_dir), device="cpu")
+    assert [layer.attention.window for layer in model.layers] == [24, 24]
+    assert model.new_cache(16).window == 24
+    # Absent: MistralConfig's 4096; null: full attention.
+    (tmp_path / "absent").mkdir()
+    absent = with_config(mistral_dir, tmp_path / "absent", max_position_embeddings=8192)
+    config = json.loads((mistral_dir / "config.json").read_text())
+    del config["sliding_window"]
+    (tmp_path / "absent" / "model" / "config.json").write_text(
+        json.dumps(dict(config, max_position_embeddings=8192)))
+    assert metalrt.load(absent, device="cpu")[0].layers[0].attention.window == 4096
+    (tmp_path / "null").mkdir()
+    full, _ = metalrt.load(with_config(mistral_dir, tmp_path / "null", sliding_window=None),
+                           device="cpu")
+    assert full.layers[0].attention.window == 0 and full.new_cache(16).window == 0
+
+
+@pytest.mark.parametrize("window, error", [
+    (0, r"\[mistral\] config 'sliding_window' must be >= 1, got 0"),
+    (257, r"\[mistral\] config 'sliding_window' \(257\) is larger than 'max_position_embeddings' \(256\)"),
+    ("24", r"\[mistral\] config 'sliding_window' must be an integer, got str")])
+def test_a_bad_mistral_window_is_refused(mistral_dir, tmp_path, window, error):
+    with pytest.raises(ValueError, match=error):
+        metalrt.load(with_config(mistral_dir, tmp_path, sliding_window=window), device="cpu")

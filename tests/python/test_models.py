@@ -1,7 +1,8 @@
 """Model parity with Hugging Face transformers on the CPU and the (simulated) Metal
 device: randomly initialised Llama (GQA, tied; Llama 3.1 and linear RoPE scaling),
 Qwen3 (head_dim 128, q/k norm; and with YaRN), Qwen2 (QKV bias, untied; and with YaRN),
-OPT and Phi-3 (merged qkv/gate_up; partial RoPE), saved as safetensors and loaded with
+OPT, Phi-3 (merged qkv/gate_up; a window of 24 positions; partial RoPE; Phi-4-mini's LongRoPE, test_phi4_mini_longrope.py) and Mistral (head_dim != hidden / heads;
+without a window, and with one of 24 positions on every layer), saved as safetensors and loaded with
 metalrt.load. Bars: max |Δlogit| <= 1e-3 x the logit range on prompts of 40 and 150
 tokens, 16 greedy tokens equal, no op on the CPU reference tier on Metal."""
 import functools
@@ -17,7 +18,7 @@ import torch  # test dependency (the "test" extra)
 from conftest import DEVICES
 
 ARCHS = ["llama", "llama3", "llama_linear", "qwen3", "qwen3_yarn", "qwen2", "qwen2_yarn", "opt",
-         "phi3", "phi3_partial"]
+         "phi3", "phi3_swa", "phi3_partial", "phi4_mini", "mistral", "mistral_swa"]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_greedy_tokens_match_transformers(models, arch, device):
 
 
 def test_architecture_registry_errors():
-    with pytest.raises(ValueError, match=r"unknown architecture 'mamba' \(supported: gemma3, gemma3_text, gpt_oss, llama, opt, phi3, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next\)"):
+    with pytest.raises(ValueError, match=r"unknown architecture 'mamba' \(supported: gemma3, gemma3_text, gpt_oss, llama, mistral, opt, phi3, qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_moe, qwen3_next\)"):
         build_model({"model_type": "mamba"}, {}, "cpu")
     config = tiny_hf.configs()["qwen2"].to_dict()
     with pytest.raises(ValueError, match=r"^\[qwen2\] missing tensor 'model.embed_tokens.weight'"):

@@ -113,6 +113,27 @@ def test_micro_batches_are_the_steps_of_their_sequences():
     assert len(micro_batches.split(arrays, 1)) == 1
     with pytest.raises(ValueError, match="micro_batches must be >= 1"):
         micro_batches.split(arrays, 0)
+    # A LongRoPE step's rows (a sequence on the long factors: positions + the switch)
+    # travel with their tokens.
+    chunks[2] = ScheduledChunk(list(range(10, 17)), 16, [1, 2], "all", 2, rope_offset=64)
+    parts = micro_batches.split(micro_batches.host_arrays(build_step(chunks, "cpu")), 2)
+    rows = [micro_batches.step_inputs(p, StepBuffers("cpu")).rope_rows.numpy() for p in parts]
+    assert rows[0].tolist() == [0, 1, 2, 3, 4, 20, *range(80, 87)] and rows[1].tolist() == [0, 1]
+
+
+def test_a_stage_hands_the_engine_its_long_rope_switch(tmp_path):
+    """The pipeline's engine recomputes LongRoPE requests as a single process's does:
+    the first stage says where (load_pipeline passes it to the PipelineModel)."""
+    import tiny_hf
+    from metalrt.pipeline.model import PipelineModel
+    from metalrt.pipeline.stage import PipelineStage
+
+    tiny_hf.build("phi4_mini", tmp_path)
+    stage = PipelineStage(str(tmp_path), (0, 1), "cpu", "float32", 4)
+    assert stage.rope_switch() == 64
+    assert PipelineStage(None, (0, 15), "cpu", "float32", 4).rope_switch() is None
+    config = {"model_type": "phi3", "vocab_size": 300, "num_hidden_layers": 2}
+    assert PipelineModel([], config, 1, "float32", [(0, 1), (1, 2)], 64).rope_switch == 64
 
 
 def test_load_pipeline_without_ray_names_the_extra(monkeypatch):

@@ -42,8 +42,27 @@ def configs():
         "qwen2_yarn": tf.Qwen2Config(**qwen2, rope_parameters=yarn),
         # Merged qkv_proj and gate_up_proj, untied; Phi-4-mini's partial RoPE.
         "phi3": tf.Phi3Config(**llama, tie_word_embeddings=False),
+        # Phi-3-mini's window on every layer, cut to 24 positions so that it bites.
+        "phi3_swa": tf.Phi3Config(**llama, tie_word_embeddings=False, sliding_window=24),
         "phi3_partial": tf.Phi3Config(**llama, tie_word_embeddings=False, rope_parameters={
             "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75}),
+        # Phi-4-mini's RoPE: LongRoPE over the leading 3/4 of each head, factor 32
+        # (max_position_embeddings / original_max_position_embeddings, as released) with
+        # the original context cut to 64 so that a 40-token prompt runs on the short
+        # factors and a 150-token one on the long; tied embeddings as released.
+        "phi4_mini": tf.Phi3Config(**dict(llama, max_position_embeddings=32 * 64),
+                                   tie_word_embeddings=True,
+                                   original_max_position_embeddings=64, rope_parameters={
+            "rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+            "short_factor": [1.0 + 0.1 * i for i in range(6)],
+            "long_factor": [1.0 + 6.0 * i for i in range(6)]}),
+        # Mistral 7B v0.3's layout (no window, theta 1e6, untied) and v0.1's (a window
+        # on every layer, here 24 positions so that it bites on the 40- and 150-token
+        # prompts), with a head_dim other than hidden / heads as NeMo has.
+        "mistral": tf.MistralConfig(**dict(llama, head_dim=24), sliding_window=None,
+                                    tie_word_embeddings=False, rope_theta=1e6),
+        "mistral_swa": tf.MistralConfig(**dict(llama, head_dim=24), sliding_window=24,
+                                        tie_word_embeddings=False, rope_theta=1e4),
         "opt": tf.OPTConfig(**common, hidden_size=64, ffn_dim=96, num_attention_heads=4,
                             word_embed_proj_dim=64, init_std=0.08),
     }

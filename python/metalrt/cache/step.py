@@ -32,10 +32,13 @@ class StepInputs:
     with Gated-DeltaNet layers, ``cache.recurrent``); window_tables int32 [B, max_blocks]
     and window_slots int64 [T]: the block tables and cache slots of the sliding-window
     layers' own pool (``cache.window``; -1 entries for blocks out of the window), None
-    when no layer has one; derived: tensors that every layer
-    would otherwise compute again from these inputs, made by the first layer that
-    needs them and kept for this step only (RoPE's cos|sin rows of the step's tokens,
-    keyed by their maker).
+    when no layer has one; rope_rows int32 [T]: each token's row in a LongRoPE model's
+    two-set cos|sin table (its position, plus the original context for a sequence on
+    the long factors: ``Rope.long_rope_table``), None when no chunk is on the long
+    factors (the step's largest position then picks the set); derived: tensors that
+    every layer would otherwise compute again from these inputs, made by the first
+    layer that needs them and kept for this step only (RoPE's cos|sin rows of the
+    step's tokens, keyed by their maker).
     """
 
     token_ids: "metalrt.Tensor"
@@ -50,6 +53,7 @@ class StepInputs:
     state_slots: Optional["metalrt.Tensor"] = None
     window_tables: Optional["metalrt.Tensor"] = None
     window_slots: Optional["metalrt.Tensor"] = None
+    rope_rows: Optional["metalrt.Tensor"] = None
     derived: Dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -61,7 +65,9 @@ class ScheduledChunk:
     whole-prompt scoring pass) or "none" (a prompt chunk that is not the last).
     ``state_slot``: the sequence's recurrent-state slot (0 for a one-off pass over a
     fresh cache); ``window_table``: its table in the sliding-window layers' own pool
-    (``cache.window``, as long as ``block_table``), None for a cache without one."""
+    (``cache.window``, as long as ``block_table``), None for a cache without one;
+    ``rope_offset``: added to its positions for their rows in a LongRoPE model's RoPE
+    table (the model's ``rope_switch`` for a sequence on the long factors, else 0)."""
 
     token_ids: Sequence[int]
     start: int
@@ -69,6 +75,7 @@ class ScheduledChunk:
     logits: str = "last"
     state_slot: int = 0
     window_table: Optional[Sequence[int]] = None
+    rope_offset: int = 0
 
 
 class StepBuffers:
@@ -83,7 +90,7 @@ class StepBuffers:
     _DTYPES = {"token_ids": np.int32, "positions": np.int32, "slot_mapping": np.int64,
                "block_tables": np.int32, "seq_lens": np.int32, "query_start_loc": np.int32,
                "logit_rows": np.int32, "state_slots": np.int32, "window_tables": np.int32,
-               "window_slots": np.int64}
+               "window_slots": np.int64, "rope_rows": np.int32}
 
     def __init__(self, device: str):
         self.device = device
@@ -117,7 +124,7 @@ def build_step(chunks: Sequence[ScheduledChunk], device: str,
     if any((c.window_table is not None) != windowed for c in chunks):
         raise ValueError("[build_step] every chunk of a step needs a window table, or none")
     window_tables = np.full(tables.shape, -1, dtype=np.int32) if windowed else None
-    window_slots = []
+    window_slots, rope_rows = [], []
     for b, chunk in enumerate(chunks):
         n = len(chunk.token_ids)
         end = chunk.start + n
@@ -128,6 +135,7 @@ def build_step(chunks: Sequence[ScheduledChunk], device: str,
         table = np.asarray(chunk.block_table, dtype=np.int64)
         ids.append(np.asarray(chunk.token_ids, dtype=np.int32))
         positions.append(pos)
+        rope_rows.append(pos + chunk.rope_offset)
         slots.append(table[pos // BLOCK_SIZE] * BLOCK_SIZE + pos % BLOCK_SIZE)
         tables[b, :len(table)] = table
         if windowed:
@@ -164,4 +172,6 @@ def build_step(chunks: Sequence[ScheduledChunk], device: str,
         state_slots=up("state_slots", [c.state_slot for c in chunks]),
         window_tables=up("window_tables", window_tables) if windowed else None,
         window_slots=up("window_slots", np.concatenate(window_slots)) if windowed else None,
+        rope_rows=up("rope_rows", np.concatenate(rope_rows))
+        if any(c.rope_offset for c in chunks) else None,
     )

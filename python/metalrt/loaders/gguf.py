@@ -9,7 +9,9 @@ RMSNorm), Qwen3-MoE (``qwen3moe``: stacked expert tensors, see ``gguf_moe``), Qw
 Qwen3.5 and Qwen3.5-MoE (``qwen3next``, ``qwen35``, ``qwen35moe``: Gated-DeltaNet layers,
 see ``gguf_hybrid``), Gemma 3 text (``gemma3``: sandwich norms, sliding-window layers,
 see ``gguf_gemma3``), gpt-oss (``gpt-oss``: sinks, biased router and experts, MXFP4
-expert stacks, see ``gguf_gpt_oss``). Names follow ``transformers`` (``model.layers.0.self_attn.q_proj.weight``).
+expert stacks, see ``gguf_gpt_oss``), Phi-3 / Phi-4 (``phi3``: fused Q/K/V and gate|up,
+partial RoPE, LongRoPE factor tensors, see ``gguf_phi3``). Names follow ``transformers``
+(``model.layers.0.self_attn.q_proj.weight``).
 Llama GGUF files store the Q/K projection rows permuted for interleaved (GPT-J) RoPE —
 llama.cpp's ``convert_hf_to_gguf.py`` moves row ``i`` of each head's second half next
 to row ``i`` of its first half; Qwen files are converted without it. Putting the rows
@@ -36,6 +38,8 @@ from .gguf_gpt_oss import LAYER_NAMES as GPT_OSS_NAMES, gpt_oss_config, gpt_oss_
 from .gguf_hybrid import (LAYER_TENSORS, NEXTN_TENSORS, READ_FIXES as HYBRID_FIXES,
                           hybrid_config, hybrid_layer_shapes, shared_expert_shapes)
 from .gguf_moe import LAYER_NAMES, moe_config, moe_layer_shapes
+from .gguf_phi3 import (FACTOR_TENSORS as PHI3_FACTORS, LAYER_NAMES as PHI3_NAMES, phi3_config,
+                        phi3_layer_shapes)
 from .quants import (ACTIVATION_ONLY, FLOAT_TYPES, GGUF_FORMATS, SUPPORTED_TYPES, QuantizedWeight,
                      bf16_to_float32, dequantize, row_bytes)
 
@@ -52,6 +56,7 @@ class Architecture:
     v_heads_tiled: bool = False   # Qwen3.5's GDN tensors, value heads tiled (gguf_hybrid)
     gemma3: bool = False    # Gemma 3's sandwich norms and window metadata (gguf_gemma3)
     gpt_oss: bool = False   # gpt-oss's sinks, biased router and experts (gguf_gpt_oss)
+    phi3: bool = False      # Phi-3's fused projections and LongRoPE tensors (gguf_phi3)
     # GGUF layer tensor -> Hugging Face name where this family differs from _LAYER_NAMES.
     layer_names: dict = field(default_factory=dict, compare=False)
     # GGUF tensor (after "blk.N.", or global) -> its value in transformers' semantics.
@@ -78,6 +83,7 @@ ARCHITECTURES = {
                            read_fixes=GEMMA3_FIXES),
     "gpt-oss": Architecture("GptOssForCausalLM", permuted_qk=False, qkv_bias=True,
                             model_type="gpt_oss", gpt_oss=True, layer_names=GPT_OSS_NAMES),
+    "phi3": Architecture("Phi3ForCausalLM", permuted_qk=False, phi3=True, layer_names=PHI3_NAMES),
 }
 
 _GLOBAL_NAMES = {
@@ -85,6 +91,7 @@ _GLOBAL_NAMES = {
     "output_norm": "model.norm",
     "output": "lm_head",
     "rope_freqs": "rope_freqs",   # Llama 3.1 files: llama.cpp's per-frequency RoPE factors
+    **{name: name for name in PHI3_FACTORS},   # phi3 files: read into the config (LongRoPE)
 }
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -300,10 +307,11 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
             if f"{arch}.rope.scaling.{key}" in meta:
                 config["rope_scaling"][hf_key] = meta[f"{arch}.rope.scaling.{key}"]
     count = lambda key, default=None: _count(gf, key, default)  # noqa: E731
-    if not ARCHITECTURES[arch].hybrid and count(f"{arch}.rope.dimension_count", head_dim) != head_dim:
+    if not (ARCHITECTURES[arch].hybrid or ARCHITECTURES[arch].phi3) and \
+            count(f"{arch}.rope.dimension_count", head_dim) != head_dim:
         raise ValueError(f"[gguf] {gf.path}: {arch}.rope.dimension_count is "
                          f"{count(f'{arch}.rope.dimension_count')}, expected head_dim {head_dim} "
-                         f"(partial RoPE is read for the hybrid architectures only)")
+                         f"(partial RoPE is read for the hybrid and phi3 architectures only)")
     if moe:
         config.update(moe_config(arch, count, meta))
     if ARCHITECTURES[arch].hybrid:
@@ -314,6 +322,8 @@ def config_from_metadata(gf: GGUFFile) -> dict[str, Any]:
         config.update(gemma3_config(arch, meta, config, gf.path))
     if ARCHITECTURES[arch].gpt_oss:
         config.update(gpt_oss_config(arch, count, meta, config, gf.path))
+    if ARCHITECTURES[arch].phi3:
+        config.update(phi3_config(arch, gf, config))
     if mtp:
         config["mtp_num_hidden_layers"] = mtp
     return config
@@ -344,6 +354,11 @@ def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
         layer.update(gemma3_layer_shapes(config))
     if arch.gpt_oss:
         layer = gpt_oss_layer_shapes(config)
+    if arch.phi3:
+        layer = phi3_layer_shapes(config)
+        if config.get("rope_parameters"):
+            rotary = int(d * config["partial_rotary_factor"])
+            shapes.update({f"{name}.weight": (rotary // 2,) for name in PHI3_FACTORS})
     if arch.moe:
         for name in ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"):
             del layer[name]

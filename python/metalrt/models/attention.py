@@ -27,7 +27,9 @@ class Rope:
     the same cos and sin again (docs/cpu.md). Scaled frequencies (``scaled``: any other
     variant) go through a cos|sin table built on the host for the positions of
     ``position_bucket``, cos and sin multiplied by the attention factor, and
-    ``ops.rope_from_cache``."""
+    ``ops.rope_from_cache``. LongRoPE: a step with ``rope_rows`` (the engine's) rotates
+    each token from its row of a table holding both factor sets (``long_rope_table``);
+    one without uses the set its largest position picks (``cos_sin_table``)."""
 
     # A step of more tokens builds its cos|sin rows once for every layer.
     STEP_TABLE_MIN_TOKENS = 8
@@ -56,11 +58,30 @@ class Rope:
         rows = 1 << self.position_bucket(max_position)
         key = id(inv_freq)
         if key not in self.tables or self.tables[key].shape[0] < rows:
-            angles = np.arange(rows, dtype=np.float64)[:, None] * inv_freq[None, :]
-            table = self.freqs.attention_factor * np.concatenate([np.cos(angles), np.sin(angles)],
-                                                                 axis=1)
-            self.tables[key] = metalrt.asarray(table.astype(np.float32), device=self.device)
+            self.tables[key] = self._upload(self._cos_sin(inv_freq, rows))
         return self.tables[key]
+
+    def long_rope_table(self, max_position: int) -> "metalrt.Tensor":
+        """LongRoPE's two sets in one table, float32 [original + 2**position_bucket
+        (max_position), rotary_dim]: rows 0 .. original - 1 the short factors' cos | sin
+        of positions 0 .. original - 1, then the long factors' of every position of the
+        bucket; a token's row is its position, plus original on the long factors
+        (``StepInputs.rope_rows``)."""
+        rows = 1 << self.position_bucket(max_position)
+        key = "long_rope"
+        if key not in self.tables or self.tables[key].shape[0] < self.freqs.original_context + rows:
+            self.tables[key] = self._upload(np.concatenate([
+                self._cos_sin(self.freqs.inv_freq, self.freqs.original_context),
+                self._cos_sin(self.freqs.long_inv_freq, rows)]))
+        return self.tables[key]
+
+    def _cos_sin(self, inv_freq: np.ndarray, rows: int) -> np.ndarray:
+        angles = np.arange(rows, dtype=np.float64)[:, None] * inv_freq[None, :]
+        return self.freqs.attention_factor * np.concatenate([np.cos(angles), np.sin(angles)],
+                                                            axis=1)
+
+    def _upload(self, table: np.ndarray) -> "metalrt.Tensor":
+        return metalrt.asarray(table.astype(np.float32), device=self.device)
 
     def rows_of_step(self, step: StepInputs):
         """(cos|sin rows of the step's tokens float32 [T, rotary_dim], int32 [T]
@@ -75,7 +96,9 @@ class Rope:
 
     def __call__(self, q, k, step: StepInputs):
         # In place: q and k are fresh outputs of the projection (or of qkv_split).
-        if self.scaled:
+        if self.scaled and step.rope_rows is not None and self.freqs.long_inv_freq is not None:
+            table, rows = self.long_rope_table(step.max_position), step.rope_rows
+        elif self.scaled:
             table, rows = self.cos_sin_table(step.max_position), step.positions
         elif q.shape[0] > self.STEP_TABLE_MIN_TOKENS:
             table, rows = self.rows_of_step(step)

@@ -70,6 +70,10 @@ class CausalLM:
     layers: List[PreNormLayer]
     layer_ranges = False   # whether __init__ takes ``layers`` (a pipeline stage's range)
     records_plans = True   # its forward runs here: a Plan records it (runner.decode_plans)
+    # LongRoPE's original context (``rope.long_rope_switch``): a sequence longer than
+    # it rotates every token with the long factors (the engine recomputes one that
+    # grows past it, ``runner.scheduler``); None for every other RoPE.
+    rope_switch: Optional[int] = None
 
     def __init__(self, config: Mapping, device: str, dtype: str, shape: DecoderShape):
         self.config, self.device, self.dtype, self.shape = dict(config), device, dtype, shape

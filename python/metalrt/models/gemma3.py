@@ -30,7 +30,7 @@ from .layers import Embedding, Linear
 from .norms import UnitOffsetRMSNorm, unit_offset_weight
 from .qwen3 import QkNormRope
 from .registry import family
-from .rope import rope_frequencies
+from .rope import long_rope_switch, rope_frequencies
 from .shape import DecoderShape
 from .weights import Weights
 
@@ -142,6 +142,7 @@ class Gemma3Model(CausalLM):
         rope_text = rope_config(text, arch)
         ropes = {kind: Rope(rope_frequencies(rope_text, head_dim, arch, kind), True, device)
                  for kind in set(self.layer_types)}
+        self.rope_switch = long_rope_switch([rope.freqs for rope in ropes.values()], arch)
 
         w = Weights(weights, device, dtype, arch)
         self.embed_tokens = Embedding.load(w, prefix + "embed_tokens.weight", shape.vocab, hidden)

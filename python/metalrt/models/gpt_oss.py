@@ -42,7 +42,7 @@ from .experts import load_experts
 from .hybrid_config import listed_layer_types
 from .layers import Embedding, Linear, RMSNorm
 from .registry import family
-from .rope import rope_frequencies
+from .rope import long_rope_switch, rope_frequencies
 from .shape import DecoderShape
 from .weights import Weights
 
@@ -160,6 +160,7 @@ class GptOssModel(CausalLM):
                              f"'max_position_embeddings' ({self.context_length})")
         bias = config_bool(config, "attention_bias", arch, True)
         rope = Rope(rope_frequencies(config, head_dim, arch), True, device)
+        self.rope_switch = long_rope_switch([rope.freqs], arch)
 
         w = Weights(weights, device, dtype, arch)
         self.embed_tokens = Embedding.load(w, "model.embed_tokens.weight", shape.vocab, hidden)

@@ -13,7 +13,7 @@ from .attention import Attention, Rope
 from .config_values import config_bool, config_float, config_int
 from .decoder import CausalLM, PreNormLayer
 from .layers import Embedding, Linear, RMSNorm, dense_mlp
-from .rope import rope_frequencies
+from .rope import long_rope_switch, rope_frequencies
 from .shape import DecoderShape
 from .weights import Weights
 from .registry import family
@@ -55,6 +55,8 @@ class LlamaModel(CausalLM):
         qkv_bias = config_bool(config, "attention_bias", arch, self.qkv_bias_default)
         mlp_bias = config_bool(config, "mlp_bias", arch, False)
         self.rope = self.make_rope(config, w, self.rotary_dim(config, head_dim))
+        self.rope_switch = long_rope_switch([self.rope.freqs], arch)
+        window = self.attention_window(config)
         self.layers = []
         for i in built:
             p = f"model.layers.{i}."
@@ -62,7 +64,8 @@ class LlamaModel(CausalLM):
             out = Linear.load(w, [p + "self_attn.o_proj"], [hidden], heads * head_dim,
                               qkv_bias and self.out_bias_follows_qkv)
             attention = Attention(qkv, out, heads, kv_heads, head_dim,
-                                  self.positional(config, w, p, head_dim, eps))
+                                  self.positional(config, w, p, head_dim, eps),
+                                  window=window)
             mlp = self.feed_forward(config, w, p, i, hidden, mlp_bias)
             self.layers.append(PreNormLayer(RMSNorm(w, p + "input_layernorm.weight", hidden, eps),
                                             attention,
@@ -87,6 +90,11 @@ class LlamaModel(CausalLM):
         freqs = rope_frequencies(config, rotary_dim, self.arch, layer_type, factors)
         return Rope(freqs, not config_bool(config, "rope_interleaved", self.arch, False),
                     self.device)
+
+    def attention_window(self, config) -> int:
+        """The sliding window of every layer's attention, in positions (0: full causal
+        attention, Llama's; Mistral reads ``sliding_window``)."""
+        return 0
 
     def rotary_dim(self, config, head_dim: int) -> int:
         """The leading features of a head that RoPE rotates: all of them (Phi-3 reads

@@ -1,10 +1,12 @@
-"""Phi-3 and Phi-4 (``Phi3ForCausalLM``: Phi-3-mini/medium 4k, Phi-4, Phi-4-mini): the
+"""Phi-3 and Phi-4 (``Phi3ForCausalLM``: Phi-3-mini/medium, Phi-4, Phi-4-mini): the
 Llama layer with Q/K/V stored as one ``self_attn.qkv_proj`` ([q | k | v] rows) and
 gate/up as one ``mlp.gate_up_proj`` ([gate | up] rows), each used as stored (one GEMM,
-any weight format). Phi-4-mini's partial RoPE is Llama's ``partial_rotary_factor``.
-The 128k variants' ``longrope`` scaling is refused here: its frequencies are in the RoPE
-table (``rope.py``), but a decode plan does not yet switch to the long factors when a
-sequence passes the original context."""
+any weight format); ``sliding_window`` is every layer's window. Phi-4-mini's partial
+RoPE is Llama's ``partial_rotary_factor``; its (and the 128k variants') ``longrope``
+scaling is in the RoPE table (``rope.py``): a sequence longer than
+``original_max_position_embeddings`` rotates with the long factors, and the engine
+recomputes one that grows past it, as transformers' Phi-3 generation does
+(``runner/scheduler.py``)."""
 from __future__ import annotations
 
 from .rope import partial_rotary_dim
@@ -18,16 +20,12 @@ from .registry import family
 class Phi3Model(LlamaModel):
     arch = "phi3"
 
-    def __init__(self, config, weights, device, dtype="float32", layers=None):
-        super().__init__(config, weights, device, dtype, layers)
-        if self.rope.freqs.long_inv_freq is not None:
-            raise ValueError("[phi3] rope_scaling 'longrope' (the 128k variants) is not "
-                             "supported yet (supported: default, linear, llama3, yarn)")
-        # Attention past a sliding window (Phi-3-mini's 2,047) is not implemented yet:
-        # within it, full attention is the same, so the context stops there.
-        window = config_int(config, "sliding_window", self.arch, None)
-        if window is not None and (self.context_length is None or window < self.context_length):
-            self.context_length = window
+    def attention_window(self, config) -> int:
+        """``sliding_window`` (Phi-3-mini's 2,047; null: 0, full attention), every layer's
+        window as transformers' ``Phi3Model`` masks it; one of at least the context
+        (Phi-4-mini's 262,144 over 131,072 positions) is full attention too."""
+        window = config_int(config, "sliding_window", self.arch, 0)
+        return 0 if self.context_length is not None and window >= self.context_length else window
 
     def rotary_dim(self, config, head_dim):
         return partial_rotary_dim(config, head_dim, self.arch, 1.0)

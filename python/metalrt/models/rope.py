@@ -42,11 +42,26 @@ class RopeFrequencies:
     original_context: Optional[int] = None
     plain: bool = False
 
+    def factor_set(self, max_position: int) -> int:
+        """Which frequencies a step whose largest position is ``max_position`` rotates
+        with: 1 (LongRoPE's long factors) when max_position + 1 > original_context, as
+        transformers' ``dynamic_rope_update`` decides per forward call; else 0."""
+        return int(self.long_inv_freq is not None and max_position + 1 > self.original_context)
+
     def inv_freq_for(self, max_position: int) -> np.ndarray:
         """The frequencies of a step whose largest position is ``max_position``."""
-        if self.long_inv_freq is not None and max_position + 1 > self.original_context:
-            return self.long_inv_freq
-        return self.inv_freq
+        return self.long_inv_freq if self.factor_set(max_position) else self.inv_freq
+
+
+def long_rope_switch(freqs, arch: str) -> Optional[int]:
+    """The original context of the LongRoPE ``RopeFrequencies`` among ``freqs`` (a
+    sequence of more tokens rotates with the long factors), None when none is LongRoPE.
+    ValueError when two have different original contexts (one switch per model)."""
+    contexts = {f.original_context for f in freqs if f.long_inv_freq is not None}
+    if len(contexts) > 1:
+        raise ValueError(f"[{arch}] LongRoPE layers with different "
+                         f"'original_max_position_embeddings' ({sorted(contexts)}); expected one")
+    return contexts.pop() if contexts else None
 
 
 def rope_parameters(config: Mapping, arch: str, layer_type: Optional[str] = None) -> dict:

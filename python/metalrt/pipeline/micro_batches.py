@@ -10,7 +10,7 @@ import numpy as np
 from ..cache import StepBuffers, StepInputs
 
 # StepInputs' tensors indexed by token (rows of T) and by sequence (rows of B).
-_TOKEN_FIELDS = ("token_ids", "positions", "slot_mapping", "window_slots")
+_TOKEN_FIELDS = ("token_ids", "positions", "slot_mapping", "window_slots", "rope_rows")
 _SEQUENCE_FIELDS = ("block_tables", "seq_lens", "state_slots", "window_tables")
 
 

@@ -44,15 +44,19 @@ class PipelineModel:
     ``ranges``, in layer order; ``load_pipeline`` makes them): what ``Engine`` needs of a
     model. ``config``: the file's Hugging Face config; ``dtype``: the stages'. The engine
     builds each step's inputs here on the host ("cpu"); the stages rebuild them on their
-    own device. ``micro_batches_per_step``: the most micro-batches a step is cut into."""
+    own device. ``micro_batches_per_step``: the most micro-batches a step is cut into;
+    ``rope_switch``: the stages' ``CausalLM.rope_switch`` (LongRoPE's original context,
+    else None), for the engine's scheduler."""
 
     # Decode plans record one process's ops: a step here runs in other processes.
     records_plans = False
     device = "cpu"
 
     def __init__(self, stages: Sequence, config: dict, micro_batches_per_step: int,
-                 dtype: str, ranges: Sequence[Tuple[int, int]]):
+                 dtype: str, ranges: Sequence[Tuple[int, int]],
+                 rope_switch: Optional[int] = None):
         self.stages, self.config, self.dtype = list(stages), config, dtype
+        self.rope_switch = rope_switch
         self.ranges = list(ranges)
         self.micro_batches = micro_batches_per_step
         self.arch = config["model_type"]
@@ -216,4 +220,6 @@ def load_pipeline(path: Optional[str] = None, stages: int = 2, micro_batches_per
     actor = ray.remote(num_cpus=cpus_per_stage)(PipelineStage)
     handles = [actor.remote(str(files.source), r, device, dtype, num_blocks) for r in ranges]
     ray.get([h.memory.remote() for h in handles])   # loaded (or the load's error, raised)
-    return PipelineModel(handles, config, micro_batches_per_step, dtype, ranges), files.tokenizer
+    switch = ray.get(handles[0].rope_switch.remote())
+    return (PipelineModel(handles, config, micro_batches_per_step, dtype, ranges, switch),
+            files.tokenizer)

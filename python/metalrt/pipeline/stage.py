@@ -69,6 +69,11 @@ class PipelineStage:
         out = model.forward(step, self.cache, hidden=h)
         return None if out is None else out.numpy()
 
+    def rope_switch(self) -> Optional[int]:
+        """The model's LongRoPE switch (``CausalLM.rope_switch``: the original context;
+        None for other RoPE), which the engine's scheduler recomputes requests at."""
+        return self.model.rope_switch
+
     def reset_cache(self, num_blocks: int) -> None:
         """A new KV cache of ``num_blocks`` blocks (the engine's cache size)."""
         if num_blocks != self.cache.num_blocks:

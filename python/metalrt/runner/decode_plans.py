@@ -7,7 +7,11 @@ key — what changes its shapes or host-built tables: B, the block-table width b
 host-built cos|sin table (``Rope.position_bucket``) — and replays it after writing the
 new inputs into the plan's fixed tensors with one call (``metalrt.plan``). The
 requests' recurrent-state slots (hybrid models) are such an input too, like the block
-tables: the conv and delta-rule kernels read them on the device.
+tables: the conv and delta-rule kernels read them on the device. So are a LongRoPE
+model's RoPE rows: the plan reads one table of both factor sets, and a token at a
+position at or past the model's ``rope_switch`` takes a long-factor row (the scheduler
+recomputes a sequence that grows past it, so every decode token there is on the long
+factors and every one before it on the short).
 
 Every decode key has two phases, each with its own input tensors and plan; phase p's greedy
 argmax writes its ids straight into phase 1 - p's token-id tensor. So step n + 1 can
@@ -54,10 +58,11 @@ class DecodeSlots:
     seq_lens int32 [B], state_slots int32 [B] (the requests' recurrent-state slots;
     zeros for a model without recurrent state), window_tables int32 [B, W] and
     window_slots int64 [B] (the sliding-window layers' own pool, ``cache.window``;
-    unused without one), query_start_loc int32 [B + 1] (0..B: one token per request,
-    written once). A verify step's slots (``fed`` tokens a request: its last token and
+    unused without one), rope_rows int32 [B] (a LongRoPE model's RoPE table rows,
+    ``StepInputs.rope_rows``; unused for other models), query_start_loc int32 [B + 1]
+    (0..B: one token per request, written once). A verify step's slots (``fed`` tokens a request: its last token and
     fed - 1 drafts) hold ``fed`` entries a request in token_ids, positions,
-    slot_mapping and window_slots, and query_start_loc is 0, fed, .., B * fed."""
+    slot_mapping, window_slots and rope_rows, and query_start_loc is 0, fed, .., B * fed."""
 
     def __init__(self, device: str, rows: int, width: int, fed: int = 1):
         self.rows, self.width, self.fed = rows, width, fed
@@ -70,18 +75,20 @@ class DecodeSlots:
         self.state_slots = metalrt.zeros(rows, "int32", device)
         self.window_tables = metalrt.empty((rows, width), "int32", device)
         self.window_slots = metalrt.empty(tokens, "int64", device)
+        self.rope_rows = metalrt.empty(tokens, "int32", device)
         self.query_start_loc = metalrt.asarray(np.arange(0, tokens + 1, fed, dtype=np.int32),
                                                device=device)
 
     def step_inputs(self, max_position: int, windowed: bool = False,
-                    logits: bool = True) -> StepInputs:
+                    logits: bool = True, long_rope: bool = False) -> StepInputs:
         return StepInputs(self.token_ids, self.positions, self.slot_mapping, self.block_tables,
                           self.seq_lens, self.query_start_loc, logit_rows=None,
                           num_logit_rows=self.rows * self.fed if logits else 0,
                           max_position=max_position,
                           state_slots=self.state_slots,
                           window_tables=self.window_tables if windowed else None,
-                          window_slots=self.window_slots if windowed else None)
+                          window_slots=self.window_slots if windowed else None,
+                          rope_rows=self.rope_rows if long_rope else None)
 
 
 @dataclass
@@ -245,6 +252,9 @@ class DecodePlans:
             rows = windows[row, pos // BLOCK_SIZE].astype(np.int64)
             pairs += [(slots.window_tables, windows),
                       (slots.window_slots, rows * BLOCK_SIZE + pos % BLOCK_SIZE)]
+        switch = self.model.rope_switch
+        if switch is not None:
+            pairs.append((slots.rope_rows, (pos + switch * (pos >= switch)).astype(np.int32)))
         write_inputs(pairs)
         if current.plan is None:
             plan = Plan(self.model.device)
@@ -252,7 +262,7 @@ class DecodePlans:
                 # In the model's dtype: the argmax needs no cast (read_logits casts).
                 logits = self.model.forward(
                     slots.step_inputs(int(pos.max()), window_tables is not None,
-                                      outputs != "none"), self.cache,
+                                      outputs != "none", switch is not None), self.cache,
                     float32_logits=False, final_hidden=outputs == "hidden")
                 if outputs == "hidden":
                     logits, current.hidden = logits

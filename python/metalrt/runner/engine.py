@@ -46,6 +46,7 @@ class EngineStats:
     rerun_plan_replays: int = 0  # re-runs replayed from a plan
     draft_plan_records: int = 0  # MTP proposal rounds recorded into a plan
     draft_plan_replays: int = 0  # MTP proposal rounds replayed from a plan
+    long_rope_recomputes: int = 0   # requests recomputed on LongRoPE's long factors
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,8 @@ class Engine:
                                                        or checkpoints is not None),
                                    slots, checkpoints, cache.window,
                                    BlockAllocator(cache.num_window_blocks, "window block")
-                                   if cache.window else None)
+                                   if cache.window else None,
+                                   model.rope_switch)
         # Taken once every argument is accepted: a refused engine leaves it free.
         self.model, self.cache = model, cache
         cache.in_use = True
@@ -232,6 +234,7 @@ class Engine:
             return self._decode_outputs(run, requests, live)
         self._propose()
         scheduled = self.scheduler.schedule()
+        self.stats.long_rope_recomputes = self.scheduler.long_rope_recomputes
         for request, chunk in scheduled:
             if chunk.start == request.num_cached_tokens:   # the request's first chunk
                 self.stats.prompt_tokens_cached += request.num_cached_tokens
@@ -370,6 +373,8 @@ class Engine:
             request.draft = []
             k = min(self.speculative.num_draft_tokens, request.max_tokens - len(request.output) - 1,
                     budget)
+            room = self.scheduler.rope_room(request)   # a verify step never crosses it
+            k = k if room is None else min(k, room)
             if request.speculative and k > 0:
                 wanted.append((request, k))
                 budget -= k
@@ -413,7 +418,8 @@ class Engine:
                 self.cache.restore(request.state_slot, snapshots[id(request)])
                 reruns.append(ScheduledChunk(request.tokens[start:start + kept + 1], start,
                                              request.blocks, "none", request.state_slot,
-                                             self.scheduler.window_table(request, kept + 1)))
+                                             self.scheduler.window_table(request, kept + 1),
+                                             request.rope_offset))
             done.append((request, kept + 1))
         if reruns:
             self._rerun(reruns)
@@ -472,10 +478,13 @@ class Engine:
 
     def _can_pipeline(self, requests: List[Request]) -> bool:
         """The next step is these requests' decodes whatever this step samples, short
-        of an eos: all greedy, none waiting to join, none at max_tokens after it."""
+        of an eos: all greedy, none waiting to join, none at max_tokens after it, none
+        to be recomputed on LongRoPE's long factors before it."""
         return (not self.scheduler.waiting and self.scheduler.running == requests
                 and all(not r.params.needs_logits and not r.speculative
-                        and len(r.output) + 2 <= r.max_tokens for r in requests))
+                        and len(r.output) + 2 <= r.max_tokens
+                        and not self.scheduler.short_rope_past_switch(r, len(r.tokens) + 1)
+                        for r in requests))
 
     def _decode_outputs(self, run: DecodeRun, requests: List[Request],
                         live: List[Request]) -> List[TokenOutput]:

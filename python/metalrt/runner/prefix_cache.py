@@ -19,6 +19,8 @@ import numpy as np
 from ..cache import BLOCK_SIZE, BlockAllocator, OutOfBlocksError
 
 ROOT_KEY = b""  # key of the (empty) prefix before a sequence's first block
+# ... of a sequence on LongRoPE's long factors: its K/V differ from the short ones'.
+LONG_ROPE_ROOT_KEY = b"long_rope"
 
 
 def block_key(parent: bytes, tokens: Sequence[int]) -> bytes:
@@ -28,9 +30,9 @@ def block_key(parent: bytes, tokens: Sequence[int]) -> bytes:
     return hashlib.sha256(parent + np.asarray(tokens, dtype=np.int32).tobytes()).digest()
 
 
-def prefix_keys(tokens: Sequence[int]) -> List[bytes]:
-    """Keys of the full blocks of ``tokens``, in order."""
-    keys, parent = [], ROOT_KEY
+def prefix_keys(tokens: Sequence[int], root: bytes = ROOT_KEY) -> List[bytes]:
+    """Keys of the full blocks of ``tokens`` after the prefix keyed ``root``, in order."""
+    keys, parent = [], root
     for start in range(0, len(tokens) - BLOCK_SIZE + 1, BLOCK_SIZE):
         parent = block_key(parent, tokens[start:start + BLOCK_SIZE])
         keys.append(parent)

@@ -15,7 +15,9 @@ class Request:
     prefilled); ``block_keys``: prefix keys of the request's full blocks so far;
     ``state_slot``: its recurrent-state slot while running (hybrid models), else None;
     ``speculative``: its decode steps verify drafted tokens (the engine's
-    ``speculative`` config); ``draft``: the tokens drafted for its next step."""
+    ``speculative`` config); ``draft``: the tokens drafted for its next step;
+    ``rope_offset``: the model's ``rope_switch`` while the request is on LongRoPE's long
+    factors (``ScheduledChunk.rope_offset``), else 0."""
 
     request_id: int
     prompt: List[int]
@@ -37,6 +39,7 @@ class Request:
     window_blocks: Optional[List[int]] = None
     window_reserve: int = 0
     window_first: int = 0
+    rope_offset: int = 0
 
     def __post_init__(self):
         if not self.prompt:

@@ -28,6 +28,17 @@ both fit. Its window blocks are taken as its steps reach them and dropped (freed
 left to the prefix cache) once they fall out of the window, so a 32k-token context
 costs the window pool only a window's blocks. A cached prefix is used only as far as
 the window pool still holds the window before its end (cut back otherwise).
+
+With ``rope_switch`` (a LongRoPE model's original context, ``CausalLM.rope_switch``),
+a request longer than it runs on the long factors and a shorter one on the short, as
+transformers' Phi-3 generation does: a prompt longer than the switch is prefilled on
+the long factors (every chunk), and a request that grows past it is recomputed, as
+transformers drops its cache there: it goes back to the front of the waiting queue
+(its blocks released, their short-factor K/V left to the prefix cache) and is admitted
+again like a prompt of all its tokens, on the long factors (``long_rope_recomputes``
+counts them; its window blocks and state slot are released and taken again too).
+Prefix keys of long requests start from their own root, so the two sets' K/V are
+never shared.
 """
 from __future__ import annotations
 
@@ -37,7 +48,7 @@ from typing import Deque, List, Optional, Tuple
 from ..cache import BLOCK_SIZE, BlockAllocator, OutOfBlocksError, ScheduledChunk, blocks_for
 from ..cache.window import NO_BLOCK, droppable_blocks, first_window_block, window_blocks_per_sequence
 from ..tensor import is_int
-from .prefix_cache import ROOT_KEY, BlockPool, block_key, prefix_keys
+from .prefix_cache import LONG_ROPE_ROOT_KEY, ROOT_KEY, BlockPool, block_key, prefix_keys
 from .state_checkpoints import StateCheckpoints
 from .request import Request
 
@@ -46,7 +57,8 @@ class Scheduler:
     def __init__(self, allocator: BlockAllocator, max_batched_tokens: int = 512,
                  prefix_caching: bool = False, state_slots: Optional[BlockAllocator] = None,
                  checkpoints: Optional[StateCheckpoints] = None, window: int = 0,
-                 window_allocator: Optional[BlockAllocator] = None):
+                 window_allocator: Optional[BlockAllocator] = None,
+                 rope_switch: Optional[int] = None):
         if not is_int(max_batched_tokens):
             raise TypeError(f"[scheduler] max_batched_tokens must be an int, got "
                             f"{type(max_batched_tokens).__name__} {max_batched_tokens!r}")
@@ -63,6 +75,8 @@ class Scheduler:
         self.window = window if window_allocator is not None else 0
         self.window_pool = BlockPool(window_allocator, prefix_caching) if self.window else None
         self.window_reserved = 0        # window blocks reserved by running requests
+        self.rope_switch = rope_switch
+        self.long_rope_recomputes = 0
         self.waiting: Deque[Request] = deque()
         self.running: List[Request] = []
 
@@ -88,25 +102,58 @@ class Scheduler:
     def finish(self, request: Request) -> None:
         """Removes a finished (or aborted) request and frees its blocks."""
         if request in self.running:
-            self.running.remove(request)
-            self.pool.release(request.blocks)
-            request.blocks = []
-            if self.window:
-                self.window_pool.release([b for b in request.window_blocks if b != NO_BLOCK])
-                self.window_reserved -= request.window_reserve
-                request.window_blocks, request.window_reserve = None, 0
-            if request.state_slot is not None:
-                self.state_slots.free([request.state_slot])
-                request.state_slot = None
+            self._release(request)
         elif request in self.waiting:
             self.waiting.remove(request)
+
+    def _release(self, request: Request) -> None:
+        """Takes running ``request`` out of ``running`` and frees its blocks, window
+        blocks and state slot."""
+        self.running.remove(request)
+        self.pool.release(request.blocks)
+        request.blocks = []
+        if self.window:
+            self.window_pool.release([b for b in request.window_blocks if b != NO_BLOCK])
+            self.window_reserved -= request.window_reserve
+            request.window_blocks, request.window_reserve = None, 0
+        if request.state_slot is not None:
+            self.state_slots.free([request.state_slot])
+            request.state_slot = None
 
     @property
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def short_rope_past_switch(self, request: Request, length: int) -> bool:
+        """Whether ``request``, on LongRoPE's short factors, would be ``length`` tokens
+        long past the model's original context (it must be recomputed first)."""
+        return self.rope_switch is not None and not request.rope_offset and \
+            length > self.rope_switch
+
+    def rope_room(self, request: Request) -> Optional[int]:
+        """Tokens ``request`` can grow by before it passes the LongRoPE switch on the
+        short factors (a draft longer than that would cross it); None for no limit."""
+        if self.rope_switch is None or request.rope_offset:
+            return None
+        return max(0, self.rope_switch - len(request.tokens))
+
+    def _recompute_on_long_rope(self, request: Request) -> None:
+        """Puts running ``request`` back at the front of the queue, to be admitted again
+        on the long factors with nothing computed (its blocks released)."""
+        self._release(request)
+        request.block_keys, request.num_computed, request.draft = [], 0, []
+        request.rope_offset = self.rope_switch
+        self.waiting.appendleft(request)
+        self.long_rope_recomputes += 1
+
+    def _root(self, request: Request) -> bytes:
+        return LONG_ROPE_ROOT_KEY if request.rope_offset else ROOT_KEY
+
     def schedule(self) -> List[Tuple[Request, ScheduledChunk]]:
         budget = self.max_batched_tokens
+        crossing = [r for r in self.running if self.short_rope_past_switch(r, len(r.tokens))]
+        for request in reversed(crossing):   # they keep their order at the queue's front
+            self._recompute_on_long_rope(request)
         decodes = [r for r in self.running if len(r.tokens) - r.num_computed == 1]
         prefills = [r for r in self.running if len(r.tokens) - r.num_computed > 1]
         scheduled = []
@@ -121,8 +168,12 @@ class Scheduler:
             budget -= n
         while self.waiting and budget > 0:
             request = self.waiting[0]
-            # The last prompt token is always computed: its logits give the first token.
-            keys = prefix_keys(request.prompt[:-1]) if self.pool.caching else []
+            if self.short_rope_past_switch(request, len(request.tokens)):
+                request.rope_offset = self.rope_switch
+            # The last token is always computed: its logits give the next token. (Its
+            # tokens: the prompt, and the output too for a request recomputed.)
+            keys = prefix_keys(request.tokens[:-1], self._root(request)) \
+                if self.pool.caching else []
             cached = self.pool.match(keys)
             if self.checkpoints is not None:
                 while cached and keys[len(cached) - 1] not in self.checkpoints:
@@ -150,7 +201,7 @@ class Scheduler:
             if self.checkpoints is not None and cached:
                 request.restore_state = self.checkpoints.get(keys[len(cached) - 1])
             self.running.append(request)
-            n = self._aligned(request, min(budget, len(request.prompt) - request.num_computed))
+            n = self._aligned(request, min(budget, len(request.tokens) - request.num_computed))
             scheduled.append((request, self._chunk(request, n)))
             budget -= n
         return scheduled
@@ -162,7 +213,7 @@ class Scheduler:
         tokens = request.tokens
         while self.pool.caching and len(request.block_keys) < request.num_computed // BLOCK_SIZE:
             i = len(request.block_keys)
-            parent = request.block_keys[-1] if i else ROOT_KEY
+            parent = request.block_keys[-1] if i else self._root(request)
             key = block_key(parent, tokens[i * BLOCK_SIZE:(i + 1) * BLOCK_SIZE])
             request.block_keys.append(key)
             self.pool.register(request.blocks[i], key)
@@ -224,7 +275,7 @@ class Scheduler:
         if last and request.draft:
             fed = tokens[start:] + request.draft
             return ScheduledChunk(fed, start, request.blocks, "all", request.state_slot or 0,
-                                  self.window_table(request, len(fed)))
+                                  self.window_table(request, len(fed)), request.rope_offset)
         return ScheduledChunk(tokens[start:start + n], start, request.blocks,
                               "last" if last else "none", request.state_slot or 0,
-                              self.window_table(request, n))
+                              self.window_table(request, n), request.rope_offset)
