@@ -1,10 +1,12 @@
 #include "cpu/fast/prefill/prefill_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "cpu/fast/simd/exp_avx512.h"
 #include "cpu/float_rows.h"
+#include "cpu/kv_blocks.h"
 #include "metalrt/ops.h"
 
 namespace metalrt::cpu::fast::prefill_attention {
@@ -23,7 +25,31 @@ float RowMax(const float* s, int64_t n) {
   return *std::max_element(lanes, lanes + kLanes);
 }
 
+std::atomic<int64_t> tile_scratch_high_water{0};
+
 }  // namespace
+
+void LoadTile(const Tensor& cache, int64_t head_dim, const Request& r, int64_t g, int64_t begin, int64_t end,
+              float* dst) {
+  const int64_t block_size = cache.dim(1), kv_heads = cache.dim(2);
+  const KvType type = KvTypeOf(cache, head_dim, "paged_attention", "a cache");
+  const int64_t end_read = std::min(end, r.seq_len);
+  for (int64_t j = begin; j < end_read; ++j) {
+    const int64_t slot = static_cast<int64_t>(r.blocks[j / block_size]) * block_size + j % block_size;
+    LoadKvRows(cache.data(), type, slot * kv_heads + g, 1, head_dim, dst + (j - begin) * head_dim);
+  }
+  std::fill(dst + (std::max(end_read, begin) - begin) * head_dim, dst + (end - begin) * head_dim, 0.0f);
+}
+
+void NoteTileScratch(int64_t bytes) {
+  int64_t seen = tile_scratch_high_water.load(std::memory_order_relaxed);
+  while (bytes > seen && !tile_scratch_high_water.compare_exchange_weak(seen, bytes, std::memory_order_relaxed)) {
+  }
+}
+
+int64_t TileScratchHighWater() { return tile_scratch_high_water.load(std::memory_order_relaxed); }
+
+void ResetTileScratchHighWater() { tile_scratch_high_water.store(0, std::memory_order_relaxed); }
 
 int64_t WindowStart(const OpCall& call, int64_t p) {
   const int64_t window = call.param<ops::PagedAttentionParams>().window;

@@ -10,10 +10,13 @@
 //   per row (position p, keys lo(p) .. p; lo = 0, or p - window + 1 with a sliding window):
 //     M = max(max_j s_j, sink);  w_j = exp(s_j - M) inside, else 0;  l = sum w_j + exp(sink - M)
 //   O = (W . V) / l                                                               (one GEMM)
-// (no sinks: sink = -inf). Only the positions some query of the request sees are gathered
-// (from lo of its first query), so a key before every window is never read.
-// so every key and value tile is read once per block for all its queries and heads. The
-// order of the f32 sums differs from the oracle's, and on AVX-512 CPUs the exps are the
+// (no sinks: sink = -inf). Each block reads the cache in place, kKeyTile positions at a
+// time: a tile of its kv head's keys (then values) is converted to f32 (dequantized) into
+// per-thread scratch of kKeyTile rows and multiplied there, so the scratch is bounded
+// whatever the context (TileScratchHighWater counts it) and no copy of the context is
+// made; the scores S stay one row of the block's keys per query and head. A key before
+// every window is never read. A tile is read once per block for all its queries and
+// heads. The order of the f32 sums differs from the oracle's, and on AVX-512 CPUs the exps are the
 // vectorised ones of exp_avx512.h (within 2 ulp of expf). Blocks are spread over
 // ParallelFor's threads, each running single-threaded GEMMs.
 #pragma once
@@ -21,7 +24,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpu/paged_kv.h"
 #include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
 
@@ -31,11 +33,29 @@ namespace metalrt::cpu::fast::prefill_attention {
 // splits into 16 blocks per kv head for the threads.
 constexpr int64_t kQueryBlock = 32;
 
-// kv_begin: the first position gathered (lo of the request's first query); the gathered
-// K/V hold kv_len = seq_len - kv_begin rows a kv head, row j - kv_begin for position j.
+// kv_begin: the first position some query sees (lo of the request's first query),
+// kv_len = seq_len - kv_begin; blocks: the request's block table row.
 struct Request {
   int64_t q_len, seq_len, first_row, kv_begin, kv_len;
+  const int32_t* blocks;
 };
+
+// Positions per K/V tile: a multiple of the AMX step (kAmxK, gemm_bf16.h), so that the
+// bf16 product over a block's keys splits at whole steps.
+constexpr int64_t kKeyTile = 256;
+
+// dst[(j - begin) * head_dim + d] = feature d of kv head g's row of `cache` (any KvType)
+// at position j, in f32 (kv_blocks.h's conversion), for begin <= j < end; rows at or past
+// the request's seq_len are zeros.
+void LoadTile(const Tensor& cache, int64_t head_dim, const Request& r, int64_t g, int64_t begin, int64_t end,
+              float* dst);
+
+// The largest K/V tile scratch (bytes of the buffers one block converts its tiles into)
+// that a prefill attention call has used since the last reset: a count for the tests,
+// which show it does not grow with the context.
+void NoteTileScratch(int64_t bytes);
+int64_t TileScratchHighWater();
+void ResetTileScratchHighWater();
 
 // lo(p): the first position the query at position p sees (params.window; 0: all).
 int64_t WindowStart(const OpCall& call, int64_t p);
@@ -61,37 +81,19 @@ void StoreBlock(const OpCall& call, const Request& r, int64_t g, int64_t i0, int
 // Whether the batch holds a request with more than one query.
 bool HasPrefill(const OpCall& call);
 
-// Positions per chunk of the K/V gather: each is kv_heads rows of head_dim values.
-constexpr int64_t kMinGatherPositions = 64;
-
-// Every request's blocks through attend(request, keys, values, kv head, i0, i1), after
-// prepare(request, keys, values) has made its operands from the gathered K/V.
-template <typename Prepare, typename Attend>
-void EachBlock(const OpCall& call, const Prepare& prepare, const Attend& attend) {
+// Every request's blocks through attend(request, kv head, i0, i1).
+template <typename Attend>
+void EachBlock(const OpCall& call, const Attend& attend) {
   const Tensor& block_tables = call.inputs[3];
   const int32_t* seq_lens = call.inputs[4].data_as<int32_t>();
   const int32_t* query_start_loc = call.inputs[5].data_as<int32_t>();
-  const int64_t kv_heads = call.inputs[1].dim(2), head_dim = call.inputs[0].dim(2);
-  // The op's thread's, grown only: fresh vectors were zero-filled and faulted in by this
-  // thread alone, once per layer, while the pool waited. Reached through references: a
-  // thread_local named in the lambdas would be each pool thread's own.
-  static thread_local std::vector<float> keys_scratch, values_scratch;
-  std::vector<float>& keys = keys_scratch;
-  std::vector<float>& values = values_scratch;
+  const int64_t kv_heads = call.inputs[1].dim(2);
   for (int64_t b = 0; b < block_tables.dim(0); ++b) {
-    Request r{query_start_loc[b + 1] - query_start_loc[b], seq_lens[b], query_start_loc[b], 0, 0};
+    Request r{query_start_loc[b + 1] - query_start_loc[b], seq_lens[b], query_start_loc[b], 0, 0,
+              block_tables.data_as<int32_t>() + b * block_tables.dim(1)};
     if (r.q_len == 0) continue;
     r.kv_begin = WindowStart(call, r.seq_len - r.q_len);
     r.kv_len = r.seq_len - r.kv_begin;
-    const int32_t* blocks = block_tables.data_as<int32_t>() + b * block_tables.dim(1);
-    keys.resize(std::max(keys.size(), static_cast<size_t>(kv_heads * r.kv_len * head_dim)));
-    values.resize(keys.size());
-    ParallelFor(r.kv_len, kMinGatherPositions, [&](int64_t begin, int64_t end) {
-      const int64_t j0 = r.kv_begin + begin, j1 = r.kv_begin + end;
-      GatherContextRange(call.inputs[1], head_dim, blocks, r.kv_len, j0, j1, keys.data(), r.kv_begin);
-      GatherContextRange(call.inputs[2], head_dim, blocks, r.kv_len, j0, j1, values.data(), r.kv_begin);
-    });
-    prepare(r, keys, values);
     // Items (block, kv head), the blocks ordered first, last, second, second-to-last...
     // so that contiguous chunks of items carry about the same causal work.
     const int64_t n_blocks = (r.q_len + kQueryBlock - 1) / kQueryBlock;
@@ -100,7 +102,7 @@ void EachBlock(const OpCall& call, const Prepare& prepare, const Attend& attend)
         const int64_t t = item / kv_heads, g = item % kv_heads;
         const int64_t block = t % 2 == 0 ? t / 2 : n_blocks - 1 - t / 2;
         const int64_t i0 = block * kQueryBlock;
-        attend(r, keys, values, g, i0, std::min(r.q_len, i0 + kQueryBlock));
+        attend(r, g, i0, std::min(r.q_len, i0 + kQueryBlock));
       }
     });
   }
