@@ -154,10 +154,10 @@ TEST_CASE("cpu fast attention: decode-only batches are declined; a prefill gets 
 TEST_CASE("cpu fast attention: the prefill providers convert the cache a tile at a time, so their K/V scratch does not grow with the context") {
   namespace pa = cpu::fast::prefill_attention;
   const int64_t d = 64;
-  // bytes: the f32 sgemms' one tile (keys, then values); the bf16 products' f32 tile,
+  // bytes: the f32 sgemms' key and value tiles; the bf16 products' f32 tile,
   // its bf16 keys, V^T and its packing.
   std::vector<std::pair<std::string, int64_t>> settings;
-  if (kHaveBlas) settings.push_back({"f32", pa::kKeyTile * d * 4});
+  if (kHaveBlas) settings.push_back({"f32", pa::kKeyTile * d * 4 * 2});
   if (cpu::fast::CpuHasAvx512Bf16())
     settings.push_back({"bf16", pa::kKeyTile * d * (4 + 4 + 2) + cpu::fast::Bf16PackedSize(d, pa::kKeyTile) * 4});
   for (const auto& [gemm, bytes] : settings) {

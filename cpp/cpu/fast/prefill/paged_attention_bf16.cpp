@@ -35,59 +35,79 @@ struct Bf16Products {
   Bf16GemmFn qk, pv;
 };
 
-// One block's products, kKeyTile positions at a time: a key tile is converted to f32,
-// rounded to bf16 and multiplied into its columns of S; after the softmax, a value tile is
-// converted, transposed to V^T and packed as the GEMM's activations (head_dim rows of the
-// tile's keys), and O^T accumulates V^T . W^T tile after tile (the kernels' accumulate:
-// the sums of one product over all the block's keys, bit for bit).
-void AttendBlockBf16(const OpCall& call, const Request& r, int64_t g, int64_t i0, int64_t i1, const Bf16Products& gemm,
+// Blocks [b0, b1) of kv head g, tile by tile of their keys (prefill_attention.h): a key
+// tile is converted to f32, rounded to bf16 and multiplied into each block's S; a value
+// tile is converted, transposed to V^T and packed as the GEMM's activations (head_dim
+// rows of the tile's keys), and each block's O^T accumulates V^T . W^T onto its rescaled
+// self (the kernels' accumulate). Tiles start at the range's first key rounded down (from
+// kv_begin) to the AMX step and hold whole steps; a block multiplies the tile's columns
+// from its first key, rounded down to a step, to its last, rounded up (extra keys get
+// weight 0; keys past seq_len are zeros).
+void AttendRangeBf16(const OpCall& call, const Request& r, int64_t g, int64_t b0, int64_t b1, const Bf16Products& gemm,
                      bool vector_exp) {
   const int64_t head_dim = call.inputs[0].dim(2), group = call.inputs[0].dim(1) / call.inputs[1].dim(2);
-  const int64_t rows = (i1 - i0) * group, past = r.seq_len - r.q_len;
-  // S's column 0: the first position the block's first query sees, rounded down (from
-  // kv_begin) to the AMX step, so that every tile is whole steps; n_pad columns.
-  const int64_t origin = r.kv_begin + (WindowStart(call, past + i0) - r.kv_begin) / kAmxK * kAmxK;
-  const int64_t n_keys = past + i1 - origin, n_pad = RoundUp(n_keys, kAmxK);
-  static thread_local std::vector<float> q, s, o_t, l, tile, v_t;
+  const int64_t past = r.seq_len - r.q_len, stride = kQueryBlock * group;
+  const int64_t packed_q_size = Bf16PackedSize(stride, head_dim);
+  static thread_local std::vector<float> q, o_t, m, l, s, tile, v_t;
   static thread_local std::vector<uint32_t> packed_q, packed_v;
   static thread_local std::vector<uint16_t> w, keys;
-  LoadScaledQueries(call, r, g, i0, i1, q);
-  packed_q.resize(static_cast<size_t>(Bf16PackedSize(rows, head_dim)));
-  PackRowsBf16Avx512(q.data(), rows, head_dim, 0, Bf16RowBlocks(rows), packed_q.data());
-  s.resize(std::max(s.size(), static_cast<size_t>(rows * n_pad)));
+  const size_t blocks = static_cast<size_t>(b1 - b0);
+  packed_q.resize(blocks * packed_q_size);
+  o_t.assign(blocks * stride * head_dim, 0.0f);
+  m.resize(blocks * stride);
+  l.resize(blocks * stride);
+  s.resize(static_cast<size_t>(stride * kKeyTile));
+  w.resize(s.size());
   tile.resize(static_cast<size_t>(kKeyTile * head_dim));
   keys.resize(tile.size());
   v_t.resize(tile.size());
   packed_v.resize(static_cast<size_t>(Bf16PackedSize(head_dim, kKeyTile)));
   NoteTileScratch(static_cast<int64_t>((tile.size() + v_t.size() + packed_v.size()) * 4 + keys.size() * 2));
-  for (int64_t t0 = 0; t0 < n_keys; t0 += kKeyTile) {
-    const int64_t count = std::min(kKeyTile, n_keys - t0);
-    LoadTile(call.inputs[1], head_dim, r, g, origin + t0, origin + t0 + count, tile.data());
-    RoundToBf16Avx512(tile.data(), count * head_dim, keys.data());
-    gemm.qk(packed_q.data(), rows, head_dim, keys.data(), count, s.data() + t0, n_pad, false);
-  }
-  l.resize(static_cast<size_t>(rows));
-  for (int64_t row = 0; row < rows; ++row) {
-    const int64_t p = past + i0 + row / group;
-    l[row] = SoftmaxWeights(s.data() + row * n_pad, n_pad, WindowStart(call, p) - origin, p - origin,
-                            Sink(call, g * group + row % group), vector_exp);
-  }
-  // O^T [head_dim, rows], 16 rows of V^T a product.
-  w.resize(static_cast<size_t>(rows * kKeyTile));
-  o_t.resize(static_cast<size_t>(head_dim * rows));
-  for (int64_t t0 = 0; t0 < n_pad; t0 += kKeyTile) {
-    const int64_t width = std::min(kKeyTile, n_pad - t0);   // whole AMX steps
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t i0 = b * kQueryBlock, i1 = std::min(r.q_len, i0 + kQueryBlock), rows = (i1 - i0) * group;
+    LoadScaledQueries(call, r, g, i0, i1, q);
+    PackRowsBf16Avx512(q.data(), rows, head_dim, 0, Bf16RowBlocks(rows), packed_q.data() + (b - b0) * packed_q_size);
     for (int64_t row = 0; row < rows; ++row)
-      RoundToBf16Avx512(s.data() + row * n_pad + t0, width, w.data() + row * width);
-    LoadTile(call.inputs[2], head_dim, r, g, origin + t0, origin + t0 + width, tile.data());
+      OnlineStart(call, g * group + row % group, m[(b - b0) * stride + row], l[(b - b0) * stride + row]);
+  }
+  const auto step_down = [&](int64_t p) { return r.kv_begin + (p - r.kv_begin) / kAmxK * kAmxK; };
+  const int64_t lo = step_down(WindowStart(call, past + b0 * kQueryBlock));
+  const int64_t hi = past + std::min(r.q_len, b1 * kQueryBlock);
+  for (int64_t t0 = lo; t0 < hi; t0 += kKeyTile) {
+    const int64_t width = std::min(kKeyTile, RoundUp(hi - t0, kAmxK));   // whole AMX steps
+    LoadTile(call.inputs[1], head_dim, r, g, t0, t0 + width, tile.data());
+    RoundToBf16Avx512(tile.data(), width * head_dim, keys.data());
+    LoadTile(call.inputs[2], head_dim, r, g, t0, t0 + width, tile.data());
     for (int64_t t = 0; t < width; ++t)
       for (int64_t d = 0; d < head_dim; ++d) v_t[d * width + t] = tile[t * head_dim + d];
     PackRowsBf16Avx512(v_t.data(), head_dim, width, 0, Bf16RowBlocks(head_dim), packed_v.data());
-    for (int64_t d0 = 0; d0 < head_dim; d0 += kBf16RowBlock)
-      gemm.pv(packed_v.data() + d0 * (width / 2), std::min(kBf16RowBlock, head_dim - d0), width, w.data(), rows,
-              o_t.data() + d0 * rows, rows, t0 > 0);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t i0 = b * kQueryBlock, i1 = std::min(r.q_len, i0 + kQueryBlock), rows = (i1 - i0) * group;
+      const int64_t c0 = std::max(t0, step_down(WindowStart(call, past + i0))) - t0;
+      const int64_t c1 = std::min(width, RoundUp(past + i1 - t0, kAmxK));
+      if (c0 >= c1) continue;
+      const int64_t n = c1 - c0;
+      float* block_o_t = o_t.data() + (b - b0) * stride * head_dim;
+      gemm.qk(packed_q.data() + (b - b0) * packed_q_size, rows, head_dim, keys.data() + c0 * head_dim, n, s.data(), n,
+              false);
+      for (int64_t row = 0; row < rows; ++row) {
+        const int64_t p = past + i0 + row / group, origin = t0 + c0;   // s's column 0
+        const float a = OnlineWeights(s.data() + row * n, n, WindowStart(call, p) - origin, p - origin,
+                                      m[(b - b0) * stride + row], l[(b - b0) * stride + row], vector_exp);
+        if (a != 1.0f)
+          for (int64_t d = 0; d < head_dim; ++d) block_o_t[d * rows + row] *= a;
+      }
+      RoundToBf16Avx512(s.data(), rows * n, w.data());
+      // Key c0's pair group: kBf16RowBlock words a pair (gemm_bf16.h's packing).
+      for (int64_t d0 = 0; d0 < head_dim; d0 += kBf16RowBlock)
+        gemm.pv(packed_v.data() + d0 * (width / 2) + c0 / 2 * kBf16RowBlock, std::min(kBf16RowBlock, head_dim - d0), n,
+                w.data(), rows, block_o_t + d0 * rows, rows, true);
+    }
   }
-  StoreBlock(call, r, g, i0, i1, o_t.data(), true, l);
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t i0 = b * kQueryBlock, i1 = std::min(r.q_len, i0 + kQueryBlock);
+    StoreBlock(call, r, g, i0, i1, o_t.data() + (b - b0) * stride * head_dim, true, l.data() + (b - b0) * stride);
+  }
 }
 
 bool PrefillAttentionBf16(const OpCall& call) {
@@ -99,8 +119,8 @@ bool PrefillAttentionBf16(const OpCall& call) {
     return false;
   const Bf16Products gemm{SelectedBf16Gemm(head_dim), SelectedBf16Gemm(kAmxK)};
   const bool vector_exp = SelectedGemvIsa() == GemvIsa::kAvx512Vnni;
-  EachBlock(call, [&](const Request& r, int64_t g, int64_t i0, int64_t i1) {
-    AttendBlockBf16(call, r, g, i0, i1, gemm, vector_exp);
+  EachRange(call, [&](const Request& r, int64_t g, int64_t b0, int64_t b1) {
+    AttendRangeBf16(call, r, g, b0, b1, gemm, vector_exp);
   });
   return true;
 }

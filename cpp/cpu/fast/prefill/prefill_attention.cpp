@@ -60,22 +60,36 @@ float Sink(const OpCall& call, int64_t head) {
   return call.inputs.size() > 6 ? call.inputs[6].data_as<float>()[head] : -INFINITY;
 }
 
-float SoftmaxWeights(float* s, int64_t n_keys, int64_t first, int64_t last, float sink, bool vector_exp) {
+float OnlineWeights(float* s, int64_t n, int64_t first, int64_t last, float& m, float& l, bool vector_exp) {
+  first = std::max<int64_t>(first, 0);
+  last = std::min<int64_t>(last, n - 1);
+  if (first > last) {
+    std::fill(s, s + n, 0.0f);
+    return 1.0f;
+  }
   float* row = s + first;
-  const int64_t n = last + 1 - first;
-  const float m = std::max(RowMax(row, n), sink);
-  float l = 0.0f;
-  if (vector_exp && std::isfinite(m)) {
-    l = ExpShiftedRowAvx512(row, n, m);
+  const int64_t count = last + 1 - first;
+  const float next = std::max(m, RowMax(row, count));
+  float sum = 0.0f;
+  if (vector_exp && std::isfinite(next)) {
+    sum = ExpShiftedRowAvx512(row, count, next);
   } else {
-    for (int64_t j = 0; j < n; ++j) {
-      row[j] = std::exp(row[j] - m);
-      l += row[j];
+    for (int64_t j = 0; j < count; ++j) {
+      row[j] = std::exp(row[j] - next);
+      sum += row[j];
     }
   }
   std::fill(s, row, 0.0f);
-  std::fill(s + last + 1, s + n_keys, 0.0f);
-  return l + std::exp(sink - m);   // + 0 without a sink
+  std::fill(s + last + 1, s + n, 0.0f);
+  const float a = m == -INFINITY ? 0.0f : std::exp(m - next);
+  l = l * a + sum;
+  m = next;
+  return a;
+}
+
+void OnlineStart(const OpCall& call, int64_t head, float& m, float& l) {
+  m = Sink(call, head);
+  l = m == -INFINITY ? 0.0f : 1.0f;
 }
 
 void LoadScaledQueries(const OpCall& call, const Request& r, int64_t g, int64_t i0, int64_t i1,
@@ -91,7 +105,7 @@ void LoadScaledQueries(const OpCall& call, const Request& r, int64_t g, int64_t 
 }
 
 void StoreBlock(const OpCall& call, const Request& r, int64_t g, int64_t i0, int64_t i1, const float* o,
-                bool transposed, const std::vector<float>& l) {
+                bool transposed, const float* l) {
   const Tensor& out = call.outputs[0];
   const int64_t heads = out.dim(1), head_dim = out.dim(2), group = heads / call.inputs[1].dim(2);
   const int64_t rows = (i1 - i0) * group;
