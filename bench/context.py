@@ -94,6 +94,19 @@ def run(args, save: Callable[[Dict], None], run_worker, gguf: str, tokenizer, pr
     python = str(peers.python_of(args.peers_venv))
     spec = {"gguf": gguf, "threads": args.threads, "contexts": contexts,
             "extend_from": args.context_prefill, "decode_tokens": DECODE_TOKENS, "prompt": prompt}
+    # First the Metal estimate (seconds): a run stopped during the engine rows keeps it.
+    section["metal"] = {}
+    for kv_type in ("float16", "q8_0"):
+        counts = run_worker(sys.executable, "bench.context_worker",
+                            dict(spec, engine="metal_counts", kv_type=kv_type), args.threads,
+                            args.timeout)
+        if "reason" in counts:
+            section["metal"][kv_type] = counts
+            continue
+        bpt = per_token[kv_type]["formula"]   # kv_types.bytes_per_token of the model
+        section["metal"][kv_type] = {"counts": counts, "kv_bytes_per_token": bpt,
+                                     "rows": metal_rows(counts, bpt, contexts)}
+        save(section)
     jobs = [("metalrt", t) for t in METALRT_KV_TYPES] + \
         [("llama.cpp", t) for t in LLAMA_CPP_KV_TYPES if "llama.cpp" in args.peers]
     for engine, kv_type in jobs:
@@ -108,18 +121,6 @@ def run(args, save: Callable[[Dict], None], run_worker, gguf: str, tokenizer, pr
                                   args.threads, args.timeout))
             row["worker_seconds"] = round(time.time() - start, 1)
         section["rows"].append(row)
-        save(section)
-    section["metal"] = {}
-    for kv_type in ("float16", "q8_0"):
-        counts = run_worker(sys.executable, "bench.context_worker",
-                            dict(spec, engine="metal_counts", kv_type=kv_type), args.threads,
-                            args.timeout)
-        if "reason" in counts:
-            section["metal"][kv_type] = counts
-            continue
-        bpt = per_token[kv_type]["formula"]   # kv_types.bytes_per_token of the model
-        section["metal"][kv_type] = {"counts": counts, "kv_bytes_per_token": bpt,
-                                     "rows": metal_rows(counts, bpt, contexts)}
         save(section)
     return section
 

@@ -90,13 +90,8 @@ void AttendRangeBf16(const OpCall& call, const Request& r, int64_t g, int64_t b0
       float* block_o_t = o_t.data() + (b - b0) * stride * head_dim;
       gemm.qk(packed_q.data() + (b - b0) * packed_q_size, rows, head_dim, keys.data() + c0 * head_dim, n, s.data(), n,
               false);
-      for (int64_t row = 0; row < rows; ++row) {
-        const int64_t p = past + i0 + row / group, origin = t0 + c0;   // s's column 0
-        const float a = OnlineWeights(s.data() + row * n, n, WindowStart(call, p) - origin, p - origin,
-                                      m[(b - b0) * stride + row], l[(b - b0) * stride + row], vector_exp);
-        if (a != 1.0f)
-          for (int64_t d = 0; d < head_dim; ++d) block_o_t[d * rows + row] *= a;
-      }
+      WeighTile(call, s.data(), rows, n, past + i0, t0 + c0, m.data() + (b - b0) * stride,
+                l.data() + (b - b0) * stride, block_o_t, true, vector_exp);
       RoundToBf16Avx512(s.data(), rows * n, w.data());
       // Key c0's pair group: kBf16RowBlock words a pair (gemm_bf16.h's packing).
       for (int64_t d0 = 0; d0 < head_dim; d0 += kBf16RowBlock)

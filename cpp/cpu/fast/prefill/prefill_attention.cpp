@@ -87,6 +87,17 @@ float OnlineWeights(float* s, int64_t n, int64_t first, int64_t last, float& m, 
   return a;
 }
 
+void WeighTile(const OpCall& call, float* s, int64_t rows, int64_t n, int64_t first_query, int64_t origin,
+               float* m, float* l, float* o, bool transposed, bool vector_exp) {
+  const int64_t head_dim = call.inputs[0].dim(2), group = call.inputs[0].dim(1) / call.inputs[1].dim(2);
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t p = first_query + row / group;
+    const float a = OnlineWeights(s + row * n, n, WindowStart(call, p) - origin, p - origin, m[row], l[row], vector_exp);
+    if (a == 1.0f) continue;
+    for (int64_t d = 0; d < head_dim; ++d) (transposed ? o[d * rows + row] : o[row * head_dim + d]) *= a;
+  }
+}
+
 void OnlineStart(const OpCall& call, int64_t head, float& m, float& l) {
   m = Sink(call, head);
   l = m == -INFINITY ? 0.0f : 1.0f;

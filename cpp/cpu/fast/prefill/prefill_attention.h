@@ -71,6 +71,13 @@ float Sink(const OpCall& call, int64_t head);
 // the AVX-512 row (exp_avx512.h, within 2 ulp of expf) where `vector_exp`.
 float OnlineWeights(float* s, int64_t n, int64_t first, int64_t last, float& m, float& l, bool vector_exp);
 
+// OnlineWeights of every row of one block's tile scores s [rows][n] (column 0: position
+// `origin`; row r: the query at position first_query + r / group),
+// each row's output rescaled by its a: o[row * head_dim + d], or o[d * rows + row] where
+// `transposed`. m, l: the rows' running max and sum.
+void WeighTile(const OpCall& call, float* s, int64_t rows, int64_t n, int64_t first_query, int64_t origin,
+               float* m, float* l, float* o, bool transposed, bool vector_exp);
+
 // The starting (m, l) of a row of query head `head`: its sink logit and exp(0), or
 // (-inf, 0) without sinks.
 void OnlineStart(const OpCall& call, int64_t head, float& m, float& l);

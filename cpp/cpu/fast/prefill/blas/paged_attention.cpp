@@ -51,13 +51,8 @@ void AttendRange(const OpCall& call, const Request& r, int64_t g, int64_t b0, in
       float* block_o = o.data() + (b - b0) * stride * head_dim;
       Sgemm(rows, n, head_dim, q.data() + (b - b0) * stride * head_dim, head_dim, keys.data() + c0 * head_dim,
             head_dim, true, s.data(), n);
-      for (int64_t row = 0; row < rows; ++row) {
-        const int64_t p = past + i0 + row / group, origin = t0 + c0;   // s's column 0
-        const float a = OnlineWeights(s.data() + row * n, n, WindowStart(call, p) - origin, p - origin,
-                                      m[(b - b0) * stride + row], l[(b - b0) * stride + row], vector_exp);
-        if (a != 1.0f)
-          for (int64_t d = 0; d < head_dim; ++d) block_o[row * head_dim + d] *= a;
-      }
+      WeighTile(call, s.data(), rows, n, past + i0, t0 + c0, m.data() + (b - b0) * stride,
+                l.data() + (b - b0) * stride, block_o, false, vector_exp);
       SgemmAccumulate(rows, head_dim, n, s.data(), n, values.data() + c0 * head_dim, head_dim, false, block_o,
                       head_dim);
     }
