@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from . import bandwidth, peers, sizes
+from . import bandwidth, context, peers, sizes
 from .generation import MIN_RUNS, RESULT_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ QUICK = {"prompt_lengths": [16, 64], "decode_tokens": 8}
 SIM = {"prompt_lengths": [4], "decode_tokens": 4}         # the simulated Metal device
 SECTIONS = ("generation", "ops", "counters")
 # Run only when named in --sections (minutes to hours, and GBs of model files).
-OPTIONAL_SECTIONS = ("sizes",)
+OPTIONAL_SECTIONS = ("sizes", "context")
 SIM_QUICK = None                                           # --quick: counters only
 MAX_THREADS = 1024            # the runtime's limit (METALRT_CPU_THREADS)
 MAX_TIMEOUT = 7 * 24 * 3600   # seconds; subprocess's clock overflows far above
@@ -365,7 +365,7 @@ def parse(argv: List[str]):
     p.add_argument("--sections", default=",".join(SECTIONS),
                    help="comma-separated sections to run (default: all of "
                         f"{', '.join(SECTIONS)}; also {', '.join(OPTIONAL_SECTIONS)}, "
-                        "bench/sizes.py)")
+                        "bench/sizes.py, and context, bench/context.py)")
     p.add_argument("--scaling-threads", default=None,
                    help="sizes section: comma-separated thread counts of the decode scaling "
                         "(default: 1, 2, 4, ... up to the CPUs, and the CPUs)")
@@ -375,6 +375,12 @@ def parse(argv: List[str]):
     p.add_argument("--sizes-small", action="store_true",
                    help="sizes section: prefill at 128 tokens only and 16 decode tokens (a "
                         "loaded machine; the JSON says small)")
+    p.add_argument("--context-lengths", default=",".join(map(str, context.CONTEXTS)),
+                   help="context section: comma-separated context lengths to decode at "
+                        f"(default {','.join(map(str, context.CONTEXTS))})")
+    p.add_argument("--context-prefill", type=int, default=context.PREFILL_CONTEXT,
+                   help="context section: the longest fresh fill; longer contexts extend the "
+                        f"fill before them (default {context.PREFILL_CONTEXT})")
     p.add_argument("--engines", default=None,
                    help="comma-separated generation rows to measure, of: "
                         f"{', '.join(engine_rows())} (default: all; the others are rows "
@@ -410,6 +416,12 @@ def parse(argv: List[str]):
         p.error(f"--scaling-threads must be comma-separated integers, got {args.scaling_threads!r}")
     if not args.scaling_threads or not all(1 <= n <= MAX_THREADS for n in args.scaling_threads):
         p.error(f"--scaling-threads must name counts in 1-{MAX_THREADS}")
+    try:
+        args.context_lengths = context.parse_contexts(args.context_lengths)
+    except ValueError as e:
+        p.error(f"--context-lengths: {e}")
+    if not 0 < args.context_prefill <= context.MAX_CONTEXT:
+        p.error(f"--context-prefill must be in 1-{context.MAX_CONTEXT}, got {args.context_prefill}")
     args.sizes_models = [n.strip() for n in (args.sizes_models or "").split(",") if n.strip()]
     try:
         sizes.selected_models(args.sizes_models)
@@ -560,7 +572,7 @@ def run(args, path: Path, saved: List[bool]) -> int:
 
     started = time.time()
     gguf, tokenizer = None, None
-    if set(args.sections) & set(SECTIONS):   # the sizes section writes its own models
+    if set(args.sections) & {*SECTIONS, "context"}:   # the sizes section writes its own models
         # Absolute: the workers run in the repository's root.
         gguf = os.path.abspath(default_model_path())
         # The tokenizer only: the GGUF's weights are views of its mapping, none is read.
@@ -599,6 +611,10 @@ def run(args, path: Path, saved: List[bool]) -> int:
         result["sizes"] = section
         save()
 
+    def save_context(section):
+        result["context"] = section
+        save()
+
     seconds = result["environment"]["section_seconds"] = {}
     # Before the sections and after the generation, on the same threads as the
     # engines: the decode ceiling (bandwidth.combine: the best pass of both).
@@ -616,7 +632,9 @@ def run(args, path: Path, saved: List[bool]) -> int:
                                                             save_generation)),
                           ("ops", lambda: op_benchmarks(args)),
                           ("counters", lambda: counters(args, tokenizer, gguf)),
-                          ("sizes", lambda: sizes.run(args, save_sizes, run_worker, prompt_ids))]:
+                          ("sizes", lambda: sizes.run(args, save_sizes, run_worker, prompt_ids)),
+                          ("context", lambda: context.run(args, save_context, run_worker, gguf,
+                                                          tokenizer, prompt_ids))]:
         if name not in args.sections:
             continue
         start = time.time()
@@ -639,6 +657,8 @@ def run(args, path: Path, saved: List[bool]) -> int:
     failed = [f"{r['engine']} {r['variant']}" for r in result.get("generation", {}).get("rows", [])
               if r.get("reason", "").startswith("failed")]
     failed += ["counters"] if "error" in result.get("counters", {}) else []
+    failed += [f"context {r['engine']} {r['kv_type']}" for r in result.get("context", {}).get("rows", [])
+               if r.get("reason", "").startswith("failed")]
     if failed:
         print(f"bench: failed: {', '.join(failed)} (their reasons are in the table)",
               file=sys.stderr)

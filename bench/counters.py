@@ -132,7 +132,11 @@ def _instrumented(model, recorder: _Recorder):
         model.layers = layers
 
 
-def _step(engine: Engine, model, weights: Dict[int, object]) -> Dict:
+def step_counts(engine: Engine, model, weights: Dict[int, object]) -> Dict:
+    """The profiler's counts of one ``engine.step()`` of ``model`` (profiler enabled):
+    commits by cause, waits, dispatches (total and per layer), allocations, the weight
+    bytes its op calls read (``weights``: ``weight_bytes.weight_tensors``), per op and per
+    kernel rows."""
     recorder = _Recorder(weights)
     providers.reset_stats()
     profiler.reset()
@@ -173,8 +177,8 @@ def run(model, prompt_ids: Sequence[int], decode_steps: int = 3,
     was = profiler.enabled()
     profiler.enable(True)
     try:
-        prefill = _step(engine, model, weights)
-        decodes = [_step(engine, model, weights) for _ in range(decode_steps)]
+        prefill = step_counts(engine, model, weights)
+        decodes = [step_counts(engine, model, weights) for _ in range(decode_steps)]
     finally:
         profiler.enable(was)
         engine.close()

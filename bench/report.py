@@ -367,6 +367,9 @@ def render(result: Dict) -> str:
     if "sizes" in result:
         from .sizes_report import sizes_tables   # it imports this module's helpers
         parts.append(sizes_tables(result["sizes"]))
+    if "context" in result:
+        from .context import context_table
+        parts.append(context_table(result["context"]))
     if len(parts) == 1:
         parts.append("(no section was measured)")
     return "\n\n".join(parts)

@@ -1,5 +1,8 @@
 // Reading a paged KV cache ([num_blocks, block_size, kv_heads, head_dim], vLLM's layout,
-// of any KvType: metalrt/kv_type.h) on the CPU: shared by the paged-attention oracle and the fast prefill provider.
+// of any KvType: metalrt/kv_type.h) on the CPU, for the paged-attention oracle (the
+// reference tier, cpp/cpu/paged_attention.cpp), which converts a request's whole visible
+// context once; the fast prefill providers convert a tile at a time instead
+// (cpu/fast/prefill/prefill_attention.h's LoadTile).
 #pragma once
 #include <cstdint>
 

@@ -13,6 +13,9 @@
 // an output is a sum of up to n weighted values in [-1, 1] whose cancellation leaves it
 // small, so its error is set against the values' scale, not its own (measured: NMSE
 // ~5e-6, worst 3e-3). Built without a BLAS, no case is registered.
+// Both read the cache a tile of kKeyTile positions at a time: their K/V scratch is the
+// same bytes at a 1,000- and a 6,000-position context (TileScratchHighWater), and their
+// output there is against the float64 reference within the bars above.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -21,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "cpu/fast/prefill/gemm_bf16.h"
+#include "cpu/fast/prefill/prefill_attention.h"
 #include "cpu/fast/simd/cpu_features.h"
 #include "cpu_bf16_testing.h"
 #include "metalrt/op_registry.h"
@@ -142,6 +147,43 @@ TEST_CASE("cpu fast attention: decode-only batches are declined; a prefill gets 
         if (prefill && (bf16 || kHaveBlas)) CHECK(stats.last_selected == (bf16 ? kBf16Provider : kProvider));
         else CHECK((stats.last_selected != kProvider && stats.last_selected != kBf16Provider));
       }
+    }
+  }
+}
+
+TEST_CASE("cpu fast attention: the prefill providers convert the cache a tile at a time, so their K/V scratch does not grow with the context") {
+  namespace pa = cpu::fast::prefill_attention;
+  const int64_t d = 64;
+  // bytes: the f32 sgemms' key and value tiles; the bf16 products' f32 tile,
+  // its bf16 keys, V^T and its packing.
+  std::vector<std::pair<std::string, int64_t>> settings;
+  if (kHaveBlas) settings.push_back({"f32", pa::kKeyTile * d * 4 * 2});
+  if (cpu::fast::CpuHasAvx512Bf16())
+    settings.push_back({"bf16", pa::kKeyTile * d * (4 + 4 + 2) + cpu::fast::Bf16PackedSize(d, pa::kKeyTile) * 4});
+  for (const auto& [gemm, bytes] : settings) {
+    for (int32_t context : {1000, 6000}) {
+      CAPTURE(gemm);
+      CAPTURE(context);
+      // A 64-query chunk at the end of the context (the default model's geometry).
+      AttentionGeometry g{9, 3, d, 16, 0, 0};
+      const std::vector<AttentionRequest> reqs = ShuffledRequests({{64, context}}, g, 23);
+      const AttentionBatch bt = MakeAttentionBatch(reqs, g, DType::kF32);
+      const Tensor out = Poisoned(bt.query.shape(), DType::kF32);
+      setenv("METALRT_CPU_GEMM", gemm.c_str(), 1);
+      ResetProviderStats();
+      pa::ResetTileScratchHighWater();
+      ops::PagedAttention(bt.query, bt.key_cache, bt.value_cache, bt.block_tables, bt.seq_lens, bt.query_start_loc,
+                          0.125f, out, /*coarse_projections=*/true);
+      unsetenv("METALRT_CPU_GEMM");
+      CHECK(GetProviderStats("paged_attention", DeviceType::kCPU).last_selected ==
+            (gemm == "bf16" ? kBf16Provider : kProvider));
+      CHECK(pa::TileScratchHighWater() == bytes);
+      const std::vector<double> ref = AttentionReference(bt, reqs, g, 0.125);
+      const std::vector<double> got = ReadFloat(out);
+      CHECK(Nmse(got, ref) <= (gemm == "bf16" ? 5e-5 : 1e-10));
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - ref[i]));
+      CHECK(worst <= (gemm == "bf16" ? 1e-2 : 1e-5));
     }
   }
 }

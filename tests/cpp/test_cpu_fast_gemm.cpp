@@ -434,7 +434,7 @@ TEST_CASE("cpu fast gemm: each bf16 kernel sums the bf16 products of exactly its
           const int64_t ldc = count + 3, rows = m + 2;
           const float sentinel = -12345.0f;
           std::vector<float> c(static_cast<size_t>(rows * ldc), sentinel);
-          gemm(packed.data(), m, k, w.data(), count, c.data(), ldc);
+          gemm(packed.data(), m, k, w.data(), count, c.data(), ldc, false);
           auto bf16 = [](uint16_t bits) {
             const uint32_t word = uint32_t{bits} << 16;
             float v;
@@ -495,6 +495,49 @@ TEST_CASE("cpu fast gemm: the bf16 activation packing puts pair p of row l of ea
             exact = exact && packed[static_cast<size_t>((b * pairs + p) * 16 + l)] == want;
           }
       CHECK(exact);
+    }
+  }
+}
+
+TEST_CASE("cpu fast gemm: each bf16 kernel's accumulate continues a product split over k bit for bit") {
+  if (!cpu::fast::CpuHasAvx512Bf16()) return;
+  for (Bf16Kernel kernel : Bf16Kernels()) {
+    const cpu::fast::Bf16GemmFn gemm =
+        kernel == Bf16Kernel::kAmxBf16 ? cpu::fast::GemmBf16Amx : cpu::fast::GemmBf16Avx512;
+    // k split at whole AMX steps into 1, 2 and 3 parts; m and count across tile edges.
+    for (int64_t m : {15, 33}) {
+      for (int64_t count : {17, 96}) {
+        for (const std::vector<int64_t>& parts : {std::vector<int64_t>{256}, std::vector<int64_t>{64, 192},
+                                                  std::vector<int64_t>{32, 128, 96}}) {
+          CAPTURE(cpu::fast::Bf16KernelName(kernel));
+          CAPTURE(m);
+          CAPTURE(count);
+          CAPTURE(parts.size());
+          const int64_t k = 256, ldc = count + 1;
+          const std::vector<double> ad = RandomValues(static_cast<size_t>(m * k), 71);
+          const std::vector<double> wd = RandomValues(static_cast<size_t>(count * k), 72);
+          const std::vector<float> a(ad.begin(), ad.end()), wf(wd.begin(), wd.end());
+          // The whole product, then the parts: columns k0 .. k0 + part of a and w.
+          auto product = [&](int64_t k0, int64_t part, float* c, bool accumulate) {
+            std::vector<float> a_part(static_cast<size_t>(m * part)), w_part(static_cast<size_t>(count * part));
+            for (int64_t i = 0; i < m; ++i) std::copy_n(&a[i * k + k0], part, &a_part[i * part]);
+            for (int64_t j = 0; j < count; ++j) std::copy_n(&wf[j * k + k0], part, &w_part[j * part]);
+            std::vector<uint16_t> w(w_part.size());
+            cpu::fast::RoundToBf16Avx512(w_part.data(), static_cast<int64_t>(w.size()), w.data());
+            std::vector<uint32_t> packed(static_cast<size_t>(cpu::fast::Bf16PackedSize(m, part)));
+            cpu::fast::PackRowsBf16Avx512(a_part.data(), m, part, 0, (m + 15) / 16, packed.data());
+            gemm(packed.data(), m, part, w.data(), count, c, ldc, accumulate);
+          };
+          std::vector<float> whole(static_cast<size_t>(m * ldc), -1.0f), split = whole;
+          product(0, k, whole.data(), false);
+          int64_t k0 = 0;
+          for (int64_t part : parts) {
+            product(k0, part, split.data(), k0 > 0);
+            k0 += part;
+          }
+          CHECK(std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)) == 0);
+        }
+      }
     }
   }
 }

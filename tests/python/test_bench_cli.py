@@ -102,6 +102,10 @@ def bench_in_process(monkeypatch, tmp_path, *argv):
     (["--sections", "speed"], "unknown sections ['speed']"),
     (["--sizes-models", "llama-3.2-1b:q4_0"],
      "--sizes-models: unknown sizes models ['llama-3.2-1b:q4_0']; known: llama-3.2-1b:q4_k_m"),
+    (["--context-lengths", "128,4k"], "--context-lengths: expected comma-separated integers"),
+    (["--context-lengths", "0,128"], "--context-lengths: expected context lengths in 1-"),
+    (["--context-lengths", ","], "--context-lengths: expected context lengths in 1-"),
+    (["--context-prefill", "0"], "--context-prefill must be in 1-"),
 ])
 def test_bad_arguments_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as stop:

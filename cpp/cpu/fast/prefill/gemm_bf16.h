@@ -42,18 +42,21 @@ bool DequantizesToBf16(const QuantizedTensor& w);
 void DequantizeRowsBf16Avx512(const QuantizedTensor& w, int64_t row0, int64_t count, uint16_t* dst);
 
 // c[i * ldc + j] = sum_k a[i][k] w[j][k] for i < m, j < count, from the packed a and
-// the bf16 rows w[count, k] (k even).
+// the bf16 rows w[count, k] (k even). With `accumulate` the sums start from c's values
+// instead of 0: both kernels add the k terms one after another into one f32 accumulator
+// per output, so a product over k split into consecutive parts (whole AMX steps for the
+// AMX kernel), each accumulated onto the last, gives the one-call sums bit for bit.
 void GemmBf16Avx512(const uint32_t* packed_a, int64_t m, int64_t k, const uint16_t* w, int64_t count,
-                    float* c, int64_t ldc);
+                    float* c, int64_t ldc, bool accumulate = false);
 
 // The same product on AMX tiles (TDPBF16PS: 16 x 16 f32 sums of 32-k bf16 dot products),
 // for k a multiple of kAmxK; callable only where CpuHasAmxBf16() (cpu_features.h).
 inline constexpr int64_t kAmxK = 32;
 void GemmBf16Amx(const uint32_t* packed_a, int64_t m, int64_t k, const uint16_t* w, int64_t count, float* c,
-                 int64_t ldc);
+                 int64_t ldc, bool accumulate = false);
 
 using Bf16GemmFn = void (*)(const uint32_t* packed_a, int64_t m, int64_t k, const uint16_t* w, int64_t count,
-                            float* c, int64_t ldc);
+                            float* c, int64_t ldc, bool accumulate);
 
 // The kernel for a product over k under SelectedBf16Kernel() (prefill_gemm.h): AMX when
 // it is selected and k is a multiple of kAmxK, else AVX-512 BF16. Throws what

@@ -79,14 +79,45 @@ void StoreTransposed(const float* tile, float* c, int64_t ldc, int64_t acts, int
 
 // One register block: kGroups (1-2) tiles of 16 weight rows (w0, w1: row-major, stride
 // k) by kBlocks (1-2) packed activation blocks (a0, a1: k / 2 pairs of 16 rows each).
+// tile[i][l] = c[l * ldc + i] for activation rows l < acts and weight rows i < weights,
+// else 0: the C tile that StoreTransposed wrote.
+void LoadTransposed(const float* c, int64_t ldc, int64_t acts, int64_t weights, float* tile) {
+  std::fill(tile, tile + kTile * kTile, 0.0f);
+  for (int64_t l = 0; l < std::min<int64_t>(kTile, acts); ++l)
+    for (int64_t i = 0; i < std::min<int64_t>(kTile, weights); ++i) tile[i * kTile + l] = c[l * ldc + i];
+}
+
 template <int kGroups, int kBlocks>
 void Block(const uint16_t* w0, const uint16_t* w1, const uint32_t* a0, const uint32_t* a1, int64_t k, float* c,
-           int64_t ldc, int64_t acts, int64_t weights) {
+           int64_t ldc, int64_t acts, int64_t weights, bool accumulate) {
   const int64_t w_stride = k * static_cast<int64_t>(sizeof(uint16_t));
-  _tile_zero(0);
-  if constexpr (kBlocks == 2) _tile_zero(1);
-  if constexpr (kGroups == 2) _tile_zero(2);
-  if constexpr (kGroups == 2 && kBlocks == 2) _tile_zero(3);
+  alignas(64) float tile[kTile * kTile];
+  // C tile t = group * 2 + block, from c's values (accumulate) or 0. The tile number of
+  // _tile_loadd must be a constant.
+  auto start = [&](int64_t group, int64_t block) {
+    LoadTransposed(c + block * kTile * ldc + group * kTile, ldc, acts - block * kTile, weights - group * kTile, tile);
+  };
+  if (accumulate) {
+    start(0, 0);
+    _tile_loadd(0, tile, 64);
+    if constexpr (kBlocks == 2) {
+      start(0, 1);
+      _tile_loadd(1, tile, 64);
+    }
+    if constexpr (kGroups == 2) {
+      start(1, 0);
+      _tile_loadd(2, tile, 64);
+    }
+    if constexpr (kGroups == 2 && kBlocks == 2) {
+      start(1, 1);
+      _tile_loadd(3, tile, 64);
+    }
+  } else {
+    _tile_zero(0);
+    if constexpr (kBlocks == 2) _tile_zero(1);
+    if constexpr (kGroups == 2) _tile_zero(2);
+    if constexpr (kGroups == 2 && kBlocks == 2) _tile_zero(3);
+  }
   for (int64_t kk = 0; kk < k; kk += kAmxK) {
     const int64_t pair = kk / 2;
     _tile_loadd(4, w0 + kk, w_stride);
@@ -102,7 +133,6 @@ void Block(const uint16_t* w0, const uint16_t* w1, const uint32_t* a0, const uin
       if constexpr (kBlocks == 2) _tile_dpbf16ps(3, 5, 7);
     }
   }
-  alignas(64) float tile[kTile * kTile];
   auto store = [&](int64_t group, int64_t block) {
     StoreTransposed(tile, c + block * kTile * ldc + group * kTile, ldc, std::min<int64_t>(kTile, acts - block * kTile),
                     std::min<int64_t>(kTile, weights - group * kTile));
@@ -124,13 +154,13 @@ void Block(const uint16_t* w0, const uint16_t* w1, const uint32_t* a0, const uin
 }
 
 using BlockFn = void (*)(const uint16_t*, const uint16_t*, const uint32_t*, const uint32_t*, int64_t, float*, int64_t,
-                         int64_t, int64_t);
+                         int64_t, int64_t, bool);
 constexpr BlockFn kBlocks[2][2] = {{Block<1, 1>, Block<1, 2>}, {Block<2, 1>, Block<2, 2>}};
 
 }  // namespace
 
 void GemmBf16Amx(const uint32_t* packed_a, int64_t m, int64_t k, const uint16_t* w, int64_t count, float* c,
-                 int64_t ldc) {
+                 int64_t ldc, bool accumulate) {
   const int64_t pairs = k / 2, blocks = (m + kTile - 1) / kTile, groups = (count + kTile - 1) / kTile;
   // A partial last group of weight rows is read from a zero-padded copy: a tile load
   // reads 16 whole rows, and the caller's rows end at `count`.
@@ -149,7 +179,7 @@ void GemmBf16Amx(const uint32_t* packed_a, int64_t m, int64_t k, const uint16_t*
     for (int64_t g = 0; g < groups; g += 2) {
       const int64_t ng = std::min<int64_t>(2, groups - g);
       kBlocks[ng - 1][nb - 1](group_rows(g), ng == 2 ? group_rows(g + 1) : nullptr, a0, a1, k,
-                              c + b * kTile * ldc + g * kTile, ldc, m - b * kTile, count - g * kTile);
+                              c + b * kTile * ldc + g * kTile, ldc, m - b * kTile, count - g * kTile, accumulate);
     }
   }
   _tile_release();   // back to the init state: no 8 KB of tile data saved at each context switch
@@ -161,7 +191,7 @@ void GemmBf16Amx(const uint32_t* packed_a, int64_t m, int64_t k, const uint16_t*
 
 namespace metalrt::cpu::fast {
 // Off x86 CpuHasAmxBf16() is false; this only satisfies the linker.
-void GemmBf16Amx(const uint32_t*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
+void GemmBf16Amx(const uint32_t*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t, bool) {
   throw std::logic_error("the AMX GEMM exists only on x86-64");
 }
 }  // namespace metalrt::cpu::fast

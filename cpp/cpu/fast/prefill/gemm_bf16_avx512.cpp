@@ -51,11 +51,22 @@ constexpr int kMaxRows = 8;
 constexpr int kMaxBlocks = 3;
 
 template <int kRows, int kBlocks>
-void Tile(const uint16_t* w, int64_t k, const uint32_t* a, float* c, int64_t ldc, int64_t valid_rows) {
+void Tile(const uint16_t* w, int64_t k, const uint32_t* a, float* c, int64_t ldc, int64_t valid_rows, bool accumulate) {
   const int64_t pairs = k / 2;
   __m512 acc[kRows][kBlocks];
-  for (int r = 0; r < kRows; ++r)
-    for (int b = 0; b < kBlocks; ++b) acc[r][b] = _mm512_setzero_ps();
+  alignas(64) float lanes[kBf16RowBlock];
+  for (int b = 0; b < kBlocks; ++b) {
+    const int64_t rows = std::min<int64_t>(kBf16RowBlock, valid_rows - b * kBf16RowBlock);
+    for (int r = 0; r < kRows; ++r) {
+      if (!accumulate) {
+        acc[r][b] = _mm512_setzero_ps();
+        continue;
+      }
+      std::fill(lanes, lanes + kBf16RowBlock, 0.0f);
+      for (int64_t l = 0; l < rows; ++l) lanes[l] = c[(b * kBf16RowBlock + l) * ldc + r];
+      acc[r][b] = _mm512_load_ps(lanes);
+    }
+  }
   for (int64_t p = 0; p < pairs; ++p) {
     __m512bh x[kBlocks];
     for (int b = 0; b < kBlocks; ++b)
@@ -68,7 +79,6 @@ void Tile(const uint16_t* w, int64_t k, const uint32_t* a, float* c, int64_t ldc
     }
   }
   // Lane l of acc[r][b] is output (activation row 16 b + l, weight row r).
-  alignas(64) float lanes[kBf16RowBlock];
   for (int b = 0; b < kBlocks; ++b) {
     const int64_t rows = std::min<int64_t>(kBf16RowBlock, valid_rows - b * kBf16RowBlock);
     for (int r = 0; r < kRows; ++r) {
@@ -78,7 +88,7 @@ void Tile(const uint16_t* w, int64_t k, const uint32_t* a, float* c, int64_t ldc
   }
 }
 
-using TileFn = void (*)(const uint16_t*, int64_t, const uint32_t*, float*, int64_t, int64_t);
+using TileFn = void (*)(const uint16_t*, int64_t, const uint32_t*, float*, int64_t, int64_t, bool);
 
 template <int kRows, int... kBlocks>
 constexpr auto TileRow(std::integer_sequence<int, kBlocks...>) {
@@ -202,14 +212,14 @@ void PackRowsBf16Avx512(const float* a, int64_t m, int64_t k, int64_t block_begi
 }
 
 void GemmBf16Avx512(const uint32_t* packed_a, int64_t m, int64_t k, const uint16_t* w, int64_t count,
-                    float* c, int64_t ldc) {
+                    float* c, int64_t ldc, bool accumulate) {
   const int64_t pairs = k / 2, blocks = Bf16RowBlocks(m);
   for (int64_t b0 = 0; b0 < blocks; b0 += kMaxBlocks) {
     const int64_t nb = std::min<int64_t>(kMaxBlocks, blocks - b0), row0 = b0 * kBf16RowBlock;
     for (int64_t r0 = 0; r0 < count; r0 += kMaxRows) {
       const int64_t nr = std::min<int64_t>(kMaxRows, count - r0);
       kTiles[nr - 1][nb - 1](w + r0 * k, k, packed_a + b0 * pairs * kBf16RowBlock, c + row0 * ldc + r0, ldc,
-                             m - row0);
+                             m - row0, accumulate);
     }
   }
 }
@@ -225,7 +235,7 @@ namespace {
 }  // namespace
 void PackRowsBf16Avx512(const float*, int64_t, int64_t, int64_t, int64_t, uint32_t*) { NoKernel(); }
 void RoundToBf16Avx512(const float*, int64_t, uint16_t*) { NoKernel(); }
-void GemmBf16Avx512(const uint32_t*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) { NoKernel(); }
+void GemmBf16Avx512(const uint32_t*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t, bool) { NoKernel(); }
 bool DequantizesToBf16(const QuantizedTensor&) { return false; }
 void DequantizeRowsBf16Avx512(const QuantizedTensor&, int64_t, int64_t, uint16_t*) { NoKernel(); }
 }  // namespace metalrt::cpu::fast

@@ -7,9 +7,8 @@
 // arithmetic under every METALRT_CPU_GEMM: scale * Q and K rounded for
 // S, the softmax weights W and V rounded for O, l summed from the unrounded weights
 // (why, measured: docs/cpu.md, "bf16 prefill GEMM"). O is computed transposed, O^T = V^T . W^T,
-// so that V^T is packed once per request as the GEMM's activation operand (a block of
-// 16 of its rows read over the block's first keys only) and W's rows are its weight
-// rows, of the block's key count rounded up to the AMX step.
+// so that V^T is the GEMM's activation operand (packed a tile of keys at a time) and W's
+// rows are its weight rows, of the block's key count rounded up to the AMX step.
 #include <algorithm>
 #include <vector>
 
@@ -25,47 +24,9 @@ namespace {
 
 using namespace prefill_attention;
 
+static_assert(kKeyTile % kAmxK == 0, "a key tile is whole AMX steps");
+
 int64_t RoundUp(int64_t n, int64_t step) { return (n + step - 1) / step * step; }
-
-// One request's operands of the bf16 products, over its gathered positions (Request's
-// kv_len of them, `seq_len` here): K as bf16 rows [kv_heads][seq_len][head_dim];
-// V^T per kv head packed as the GEMM's activations (gemm_bf16.h), head_dim rows of
-// keys_pad = seq_len rounded up to the AMX step, the keys past seq_len zero.
-struct Bf16Context {
-  int64_t keys_pad = 0, packed_per_head = 0;
-  std::vector<uint16_t> keys;
-  std::vector<float> values_t_f32;   // V^T before packing, [kv_heads][head_dim][keys_pad]
-  std::vector<uint32_t> values_t;
-};
-
-// Items (kv head, 16-row block of V^T), so that the 3 kv heads of the default model
-// spread over 2 threads; each also rounds its share of K.
-void PrepareBf16(const std::vector<float>& keys, const std::vector<float>& values, int64_t kv_heads,
-                 int64_t seq_len, int64_t head_dim, Bf16Context& ctx) {
-  ctx.keys_pad = RoundUp(seq_len, kAmxK);
-  ctx.packed_per_head = Bf16PackedSize(head_dim, ctx.keys_pad);
-  const int64_t n = kv_heads * seq_len * head_dim;   // the gathered keys (the vector may be longer)
-  const auto grow = [](auto& v, int64_t size) { v.resize(std::max(v.size(), static_cast<size_t>(size))); };
-  grow(ctx.keys, n);
-  grow(ctx.values_t_f32, kv_heads * head_dim * ctx.keys_pad);
-  grow(ctx.values_t, kv_heads * ctx.packed_per_head);
-  const int64_t row_blocks = Bf16RowBlocks(head_dim), items = kv_heads * row_blocks;
-  ParallelFor(items, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t k0 = n * item / items, k1 = n * (item + 1) / items;
-      RoundToBf16Avx512(keys.data() + k0, k1 - k0, ctx.keys.data() + k0);
-      const int64_t g = item / row_blocks, block = item % row_blocks;
-      const int64_t d0 = block * kBf16RowBlock, d1 = std::min(head_dim, d0 + kBf16RowBlock);
-      float* v_t = ctx.values_t_f32.data() + g * head_dim * ctx.keys_pad;
-      const float* v = values.data() + g * seq_len * head_dim;
-      for (int64_t t = 0; t < seq_len; ++t)
-        for (int64_t d = d0; d < d1; ++d) v_t[d * ctx.keys_pad + t] = v[t * head_dim + d];
-      for (int64_t d = d0; d < d1; ++d)
-        std::fill(v_t + d * ctx.keys_pad + seq_len, v_t + (d + 1) * ctx.keys_pad, 0.0f);
-      PackRowsBf16Avx512(v_t, head_dim, ctx.keys_pad, block, block + 1, ctx.values_t.data() + g * ctx.packed_per_head);
-    }
-  });
-}
 
 // The bf16 GEMM kernels of the two products, chosen on the op's thread (SelectedBf16Gemm
 // reads METALRT_CPU_AMX and may throw): Q.K^T over head_dim, V^T.W^T over a multiple of
@@ -74,40 +35,74 @@ struct Bf16Products {
   Bf16GemmFn qk, pv;
 };
 
-void AttendBlockBf16(const OpCall& call, const Request& r, int64_t g, int64_t i0, int64_t i1, const Bf16Context& ctx,
-                     const Bf16Products& gemm, bool vector_exp) {
+// Blocks [b0, b1) of kv head g, tile by tile of their keys (prefill_attention.h): a key
+// tile is converted to f32, rounded to bf16 and multiplied into each block's S; a value
+// tile is converted, transposed to V^T and packed as the GEMM's activations (head_dim
+// rows of the tile's keys), and each block's O^T accumulates V^T . W^T onto its rescaled
+// self (the kernels' accumulate). Tiles start at the range's first key rounded down (from
+// kv_begin) to the AMX step and hold whole steps; a block multiplies the tile's columns
+// from its first key, rounded down to a step, to its last, rounded up (extra keys get
+// weight 0; keys past seq_len are zeros).
+void AttendRangeBf16(const OpCall& call, const Request& r, int64_t g, int64_t b0, int64_t b1, const Bf16Products& gemm,
+                     bool vector_exp) {
   const int64_t head_dim = call.inputs[0].dim(2), group = call.inputs[0].dim(1) / call.inputs[1].dim(2);
-  const int64_t rows = (i1 - i0) * group, past = r.seq_len - r.q_len;
-  // Gathered rows k0 .. the block's last position: k0 the first its first query sees,
-  // rounded down to the AMX step so that it starts a pair group of the packed V^T.
-  const int64_t k0 = (WindowStart(call, past + i0) - r.kv_begin) / kAmxK * kAmxK;
-  const int64_t n_keys = past + i1 - r.kv_begin - k0, n_pad = RoundUp(n_keys, kAmxK);
-  static thread_local std::vector<float> q, s, o_t, l;
-  static thread_local std::vector<uint32_t> packed_q;
-  static thread_local std::vector<uint16_t> w;
-  LoadScaledQueries(call, r, g, i0, i1, q);
-  packed_q.resize(static_cast<size_t>(Bf16PackedSize(rows, head_dim)));
-  PackRowsBf16Avx512(q.data(), rows, head_dim, 0, Bf16RowBlocks(rows), packed_q.data());
-  s.resize(std::max(s.size(), static_cast<size_t>(rows * n_pad)));
-  gemm.qk(packed_q.data(), rows, head_dim, ctx.keys.data() + (g * r.kv_len + k0) * head_dim, n_keys, s.data(),
-          n_pad);
-  l.resize(static_cast<size_t>(rows));
-  for (int64_t row = 0; row < rows; ++row) {
-    const int64_t p = past + i0 + row / group, origin = r.kv_begin + k0;   // s's column 0
-    l[row] = SoftmaxWeights(s.data() + row * n_pad, n_pad, WindowStart(call, p) - origin, p - origin,
-                            Sink(call, g * group + row % group), vector_exp);
+  const int64_t past = r.seq_len - r.q_len, stride = kQueryBlock * group;
+  const int64_t packed_q_size = Bf16PackedSize(stride, head_dim);
+  static thread_local std::vector<float> q, o_t, m, l, s, tile, v_t;
+  static thread_local std::vector<uint32_t> packed_q, packed_v;
+  static thread_local std::vector<uint16_t> w, keys;
+  const size_t blocks = static_cast<size_t>(b1 - b0);
+  packed_q.resize(blocks * packed_q_size);
+  o_t.assign(blocks * stride * head_dim, 0.0f);
+  m.resize(blocks * stride);
+  l.resize(blocks * stride);
+  s.resize(static_cast<size_t>(stride * kKeyTile));
+  w.resize(s.size());
+  tile.resize(static_cast<size_t>(kKeyTile * head_dim));
+  keys.resize(tile.size());
+  v_t.resize(tile.size());
+  packed_v.resize(static_cast<size_t>(Bf16PackedSize(head_dim, kKeyTile)));
+  NoteTileScratch(static_cast<int64_t>((tile.size() + v_t.size() + packed_v.size()) * 4 + keys.size() * 2));
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t i0 = b * kQueryBlock, i1 = std::min(r.q_len, i0 + kQueryBlock), rows = (i1 - i0) * group;
+    LoadScaledQueries(call, r, g, i0, i1, q);
+    PackRowsBf16Avx512(q.data(), rows, head_dim, 0, Bf16RowBlocks(rows), packed_q.data() + (b - b0) * packed_q_size);
+    for (int64_t row = 0; row < rows; ++row)
+      OnlineStart(call, g * group + row % group, m[(b - b0) * stride + row], l[(b - b0) * stride + row]);
   }
-  w.resize(std::max(w.size(), static_cast<size_t>(rows * n_pad)));
-  RoundToBf16Avx512(s.data(), rows * n_pad, w.data());
-  // O^T [head_dim, rows], 16 rows of V^T a product: the block's keys are a prefix of each
-  // 16-row group's pairs in the request's packing, not of the whole packing.
-  o_t.resize(static_cast<size_t>(head_dim * rows));
-  // Key k0's pair group: kBf16RowBlock words a pair (gemm_bf16.h's packing).
-  const uint32_t* v_t = ctx.values_t.data() + g * ctx.packed_per_head + k0 / 2 * kBf16RowBlock;
-  for (int64_t d0 = 0; d0 < head_dim; d0 += kBf16RowBlock)
-    gemm.pv(v_t + d0 * (ctx.keys_pad / 2), std::min(kBf16RowBlock, head_dim - d0), n_pad, w.data(), rows,
-            o_t.data() + d0 * rows, rows);
-  StoreBlock(call, r, g, i0, i1, o_t.data(), true, l);
+  const auto step_down = [&](int64_t p) { return r.kv_begin + (p - r.kv_begin) / kAmxK * kAmxK; };
+  const int64_t lo = step_down(WindowStart(call, past + b0 * kQueryBlock));
+  const int64_t hi = past + std::min(r.q_len, b1 * kQueryBlock);
+  for (int64_t t0 = lo; t0 < hi; t0 += kKeyTile) {
+    const int64_t width = std::min(kKeyTile, RoundUp(hi - t0, kAmxK));   // whole AMX steps
+    LoadTile(call.inputs[1], head_dim, r, g, t0, t0 + width, tile.data());
+    RoundToBf16Avx512(tile.data(), width * head_dim, keys.data());
+    LoadTile(call.inputs[2], head_dim, r, g, t0, t0 + width, tile.data());
+    for (int64_t t = 0; t < width; ++t)
+      for (int64_t d = 0; d < head_dim; ++d) v_t[d * width + t] = tile[t * head_dim + d];
+    PackRowsBf16Avx512(v_t.data(), head_dim, width, 0, Bf16RowBlocks(head_dim), packed_v.data());
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t i0 = b * kQueryBlock, i1 = std::min(r.q_len, i0 + kQueryBlock), rows = (i1 - i0) * group;
+      const int64_t c0 = std::max(t0, step_down(WindowStart(call, past + i0))) - t0;
+      const int64_t c1 = std::min(width, RoundUp(past + i1 - t0, kAmxK));
+      if (c0 >= c1) continue;
+      const int64_t n = c1 - c0;
+      float* block_o_t = o_t.data() + (b - b0) * stride * head_dim;
+      gemm.qk(packed_q.data() + (b - b0) * packed_q_size, rows, head_dim, keys.data() + c0 * head_dim, n, s.data(), n,
+              false);
+      WeighTile(call, s.data(), rows, n, past + i0, t0 + c0, m.data() + (b - b0) * stride,
+                l.data() + (b - b0) * stride, block_o_t, true, vector_exp);
+      RoundToBf16Avx512(s.data(), rows * n, w.data());
+      // Key c0's pair group: kBf16RowBlock words a pair (gemm_bf16.h's packing).
+      for (int64_t d0 = 0; d0 < head_dim; d0 += kBf16RowBlock)
+        gemm.pv(packed_v.data() + d0 * (width / 2) + c0 / 2 * kBf16RowBlock, std::min(kBf16RowBlock, head_dim - d0), n,
+                w.data(), rows, block_o_t + d0 * rows, rows, true);
+    }
+  }
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t i0 = b * kQueryBlock, i1 = std::min(r.q_len, i0 + kQueryBlock);
+    StoreBlock(call, r, g, i0, i1, o_t.data() + (b - b0) * stride * head_dim, true, l.data() + (b - b0) * stride);
+  }
 }
 
 bool PrefillAttentionBf16(const OpCall& call) {
@@ -119,16 +114,9 @@ bool PrefillAttentionBf16(const OpCall& call) {
     return false;
   const Bf16Products gemm{SelectedBf16Gemm(head_dim), SelectedBf16Gemm(kAmxK)};
   const bool vector_exp = SelectedGemvIsa() == GemvIsa::kAvx512Vnni;
-  static thread_local Bf16Context scratch;   // grown only, as EachBlock's K/V
-  Bf16Context& ctx = scratch;
-  EachBlock(
-      call,
-      [&](const Request& r, const std::vector<float>& k, const std::vector<float>& v) {
-        PrepareBf16(k, v, call.inputs[1].dim(2), r.kv_len, head_dim, ctx);
-      },
-      [&](const Request& r, const std::vector<float>&, const std::vector<float>&, int64_t g, int64_t i0, int64_t i1) {
-        AttendBlockBf16(call, r, g, i0, i1, ctx, gemm, vector_exp);
-      });
+  EachRange(call, [&](const Request& r, int64_t g, int64_t b0, int64_t b1) {
+    AttendRangeBf16(call, r, g, b0, b1, gemm, vector_exp);
+  });
   return true;
 }
 

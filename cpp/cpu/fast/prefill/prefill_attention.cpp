@@ -1,10 +1,12 @@
 #include "cpu/fast/prefill/prefill_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "cpu/fast/simd/exp_avx512.h"
 #include "cpu/float_rows.h"
+#include "cpu/kv_blocks.h"
 #include "metalrt/ops.h"
 
 namespace metalrt::cpu::fast::prefill_attention {
@@ -23,7 +25,31 @@ float RowMax(const float* s, int64_t n) {
   return *std::max_element(lanes, lanes + kLanes);
 }
 
+std::atomic<int64_t> tile_scratch_high_water{0};
+
 }  // namespace
+
+void LoadTile(const Tensor& cache, int64_t head_dim, const Request& r, int64_t g, int64_t begin, int64_t end,
+              float* dst) {
+  const int64_t block_size = cache.dim(1), kv_heads = cache.dim(2);
+  const KvType type = KvTypeOf(cache, head_dim, "paged_attention", "a cache");
+  const int64_t end_read = std::min(end, r.seq_len);
+  for (int64_t j = begin; j < end_read; ++j) {
+    const int64_t slot = static_cast<int64_t>(r.blocks[j / block_size]) * block_size + j % block_size;
+    LoadKvRows(cache.data(), type, slot * kv_heads + g, 1, head_dim, dst + (j - begin) * head_dim);
+  }
+  std::fill(dst + (std::max(end_read, begin) - begin) * head_dim, dst + (end - begin) * head_dim, 0.0f);
+}
+
+void NoteTileScratch(int64_t bytes) {
+  int64_t seen = tile_scratch_high_water.load(std::memory_order_relaxed);
+  while (bytes > seen && !tile_scratch_high_water.compare_exchange_weak(seen, bytes, std::memory_order_relaxed)) {
+  }
+}
+
+int64_t TileScratchHighWater() { return tile_scratch_high_water.load(std::memory_order_relaxed); }
+
+void ResetTileScratchHighWater() { tile_scratch_high_water.store(0, std::memory_order_relaxed); }
 
 int64_t WindowStart(const OpCall& call, int64_t p) {
   const int64_t window = call.param<ops::PagedAttentionParams>().window;
@@ -34,22 +60,47 @@ float Sink(const OpCall& call, int64_t head) {
   return call.inputs.size() > 6 ? call.inputs[6].data_as<float>()[head] : -INFINITY;
 }
 
-float SoftmaxWeights(float* s, int64_t n_keys, int64_t first, int64_t last, float sink, bool vector_exp) {
+float OnlineWeights(float* s, int64_t n, int64_t first, int64_t last, float& m, float& l, bool vector_exp) {
+  first = std::max<int64_t>(first, 0);
+  last = std::min<int64_t>(last, n - 1);
+  if (first > last) {
+    std::fill(s, s + n, 0.0f);
+    return 1.0f;
+  }
   float* row = s + first;
-  const int64_t n = last + 1 - first;
-  const float m = std::max(RowMax(row, n), sink);
-  float l = 0.0f;
-  if (vector_exp && std::isfinite(m)) {
-    l = ExpShiftedRowAvx512(row, n, m);
+  const int64_t count = last + 1 - first;
+  const float next = std::max(m, RowMax(row, count));
+  float sum = 0.0f;
+  if (vector_exp && std::isfinite(next)) {
+    sum = ExpShiftedRowAvx512(row, count, next);
   } else {
-    for (int64_t j = 0; j < n; ++j) {
-      row[j] = std::exp(row[j] - m);
-      l += row[j];
+    for (int64_t j = 0; j < count; ++j) {
+      row[j] = std::exp(row[j] - next);
+      sum += row[j];
     }
   }
   std::fill(s, row, 0.0f);
-  std::fill(s + last + 1, s + n_keys, 0.0f);
-  return l + std::exp(sink - m);   // + 0 without a sink
+  std::fill(s + last + 1, s + n, 0.0f);
+  const float a = m == -INFINITY ? 0.0f : std::exp(m - next);
+  l = l * a + sum;
+  m = next;
+  return a;
+}
+
+void WeighTile(const OpCall& call, float* s, int64_t rows, int64_t n, int64_t first_query, int64_t origin,
+               float* m, float* l, float* o, bool transposed, bool vector_exp) {
+  const int64_t head_dim = call.inputs[0].dim(2), group = call.inputs[0].dim(1) / call.inputs[1].dim(2);
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t p = first_query + row / group;
+    const float a = OnlineWeights(s + row * n, n, WindowStart(call, p) - origin, p - origin, m[row], l[row], vector_exp);
+    if (a == 1.0f) continue;
+    for (int64_t d = 0; d < head_dim; ++d) (transposed ? o[d * rows + row] : o[row * head_dim + d]) *= a;
+  }
+}
+
+void OnlineStart(const OpCall& call, int64_t head, float& m, float& l) {
+  m = Sink(call, head);
+  l = m == -INFINITY ? 0.0f : 1.0f;
 }
 
 void LoadScaledQueries(const OpCall& call, const Request& r, int64_t g, int64_t i0, int64_t i1,
@@ -65,7 +116,7 @@ void LoadScaledQueries(const OpCall& call, const Request& r, int64_t g, int64_t 
 }
 
 void StoreBlock(const OpCall& call, const Request& r, int64_t g, int64_t i0, int64_t i1, const float* o,
-                bool transposed, const std::vector<float>& l) {
+                bool transposed, const float* l) {
   const Tensor& out = call.outputs[0];
   const int64_t heads = out.dim(1), head_dim = out.dim(2), group = heads / call.inputs[1].dim(2);
   const int64_t rows = (i1 - i0) * group;

@@ -43,7 +43,7 @@ bool Bf16QuantizedGemmSwiglu(const OpCall& call) {
       const int64_t j0 = p * kGateRows, c = std::min(kGateRows, inner - j0);
       DequantizeRowsBf16Avx512(w, j0, c, rows.data());
       DequantizeRowsBf16Avx512(w, inner + j0, c, rows.data() + c * k);
-      gemm_bf16(packed, m, k, rows.data(), 2 * c, product.data(), 2 * c);
+      gemm_bf16(packed, m, k, rows.data(), 2 * c, product.data(), 2 * c, false);
       for (int64_t i = 0; i < m; ++i)
         SiluAndMulRowAvx512(product.data() + i * 2 * c, product.data() + i * 2 * c + c, c, dst + i * inner + j0);
     }

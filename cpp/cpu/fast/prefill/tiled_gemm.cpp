@@ -68,11 +68,11 @@ void TiledGemm(const float* a, int64_t m, int64_t k, int64_t n, const PanelFn& p
       const int64_t ldc = direct ? n : count;
       if (bf16 && bf16_panel) {
         bf16_panel(n0, count, rows_bf16.data());
-        gemm_bf16(packed, m, k, rows_bf16.data(), count, c, ldc);
+        gemm_bf16(packed, m, k, rows_bf16.data(), count, c, ldc, false);
       } else if (bf16) {
         const Panel w = panel(n0, count, scratch.data());
         for (int64_t r = 0; r < count; ++r) RoundToBf16Avx512(w.data + r * w.ld, k, rows_bf16.data() + r * k);
-        gemm_bf16(packed, m, k, rows_bf16.data(), count, c, ldc);
+        gemm_bf16(packed, m, k, rows_bf16.data(), count, c, ldc, false);
       } else {
         const Panel w = panel(n0, count, scratch.data());
         f32_gemm(m, count, k, a, k, w.data, w.ld, w.transposed, c, ldc);

@@ -13,39 +13,60 @@ namespace {
 
 using namespace prefill_attention;
 
-void AttendBlock(const OpCall& call, const Request& r, int64_t g, int64_t i0, int64_t i1,
-                 const std::vector<float>& keys, const std::vector<float>& values, bool vector_exp) {
+// Blocks [b0, b1) of kv head g, tile by tile of their keys (prefill_attention.h).
+void AttendRange(const OpCall& call, const Request& r, int64_t g, int64_t b0, int64_t b1, bool vector_exp) {
   const int64_t head_dim = call.inputs[0].dim(2), group = call.inputs[0].dim(1) / call.inputs[1].dim(2);
-  const int64_t rows = (i1 - i0) * group;
   const int64_t past = r.seq_len - r.q_len;        // positions before the first query
-  // Keys k0 .. the block's last position, k0 = the first its first query sees.
-  const int64_t k0 = WindowStart(call, past + i0), n_keys = past + i1 - k0;
-  const float* k = keys.data() + (g * r.kv_len + k0 - r.kv_begin) * head_dim;
-  const float* v = values.data() + (g * r.kv_len + k0 - r.kv_begin) * head_dim;
-  // Per thread and grown only: a fresh vector zero-filled its rows x n_keys scores, which
-  // the sgemm then overwrote.
-  static thread_local std::vector<float> q, s, o, l;
-  LoadScaledQueries(call, r, g, i0, i1, q);
-  s.resize(std::max(s.size(), static_cast<size_t>(rows * n_keys)));
-  o.resize(q.size());
-  l.resize(static_cast<size_t>(rows));
-  Sgemm(rows, n_keys, head_dim, q.data(), head_dim, k, head_dim, true, s.data(), n_keys);
-  for (int64_t row = 0; row < rows; ++row) {
-    const int64_t p = past + i0 + row / group;
-    l[row] = SoftmaxWeights(s.data() + row * n_keys, n_keys, WindowStart(call, p) - k0, p - k0,
-                            Sink(call, g * group + row % group), vector_exp);
+  const int64_t stride = kQueryBlock * group;      // rows of a block's state
+  // Per thread and grown only. Per block: its scaled queries, output, m and l.
+  static thread_local std::vector<float> q, o, m, l, s, keys, values, block_q;
+  const size_t blocks = static_cast<size_t>(b1 - b0);
+  q.resize(blocks * stride * head_dim);
+  o.assign(blocks * stride * head_dim, 0.0f);
+  m.resize(blocks * stride);
+  l.resize(blocks * stride);
+  s.resize(static_cast<size_t>(stride * kKeyTile));
+  keys.resize(static_cast<size_t>(kKeyTile * head_dim));
+  values.resize(keys.size());
+  NoteTileScratch(static_cast<int64_t>((keys.size() + values.size()) * sizeof(float)));
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t i0 = b * kQueryBlock, i1 = std::min(r.q_len, i0 + kQueryBlock);
+    LoadScaledQueries(call, r, g, i0, i1, block_q);
+    std::copy(block_q.begin(), block_q.end(), q.begin() + (b - b0) * stride * head_dim);
+    for (int64_t row = 0; row < (i1 - i0) * group; ++row)
+      OnlineStart(call, g * group + row % group, m[(b - b0) * stride + row], l[(b - b0) * stride + row]);
   }
-  Sgemm(rows, head_dim, n_keys, s.data(), n_keys, v, head_dim, false, o.data(), head_dim);
-  StoreBlock(call, r, g, i0, i1, o.data(), false, l);
+  // The range's keys: from the first its first query sees to its last query's position.
+  const int64_t lo = WindowStart(call, past + b0 * kQueryBlock), hi = past + std::min(r.q_len, b1 * kQueryBlock);
+  for (int64_t t0 = lo; t0 < hi; t0 += kKeyTile) {
+    const int64_t count = std::min(kKeyTile, hi - t0);
+    LoadTile(call.inputs[1], head_dim, r, g, t0, t0 + count, keys.data());
+    LoadTile(call.inputs[2], head_dim, r, g, t0, t0 + count, values.data());
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t i0 = b * kQueryBlock, i1 = std::min(r.q_len, i0 + kQueryBlock), rows = (i1 - i0) * group;
+      // The tile's columns the block sees: [c0, c1).
+      const int64_t c0 = std::max(t0, WindowStart(call, past + i0)) - t0, c1 = std::min(t0 + count, past + i1) - t0;
+      if (c0 >= c1) continue;
+      const int64_t n = c1 - c0;
+      float* block_o = o.data() + (b - b0) * stride * head_dim;
+      Sgemm(rows, n, head_dim, q.data() + (b - b0) * stride * head_dim, head_dim, keys.data() + c0 * head_dim,
+            head_dim, true, s.data(), n);
+      WeighTile(call, s.data(), rows, n, past + i0, t0 + c0, m.data() + (b - b0) * stride,
+                l.data() + (b - b0) * stride, block_o, false, vector_exp);
+      SgemmAccumulate(rows, head_dim, n, s.data(), n, values.data() + c0 * head_dim, head_dim, false, block_o,
+                      head_dim);
+    }
+  }
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t i0 = b * kQueryBlock, i1 = std::min(r.q_len, i0 + kQueryBlock);
+    StoreBlock(call, r, g, i0, i1, o.data() + (b - b0) * stride * head_dim, false, l.data() + (b - b0) * stride);
+  }
 }
 
 bool PrefillAttention(const OpCall& call) {
   if (!HasPrefill(call) || call.inputs[0].numel() == 0 || !BlasAvailable()) return false;
   const bool vector_exp = SelectedGemvIsa() == GemvIsa::kAvx512Vnni;
-  EachBlock(
-      call, [](const Request&, const std::vector<float>&, const std::vector<float>&) {},
-      [&](const Request& r, const std::vector<float>& keys, const std::vector<float>& values, int64_t g, int64_t i0,
-          int64_t i1) { AttendBlock(call, r, g, i0, i1, keys, values, vector_exp); });
+  EachRange(call, [&](const Request& r, int64_t g, int64_t b0, int64_t b1) { AttendRange(call, r, g, b0, b1, vector_exp); });
   return true;
 }
 

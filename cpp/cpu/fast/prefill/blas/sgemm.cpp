@@ -45,6 +45,20 @@ const OpenBlas& Library() {
 void LimitBlasThreads() { Library().set_num_threads(1); }
 #endif
 
+void Gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+          bool b_transposed, float beta, float* c, int64_t ldc) {
+  static std::once_flag limited;
+  std::call_once(limited, LimitBlasThreads);
+#if defined(METALRT_BLAS_OPENBLAS)
+  const auto gemm = Library().sgemm;
+#else
+  constexpr auto gemm = &cblas_sgemm;
+#endif
+  gemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+       static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb),
+       beta, c, static_cast<int>(ldc));
+}
+
 }  // namespace
 
 bool BlasAvailable() {
@@ -57,16 +71,12 @@ bool BlasAvailable() {
 
 void Sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
            int64_t ldb, bool b_transposed, float* c, int64_t ldc) {
-  static std::once_flag limited;
-  std::call_once(limited, LimitBlasThreads);
-#if defined(METALRT_BLAS_OPENBLAS)
-  const auto gemm = Library().sgemm;
-#else
-  constexpr auto gemm = &cblas_sgemm;
-#endif
-  gemm(CblasRowMajor, CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-       static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb),
-       0.0f, c, static_cast<int>(ldc));
+  Gemm(m, n, k, a, lda, b, ldb, b_transposed, 0.0f, c, ldc);
+}
+
+void SgemmAccumulate(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                     int64_t ldb, bool b_transposed, float* c, int64_t ldc) {
+  Gemm(m, n, k, a, lda, b, ldb, b_transposed, 1.0f, c, ldc);
 }
 
 }  // namespace metalrt::cpu::fast

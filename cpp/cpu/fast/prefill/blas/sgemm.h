@@ -24,4 +24,8 @@ bool BlasAvailable();
 void Sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
            int64_t ldb, bool b_transposed, float* c, int64_t ldc);
 
+// The same product added to C's values: C += A . op(B) (the BLAS's beta = 1).
+void SgemmAccumulate(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                     int64_t ldb, bool b_transposed, float* c, int64_t ldc);
+
 }  // namespace metalrt::cpu::fast
