@@ -10,11 +10,11 @@ go through the same arithmetic.
   steps: the positions one SIMD-group walks for the attention, the serial loads of one
   thread for the argmax's scan, the busiest SIMD-group's collectives for every other
   kernel.
-* mlx-lm, from its op count as the Metal performance review read it
+* mlx-lm, from its op count read in mlx-lm's and MLX's source
   (``mlx_lm_kernels``).
 
 ``model_estimates`` puts both beside each other per model, context and chip; PUBLISHED
-holds the figures they are checked against (docs/benchmarks.md §3)."""
+holds the figures they are checked against (docs/benchmarks.md section 3)."""
 from __future__ import annotations
 
 import dataclasses
@@ -209,8 +209,8 @@ def scaled_kernels(kernels: Mapping[str, Mapping], attention: Mapping, base: sha
     return rows
 
 
-# mlx-lm's decode step, from reading mlx-lm's Llama model and MLX's Metal backend
-# (../shared/reference/metal-perf-review.md §3, metal_perf_model.py): ~17 dispatches a
+# mlx-lm's decode step, from reading mlx-lm's Llama model (mlx_lm/models/llama.py) and
+# MLX's Metal backend (mlx/backend/metal/): ~17 dispatches a
 # layer in 12 dependent epochs (dispatches in one epoch run concurrently and pay one
 # dispatch cost), 4-bit group-64 weights (4.5 bits, the head too) and bf16 K/V.
 MLX_BITS_PER_WEIGHT = 4.5

@@ -14,7 +14,7 @@ and tok/s = 1 / the sum over the step. ``bandwidth`` is the chip's published pea
 ``efficiency`` the share of it llama.cpp's Llama-2-7B Q4_0 decode reached on that chip
 (tg128 tok/s x the 3.82 GB file / bandwidth, llama.cpp discussion #4167), so the bytes
 term is a decoder's achieved bandwidth, not the peak. ``per_dispatch_seconds`` is the
-GPU time one small dependent dispatch added on an M2 Pro (5.16 us, ferrox issue #149),
+GPU time one small dependent dispatch added on an M2 Pro (5.16 us, ferrox's GitHub thread 149),
 the only published figure, used for every chip. The chain term is the latency of a
 small grid's serial work: one dependent step (a DRAM round trip and its arithmetic) is
 DEPENDENT_STEP_SECONDS, an assumption (metal-perf-review's middle scenario), and a grid
