@@ -26,8 +26,8 @@ def reference(arch):
 
 
 @functools.lru_cache(maxsize=None)
-def loaded(arch, device):
-    return metalrt.load(str(tiny_hybrid.path(arch)), device=device)
+def loaded(arch, device, kv_type=None):
+    return metalrt.load(str(tiny_hybrid.path(arch)), device=device, kv_type=kv_type)
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,7 +50,9 @@ def reference_greedy(arch, length, seed):
 @pytest.mark.parametrize("length", [2, 40, 150])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_logits_match_transformers(arch, length, device):
-    model, _ = loaded(arch, device)
+    # The model's math at fp32: Metal's default float16 KV cache (1.9e-3 of the range
+    # here at 150 tokens) is held to its own bars in test_kv_types.
+    model, _ = loaded(arch, device, "float32")
     ids, expected = reference_logits(arch, length)
     got = model.logits(ids)
     assert got.dtype == np.float32 and got.shape == (length, tiny_hybrid.VOCAB)
