@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import count
-from typing import Iterable, List, Optional, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -259,8 +259,7 @@ class Engine:
             run = self.plans.launch([c.block_table for c in chunks], [c.start for c in chunks],
                                     [t for c in chunks for t in c.token_ids],
                                     state_slots=self._state_slots([r for r, _ in scheduled]),
-                                    window_tables=None if not self.cache.window
-                                    else [c.window_table for c in chunks], fed=fed,
+                                    window_tables=self._window_tables(chunks), fed=fed,
                                     outputs="hidden" if mtp else "logits")
             self._count_step(len(scheduled))
             host_logits = self.plans.read_logits(run) \
@@ -279,8 +278,7 @@ class Engine:
             run = self.plans.launch([c.block_table for c in chunks], [c.start for c in chunks],
                                     [c.token_ids[0] for c in chunks],
                                     state_slots=self._state_slots(requests),
-                                    window_tables=None if not self.cache.window
-                                    else [c.window_table for c in chunks],
+                                    window_tables=self._window_tables(chunks),
                                     outputs="hidden" if mtp else "logits")
             for request in requests:
                 self.scheduler.advance(request, 1)
@@ -440,8 +438,7 @@ class Engine:
             self.plans.launch([c.block_table for c in reruns], [c.start for c in reruns],
                               [t for c in reruns for t in c.token_ids],
                               state_slots=[c.state_slot for c in reruns],
-                              window_tables=None if not self.cache.window
-                              else [c.window_table for c in reruns],
+                              window_tables=self._window_tables(reruns),
                               fed=fed.pop(), outputs="none")
             self.stats.rerun_plan_records += self.plans.records - records
             self.stats.rerun_plan_replays += self.plans.replays - replays
@@ -471,6 +468,10 @@ class Engine:
         records, replays = self._plan_counts_at_start
         self.stats.plan_records = self.plans.records - records - self.stats.rerun_plan_records
         self.stats.plan_replays = self.plans.replays - replays - self.stats.rerun_plan_replays
+
+    def _window_tables(self, chunks: List[ScheduledChunk]) -> Optional[List[Sequence[int]]]:
+        """The chunks' tables in the sliding-window pool, None for a cache without one."""
+        return [c.window_table for c in chunks] if self.cache.window else None
 
     def _state_slots(self, requests: List[Request]) -> Optional[List[int]]:
         """The requests' recurrent-state slots, None for a cache without that state."""
