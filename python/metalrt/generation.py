@@ -251,7 +251,7 @@ def _stream(model: CausalLM, tokenizer, ids: List[int], params: SamplingParams, 
         prompt_tps, first_token_time = 0.0, 0.0
         while not request.finished:
             for out in engine.step():
-                n = len(request.output)
+                n = out.generated
                 now = time.perf_counter()
                 if n == 1:
                     first_token_time = now
@@ -265,6 +265,8 @@ def _stream(model: CausalLM, tokenizer, ids: List[int], params: SamplingParams, 
                     generation_tps=(n - 1) / (now - first_token_time) if n > 1 else 0.0,
                     peak_memory=peak_memory_gb(), finish_reason=request.finish_reason,
                     prompt_cached_tokens=request.num_cached_tokens)
+                if stopped:   # a verify step's later tokens lie past the stop string
+                    break
         if prompt_cache is not None:
             prompt_cache.update(engine, ids)
     finally:
@@ -328,15 +330,18 @@ def batch_generate(model: CausalLM, tokenizer, prompts: Sequence[Prompt], max_to
                                     repetition_context_size, None if seed is None else seed + i)
             requests.append(engine.add_request(ids, params, budgets[i], tokenizer.eos_token_ids))
             streams.append(TextStream(tokenizer, stop))
-        start, generated = time.perf_counter(), 0
+        start, generated, ended = time.perf_counter(), 0, set()
         while engine.has_work:
             for out in engine.step():
                 i = out.request.request_id   # the engine numbers requests 0, 1, ... in order
+                if i in ended:   # a verify step's tokens past the stop string
+                    continue
                 piece, stopped = streams[i].add(out.token, out.finish_reason is not None)
                 texts[i].append(piece)
                 generated += 1
                 if stopped:
                     engine.abort(out.request, "stop")
+                    ended.add(i)
         if verbose:
             elapsed = time.perf_counter() - start
             print(f"Prompts: {len(all_ids)}, {sum(map(len, all_ids))} tokens; generation: "

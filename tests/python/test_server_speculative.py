@@ -34,6 +34,24 @@ def test_speculating_server_equals_plain_generate(server, monkeypatch):
     assert "".join(c.choices[0].text for c in stream if c.choices) == expected
 
 
+def test_a_stop_string_inside_a_verify_step_ends_the_reply_there(server, monkeypatch):
+    """A verify step gives a request several tokens: the reply and its token count stop
+    at the stop string, as without speculation."""
+    monkeypatch.setenv("METALRT_CPU_GEMM", "f32")
+    model, tokenizer = metalrt.load(device="cpu")
+    prompt = "Repeat this list: apple, banana, cherry, apple, banana, cherry, apple, banana,"
+    whole = metalrt.generate(model, tokenizer, prompt, max_tokens=40)
+    for start in (9, 14, 21):   # stops met at several places within the verify steps
+        stop = whole[start:start + 8]
+        plain = list(metalrt.stream_generate(model, tokenizer, prompt, max_tokens=40,
+                                             stop=stop))
+        reply = server.client().completions.create(model=MODEL_ID, prompt=prompt,
+                                                   max_tokens=40, temperature=0, stop=stop)
+        assert reply.choices[0].text == "".join(r.text for r in plain)
+        assert reply.choices[0].finish_reason == "stop"
+        assert reply.usage.completion_tokens == len(plain) < 40
+
+
 def test_mtp_server_equals_plain_generate():
     """``--spec-type mtp`` on the Qwen3.5 twin with an MTP head (``tiny_hybrid``): the
     greedy reply equals ``metalrt.generate`` without speculation, and the server's

@@ -96,6 +96,29 @@ def test_greedy_with_logprobs_and_penalty_equals_plain(models):
     assert got == plain and stats.verify_steps > 0
 
 
+def test_a_stop_string_inside_a_verify_step_ends_generation_there():
+    """The default model as its own draft (every draft kept: a verify step gives 5
+    tokens): with a stop string met inside a step, generate, stream_generate and
+    batch_generate return what plain decoding returns, and no token past it."""
+    model, tokenizer = metalrt.load(device="cpu")
+    prompt = "Repeat this list: apple, banana, cherry, apple, banana, cherry, apple, banana,"
+    spec = dict(spec_type="draft", draft_model=model, num_draft_tokens=4)
+    whole = metalrt.generate(model, tokenizer, prompt, max_tokens=40)
+    for start in (9, 14, 21):   # stops met at several places within the verify steps
+        stop = whole[start:start + 8]
+        plain = list(metalrt.stream_generate(model, tokenizer, prompt, max_tokens=40, stop=stop))
+        got = list(metalrt.stream_generate(model, tokenizer, prompt, max_tokens=40, stop=stop,
+                                           **spec))
+        assert [r.token for r in got] == [r.token for r in plain]
+        assert [r.generation_tokens for r in got] == list(range(1, len(plain) + 1))
+        assert got[-1].finish_reason == "stop"
+        text = "".join(r.text for r in plain)
+        assert metalrt.generate(model, tokenizer, prompt, max_tokens=40, stop=stop,
+                                **spec) == text
+        assert metalrt.batch_generate(model, tokenizer, [prompt, prompt[:40]], max_tokens=40,
+                                      stop=stop, **spec)[0] == text
+
+
 def test_verify_draws_the_target_distribution():
     """Sampler.verify with a one-hot draft, many seeded draws: chi-square against the
     tempered, top-k-filtered softmax, for a likely and an unlikely draft."""

@@ -52,12 +52,15 @@ class EngineStats:
 @dataclass(frozen=True)
 class TokenOutput:
     """A token sampled for ``request`` in one step; ``finish_reason`` is "stop",
-    "length" or None (the request goes on)."""
+    "length" or None (the request goes on); ``generated``: the request's output tokens
+    up to and including this one (a verify step gives a request several outputs, and
+    ``request.output`` already holds them all)."""
 
     request: Request
     token: int
     logprobs: Optional[np.ndarray]
     finish_reason: Optional[str]
+    generated: int
 
 
 class Engine:
@@ -407,7 +410,8 @@ class Engine:
             for token, logprobs in pairs:
                 request.append(token)
                 self.stats.generated_tokens += 1
-                outputs.append(TokenOutput(request, token, logprobs, request.finish_reason))
+                outputs.append(TokenOutput(request, token, logprobs, request.finish_reason,
+                                           len(request.output)))
                 if request.finished:
                     break
             if kept < len(draft) and id(request) in snapshots and not request.finished:
@@ -459,7 +463,8 @@ class Engine:
             self.stats.generated_tokens += 1
             if request.finished:
                 self.scheduler.finish(request)
-            outputs.append(TokenOutput(request, token, logprobs, request.finish_reason))
+            outputs.append(TokenOutput(request, token, logprobs, request.finish_reason,
+                                       len(request.output)))
         return outputs
 
     def _count_step(self, rows: int) -> None:

@@ -326,7 +326,7 @@ class EngineLoop:
                 stop_sequence=self._texts[request].stops.matched if stopped else None,
                 logprobs=self._logprobs(out.token, out.logprobs, generation.top_logprobs),
                 prompt_tokens=len(request.prompt), cached_tokens=request.num_cached_tokens,
-                completion_tokens=len(request.output))
+                completion_tokens=out.generated)
             if reason:
                 self._finish(request, reason, event)
             else:
