@@ -187,6 +187,15 @@ def test_bad_settings_are_refused(models, tmp_path):
         SpeculativeConfig("ngram", 0)
     with pytest.raises(ValueError, match=r"^\[speculative\] method must be one of"):
         SpeculativeConfig("eagle", 2)
+    with pytest.raises(ValueError, match=r"method 'draft' needs a draft model \(draft_model=, "
+                                         r"--draft-model\)"):
+        SpeculativeConfig("draft", 2)
+    with pytest.raises(ValueError, match=r"used by method 'draft' only, got method 'ngram'"):
+        SpeculativeConfig("ngram", 2, draft_model=target)
+    for wrong in (str(tmp_path / "draft.gguf"), tmp_path, 123):   # a path is the CLI's
+        with pytest.raises(TypeError, match=r"draft_model must be a model from metalrt.load, "
+                                            rf"got {type(wrong).__name__}"):
+            SpeculativeConfig("draft", 2, draft_model=wrong)
     with pytest.raises(ValueError, match=r"above the KV cache's room: it holds 32 tokens"):
         Engine(target, cache, speculative=SpeculativeConfig("ngram", 32))
     with pytest.raises(ValueError, match=r"does not fit a step.*max_batched_tokens is 4"):

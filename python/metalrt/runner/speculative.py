@@ -56,9 +56,17 @@ class SpeculativeConfig:
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"[speculative] need 1 <= ngram_min <= ngram_max, got "
                              f"{self.ngram_min}, {self.ngram_max}")
-        if (self.method == "draft") != (self.draft_model is not None):
-            raise ValueError("[speculative] a draft_model is given with method 'draft' and "
-                             "only then")
+        if self.method == "draft" and self.draft_model is None:
+            raise ValueError("[speculative] method 'draft' needs a draft model (draft_model=, "
+                             "--draft-model)")
+        if self.method != "draft" and self.draft_model is not None:
+            raise ValueError(f"[speculative] a draft model is used by method 'draft' only, "
+                             f"got method {self.method!r}")
+        if self.draft_model is not None and not all(
+                hasattr(self.draft_model, a) for a in ("vocab_size", "device", "new_cache")):
+            # mlx-lm's convention: the Python API takes a loaded model, the CLI a path.
+            raise TypeError(f"[speculative] draft_model must be a model from metalrt.load, got "
+                            f"{type(self.draft_model).__name__} {self.draft_model!r:.60}")
 
 
 def prompt_lookup(tokens: Sequence[int], k: int, ngram_min: int, ngram_max: int) -> List[int]:
