@@ -8,6 +8,7 @@ import sys
 from typing import Sequence
 
 from .cache.kv_types import KV_TYPE_HELP, from_text as kv_type_from_text
+from .runner.speculative import SpeculativeConfig
 from .server.main import add_arguments as add_serve_arguments
 from .server.main import serve as serve_main
 from .version import package_version
@@ -81,17 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--draft-model", metavar="PATH", default=None,
                      help="a smaller model with the same tokenizer that drafts tokens for "
                           "--spec-type draft")
-    gen.add_argument("--num-draft-tokens", type=int, default=4, metavar="K",
-                     help="tokens drafted per verify step (default: %(default)s)")
+    gen.add_argument("--num-draft-tokens", type=int, default=None, metavar="K",
+                     help="tokens drafted per verify step, with --spec-type or --draft-model "
+                          f"(default: {SpeculativeConfig.num_draft_tokens})")
     gen.add_argument("--chat", action="store_true",
                      help="wrap the prompt as a user message in the model's chat template")
-    gen.set_defaults(run=_generate)
+    gen.set_defaults(run=_generate, command=gen)
     serve = commands.add_parser(
         "serve", help="serve the model over an OpenAI-compatible HTTP API",
         description="Serve a model at http://HOST:PORT/v1 (chat completions, completions, "
                     "models) with continuous batching; see docs/serving.md.")
     add_serve_arguments(serve)
-    serve.set_defaults(run=serve_main)
+    serve.set_defaults(run=serve_main, command=serve)
     doc = commands.add_parser(
         "doctor", help="report what metalrt finds on this machine",
         description="Print metalrt's version, the device models run on and why, the Metal "
@@ -143,6 +145,18 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_speculation_flags(args: argparse.Namespace) -> None:
+    """--num-draft-tokens without --spec-type or --draft-model would be ignored: a usage
+    error (argparse's exit status 2). Otherwise fills in its default."""
+    if not hasattr(args, "num_draft_tokens"):
+        return
+    if args.num_draft_tokens is None:
+        args.num_draft_tokens = SpeculativeConfig.num_draft_tokens
+    elif args.spec_type is None and args.draft_model is None:
+        args.command.error("--num-draft-tokens needs --spec-type or --draft-model "
+                           "(without them nothing is drafted)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``metalrt`` console script; returns the exit status (1 with the
     one line ``metalrt: error: ...`` on standard error, and nothing on standard output,
@@ -151,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    _check_speculation_flags(args)
     try:
         return args.run(args)
     except BrokenPipeError:

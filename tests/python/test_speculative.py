@@ -269,12 +269,19 @@ def test_generate_and_the_cli_speculate_with_the_same_text(dirs, tmp_path, capsy
     write_llama_gguf(other_vocab, TinyLlama())
     for extra, message in ((["--spec-type", "ngram", "--num-draft-tokens", "0"],
                             "num_draft_tokens must be >= 1, got 0"),
+                           (["--spec-type", "ngram", "--num-draft-tokens", "100"],
+                            "num_draft_tokens 100 is above the KV cache's room"),
                            (["--spec-type", "mtp"], "'mtp' needs a multi-token-prediction head"),
                            (["--draft-model", str(other_vocab)],
                             "a draft model must share the tokenizer")):
         assert cli.main(base + extra) == 1
         captured = capsys.readouterr()
         assert captured.out == "" and message in captured.err
+    # Drafting settings without speculation would be ignored: a usage error, argparse's 2.
+    with pytest.raises(SystemExit) as usage:
+        cli.main(base + ["--num-draft-tokens", "3"])
+    assert usage.value.code == 2
+    assert "error: --num-draft-tokens needs --spec-type or --draft-model" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -8,6 +8,7 @@ import sys
 from typing import Optional, Sequence, Union
 
 from ..cache.kv_types import KV_TYPE_HELP, from_text as kv_type_from_text
+from ..runner.speculative import SpeculativeConfig
 from .model_registry import model_entries, parse_bytes
 
 DEFAULT_PORT = 8080
@@ -68,8 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "or 'draft' with --draft-model)")
     parser.add_argument("--draft-model", metavar="PATH", default=None,
                         help="a smaller model with the same tokenizer that drafts tokens")
-    parser.add_argument("--num-draft-tokens", type=int, default=4, metavar="K",
-                        help="tokens drafted per verify step (default: %(default)s)")
+    parser.add_argument("--num-draft-tokens", type=int, default=None, metavar="K",
+                        help="tokens drafted per verify step, with --spec-type or "
+                             f"--draft-model (default: {SpeculativeConfig.num_draft_tokens})")
     parser.add_argument("--reasoning-format", choices=("auto", "deepseek", "none"),
                         default="auto",
                         help="reasoning_content: split <think>...</think> off content for a "
