@@ -78,7 +78,12 @@ struct PagedAttentionArgs {
   // 1: buffer `sinks` holds a logit per query head that joins only the softmax
   // denominator (gpt-oss); 0: no sinks (the buffer bound there is not read).
   int32_t has_sinks;
+  int32_t requests;       // rows of block_tables and seq_lens
+  // 1: decode rows (DecodeRows, op_registry.h): the decode kernels' grid rows are query
+  // rows, each attending as a decode step of its own over the context up to its
+  // position, whatever its request's query count; 0: grid rows are requests of one query.
+  int32_t decode_rows;
 };
-static_assert(sizeof(PagedAttentionArgs) == 32, "PagedAttentionArgs must match between host and MSL");
+static_assert(sizeof(PagedAttentionArgs) == 40, "PagedAttentionArgs must match between host and MSL");
 
 #endif  // METALRT_METAL_PAGED_ATTENTION_ARGS_H_

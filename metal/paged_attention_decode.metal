@@ -28,7 +28,10 @@
 // With sinks (args.has_sinks), head h's sink logit sinks[h] joins the denominator only,
 // at the final normalisation (attention_sinks.h).
 // Everything is f32; the output is rounded once to the query's dtype. Threadgroups of a
-// request without exactly one query, or past its context, return at once.
+// request without exactly one query, or past its context, return at once. Under decode
+// rows (args.decode_rows) the grid's rows B are the batch's query rows instead, each a
+// decode query of its own (decode_row), so a speculative verify step's rows compute
+// what one-row decode steps do.
 #include <metal_stdlib>
 #include "attention_sinks.h"
 #include "kv_cache_rows.h"
@@ -52,11 +55,45 @@ inline int32_t partial_stride() { return head_dim + 2; }
 
 inline int32_t dims_per_lane() { return (head_dim + kAttentionSimdWidth - 1) / kAttentionSimdWidth; }
 
-// What one threadgroup computes: request b (its query row `token`), query head `head`
-// of kv head kv_head, positions first .. end - 1 (partition group.z of the positions
-// the query sees).
+// Grid row `row` of the decode kernels: request `row` and its query (valid only for a
+// request of one query: the prefill kernel serves the others), or with args.decode_rows
+// query row `row` of the request holding it, over its context up to its own position
+// (seq_len - q_len + i + 1 for its row i), as a one-row decode step of that token.
+struct DecodeRow {
+  int32_t b, token, context;
+  bool valid;
+};
+
+inline DecodeRow decode_row(int32_t row, device const int32_t* seq_lens,
+                            device const int32_t* query_start_loc, constant PagedAttentionArgs& args) {
+  DecodeRow r;
+  if (args.decode_rows != 0) {
+    // The last request starting at or before the row (an empty request starts where the
+    // next one does, so the last is the one that holds it).
+    int32_t lo = 0, hi = args.requests - 1;
+    while (lo < hi) {
+      const int32_t mid = (lo + hi + 1) / 2;
+      if (query_start_loc[mid] <= row) lo = mid;
+      else hi = mid - 1;
+    }
+    r.b = lo;
+    r.token = row;
+    r.context = seq_lens[lo] - (query_start_loc[lo + 1] - row) + 1;
+    r.valid = true;
+  } else {
+    r.b = row;
+    r.token = query_start_loc[row];
+    r.context = seq_lens[row];
+    r.valid = query_start_loc[row + 1] - r.token == 1;
+  }
+  return r;
+}
+
+// What one threadgroup computes: grid row `row` (decode_row: request b, its query row
+// `token`), query head `head` of kv head kv_head, positions first .. end - 1 (partition
+// group.z of the positions the query sees).
 struct DecodeTask {
-  int32_t b, token, head, kv_head, first, end;
+  int32_t row, b, token, head, kv_head, first, end;
   bool valid;
 };
 
@@ -64,13 +101,15 @@ inline DecodeTask decode_task(uint3 group, device const int32_t* seq_lens,
                               device const int32_t* query_start_loc,
                               constant PagedAttentionArgs& args) {
   DecodeTask t;
-  t.b = int32_t(group.x);
-  t.token = query_start_loc[t.b];
+  t.row = int32_t(group.x);
+  const DecodeRow r = decode_row(t.row, seq_lens, query_start_loc, args);
+  t.b = r.b;
+  t.token = r.token;
   t.head = int32_t(group.y);
   t.kv_head = t.head / (args.heads / args.kv_heads);
-  t.first = DecodeFirstPosition(seq_lens[t.b], args.window) + int32_t(group.z) * kDecodePartition;
-  t.end = min(seq_lens[t.b], t.first + kDecodePartition);
-  t.valid = query_start_loc[t.b + 1] - t.token == 1 && t.first < t.end;
+  t.first = DecodeFirstPosition(r.context, args.window) + int32_t(group.z) * kDecodePartition;
+  t.end = min(r.context, t.first + kDecodePartition);
+  t.valid = r.valid && t.first < t.end;
   return t;
 }
 
@@ -200,7 +239,7 @@ kernel void paged_attention_decode_split(device const T* query [[buffer(0)]],
                                          block_tables + long(t.b) * args.max_blocks, args,
                                          tg_max, tg_sum, tg_tile, simdgroup, lane);
   if (lane != 0) return;
-  const long row = (long(t.b) * args.heads + t.head) * args.partitions + group.z;
+  const long row = (long(t.row) * args.heads + t.head) * args.partitions + group.z;
   device float* partial = partials + row * partial_stride();
   if (simdgroup == 0) {
     partial[0] = s.max_score;
@@ -225,12 +264,13 @@ kernel void paged_attention_decode_merge(device const float* partials [[buffer(0
                                          device const float* sinks [[buffer(5)]],
                                          uint2 group [[threadgroup_position_in_grid]],
                                          uint lane [[thread_index_in_simdgroup]]) {
-  const int32_t b = int32_t(group.x), head = int32_t(group.y);
-  const int32_t token = query_start_loc[b];
-  if (query_start_loc[b + 1] - token != 1) return;
-  const int32_t count = DecodePartitions(seq_lens[b], args.window);
+  const int32_t head = int32_t(group.y);
+  const DecodeRow r = decode_row(int32_t(group.x), seq_lens, query_start_loc, args);
+  if (!r.valid) return;
+  const int32_t token = r.token;
+  const int32_t count = DecodePartitions(r.context, args.window);
   device const float* rows =
-      partials + (long(b) * args.heads + head) * args.partitions * partial_stride();
+      partials + (long(group.x) * args.heads + head) * args.partitions * partial_stride();
   float m = -INFINITY;
   for (int32_t p = 0; p < count; ++p) m = max(m, rows[p * partial_stride()]);
   float sum = 0.0f, acc[kAttentionMaxDimsPerLane];

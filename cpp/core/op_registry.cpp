@@ -36,6 +36,7 @@ struct Depth {
   Depth() { ++t_depth; }
   ~Depth() { --t_depth; }
 };
+thread_local bool t_decode_rows = false;
 
 void CountCall(Registry& r, const OpId& op, DeviceType device, const std::string& selected,
                bool reference, uint64_t declines) {
@@ -117,7 +118,7 @@ void RunOp(const OpId& op, DeviceType device, const OpCall& call) {
   auto accepted = [&](const Provider& p, bool reference) {
     const std::string name = reference ? "reference:" + p.name : p.name;
     record(name, reference);
-    if (observer) observer->After(RecordedOp{op, device, call, name, p.fn, reference});
+    if (observer) observer->After(RecordedOp{op, device, call, name, p.fn, reference, t_decode_rows});
   };
   try {
     for (const Provider& p : native) {
@@ -151,8 +152,18 @@ OpObserver* SetOpObserver(OpObserver* observer) {
   return previous;
 }
 
+bool SetDecodeRows(bool on) {
+  const bool previous = t_decode_rows;
+  t_decode_rows = on;
+  return previous;
+}
+DecodeRowsScope::DecodeRowsScope(bool on) : previous_(SetDecodeRows(on)) {}
+DecodeRowsScope::~DecodeRowsScope() { SetDecodeRows(previous_); }
+bool DecodeRows() { return t_decode_rows; }
+
 void RunRecorded(const RecordedOp& recorded) {
   const Depth depth;   // ops the provider runs are its own, not the caller's
+  const DecodeRowsScope decode_rows(recorded.decode_rows);
   if (recorded.reference) GetBackend(recorded.device).Synchronize();  // CPU reads device results
   if (!recorded.fn(recorded.call))
     throw std::runtime_error("[" + recorded.op + "] provider '" + recorded.provider +

@@ -12,6 +12,7 @@
 #include "cpu/parallel.h"
 #include "linear_attention_args.h"   // delta_rule_key_head, shared with the kernels
 #include "metalrt/linear_attention_ops.h"
+#include "metalrt/op_registry.h"
 
 namespace metalrt::cpu {
 namespace {
@@ -32,6 +33,9 @@ bool CpuGatedDeltaRule(const OpCall& call) {
                 dv = p.head_v_dim;
   float* state = call.inputs[3].data_as<float>();
   const Tensor& out = call.outputs[0];
+  // Decode rows (op_registry.h, read on the calling thread): "auto" runs every request's
+  // tokens one recurrent step at a time, as one-token steps run them.
+  const bool auto_chunks = !DecodeRows();
   ParallelFor(requests * hv, 1, [&](int64_t begin, int64_t end) {
     DeltaRuleRows rows;
     std::vector<float> o;
@@ -42,7 +46,7 @@ bool CpuGatedDeltaRule(const OpCall& call) {
       o.resize(static_cast<size_t>(len * dv));
       float* s = state + (int64_t{slots[r]} * hv + h) * dk * dv;
       const bool chunked = p.mode == ops::DeltaRuleMode::kChunked ||
-                           (p.mode == ops::DeltaRuleMode::kAuto && len > 1);
+                           (p.mode == ops::DeltaRuleMode::kAuto && len > 1 && auto_chunks);
       if (chunked)
         ChunkedDeltaRule(rows, s, o.data());
       else

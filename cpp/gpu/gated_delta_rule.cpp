@@ -24,16 +24,19 @@ bool MetalGatedDeltaRule(const OpCall& call) {
   const int64_t requests = call.inputs[5].dim(0);
   if (!FitsInt(qkv.numel(), p.num_v_heads, requests) || !FitsInt(call.inputs[3].numel())) return false;
   const int32_t* starts = call.inputs[4].data_as<int32_t>();
+  // Decode rows (op_registry.h): "auto" steps every token recurrently, as one-token steps.
+  const ops::DeltaRuleMode mode =
+      p.mode == ops::DeltaRuleMode::kAuto && DecodeRows() ? ops::DeltaRuleMode::kRecurrent : p.mode;
   bool recurrent = false, chunked = false;
   for (int64_t r = 0; r < requests; ++r) {
     const int64_t len = starts[r + 1] - starts[r];
     if (len == 0) continue;
-    const bool as_chunks = p.mode == ops::DeltaRuleMode::kChunked ||
-                           (p.mode == ops::DeltaRuleMode::kAuto && len > 1);
+    const bool as_chunks = mode == ops::DeltaRuleMode::kChunked ||
+                           (mode == ops::DeltaRuleMode::kAuto && len > 1);
     (as_chunks ? chunked : recurrent) = true;
   }
   const GatedDeltaRuleArgs args{static_cast<int32_t>(p.num_k_heads), static_cast<int32_t>(p.num_v_heads),
-                                static_cast<int32_t>(p.head_v_dim), p.scale, static_cast<int32_t>(p.mode),
+                                static_cast<int32_t>(p.head_v_dim), p.scale, static_cast<int32_t>(mode),
                                 p.v_heads_tiled ? 1 : 0, {0, 0}};
   // One pipeline per head_k_dim (a model has one): its loops unroll (kernel header).
   const FunctionConstants constants = {Constant(kDeltaHeadKDimConstant, static_cast<int32_t>(p.head_k_dim))};

@@ -62,12 +62,14 @@ bool MetalMoeMatmulBT(const OpCall& call) {
   if (!FitsInt(rows, k, pairs, 3 * max_tiles) || !FitsUint(pairs)) return false;
   // Batches beyond the GEMV's rows group the pairs by expert for the GEMM (K in whole
   // GEMM steps: every quantized K; float K % 32 == 0, else the GEMV serves them too).
-  const bool grouped = tokens > kQuantGemvMaxM && k % kQuantGemmTileK == 0 && p.num_experts <= kMoeGroupMaxExperts;
   // The GEMV reads x in 8-value chunks with 4-wide vector loads: float weights need
-  // K % 8 == 0 (quantized K is a multiple of 32) and x aligned for the loads.
-  if (!grouped &&
-      (k % kQuantChunk != 0 || reinterpret_cast<uintptr_t>(x.data()) % (4 * DTypeSize(x.dtype())) != 0))
-    return false;
+  // K % 8 == 0 (quantized K is a multiple of 32) and x aligned for the loads. Under
+  // DecodeRows (op_registry.h) it serves every batch it can read: a pair's bits then do
+  // not depend on the batch.
+  const bool gemv_reads = k % kQuantChunk == 0 && reinterpret_cast<uintptr_t>(x.data()) % (4 * DTypeSize(x.dtype())) == 0;
+  const bool grouped = tokens > kQuantGemvMaxM && k % kQuantGemmTileK == 0 &&
+                       p.num_experts <= kMoeGroupMaxExperts && !(DecodeRows() && gemv_reads);
+  if (!grouped && !gemv_reads) return false;
   const std::string format = p.quantized ? FormatToken(p.w) : "float";
   const Tensor& data = call.inputs[2];
   // The up stack's tensors, or stand-ins the kernel does not read.

@@ -17,6 +17,9 @@
 //   paged_attention_prefill_<dtype>, a threadgroup per (query tile, kv head) serving
 //   the kv head's GQA group (PrefillGroupHeads heads, PrefillQueryTile positions; a
 //   group wider than kPrefillRows heads takes ceil(group / kPrefillRows) threadgroups);
+// * under DecodeRows (op_registry.h) every query row of every request goes to the decode
+//   kernels as a decode query of its own (args.decode_rows), so a row's result is a
+//   one-row decode step's;
 // * a mixed batch encodes both kernels; each serves only its own requests and writes
 //   only their rows, so the two run over disjoint request sets and in either order.
 // A pure decode batch therefore dispatches the decode kernel only, a prefill-only batch
@@ -61,9 +64,9 @@ bool MetalPagedAttention(const OpCall& call) {
   if (head_dim > kAttentionMaxHeadDim) return false;
   const auto& params = call.param<ops::PagedAttentionParams>();
   const bool has_sinks = call.inputs.size() > 6;
-  // The kernels count requests, heads, block slots, table columns and the window in
+  // The kernels count requests, heads, query rows, block slots, table columns and the window in
   // int32 (element offsets are 64-bit).
-  if (!FitsInt(heads, batch, key_cache.dim(1), block_tables.dim(1), params.window)) return false;
+  if (!FitsInt(heads, batch, query.dim(0), key_cache.dim(1), block_tables.dim(1), params.window)) return false;
   const int32_t window = static_cast<int32_t>(params.window);
   if (query.numel() == 0) return true;   // nothing to attend (no tokens, heads or features)
 
@@ -71,12 +74,18 @@ bool MetalPagedAttention(const OpCall& call) {
   const int32_t* seq_lens = call.inputs[4].data_as<int32_t>();
   const int64_t group = heads / kv_heads;
   const int64_t query_tile = PrefillQueryTile(static_cast<int32_t>(group));
-  int64_t partitions = 0, prefill_tiles = 0;   // the most partitions of a decode request
+  // Decode rows (op_registry.h): every query row is a decode query of its own (its last
+  // row sees the request's whole context), and no prefill tile runs.
+  const bool decode_rows = DecodeRows();
+  int64_t partitions = 0, prefill_tiles = 0;   // the most partitions of a decode query
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t q_len = starts[b + 1] - starts[b];
-    if (q_len == 1) partitions = std::max<int64_t>(partitions, DecodePartitions(seq_lens[b], window));
-    if (q_len > 1) prefill_tiles += (q_len + query_tile - 1) / query_tile;
+    if (q_len == 1 || (decode_rows && q_len > 1))
+      partitions = std::max<int64_t>(partitions, DecodePartitions(seq_lens[b], window));
+    else if (q_len > 1)
+      prefill_tiles += (q_len + query_tile - 1) / query_tile;
   }
+  const int64_t rows = decode_rows ? starts[batch] : batch;   // the decode kernels' grid rows
   // Before anything is encoded: the reference tier serves the whole call.
   if (prefill_tiles > 0 && !ActiveMetalBackend().simdgroup_layout().Mismatch().empty()) return false;
   const PagedAttentionArgs args{static_cast<int32_t>(heads),
@@ -86,7 +95,9 @@ bool MetalPagedAttention(const OpCall& call) {
                                 static_cast<int32_t>(partitions),
                                 params.scale,
                                 window,
-                                has_sinks ? 1 : 0};
+                                has_sinks ? 1 : 0,
+                                static_cast<int32_t>(batch),
+                                decode_rows ? 1 : 0};
   const Tensor& sinks = has_sinks ? call.inputs[6] : query;
   // A pipeline per head_dim: one per model (kernel headers).
   const FunctionConstants constants = {Constant(kAttentionHeadDimConstant, static_cast<int32_t>(head_dim))};
@@ -102,13 +113,13 @@ bool MetalPagedAttention(const OpCall& call) {
     return kernel;
   };
   if (partitions > 0) {
-    const Size3 grid = {static_cast<uint32_t>(batch), static_cast<uint32_t>(heads),
+    const Size3 grid = {static_cast<uint32_t>(rows), static_cast<uint32_t>(heads),
                         static_cast<uint32_t>(partitions)};
     const Size3 threads = {static_cast<uint32_t>(kDecodeThreads), 1, 1};
     if (partitions == 1) {
       launch("decode", out).threadgroups(grid, threads);
     } else {
-      const Tensor partials = Tensor::Empty({batch, heads, partitions, head_dim + 2}, DType::kF32,
+      const Tensor partials = Tensor::Empty({rows, heads, partitions, head_dim + 2}, DType::kF32,
                                             DeviceType::kMETAL);
       launch("decode_split", partials).threadgroups(grid, threads);
       KernelLaunch(KernelName("paged_attention", "decode_merge", query.dtype()), constants)
@@ -118,7 +129,7 @@ bool MetalPagedAttention(const OpCall& call) {
           .output(3, out)
           .bytes(4, args)
           .input(5, sinks)
-          .threadgroups({static_cast<uint32_t>(batch), static_cast<uint32_t>(heads), 1},
+          .threadgroups({static_cast<uint32_t>(rows), static_cast<uint32_t>(heads), 1},
                         {static_cast<uint32_t>(kDecodeMergeThreads), 1, 1});
     }
   }

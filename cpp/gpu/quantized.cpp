@@ -1,12 +1,14 @@
 // Metal dispatch of the quantized-weight ops (kernels: metal/quantized.metal): the
 // GEMV for m <= kQuantGemvMaxM (8 or, by QuantGemvChunk, 16 values per lane and pass:
-// variant gemv or gemv16), the tiled GEMM above it, the fused GEMVs
+// variant gemv or gemv16; any m under DecodeRows, op_registry.h, kQuantGemvMaxM rows a
+// GEMV), the tiled GEMM above it, the fused GEMVs
 // (quantized_matmul_bt_add / _swiglu), the concatenated GEMV, and one thread per 8-value
 // chunk for dequantize and quantized_embedding. Kernel names are
 // <op>_<variant>_<format>_<dtype>, the affine format named with its scales' dtype
 // ("affine_bf16"). Buffers: activations or ids, data, scales, biases (GGUF binds data
 // there too, mxfp4 for its biases: the kernels never read them), out, arguments. Function constants
 // (QuantizedConstants, GemvConstants): the affine code width, and a GEMV's m.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -49,10 +51,23 @@ bool MetalQuantizedMatmulBT(const OpCall& call) {
   const QuantizedTensor& w = call.param<QuantizedTensor>();
   const int64_t m = x.dim(0);
   if (!FitsInt(m, w.rows, w.cols)) return false;
+  const bool aligned = reinterpret_cast<uintptr_t>(x.data()) % (4 * DTypeSize(x.dtype())) == 0;
+  if (m > kQuantGemvMaxM && DecodeRows() && aligned) {
+    // Decode rows (op_registry.h): kQuantGemvMaxM rows a GEMV, each row the GEMV's bits
+    // (x's rows are whole 32-value blocks: every slice keeps the 4-wide alignment).
+    for (int64_t r0 = 0; r0 < m; r0 += kQuantGemvMaxM) {
+      const int64_t r1 = std::min<int64_t>(m, r0 + kQuantGemvMaxM);
+      OpCall rows = call;
+      rows.inputs[0] = x.Slice(0, r0, r1);
+      rows.outputs[0] = call.outputs[0].Slice(0, r0, r1);
+      MetalQuantizedMatmulBT(rows);
+    }
+    return true;
+  }
   const bool gemv = m <= kQuantGemvMaxM;
   // The GEMV reads x with 4-wide vector loads; a view starting off that alignment
   // declines to the reference tier (tensors the runtime allocates are 64-byte aligned).
-  if (gemv && reinterpret_cast<uintptr_t>(x.data()) % (4 * DTypeSize(x.dtype())) != 0) return false;
+  if (gemv && !aligned) return false;
   QuantizedArgs args = ArgsOf(w, m);
   const int64_t blocks = CeilDiv(w.rows, kQuantGemvRows);
   KernelLaunch launch(gemv ? GemvKernel("quantized_matmul_bt", args, blocks, w, x.dtype(), WideChunkAligned(w.data))

@@ -42,6 +42,10 @@ void BindProviders(nb::module_& m) {
   p.def("version", &ProviderSelectionVersion,
         "An int that changes whenever set_enabled changes which providers are disabled\n"
         "(recorded plans replay the providers chosen when they were recorded).");
+  p.def("set_decode_rows", &SetDecodeRows, nb::arg("on"),
+        "Sets the calling thread's decode-rows setting (DecodeRows, op_registry.h: every op\n"
+        "computes each row as a one-row decode does); returns the previous setting.\n"
+        "metalrt.ops.decode_rows is the context manager over it.");
   p.def("reset_stats", &ResetProviderStats, "Zeroes the statistics of every (op, device).");
   p.def("ops", &ListOps, "Every op name with a provider on some device, sorted.");
 }

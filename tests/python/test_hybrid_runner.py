@@ -96,6 +96,9 @@ def test_hybrid_prefix_cache_resumes_from_the_last_checkpointed_boundary(model):
         state_bytes = sum(l.conv[0:1].nbytes + l.recurrent[0:1].nbytes
                           for l in engine.cache.layers if l.num_slots)
         assert checkpoints.nbytes == 4 * state_bytes
+        # Reported in the engine's stats (the server's /health "engine").
+        assert (engine.stats.state_checkpoints, engine.stats.state_checkpoint_bytes) == \
+            (4, 4 * state_bytes)
         got.append(run(engine, [second])[0])
         assert engine.stats.prompt_tokens_cached == 192
         assert engine.stats.prompt_tokens_computed - computed == len(second) - 192

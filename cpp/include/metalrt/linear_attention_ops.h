@@ -43,7 +43,9 @@ std::tuple<Tensor, Tensor> GdnGating(const Tensor& a, const Tensor& b, const Ten
 
 // How gated_delta_rule runs each request: the recurrent step per token, the chunked
 // form (chunks of kDeltaRuleChunk tokens), or recurrent for one-token requests and
-// chunked for longer ones. The results agree to f32 rounding.
+// chunked for longer ones (every request recurrent under DecodeRows, op_registry.h: a
+// token's bits then do not depend on the tokens fed with it). The results agree to f32
+// rounding.
 enum class DeltaRuleMode : int32_t { kRecurrent = 0, kChunked = 1, kAuto = 2 };
 constexpr int64_t kDeltaRuleChunk = 64;
 

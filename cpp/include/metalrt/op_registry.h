@@ -80,6 +80,30 @@ void SetProviderEnabled(const std::string& provider_name, bool enabled);
 // recorded under one count replays the providers chosen then (metalrt.plan), so a
 // holder of recorded plans compares it to know when to record them again.
 uint64_t ProviderSelectionVersion();
+// Decode rows (batch invariance): while a DecodeRowsScope(true) is alive on a thread,
+// every op it runs computes each row of its inputs with the arithmetic a one-row decode
+// uses: the providers whose blocking or rounding ties a row's result to the rows beside
+// it (the CPU's prefill GEMMs and prefill attention, Metal's GEMMs, grouped MoE GEMMs and
+// prefill attention, the chunked delta rule of "auto") decline or step aside, and the
+// decode providers serve any row count. So a token gets the same bits
+// in a step of one row as beside other requests' rows or as one of a speculative verify
+// step's k + 1 rows (runner/engine.py sets it for steps of short chunks). A plan records
+// the setting with each call and replays the call under it. Scopes nest.
+class DecodeRowsScope {
+ public:
+  explicit DecodeRowsScope(bool on);
+  ~DecodeRowsScope();
+  DecodeRowsScope(const DecodeRowsScope&) = delete;
+  DecodeRowsScope& operator=(const DecodeRowsScope&) = delete;
+
+ private:
+  bool previous_;
+};
+// The calling thread's setting (false outside every DecodeRowsScope).
+bool DecodeRows();
+// Sets the calling thread's setting; returns the previous one (what a scope restores).
+bool SetDecodeRows(bool on);
+
 // Provider names for (op, device) in the order they are tried.
 std::vector<std::string> ListProviders(const OpId& op, DeviceType device);
 // Every op name with at least one provider on any device, sorted.
@@ -87,7 +111,7 @@ std::vector<OpId> ListOps();
 
 // One op call a provider accepted, as RunOp saw it: what a Plan (plan.h) records and
 // replays. `fn` is the provider that ran; `reference` says it ran in the reference tier
-// (so a replay synchronizes first, as RunOp does).
+// (so a replay synchronizes first, as RunOp does); `decode_rows`: DecodeRows() when it ran.
 struct RecordedOp {
   OpId op;
   DeviceType device;
@@ -95,6 +119,7 @@ struct RecordedOp {
   std::string provider;
   ProviderFn fn = nullptr;
   bool reference = false;
+  bool decode_rows = false;
 };
 
 // Sees every op call RunOp makes on the thread that installed it (a recording Plan).

@@ -8,7 +8,7 @@ different requests run in the same forward pass.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -35,7 +35,9 @@ class StepInputs:
     when no layer has one; rope_rows int32 [T]: each token's row in a LongRoPE model's
     two-set cos|sin table (its position, plus the original context for a sequence on
     the long factors: ``Rope.long_rope_table``), None when no chunk is on the long
-    factors (the step's largest position then picks the set); derived: tensors that
+    factors (the step's largest position then picks the set); decode_rows: the step runs
+    on decode rows' arithmetic (``ops.decode_rows``: each row as a one-row decode computes
+    it), host-side; derived: tensors that
     every layer would otherwise compute again from these inputs, made by the first
     layer that needs them and kept for this step only (RoPE's cos|sin rows of the
     step's tokens, keyed by their maker).
@@ -54,6 +56,7 @@ class StepInputs:
     window_tables: Optional["metalrt.Tensor"] = None
     window_slots: Optional["metalrt.Tensor"] = None
     rope_rows: Optional["metalrt.Tensor"] = None
+    decode_rows: bool = False
     derived: Dict = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -108,10 +111,31 @@ class StepBuffers:
         return view
 
 
+# Chunks of at most this many tokens (decodes, verify steps of up to 15 drafts, short
+# prompt chunks) run on decode rows' arithmetic (``ops.decode_rows``): past it a prefill's
+# GEMMs and attention are worth their batch-dependent blocking.
+DECODE_CHUNK_TOKENS = 16
+
+
+def decode_row_passes(chunks: Sequence[ScheduledChunk],
+                      decode: Optional[Sequence[bool]] = None) -> List[Tuple[List[int], bool]]:
+    """The forward passes that run ``chunks`` so that no decode row shares one with a
+    prefill's GEMMs: (indices into ``chunks``, decode_rows) for the chunks of at most
+    ``DECODE_CHUNK_TOKENS`` tokens and those ``decode`` marks (a verify step of more
+    drafts), then for the rest; each in order, an empty one left out."""
+    short = [len(c.token_ids) <= DECODE_CHUNK_TOKENS or (decode is not None and decode[i])
+             for i, c in enumerate(chunks)]
+    passes = [([i for i, s in enumerate(short) if s == kind], kind) for kind in (True, False)]
+    return [(indices, decode_rows) for indices, decode_rows in passes if indices]
+
+
 def build_step(chunks: Sequence[ScheduledChunk], device: str,
-               buffers: Optional[StepBuffers] = None) -> StepInputs:
+               buffers: Optional[StepBuffers] = None,
+               decode_rows: Optional[bool] = None) -> StepInputs:
     """Flattens scheduled chunks into the device tensors of one forward step: views of
-    ``buffers`` when given (an engine's steps), else new tensors.
+    ``buffers`` when given (an engine's steps), else new tensors. ``decode_rows``
+    (``StepInputs.decode_rows``): None gives it to a step whose every chunk has at most
+    ``DECODE_CHUNK_TOKENS`` tokens.
 
     Raises ValueError when a chunk is empty or its block table is too short for it.
     """
@@ -174,4 +198,6 @@ def build_step(chunks: Sequence[ScheduledChunk], device: str,
         window_slots=up("window_slots", np.concatenate(window_slots)) if windowed else None,
         rope_rows=up("rope_rows", np.concatenate(rope_rows))
         if any(c.rope_offset for c in chunks) else None,
+        decode_rows=all(len(c.token_ids) <= DECODE_CHUNK_TOKENS for c in chunks)
+        if decode_rows is None else bool(decode_rows),
     )

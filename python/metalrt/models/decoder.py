@@ -153,30 +153,33 @@ class CausalLM:
         previous stage's hidden states [T, hidden_size] in the model's dtype on its
         device (updated in place: the residual stream), instead of embedding the ids; a
         stage before the last returns its hidden states [T, hidden_size] instead of
-        logits. ValueError for ``hidden`` given to a first stage or missing for another."""
+        logits. A step with ``decode_rows`` runs inside ``ops.decode_rows()``. ValueError
+        for ``hidden`` given to a first stage or missing for another."""
         if (hidden is None) != self.first_stage:
             raise ValueError(f"[{self.arch}] a model holding layers {self.layer_start}.."
                              f"{self.layer_stop - 1} " + ("embeds the ids itself: no hidden states"
                                                         if self.first_stage else
                                                         "needs the previous stage's hidden states"))
-        h = self.embed(step) if hidden is None else hidden
-        # A prefill (more tokens than sequences) commits each layer's work: its GEMMs and
-        # attention are large, and the dispatch cap alone could keep one command buffer
-        # on the GPU long enough for macOS to abort it ("Impacting Interactivity").
-        # Decode steps stay batched at the cap.
-        prefill = step.token_ids.shape[0] > step.seq_lens.shape[0]
-        for layer, layer_cache in zip(self.layers, cache.layers):
-            h = layer(h, step, layer_cache)
-            if prefill:
-                metalrt.flush(self.device)
-        if not self.last_stage:
-            return h
-        if final_hidden:
-            # Every row normed (the MTP head reads them), then the sampled rows gathered:
-            # the norm is per row, so the logits are those of the other order.
-            h = self.final_norm(h)
-            return self._head(h, step, float32_logits, normed=True), h
-        return self._head(h, step, float32_logits)
+        # Decode rows (ops.decode_rows): each row's bits as in a one-row decode step.
+        with ops.decode_rows(step.decode_rows):
+            h = self.embed(step) if hidden is None else hidden
+            # A prefill (more tokens than sequences) commits each layer's work: its GEMMs and
+            # attention are large, and the dispatch cap alone could keep one command buffer
+            # on the GPU long enough for macOS to abort it ("Impacting Interactivity").
+            # Decode steps stay batched at the cap.
+            prefill = step.token_ids.shape[0] > step.seq_lens.shape[0]
+            for layer, layer_cache in zip(self.layers, cache.layers):
+                h = layer(h, step, layer_cache)
+                if prefill:
+                    metalrt.flush(self.device)
+            if not self.last_stage:
+                return h
+            if final_hidden:
+                # Every row normed (the MTP head reads them), then the sampled rows gathered:
+                # the norm is per row, so the logits are those of the other order.
+                h = self.final_norm(h)
+                return self._head(h, step, float32_logits, normed=True), h
+            return self._head(h, step, float32_logits)
 
     def _head(self, h, step: StepInputs, float32_logits: bool, normed: bool = False):
         if step.num_logit_rows == 0:

@@ -83,22 +83,25 @@ class MtpHead:
         the state at each p (the target's final-normed hidden, or this head's ``out`` of
         the previous drafted position); writes the layer's K/V of the T positions into
         ``cache``. Returns (``out`` [R, H], logits [R, vocab], both in the model's dtype)
-        for the step's R logit rows; (None, None) when R is 0."""
-        tokens = hidden.shape[0]
-        # [norm_e(e) | norm_h(h)] along the last axis: the two norms write the rows of
-        # one [2T, H] tensor, a row gather interleaves them (exact), and [2T, H] is
-        # viewed as [T, 2H].
-        stacked = metalrt.empty((2 * tokens, self.hidden), hidden.dtype, self.device)
-        for norm, x, rows in ((self.pre_fc_norm_embedding, self.embed_tokens(step.token_ids),
-                               stacked[:tokens]),
-                              (self.pre_fc_norm_hidden, hidden, stacked[tokens:])):
-            ops.rms_norm(x, norm.weight, norm.eps, out=rows)
-        order = np.stack([np.arange(tokens), np.arange(tokens) + tokens], axis=1).reshape(-1)
-        both = ops.embedding(stacked, metalrt.asarray(order.astype(np.int32), device=self.device))
-        h = self.layer(self.fc(both.reshape(tokens, 2 * self.hidden)), step, cache)
-        if step.num_logit_rows == 0:
-            return None, None
-        if step.logit_rows is not None:
-            h = ops.embedding(h, step.logit_rows)
-        out = self.norm(h)
-        return out, linear(self.lm_head)(out)
+        for the step's R logit rows; (None, None) when R is 0. A step with ``decode_rows``
+        runs inside ``ops.decode_rows()``."""
+        with ops.decode_rows(step.decode_rows):   # a step's rows as one-row steps compute them
+            tokens = hidden.shape[0]
+            # [norm_e(e) | norm_h(h)] along the last axis: the two norms write the rows of
+            # one [2T, H] tensor, a row gather interleaves them (exact), and [2T, H] is
+            # viewed as [T, 2H].
+            stacked = metalrt.empty((2 * tokens, self.hidden), hidden.dtype, self.device)
+            for norm, x, rows in ((self.pre_fc_norm_embedding, self.embed_tokens(step.token_ids),
+                                   stacked[:tokens]),
+                                  (self.pre_fc_norm_hidden, hidden, stacked[tokens:])):
+                ops.rms_norm(x, norm.weight, norm.eps, out=rows)
+            order = np.stack([np.arange(tokens), np.arange(tokens) + tokens], axis=1).reshape(-1)
+            both = ops.embedding(stacked, metalrt.asarray(order.astype(np.int32),
+                                                          device=self.device))
+            h = self.layer(self.fc(both.reshape(tokens, 2 * self.hidden)), step, cache)
+            if step.num_logit_rows == 0:
+                return None, None
+            if step.logit_rows is not None:
+                h = ops.embedding(h, step.logit_rows)
+            out = self.norm(h)
+            return out, linear(self.lm_head)(out)

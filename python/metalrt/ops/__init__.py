@@ -16,6 +16,7 @@ from .fused import quantized_matmul_bt_concat
 # Questions about how an op runs, not ops: outside __all__ (the list of ops).
 from .attention import is_coarse_weight
 from .fused import concat_is_one_gemv
+from .decode_rows import decode_rows
 from .normalization import layer_norm, rms_norm, softmax
 from .rope import (qk_norm_rope, rope_cos_sin_cache, rope_from_cache, rope_interleaved,
                    rope_neox)

@@ -88,7 +88,8 @@ class DecodeSlots:
                           state_slots=self.state_slots,
                           window_tables=self.window_tables if windowed else None,
                           window_slots=self.window_slots if windowed else None,
-                          rope_rows=self.rope_rows if long_rope else None)
+                          rope_rows=self.rope_rows if long_rope else None,
+                          decode_rows=True)
 
 
 @dataclass

@@ -17,7 +17,8 @@ from typing import Dict, List, Sequence, Tuple
 
 from metalrt import ops
 
-from ..cache import BlockAllocator, ScheduledChunk, StepBuffers, blocks_for, build_step
+from ..cache import (BlockAllocator, ScheduledChunk, StepBuffers, blocks_for, build_step,
+                     decode_row_passes)
 
 
 @dataclass
@@ -96,7 +97,15 @@ class DraftModelDrafter:
                 self.allocator.allocate(blocks_for(request.max_cached_tokens)))
         return seq
 
-    def _forward(self, chunks):
-        logits = self.model.forward(build_step(chunks, self.model.device, self.inputs),
-                                    self.cache, float32_logits=False)
-        return ops.greedy_argmax(logits).numpy()
+    def _forward(self, chunks) -> List[int]:
+        """The draft model's greedy token after each chunk; decode rows apart from longer
+        catch-ups (``decode_row_passes``), so a request's drafts do not depend on the
+        others' chunks."""
+        ids = [0] * len(chunks)
+        for indices, decode_rows in decode_row_passes(chunks):
+            step = build_step([chunks[i] for i in indices], self.model.device, self.inputs,
+                              decode_rows)
+            logits = self.model.forward(step, self.cache, float32_logits=False)
+            for i, token in zip(indices, ops.greedy_argmax(logits).numpy()):
+                ids[i] = int(token)
+        return ids

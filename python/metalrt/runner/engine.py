@@ -10,7 +10,8 @@ import numpy as np
 
 from metalrt import ops
 
-from ..cache import BLOCK_SIZE, BlockAllocator, ModelCache, ScheduledChunk, StepBuffers, build_step
+from ..cache import (BLOCK_SIZE, BlockAllocator, ModelCache, ScheduledChunk, StepBuffers,
+                     build_step, decode_row_passes)
 from ..models.logits import as_float32
 from ..tensor import is_int
 from .decode_plans import DecodePlans, DecodeRun
@@ -47,6 +48,8 @@ class EngineStats:
     draft_plan_records: int = 0  # MTP proposal rounds recorded into a plan
     draft_plan_replays: int = 0  # MTP proposal rounds replayed from a plan
     long_rope_recomputes: int = 0   # requests recomputed on LongRoPE's long factors
+    state_checkpoints: int = 0      # hybrid prefix caching: recurrent-state checkpoints kept
+    state_checkpoint_bytes: int = 0   # and the host bytes they hold (StateCheckpoints.nbytes)
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,12 @@ class TokenOutput:
 
 class Engine:
     """Runs requests on ``model`` over ``cache`` (which it holds until ``close``).
+
+    Decodes, verify steps and prompt chunks of at most ``DECODE_CHUNK_TOKENS`` tokens run
+    on decode rows (``ops.decode_rows``: each row computed as a one-row decode step
+    computes it, whatever else the step holds); a step that also has a longer prompt
+    chunk runs that chunk in a second forward pass. So a request's tokens do not depend
+    on the requests beside it, and a verify step's rows are plain decoding's.
 
     Greedy requests without logprobs or repetition penalty take their token from
     ``ops.greedy_argmax`` on the device, so a step reads back only int32 ids; the
@@ -238,6 +247,7 @@ class Engine:
         self._propose()
         scheduled = self.scheduler.schedule()
         self.stats.long_rope_recomputes = self.scheduler.long_rope_recomputes
+        self._count_checkpoints()   # admissions may have evicted some with their blocks
         for request, chunk in scheduled:
             if chunk.start == request.num_cached_tokens:   # the request's first chunk
                 self.stats.prompt_tokens_cached += request.num_cached_tokens
@@ -290,23 +300,35 @@ class Engine:
             outputs = self._decode_outputs(run, requests, requests)
             self._note_hidden(run.hidden, starts, 1, run.key)
             return outputs
+        self.stats.steps += 1
+        self.stats.max_batch_size = max(self.stats.max_batch_size, len(scheduled))
+        # Decodes, verify steps and short prompt chunks on decode rows' arithmetic
+        # (ops.decode_rows: a verify row gives the logits a plain decode step gives), then
+        # longer prompt chunks on the prefill's GEMMs: a step with both runs two passes.
+        outputs = []
+        for indices, decode_rows in decode_row_passes([c for _, c in scheduled],
+                                                      [bool(r.draft) for r, _ in scheduled]):
+            outputs += self._forward([scheduled[i] for i in indices], decode_rows, mtp, snapshots)
+        return outputs
+
+    def _forward(self, group, decode_rows: bool, mtp: bool, snapshots) -> List[TokenOutput]:
+        """One forward pass over ``group`` ((request, chunk) pairs), then its tokens."""
         # The model's dtype: greedy_argmax reads float16/bfloat16 logits directly, and
         # only a request that samples from the logits pays for the float32 cast.
-        step = build_step([c for _, c in scheduled], self.model.device, self.inputs)
+        step = build_step([c for _, c in group], self.model.device, self.inputs, decode_rows)
         if mtp:
             logits, hidden = self.model.forward(step, self.cache, float32_logits=False,
                                                 final_hidden=True)
         else:
             logits, hidden = self.model.forward(step, self.cache, float32_logits=False), None
-        self.stats.steps += 1
-        self.stats.max_batch_size = max(self.stats.max_batch_size, len(scheduled))
-        for request, chunk in scheduled:
+        for request, chunk in group:
             if not request.draft:
                 self.scheduler.advance(request, len(chunk.token_ids))
                 self._checkpoint(request)
-        sampling = [(r, c) for r, c in scheduled if c.logits != "none"]
+        sampling = [(r, c) for r, c in group if c.logits != "none"]
         outputs = self._sample_and_verify(sampling, logits, snapshots) if sampling else []
-        self._note_hidden(hidden, starts, [len(c.token_ids) for _, c in scheduled])
+        self._note_hidden(hidden, [(r, c.start) for r, c in group],
+                          [len(c.token_ids) for _, c in group])
         return outputs
 
     def _note_hidden(self, hidden, starts, fed, plan_key=None) -> None:
@@ -360,6 +382,13 @@ class Engine:
         key = request.block_keys[end // BLOCK_SIZE - 1]
         if key not in checkpoints:
             checkpoints.put(key, self.cache.snapshot(request.state_slot))
+            self._count_checkpoints()
+
+    def _count_checkpoints(self) -> None:
+        checkpoints = self.scheduler.checkpoints
+        if checkpoints is not None:
+            self.stats.state_checkpoints = len(checkpoints)
+            self.stats.state_checkpoint_bytes = checkpoints.nbytes
 
     def _propose(self) -> None:
         """Sets the draft of every speculating request in decode: up to
@@ -436,7 +465,7 @@ class Engine:
         without logits: from a plan (outputs "none") when they all re-run as many."""
         fed = {len(c.token_ids) for c in reruns}
         if self.plans is None or len(fed) != 1:
-            self.model.forward(build_step(reruns, self.model.device, self.inputs), self.cache)
+            self.model.forward(build_step(reruns, self.model.device, self.inputs, True), self.cache)
         else:
             records, replays = self.plans.records, self.plans.replays
             self.plans.launch([c.block_table for c in reruns], [c.start for c in reruns],

@@ -5,6 +5,7 @@
 #include "cpu/fast/simd/cpu_features.h"
 #include "cpu/fast/gemv/matmul_dispatch.h"
 #include "cpu/float_rows.h"
+#include "metalrt/op_registry.h"
 
 namespace metalrt::cpu::fast {
 namespace {
@@ -52,7 +53,8 @@ bool QuantizeActivations(const Tensor& x, GemvActivations* act) {
   thread_local std::vector<float> xf;
   thread_local std::vector<Q8Block> xq;
   const int64_t m = x.dim(0), k = x.dim(1);
-  if (m > kGemvMaxRows) return false;
+  // Past kGemvMaxRows the prefill GEMM serves, except for decode rows (op_registry.h).
+  if (m > kGemvMaxRows && !DecodeRows()) return false;
   const float* values = static_cast<const float*>(x.data());
   if (x.dtype() != DType::kF32) {
     float* converted = Grown(&xf, m * k);

@@ -22,8 +22,8 @@ struct GemvActivations {
 };
 
 // x [m, k] (f32/f16/bf16) quantized to two-byte int8 blocks (q8_activation.h). False
-// (the caller declines, the oracle serves) when m > kGemvMaxRows or x holds a NaN or
-// an infinity.
+// (the caller declines, the oracle serves) when m > kGemvMaxRows outside decode rows
+// (DecodeRows, op_registry.h), or x holds a NaN or an infinity.
 bool QuantizeActivations(const Tensor& x, GemvActivations* act);
 
 // The kernel arguments of weight w against act, writing f32 out[i * out_stride + j].

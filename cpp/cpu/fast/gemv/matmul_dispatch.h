@@ -3,7 +3,8 @@
 // (one int8 activation quantization, integer block dots, weights streamed once per
 // call); larger m (prefill) goes to the BLAS-backed GEMM, which dequantizes weight
 // tiles and reuses them across rows. The two providers read this one constant so
-// that between them every m has exactly one fast owner.
+// that between them every m has exactly one fast owner; under decode rows
+// (DecodeRows, op_registry.h) the GEMV owns every m.
 #pragma once
 #include <cstdint>
 

@@ -7,6 +7,7 @@
 #include "cpu/fast/simd/exp_avx512.h"
 #include "cpu/float_rows.h"
 #include "cpu/kv_blocks.h"
+#include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
 
 namespace metalrt::cpu::fast::prefill_attention {
@@ -134,6 +135,7 @@ void StoreBlock(const OpCall& call, const Request& r, int64_t g, int64_t i0, int
 }
 
 bool HasPrefill(const OpCall& call) {
+  if (DecodeRows()) return false;   // every query row as a decode's (op_registry.h)
   const int32_t* query_start_loc = call.inputs[5].data_as<int32_t>();
   for (int64_t b = 0; b < call.inputs[3].dim(0); ++b)
     if (query_start_loc[b + 1] - query_start_loc[b] > 1) return true;

@@ -92,7 +92,8 @@ void LoadScaledQueries(const OpCall& call, const Request& r, int64_t g, int64_t 
 void StoreBlock(const OpCall& call, const Request& r, int64_t g, int64_t i0, int64_t i1, const float* o,
                 bool transposed, const float* l);
 
-// Whether the batch holds a request with more than one query.
+// Whether the batch holds a request with more than one query, outside decode rows
+// (DecodeRows, op_registry.h: the decode attention serves every query row of those).
 bool HasPrefill(const OpCall& call);
 
 // The most blocks of one item: its per-block state (queries, output, m, l) is bounded too.

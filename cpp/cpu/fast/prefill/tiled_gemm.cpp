@@ -6,6 +6,7 @@
 #include "cpu/fast/gemv/matmul_dispatch.h"
 #include "cpu/float_rows.h"
 #include "cpu/parallel.h"
+#include "metalrt/op_registry.h"
 
 namespace metalrt::cpu::fast {
 namespace {
@@ -25,7 +26,9 @@ int64_t PanelColumns(int64_t n, int64_t threads) {
 
 }  // namespace
 
-bool PrefillGemmServes(int64_t m, int64_t n, int64_t k) { return m > kGemvMaxRows && n >= 1 && k >= 1; }
+bool PrefillGemmServes(int64_t m, int64_t n, int64_t k) {
+  return m > kGemvMaxRows && n >= 1 && k >= 1 && !DecodeRows();
+}
 
 bool Bf16GemmServes(int64_t k, bool coarse_weight) { return k % 2 == 0 && PrefillGemmIsBf16(coarse_weight); }
 

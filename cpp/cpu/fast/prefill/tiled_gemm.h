@@ -33,7 +33,8 @@ using F32Gemm = void (*)(int64_t m, int64_t n, int64_t k, const float* a, int64_
                          int64_t ldb, bool b_transposed, float* c, int64_t ldc);
 
 // True when a prefill GEMM should serve an [m, k] x [k, n] product: m above the GEMV's
-// rows (cpp/cpu/fast/gemv/matmul_dispatch.h) and no size 0.
+// rows (cpp/cpu/fast/gemv/matmul_dispatch.h), no size 0, and not decode rows
+// (DecodeRows, op_registry.h: the GEMV, or the oracle for float weights, serves those).
 bool PrefillGemmServes(int64_t m, int64_t n, int64_t k);
 
 // True when the bf16 GEMM should serve a product PrefillGemmServes: k is even (its
