@@ -195,6 +195,27 @@ def test_mtp_with_the_hybrid_prefix_cache_equals_plain_decoding():
     assert stats.prompt_tokens_cached >= 32 and stats.accepted_tokens > 0
 
 
+def test_mtp_beside_a_long_prompt_chunk_equals_plain_decoding():
+    """A 40-token prompt arriving while another request decodes with MTP: the step runs
+    the decode rows and the prompt chunk in two forward passes (``decode_row_passes``)
+    and hands the head both passes' hidden states; both outputs equal plain decoding."""
+    model = metalrt.load(str(tiny_hybrid.path("qwen3_5_mtp")), device="cpu")[0]
+    prompts = [PROMPTS[0], tiny_hybrid.prompt(40, 11)]
+    plain = [run(model, [p])[0][0] for p in prompts]
+    engine = Engine(model, model.new_cache(16), speculative=SpeculativeConfig("mtp", 3))
+    try:
+        first = engine.add_request(prompts[0], SamplingParams(), 24)
+        engine.step()
+        engine.step()
+        second = engine.add_request(prompts[1], SamplingParams(), 24)
+        while engine.has_work:
+            engine.step()
+        assert engine.stats.verify_steps > 0
+    finally:
+        engine.close()
+    assert [first.output, second.output] == plain
+
+
 def test_gguf_nextn_head_equals_the_hugging_face_head():
     """llama.cpp's converter writes the twin's ``mtp.*`` as a nextn block (blk.4.*,
     ``nextn_predict_layers``); read back, its head computes what the checkpoint's does,

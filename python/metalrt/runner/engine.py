@@ -8,6 +8,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+import metalrt
 from metalrt import ops
 
 from ..cache import (BLOCK_SIZE, BlockAllocator, ModelCache, ScheduledChunk, StepBuffers,
@@ -305,14 +306,34 @@ class Engine:
         # Decodes, verify steps and short prompt chunks on decode rows' arithmetic
         # (ops.decode_rows: a verify row gives the logits a plain decode step gives), then
         # longer prompt chunks on the prefill's GEMMs: a step with both runs two passes.
-        outputs = []
+        outputs, groups, hiddens = [], [], []
         for indices, decode_rows in decode_row_passes([c for _, c in scheduled],
                                                       [bool(r.draft) for r, _ in scheduled]):
-            outputs += self._forward([scheduled[i] for i in indices], decode_rows, mtp, snapshots)
+            group = [scheduled[i] for i in indices]
+            tokens, hidden = self._forward(group, decode_rows, mtp, snapshots)
+            outputs += tokens
+            groups += group
+            hiddens.append(hidden)
+        self._note_hidden(self._joined(hiddens), [(r, c.start) for r, c in groups],
+                          [len(c.token_ids) for _, c in groups])
         return outputs
 
-    def _forward(self, group, decode_rows: bool, mtp: bool, snapshots) -> List[TokenOutput]:
-        """One forward pass over ``group`` ((request, chunk) pairs), then its tokens."""
+    def _joined(self, hiddens):
+        """The passes' final-normed hidden states as one [T, H] tensor in pass order (rows
+        gathered on the device, exact); None when the step is not an MTP step."""
+        if hiddens[0] is None or len(hiddens) == 1:
+            return hiddens[0]
+        rows = [h.shape[0] for h in hiddens]
+        joined = metalrt.empty((sum(rows), hiddens[0].shape[1]), hiddens[0].dtype,
+                               self.model.device)
+        for first, h in zip(np.cumsum([0] + rows), hiddens):
+            ids = metalrt.asarray(np.arange(h.shape[0], dtype=np.int32), device=self.model.device)
+            ops.embedding(h, ids, out=joined[int(first):int(first) + h.shape[0]])
+        return joined
+
+    def _forward(self, group, decode_rows: bool, mtp: bool, snapshots):
+        """One forward pass over ``group`` ((request, chunk) pairs): (its tokens, the
+        final-normed hidden states of its rows for an MTP step, else None)."""
         # The model's dtype: greedy_argmax reads float16/bfloat16 logits directly, and
         # only a request that samples from the logits pays for the float32 cast.
         step = build_step([c for _, c in group], self.model.device, self.inputs, decode_rows)
@@ -326,10 +347,7 @@ class Engine:
                 self.scheduler.advance(request, len(chunk.token_ids))
                 self._checkpoint(request)
         sampling = [(r, c) for r, c in group if c.logits != "none"]
-        outputs = self._sample_and_verify(sampling, logits, snapshots) if sampling else []
-        self._note_hidden(hidden, [(r, c.start) for r, c in group],
-                          [len(c.token_ids) for _, c in group])
-        return outputs
+        return (self._sample_and_verify(sampling, logits, snapshots) if sampling else []), hidden
 
     def _note_hidden(self, hidden, starts, fed, plan_key=None) -> None:
         """Hands a step's final-normed ``hidden`` [T, H] (None: not an MTP step) to the MTP
