@@ -164,3 +164,25 @@ TEST_CASE("cpu fast moe_matmul_bt: the same bytes on 1 and 2 threads") {
     }
   }
 }
+
+TEST_CASE("cpu fast moe_matmul_bt: the op cases' poisoned experts show in its output when selected") {
+  // The poison proves a read of an unselected expert only if the fast provider turns it
+  // into a non-finite output (NaN, or for MXFP4's 2^128 scales possibly inf), which
+  // fails the op cases' bar.
+  const int64_t experts = 4, n = 16;
+  const std::vector<int32_t> ids{0, 3, 1, 2};   // pairs 1 and 3 select poisoned experts
+  for (const WeightSpec& s : Specs()) {
+    CAPTURE(SpecName(s));
+    const int64_t k = MinK(s);
+    std::vector<Tensor> w = RandomWeight(s, experts * n, k, 17920);
+    PoisonRows(s, w, 2 * n, 4 * n);
+    ResetProviderStats();
+    const Tensor out = ops::MoeMatmulBT(MakeFloat({2, k}, DType::kF32, RandomValues(2 * k, 17921)),
+                                        WeightOf(s, experts * n, k, w, 0), MakeInts({2, 2}, DType::kI32, ids), experts);
+    CHECK(GetProviderStats("moe_matmul_bt", DeviceType::kCPU).last_selected == kFast);
+    const std::vector<double> got = ReadFloat(out);
+    for (int64_t pair = 0; pair < 4; ++pair)
+      for (int64_t c = 0; c < n; ++c)
+        CHECK(std::isfinite(got[static_cast<size_t>(pair * n + c)]) == (ids[static_cast<size_t>(pair)] < 2));
+  }
+}

@@ -19,6 +19,7 @@
 #include <random>
 #include <set>
 
+#include "cpu_oracle_testing.h"
 #include "metal_op_testing.h"
 #include "moe_testing.h"
 #include "metalrt/ops.h"
@@ -217,6 +218,7 @@ TEST_CASE("metal moe_matmul_bt: an id outside [0, E) gives a NaN row and reads n
     CAPTURE(tokens);
     std::vector<int32_t> ids = RandomIds(tokens, 2, experts, 15701 + static_cast<uint32_t>(tokens));
     const Tensor x = MakeFloat({tokens, k}, DType::kF32, RandomValues(tokens * k, 15702));
+    const OracleOnly oracle("moe_matmul_bt");   // the reference, not the fast CPU provider
     const Tensor ref = ops::MoeMatmulBT(x, WeightOf(s, experts * n, k, w, 0), MakeInts({tokens, 2}, DType::kI32, ids),
                                         experts);
     const int32_t bad[] = {4, -1, 2147483647};
@@ -256,6 +258,7 @@ TEST_CASE("metal moe_matmul_bt: gate and up stacks as two operands, a bad id NaN
       CAPTURE(tokens);
       std::vector<int32_t> ids = RandomIds(tokens, 2, experts, 15902 + static_cast<uint32_t>(tokens));
       const Tensor x = MakeFloat({tokens, k}, DType::kF32, RandomValues(tokens * k, 15903));
+      const OracleOnly oracle("moe_matmul_bt");   // the reference, not the fast CPU provider
       const Tensor ref = ops::MoeMatmulBT(x, WeightOf(s, experts * n, k, gate, 0), WeightOf(s, experts * n, k, up, 0),
                                           MakeInts({tokens, 2}, DType::kI32, ids), experts);
       const int64_t bad_pair = 2 * tokens - 1;
@@ -285,6 +288,9 @@ TEST_CASE("metal moe_matmul_bt: the NaN poison of the op cases is seen when its 
                               {QuantFormat::kMxfp4Gguf}, kMxfp4Spec};
   for (DeviceType device : {DeviceType::kCPU, DeviceType::kMETAL}) {
     CAPTURE(DeviceTypeName(device));
+    // On the CPU the oracle, the op cases' reference (the fast provider's own poison
+    // check: test_cpu_fast_moe.cpp).
+    const OracleOnly oracle("moe_matmul_bt");
     const Tensor dev_x = CopyToDevice(x, device), dev_ids = CopyToDevice(MakeInts({2, 2}, DType::kI32, ids), device);
     std::vector<Tensor> outputs;
     for (const WeightSpec& s : specs) {
