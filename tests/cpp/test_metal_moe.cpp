@@ -19,7 +19,9 @@
 #include <random>
 #include <set>
 
+#include "cpu_oracle_testing.h"
 #include "metal_op_testing.h"
+#include "moe_testing.h"
 #include "metalrt/ops.h"
 #include "op_cases.h"
 #include "quantized_testing.h"
@@ -51,54 +53,9 @@ OpCase RouterCase(const std::string& variant, const Tensor& logits, int64_t k, b
   return c;
 }
 
-// Distinct ids per token drawn from experts [0, used): experts >= used stay unselected.
-std::vector<int32_t> RandomIds(int64_t tokens, int64_t slots, int64_t used, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::vector<int32_t> ids;
-  for (int64_t t = 0; t < tokens; ++t) {
-    std::vector<int32_t> experts(static_cast<size_t>(used));
-    for (int32_t e = 0; e < used; ++e) experts[e] = e;
-    std::shuffle(experts.begin(), experts.end(), gen);
-    ids.insert(ids.end(), experts.begin(), experts.begin() + slots);
-  }
-  return ids;
-}
-
-// NaN into the scales of weight rows [begin, end): any read of them gives a NaN output.
-// MXFP4 has no NaN scale (E8M0 255 is 2^128, mxfp4_values.h): codes 6.0 under it are
-// +inf, which against activations of both signs sum to NaN.
-void PoisonRows(const WeightSpec& s, std::vector<Tensor>& w, int64_t begin, int64_t end) {
-  if (s.format == QuantFormat::kMxfp4 || s.format == QuantFormat::kMxfp4Gguf) {
-    const int64_t row_bytes = w[0].dim(1);
-    std::memset(w[0].data_as<uint8_t>() + begin * row_bytes, 0x77, (end - begin) * row_bytes);
-    if (s.format == QuantFormat::kMxfp4) {
-      std::memset(w[1].data_as<uint8_t>() + begin * w[1].dim(1), 255, (end - begin) * w[1].dim(1));
-    } else {
-      for (int64_t i = begin * row_bytes; i < end * row_bytes; i += 17) w[0].data_as<uint8_t>()[i] = 255;
-    }
-    return;
-  }
-  if (IsAffine(s)) {
-    const int64_t groups = w[1].dim(1);
-    for (int64_t i = begin * groups; i < end * groups; ++i)
-      StoreFromF32(w[1].data(), w[1].dtype(), i, std::numeric_limits<float>::quiet_NaN());
-    return;
-  }
-  const int64_t block_bytes = BlockBytes(s.format), row_bytes = w[0].dim(1);
-  auto* bytes = w[0].data_as<uint8_t>();
-  const uint16_t nan = 0x7E00;
-  for (int64_t r = begin; r < end; ++r)
-    for (int64_t b = 0; b < row_bytes / block_bytes; ++b)
-      for (int offset : HalfFields(s.format)) std::memcpy(bytes + r * row_bytes + b * block_bytes + offset, &nan, 2);
-}
-
 std::string FormatToken(const WeightSpec& s) {
   return IsAffine(s) ? std::string("affine_") + gpu::KernelDTypeSuffix(s.scales) : QuantFormatName(s.format);
 }
-
-struct MoeShape {
-  int64_t tokens, slots, experts, k, n;
-};
 
 // experts >= used are never selected and hold NaN weights.
 OpCase MatmulCase(const WeightSpec* s, const MoeShape& g, DType dtype, bool per_slot, uint32_t seed) {
@@ -261,6 +218,7 @@ TEST_CASE("metal moe_matmul_bt: an id outside [0, E) gives a NaN row and reads n
     CAPTURE(tokens);
     std::vector<int32_t> ids = RandomIds(tokens, 2, experts, 15701 + static_cast<uint32_t>(tokens));
     const Tensor x = MakeFloat({tokens, k}, DType::kF32, RandomValues(tokens * k, 15702));
+    const OracleOnly oracle("moe_matmul_bt");   // the reference, not the fast CPU provider
     const Tensor ref = ops::MoeMatmulBT(x, WeightOf(s, experts * n, k, w, 0), MakeInts({tokens, 2}, DType::kI32, ids),
                                         experts);
     const int32_t bad[] = {4, -1, 2147483647};
@@ -300,6 +258,7 @@ TEST_CASE("metal moe_matmul_bt: gate and up stacks as two operands, a bad id NaN
       CAPTURE(tokens);
       std::vector<int32_t> ids = RandomIds(tokens, 2, experts, 15902 + static_cast<uint32_t>(tokens));
       const Tensor x = MakeFloat({tokens, k}, DType::kF32, RandomValues(tokens * k, 15903));
+      const OracleOnly oracle("moe_matmul_bt");   // the reference, not the fast CPU provider
       const Tensor ref = ops::MoeMatmulBT(x, WeightOf(s, experts * n, k, gate, 0), WeightOf(s, experts * n, k, up, 0),
                                           MakeInts({tokens, 2}, DType::kI32, ids), experts);
       const int64_t bad_pair = 2 * tokens - 1;
@@ -329,6 +288,9 @@ TEST_CASE("metal moe_matmul_bt: the NaN poison of the op cases is seen when its 
                               {QuantFormat::kMxfp4Gguf}, kMxfp4Spec};
   for (DeviceType device : {DeviceType::kCPU, DeviceType::kMETAL}) {
     CAPTURE(DeviceTypeName(device));
+    // On the CPU the oracle, the op cases' reference (the fast provider's own poison
+    // check: test_cpu_fast_moe.cpp).
+    const OracleOnly oracle("moe_matmul_bt");
     const Tensor dev_x = CopyToDevice(x, device), dev_ids = CopyToDevice(MakeInts({2, 2}, DType::kI32, ids), device);
     std::vector<Tensor> outputs;
     for (const WeightSpec& s : specs) {

@@ -66,9 +66,9 @@ def test_gguf_matches_the_directory_and_transformers(length, device):
         model.logits(ids))
     got = got[0]
     assert reference_tier_ops(device) == []
-    # The CPU's expert GEMM is its oracle's (no fast provider of moe_matmul_bt yet).
+    # The CPU's experts on the quantized GEMV (MXFP4 in GGUF's layout).
     providers = ({op: f"metal_{op}" for op in PROVIDED} if device == "metal" else
-                 {"moe_matmul_bt": "cpu_moe_matmul_bt", "silu_and_mul": "cpu_fast_silu_and_mul",
+                 {"moe_matmul_bt": "cpu_fast_moe_matmul_bt", "silu_and_mul": "cpu_fast_silu_and_mul",
                   "moe_bias_add": "cpu_fast_moe_bias_add"})
     for op, provider in providers.items():
         assert metalrt.providers.stats(op, device)["last_selected"] == provider
@@ -78,7 +78,12 @@ def test_gguf_matches_the_directory_and_transformers(length, device):
         assert kernels["moe_matmul_bt_gemm_mxfp4_gguf_f32"] == 2 * fixtures.LAYERS
     assert got.dtype == np.float32 and got.shape == (length, fixtures.VOCAB)
     directory = loaded(device, "hf")[0].logits(ids)
-    np.testing.assert_array_equal(got, directory)
+    if device == "cpu":
+        # The CPU GEMV's kernels for the two MXFP4 layouts (GGUF's blocks, the directory's
+        # split codes and scales) round in their own orders: measured max 6e-7 at 150 tokens.
+        np.testing.assert_allclose(got, directory, rtol=0, atol=1e-6 * (directory.max() - directory.min()))
+    else:
+        np.testing.assert_array_equal(got, directory)
     assert_close(got, reference_logits(ids))
 
 
@@ -197,7 +202,12 @@ def test_float_expert_stacks(tmp_path):
     gate = weights["model.layers.0.mlp.experts.gate_proj.weight"]
     assert isinstance(gate, np.ndarray) and gate.shape == (6, 64, 64)
     ids = prompt(40, 3)
-    expected = loaded("cpu")[0].logits(ids)
+    # Both on the oracle's f32 expert dot (the float stacks' only CPU provider).
+    metalrt.providers.set_enabled("cpu_fast_moe_matmul_bt", False)
+    try:
+        expected = loaded("cpu")[0].logits(ids)
+    finally:
+        metalrt.providers.set_enabled("cpu_fast_moe_matmul_bt", True)
     got = metalrt.models.build_model(config, weights, "cpu").logits(ids)
     assert np.abs(got - expected).max() <= 1e-5 * (expected.max() - expected.min())
 

@@ -156,11 +156,24 @@ def test_matmul_quantized_weights_read_only_selected_experts(fmt, tokens, device
     # Copies on the device (a zero-copy wrap of these short-lived arrays could alias the
     # memory of an earlier test's wrapped arrays).
     w = metalrt.quantized_tensor(fmt, (experts * n, k), *(metalrt.asarray(p, device=device) for p in parts), **kw)
-    out = poisoned((tokens, top_k, n), "float32", device)
-    got = ops.moe_matmul_bt(metalrt.asarray(x, device=device), w, metalrt.asarray(ids, device=device),
-                            num_experts=experts, out=out)
-    assert np.all(np.isfinite(got.numpy()))
-    assert_matches(got, expert_reference(x, w_ref, ids, experts), "float32", worst_bar=summation_bar(k))
+    reference = expert_reference(x, w_ref, ids, experts)
+    # On the CPU the oracle, then the fast provider (int8 activations: the quantized
+    # GEMV's bar, NMSE 1e-7 and 2e-4 of the largest |y|, docs/cpu.md).
+    for fast in (False, True) if device == "cpu" else (True,):
+        metalrt.providers.set_enabled("cpu_fast_moe_matmul_bt", fast)
+        try:
+            metalrt.providers.reset_stats()
+            out = poisoned((tokens, top_k, n), "float32", device)
+            got = ops.moe_matmul_bt(metalrt.asarray(x, device=device), w, metalrt.asarray(ids, device=device),
+                                    num_experts=experts, out=out)
+        finally:
+            metalrt.providers.set_enabled("cpu_fast_moe_matmul_bt", True)
+        assert np.all(np.isfinite(got.numpy()))
+        if device == "cpu":
+            served = metalrt.providers.stats("moe_matmul_bt", "cpu")["last_selected"]
+            assert served == ("cpu_fast_moe_matmul_bt" if fast else "cpu_moe_matmul_bt")
+        assert_matches(got, reference, "float32",
+                       worst_bar=2e-4 if device == "cpu" and fast else summation_bar(k))
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)

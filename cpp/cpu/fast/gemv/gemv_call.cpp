@@ -1,10 +1,12 @@
 #include "cpu/fast/gemv/gemv_call.h"
 
+#include <atomic>
 #include <vector>
 
 #include "cpu/fast/simd/cpu_features.h"
 #include "cpu/fast/gemv/matmul_dispatch.h"
 #include "cpu/float_rows.h"
+#include "cpu/parallel.h"
 #include "metalrt/op_registry.h"
 
 namespace metalrt::cpu::fast {
@@ -49,36 +51,49 @@ bool QuantizeRowsQ8Selected(const float* x, int64_t rows, int64_t k, Q8Block* bl
 
 }  // namespace
 
-bool QuantizeActivations(const Tensor& x, GemvActivations* act) {
+bool QuantizeActivationRows(const Tensor& x, GemvActivations* act) {
   thread_local std::vector<float> xf;
   thread_local std::vector<Q8Block> xq;
-  const int64_t m = x.dim(0), k = x.dim(1);
-  // Past kGemvMaxRows the prefill GEMM serves, except for decode rows (op_registry.h).
-  if (m > kGemvMaxRows && !DecodeRows()) return false;
-  const float* values = static_cast<const float*>(x.data());
-  if (x.dtype() != DType::kF32) {
-    float* converted = Grown(&xf, m * k);
-    LoadRowF32(x.data(), x.dtype(), 0, m * k, converted);
-    values = converted;
-  }
-  Q8Block* blocks = Grown(&xq, m * (k / 32));
-  if (!QuantizeRowsQ8Selected(values, m, k, blocks)) return false;
+  const int64_t k = x.dim(-1), m = x.numel() / k, blocks_per_row = k / 32;
+  float* converted = x.dtype() == DType::kF32 ? nullptr : Grown(&xf, m * k);
+  const float* values = converted != nullptr ? converted : static_cast<const float*>(x.data());
+  Q8Block* blocks = Grown(&xq, m * blocks_per_row);
+  // Rows are coded independently, so any split gives the same blocks.
+  std::atomic<bool> finite{true};
+  auto code = [&](int64_t begin, int64_t end) {
+    if (converted != nullptr) LoadRowF32(x.data(), x.dtype(), begin * k, (end - begin) * k, converted + begin * k);
+    if (!QuantizeRowsQ8Selected(values + begin * k, end - begin, k, blocks + begin * blocks_per_row))
+      finite.store(false, std::memory_order_relaxed);
+  };
+  if (m <= kGemvMaxRows) code(0, m);
+  else ParallelFor(m, kGemvMaxRows, code);
+  if (!finite.load()) return false;
   *act = {blocks, m, k};
   return true;
 }
 
-GemvArgs ArgsFor(const QuantizedTensor& w, const GemvActivations& act, float* out, int64_t out_stride) {
+bool QuantizeActivations(const Tensor& x, GemvActivations* act) {
+  // Past kGemvMaxRows the prefill GEMM serves, except for decode rows (op_registry.h).
+  return (x.dim(0) <= kGemvMaxRows || DecodeRows()) && QuantizeActivationRows(x, act);
+}
+
+GemvArgs ArgsFor(const QuantizedTensor& w, const GemvActivations& act, float* out, int64_t out_stride,
+                 int64_t first_row) {
   const bool affine = w.format == QuantFormat::kAffine;
+  // Bytes of one row of a per-row tensor (data, scales, biases).
+  auto row_of = [&](const Tensor& t) {
+    return static_cast<const uint8_t*>(t.data()) + first_row * (static_cast<int64_t>(t.nbytes()) / w.rows);
+  };
   GemvArgs args{};
   args.format = FormatOf(w.format);
   args.bits = w.bits;
   args.group_size = w.group_size;
   args.k = act.k;
   args.m = act.m;
-  args.data = w.data.data_as<uint8_t>();
+  args.data = row_of(w.data);
   args.row_bytes = static_cast<int64_t>(w.data.nbytes()) / w.rows;
-  args.scales = HasScaleTensor(w.format) ? w.scales.data() : nullptr;
-  args.biases = affine ? w.biases.data() : nullptr;
+  args.scales = HasScaleTensor(w.format) ? row_of(w.scales) : nullptr;
+  args.biases = affine ? row_of(w.biases) : nullptr;
   args.scale_dtype = affine ? ScaleDTypeOf(w.scales.dtype()) : ScaleDType::kF32;
   args.f16_table = F16ToF32Table();
   args.x = act.blocks;

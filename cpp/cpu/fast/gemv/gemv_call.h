@@ -26,8 +26,15 @@ struct GemvActivations {
 // (DecodeRows, op_registry.h), or x holds a NaN or an infinity.
 bool QuantizeActivations(const Tensor& x, GemvActivations* act);
 
-// The kernel arguments of weight w against act, writing f32 out[i * out_stride + j].
-GemvArgs ArgsFor(const QuantizedTensor& w, const GemvActivations& act, float* out, int64_t out_stride);
+// Every row of x [..., k] (contiguous f32/f16/bf16) quantized as above, however many
+// (act->m = numel / k), split over the pool past kGemvMaxRows: callers that group the
+// rows into GEMVs of their own (the MoE experts' pairs). False for a NaN or an infinity.
+bool QuantizeActivationRows(const Tensor& x, GemvActivations* act);
+
+// The kernel arguments of weight w against act, writing f32 out[i * out_stride + j]
+// for kernel row j, which is row first_row + j of w (an expert's rows of a stack).
+GemvArgs ArgsFor(const QuantizedTensor& w, const GemvActivations& act, float* out, int64_t out_stride,
+                 int64_t first_row = 0);
 
 // The best kernel this CPU supports (cpu_features.h), chosen once per call.
 using GemvRowsFn = void (*)(const GemvArgs&, int64_t, int64_t);
