@@ -80,8 +80,10 @@ def test_gguf_matches_the_directory_and_transformers(length, device):
     directory = loaded(device, "hf")[0].logits(ids)
     if device == "cpu":
         # The CPU GEMV's kernels for the two MXFP4 layouts (GGUF's blocks, the directory's
-        # split codes and scales) round in their own orders: measured max 6e-7 at 150 tokens.
-        np.testing.assert_allclose(got, directory, rtol=0, atol=1e-6 * (directory.max() - directory.min()))
+        # split codes and scales) round in their own orders, and prompt chunks of <= 16
+        # tokens run as decode rows (one-row GEMVs): measured max 2.2e-5 of the range at
+        # 150 tokens, a tenth of the 1e-3 x range bar against transformers.
+        np.testing.assert_allclose(got, directory, rtol=0, atol=1e-4 * (directory.max() - directory.min()))
     else:
         np.testing.assert_array_equal(got, directory)
     assert_close(got, reference_logits(ids))
