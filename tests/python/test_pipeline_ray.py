@@ -109,6 +109,13 @@ def test_micro_batches_are_the_steps_of_their_sequences():
         if want.logit_rows is not None:
             assert np.array_equal(got.logit_rows.numpy(), want.logit_rows.numpy())
         assert (got.num_logit_rows, got.max_position) == (want.num_logit_rows, want.max_position)
+        assert got.decode_rows is want.decode_rows is True   # every chunk <= 16 tokens
+    # The engine's choice of arithmetic travels with each micro-batch (a stage that
+    # dropped it would compute decode rows as a prefill's GEMMs).
+    for decode_rows in (False, True):
+        step = build_step(chunks, "cpu", decode_rows=decode_rows)
+        assert [micro_batches.step_inputs(p, StepBuffers("cpu")).decode_rows
+                for p in micro_batches.split(micro_batches.host_arrays(step), 2)] == [decode_rows] * 2
     assert [len(p["token_ids"]) for p in micro_batches.split(arrays, 8)] == [5, 1, 7, 2]
     assert len(micro_batches.split(arrays, 1)) == 1
     with pytest.raises(ValueError, match="micro_batches must be >= 1"):

@@ -16,7 +16,9 @@ _SEQUENCE_FIELDS = ("block_tables", "seq_lens", "state_slots", "window_tables")
 
 def host_arrays(step: StepInputs) -> Dict[str, Optional[np.ndarray]]:
     """``step``'s tensors as numpy arrays (absent ones None), ``logit_rows`` always
-    explicit (int32 [R]: None in a StepInputs stands for every row or none)."""
+    explicit (int32 [R]: None in a StepInputs stands for every row or none), and its
+    ``decode_rows`` as a bool array of no dimension (the stages run the step on the
+    arithmetic the engine chose for it)."""
     arrays = {name: None if getattr(step, name) is None else getattr(step, name).numpy()
               for name in (*_TOKEN_FIELDS, *_SEQUENCE_FIELDS, "query_start_loc")}
     tokens = arrays["token_ids"].shape[0]
@@ -24,6 +26,7 @@ def host_arrays(step: StepInputs) -> Dict[str, Optional[np.ndarray]]:
         arrays["logit_rows"] = step.logit_rows.numpy()
     else:
         arrays["logit_rows"] = np.arange(tokens if step.num_logit_rows else 0, dtype=np.int32)
+    arrays["decode_rows"] = np.asarray(step.decode_rows)
     return arrays
 
 
@@ -49,6 +52,7 @@ def split(arrays: Dict[str, Optional[np.ndarray]], parts: int) -> List[dict]:
         batch["query_start_loc"] = (starts[b0:b1 + 1] - t0).astype(np.int32)
         rows = arrays["logit_rows"]
         batch["logit_rows"] = (rows[(rows >= t0) & (rows < t1)] - t0).astype(np.int32)
+        batch["decode_rows"] = arrays["decode_rows"]   # a row's arithmetic is its own
         batches.append(batch)
     return batches
 
@@ -57,10 +61,11 @@ def step_inputs(arrays: Dict[str, Optional[np.ndarray]], buffers: StepBuffers) -
     """The StepInputs of ``arrays`` (``host_arrays``/``split``) in ``buffers`` on their
     device: the tensors ``cache.build_step`` would have made for these sequences."""
     up = {name: None if value is None else buffers.write(name, value)
-          for name, value in arrays.items() if name != "logit_rows"}
+          for name, value in arrays.items() if name not in ("logit_rows", "decode_rows")}
     rows, tokens = arrays["logit_rows"], arrays["token_ids"].shape[0]
     return StepInputs(
         **up,
         logit_rows=None if len(rows) in (0, tokens) else buffers.write("logit_rows", rows),
         num_logit_rows=len(rows),
-        max_position=int(arrays["positions"].max()))
+        max_position=int(arrays["positions"].max()),
+        decode_rows=bool(arrays["decode_rows"]))
