@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Sequence
 
 SOURCE = Path(__file__).with_name("alloc_counter.c")
 PROMPT = [6403, 1980, 253, 655]   # "Once upon a time"
-WARMUP_STEPS = 3                  # after the prefill: both phases' recordings, then a replay
+WARMUP_STEPS = 4   # after the prefill: both phases' recordings, then a replay of each
 
 
 def counter_library() -> Path:

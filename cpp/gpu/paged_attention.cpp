@@ -36,6 +36,7 @@
 
 #include "gpu/kernel_launch.h"
 #include "gpu/metal_backend.h"
+#include "gpu/op_capture.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
 #include "kv_cache_args.h"
@@ -50,6 +51,24 @@ static_assert(static_cast<int32_t>(metalrt::KvType::kQ4_0) == kKvQ4_0 &&
 
 namespace metalrt::gpu {
 namespace {
+
+// {the most partitions of a decode request, the prefill requests' query tiles}: what
+// the kernels and grids are chosen by, from the host-written batch description (a
+// plan's capture is keyed by it: op_capture.h).
+HostKey AttentionGrids(const OpCall& call) {
+  const int32_t* starts = call.inputs[5].data_as<int32_t>();
+  const int32_t* seq_lens = call.inputs[4].data_as<int32_t>();
+  const int64_t group = call.inputs[0].dim(1) / call.inputs[1].dim(2);
+  const int64_t query_tile = PrefillQueryTile(static_cast<int32_t>(group));
+  const int32_t window = static_cast<int32_t>(call.param<ops::PagedAttentionParams>().window);
+  int64_t partitions = 0, prefill_tiles = 0;
+  for (int64_t b = 0; b < call.inputs[3].dim(0); ++b) {
+    const int64_t q_len = starts[b + 1] - starts[b];
+    if (q_len == 1) partitions = std::max<int64_t>(partitions, DecodePartitions(seq_lens[b], window));
+    if (q_len > 1) prefill_tiles += (q_len + query_tile - 1) / query_tile;
+  }
+  return {partitions, prefill_tiles};
+}
 
 bool MetalPagedAttention(const OpCall& call) {
   const Tensor& query = call.inputs[0];
@@ -67,16 +86,10 @@ bool MetalPagedAttention(const OpCall& call) {
   const int32_t window = static_cast<int32_t>(params.window);
   if (query.numel() == 0) return true;   // nothing to attend (no tokens, heads or features)
 
-  const int32_t* starts = call.inputs[5].data_as<int32_t>();
-  const int32_t* seq_lens = call.inputs[4].data_as<int32_t>();
   const int64_t group = heads / kv_heads;
-  const int64_t query_tile = PrefillQueryTile(static_cast<int32_t>(group));
-  int64_t partitions = 0, prefill_tiles = 0;   // the most partitions of a decode request
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t q_len = starts[b + 1] - starts[b];
-    if (q_len == 1) partitions = std::max<int64_t>(partitions, DecodePartitions(seq_lens[b], window));
-    if (q_len > 1) prefill_tiles += (q_len + query_tile - 1) / query_tile;
-  }
+  const HostKey grids = AttentionGrids(call);
+  KeyCapture(&AttentionGrids, grids);
+  const int64_t partitions = grids[0], prefill_tiles = grids[1];
   // Before anything is encoded: the reference tier serves the whole call.
   if (prefill_tiles > 0 && !ActiveMetalBackend().simdgroup_layout().Mismatch().empty()) return false;
   const PagedAttentionArgs args{static_cast<int32_t>(heads),
