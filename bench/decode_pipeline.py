@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Dict, List, Sequence, Tuple
+from contextlib import contextmanager
+from typing import Dict, Iterator, List, Sequence, Tuple
 
 import metalrt
 from metalrt import plan as plan_module, profiler
@@ -92,14 +93,32 @@ def measure(model, prompt_ids: Sequence[int], steps: int = 3) -> Dict:
     }
 
 
+@contextmanager
+def steady_replays(model, prompt_ids: Sequence[int], steps: int, warmup: int, replay) -> Iterator[Engine]:
+    """A greedy engine of ``model`` past the prefill of ``prompt_ids`` and ``warmup``
+    decode steps, with room for ``steps`` more, while ``metalrt.plan.Plan.replay`` is
+    ``replay`` and the profiler is off; closed, and both restored, at the end."""
+    cache = model.new_cache(blocks_for(len(prompt_ids) + warmup + steps + 3))
+    engine = Engine(model, cache, max_batched_tokens=max(len(prompt_ids), 1))
+    engine.add_request(list(prompt_ids), SamplingParams(), max_tokens=warmup + steps + 3)
+    was, original = profiler.enabled(), plan_module.Plan.replay
+    profiler.enable(False)
+    plan_module.Plan.replay = replay
+    try:
+        for _ in range(1 + warmup):
+            engine.step()
+        yield engine
+    finally:
+        plan_module.Plan.replay = original
+        profiler.enable(was)
+        engine.close()
+
+
 def replay_host_seconds(model, prompt_ids: Sequence[int], replays: int = TIMED_REPLAYS) -> Dict:
     """Host seconds of ``replays`` steady replays (``Plan.replay``) of greedy decode
     steps of ``model`` after the prefill and WARMUP_STEPS warm-up steps, the profiler
     off, each started with the device idle (the previous steps synchronized): the
     median and the least, and the count."""
-    cache = model.new_cache(blocks_for(len(prompt_ids) + WARMUP_STEPS + replays + 3))
-    engine = Engine(model, cache, max_batched_tokens=max(len(prompt_ids), 1))
-    engine.add_request(list(prompt_ids), SamplingParams(), max_tokens=WARMUP_STEPS + replays + 3)
     seconds: List[float] = []
     original = plan_module.Plan.replay
 
@@ -110,19 +129,10 @@ def replay_host_seconds(model, prompt_ids: Sequence[int], replays: int = TIMED_R
         finally:
             seconds.append(time.perf_counter() - start)
 
-    was = profiler.enabled()
-    profiler.enable(False)
-    plan_module.Plan.replay = timed
-    try:
-        for _ in range(1 + WARMUP_STEPS):
-            engine.step()
+    with steady_replays(model, prompt_ids, replays, WARMUP_STEPS, timed) as engine:
         seconds.clear()
         while len(seconds) < replays and engine.has_work:
             metalrt.synchronize(model.device)
             engine.step()
-    finally:
-        plan_module.Plan.replay = original
-        profiler.enable(was)
-        engine.close()
     timed_ones = seconds[:replays]
     return {"replays": len(timed_ones), "median_s": statistics.median(timed_ones), "min_s": min(timed_ones)}

@@ -78,15 +78,14 @@ def measure(model, prompt_ids: Sequence[int], steps: int) -> Dict:
     WARMUP_STEPS warm-up steps. Returns {"allocations": per steady replay,
     "dispatches", "commits": of one steady step, "calibration": the count of an empty
     start/stop pair}."""
-    from metalrt import plan as plan_module, profiler
-    from metalrt.cache import blocks_for
-    from metalrt.runner import Engine, SamplingParams
+    from metalrt import profiler
+
+    from . import decode_pipeline
 
     lib = ctypes.CDLL(os.environ["LD_PRELOAD"])
     lib.metalrt_alloc_count_stop.restype = ctypes.c_long
     start, stop = lib.metalrt_alloc_count_start, lib.metalrt_alloc_count_stop
     counts: List[int] = []
-    original = plan_module.Plan.replay
 
     def counted(self):
         replay = self._native.replay   # looked up before the count starts
@@ -98,15 +97,7 @@ def measure(model, prompt_ids: Sequence[int], steps: int) -> Dict:
 
     start()
     calibration = stop()
-    cache = model.new_cache(blocks_for(len(prompt_ids) + WARMUP_STEPS + steps + 3))
-    engine = Engine(model, cache, max_batched_tokens=max(len(prompt_ids), 1))
-    engine.add_request(list(prompt_ids), SamplingParams(), max_tokens=WARMUP_STEPS + steps + 3)
-    was = profiler.enabled()
-    profiler.enable(False)
-    plan_module.Plan.replay = counted
-    try:
-        for _ in range(1 + WARMUP_STEPS):
-            engine.step()
+    with decode_pipeline.steady_replays(model, prompt_ids, steps + 1, WARMUP_STEPS, counted) as engine:
         counts.clear()
         for _ in range(steps):
             engine.step()
@@ -115,11 +106,7 @@ def measure(model, prompt_ids: Sequence[int], steps: int) -> Dict:
         profiler.reset()
         engine.step()
         total = next(r for r in profiler.rows() if r["name"] == "total")
-    finally:
-        plan_module.Plan.replay = original
-        profiler.enable(was)
         profiler.reset()
-        engine.close()
     return {"allocations": steady, "dispatches": total["dispatches"], "commits": total["commits"],
             "calibration": calibration}
 
