@@ -258,6 +258,10 @@ def _replayed_lines(c: Dict) -> List[str]:
                   f"{w['commits_at_flush']}/{w['commits_at_synchronize']} cap/flush/sync); next "
                   f"step committed before the read: {g['next_step_committed_before_read']}; "
                   f"0 bytes: {g['zero_bytes_after_warmup']}"]
+        t = r.get("replay_host_seconds")
+        if t:   # results before it was timed lack it
+            lines.append(f"host time of a replay (encode and commit, this machine's CPU): median "
+                         f"{t['median_s'] * 1e3:.2f} ms, least {t['min_s'] * 1e3:.2f} ms of {t['replays']}")
     contexts = [e for e in c.get("metal_estimate") or () if "chips" in e]   # older results: chip rows
     if contexts:
         chips = [r["chip"] for r in contexts[0]["chips"]]

@@ -3,6 +3,8 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "metalrt/op_registry.h"
+
 namespace metalrt {
 
 const char* DeviceTypeName(DeviceType type) {
@@ -29,6 +31,8 @@ void Backend::BeginCapture() {
 void Backend::EndCapture() {
   throw std::runtime_error(name() + " does not support graph capture");
 }
+
+std::unique_ptr<EncodedOp> Backend::EndOpCapture() { return nullptr; }
 
 namespace {
 struct BackendSlot {

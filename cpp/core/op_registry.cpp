@@ -5,6 +5,7 @@
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <string_view>
 
 namespace metalrt {
 namespace {
@@ -15,10 +16,23 @@ struct Provider {
   ProviderFn fn;
 };
 
+// (op, device) keys, found by a view of the op's name: a replayed call's stats are
+// counted without building a key string.
+using OpKey = std::pair<OpId, DeviceType>;
+using OpKeyView = std::pair<std::string_view, DeviceType>;
+struct OpKeyLess {
+  using is_transparent = void;
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    const std::string_view a_op = a.first, b_op = b.first;
+    return a_op != b_op ? a_op < b_op : a.second < b.second;
+  }
+};
+
 struct Registry {
   std::mutex mutex;
-  std::map<std::pair<OpId, DeviceType>, std::vector<Provider>> providers;
-  std::map<std::pair<OpId, DeviceType>, ProviderStats> stats;
+  std::map<OpKey, std::vector<Provider>> providers;
+  std::map<OpKey, ProviderStats, OpKeyLess> stats;
   std::set<std::string> disabled;
   uint64_t version = 0;   // changes of `disabled`
 };
@@ -41,7 +55,9 @@ thread_local bool t_decode_rows = false;
 void CountCall(Registry& r, const OpId& op, DeviceType device, const std::string& selected,
                bool reference, uint64_t declines) {
   std::lock_guard<std::mutex> lock(r.mutex);
-  ProviderStats& s = r.stats[{op, device}];
+  auto it = r.stats.find(OpKeyView{op, device});
+  if (it == r.stats.end()) it = r.stats.emplace(OpKey{op, device}, ProviderStats{}).first;
+  ProviderStats& s = it->second;
   s.declines += declines;
   if (selected.empty()) return;
   s.last_selected = selected;
@@ -168,6 +184,10 @@ void RunRecorded(const RecordedOp& recorded) {
   if (!recorded.fn(recorded.call))
     throw std::runtime_error("[" + recorded.op + "] provider '" + recorded.provider +
                              "' declined a replayed call it accepted when recorded");
+  CountCall(TheRegistry(), recorded.op, recorded.device, recorded.provider, recorded.reference, 0);
+}
+
+void CountReplayed(const RecordedOp& recorded) {
   CountCall(TheRegistry(), recorded.op, recorded.device, recorded.provider, recorded.reference, 0);
 }
 

@@ -13,27 +13,54 @@ class Plan::Recorder final : public OpObserver {
   explicit Recorder(DeviceType device) : device_(device) {}
 
   void Before(const OpId& op, DeviceType device) override {
-    if (device == device_) return;
+    if (device == device_) {
+      GetBackend(device_).BeginOpCapture();
+      capturing = true;
+      return;
+    }
     refused_ = true;
     throw std::invalid_argument(std::string("[plan] recording on '") + DeviceTypeName(device_) +
                                 "', but op '" + op + "' runs on '" + DeviceTypeName(device) +
                                 "': a plan records one device");
   }
-  void After(RecordedOp&& recorded) override { calls.push_back(std::move(recorded)); }
+  void After(RecordedOp&& recorded) override {
+    calls.push_back(std::move(recorded));
+    encoded.push_back(GetBackend(device_).EndOpCapture());
+    capturing = false;
+  }
 
   bool refused() const { return refused_; }
   std::vector<RecordedOp> calls;
+  // What each call encoded (EncodedOp), or nullptr where a replay reruns its provider.
+  std::vector<std::unique_ptr<EncodedOp>> encoded;
+  bool capturing = false;   // Before() began a capture that no After() ended (it raised)
 
  private:
   DeviceType device_;
   bool refused_ = false;
 };
 
+namespace {
+
+// Encodes a call's kept dispatches again, their key computed under the decode-rows
+// setting the call was recorded with (as RunRecorded runs it).
+bool EncodeKept(EncodedOp& kept, const RecordedOp& recorded) {
+  const DecodeRowsScope decode_rows(recorded.decode_rows);
+  return kept.Encode(recorded.call);
+}
+
+}  // namespace
+
 Plan::Plan(DeviceType device, size_t first_commit_ops)
     : device_(device), first_commit_ops_(first_commit_ops) {}
 
-Plan::~Plan() {
-  if (state_ == State::kRecording) SetOpObserver(nullptr);
+Plan::~Plan() { StopRecording(); }
+
+void Plan::StopRecording() {
+  if (state_ != State::kRecording) return;
+  SetOpObserver(nullptr);
+  if (recorder_->capturing) GetBackend(device_).EndOpCapture();   // its provider raised
+  recorder_->capturing = false;
 }
 
 void Plan::BeginRecord() {
@@ -54,9 +81,12 @@ void Plan::EndRecord(bool ok) {
   if (state_ != State::kRecording)
     throw std::logic_error(std::string("[plan] end of a recording that did not begin; the plan is ") +
                            PlanStateName(state_));
-  SetOpObserver(nullptr);
+  StopRecording();
   state_ = ok && !recorder_->refused() ? State::kReady : State::kFailed;
-  if (state_ == State::kFailed) recorder_->calls.clear();
+  if (state_ == State::kFailed) {
+    recorder_->calls.clear();
+    recorder_->encoded.clear();
+  }
 }
 
 void Plan::Replay() {
@@ -73,8 +103,24 @@ void Plan::Replay() {
     throw std::logic_error("[plan] replay while another plan records on this thread");
   Backend& backend = GetBackend(device_);
   const std::vector<RecordedOp>& calls = recorder_->calls;
+  std::vector<std::unique_ptr<EncodedOp>>& encoded = recorder_->encoded;
   for (size_t i = 0; i < calls.size(); ++i) {
-    RunRecorded(calls[i]);
+    if (!encoded[i]) {
+      RunRecorded(calls[i]);
+    } else if (EncodeKept(*encoded[i], calls[i])) {
+      CountReplayed(calls[i]);
+    } else {
+      // The host-read contents the dispatches depend on changed: the provider runs,
+      // and what it encodes now is kept for the next replays.
+      backend.BeginOpCapture();
+      try {
+        RunRecorded(calls[i]);
+      } catch (...) {
+        backend.EndOpCapture();
+        throw;
+      }
+      encoded[i] = backend.EndOpCapture();
+    }
     if (i + 1 == first_commit_ops_) backend.Flush();
   }
   backend.Flush();
@@ -82,7 +128,7 @@ void Plan::Replay() {
 }
 
 void Plan::Release() {
-  if (state_ == State::kRecording) SetOpObserver(nullptr);
+  StopRecording();
   recorder_.reset();
   state_ = State::kReleased;
 }

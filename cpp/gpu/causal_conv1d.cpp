@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "gpu/kernel_launch.h"
+#include "gpu/op_capture.h"
 #include "linear_attention_args.h"
 #include "metalrt/linear_attention_ops.h"
 #include "metalrt/op_registry.h"
@@ -13,17 +14,26 @@
 namespace metalrt::gpu {
 namespace {
 
+// {some request has one token, some has more}: the variants encoded, from the
+// host-written query_start (a plan's capture is keyed by it: op_capture.h).
+HostKey ConvVariants(const OpCall& call) {
+  const int32_t* starts = call.inputs[3].data_as<int32_t>();
+  HostKey variants{0, 0, 0};
+  for (int64_t r = 0; r < call.inputs[4].dim(0); ++r) {
+    variants[0] |= starts[r + 1] - starts[r] == 1;
+    variants[1] |= starts[r + 1] - starts[r] > 1;
+  }
+  return variants;
+}
+
 bool MetalCausalConv1d(const OpCall& call) {
   const Tensor& x = call.inputs[0];
   const Tensor& weight = call.inputs[1];
   const int64_t channels = x.dim(1), requests = call.inputs[4].dim(0);
   if (!FitsInt(channels, weight.dim(1), requests, x.numel())) return false;
-  const int32_t* starts = call.inputs[3].data_as<int32_t>();
-  bool decode = false, prefill = false;
-  for (int64_t r = 0; r < requests; ++r) {
-    decode |= starts[r + 1] - starts[r] == 1;
-    prefill |= starts[r + 1] - starts[r] > 1;
-  }
+  const HostKey variants = ConvVariants(call);
+  KeyCapture(&ConvVariants, variants);
+  const bool decode = variants[0] != 0, prefill = variants[1] != 0;
   const CausalConv1dArgs args{static_cast<int32_t>(channels), static_cast<int32_t>(weight.dim(1)),
                               static_cast<int32_t>(requests),
                               call.param<ops::CausalConv1dParams>().silu ? 1 : 0};

@@ -17,6 +17,11 @@ int MaxDispatchesFromEnv() {
 
 }  // namespace
 
+CommandStream::Submitted::Submitted() {
+  retained.reserve(512);
+  written.reserve(128);
+}
+
 CommandStream::CommandStream(GpuDevice& device, Profiler& profiler)
     : device_(device), profiler_(profiler), max_dispatches_(MaxDispatchesFromEnv()) {}
 
@@ -70,15 +75,31 @@ void CommandStream::CommitLocked(CommitCause cause) {
   open_.command_buffer->commit();
   if (profiler_.enabled()) profiler_.RecordCommit(cause);
   in_flight_.push_back(std::move(open_));
-  open_ = Submitted{};
+  if (spare_.empty()) {
+    open_ = Submitted{};
+  } else {
+    open_ = std::move(spare_.back());
+    spare_.pop_back();
+  }
   open_dispatches_ = 0;
+}
+
+void CommandStream::ForgetLocked(size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    Submitted& done = in_flight_[i];
+    done.command_buffer.reset();
+    done.retained.clear();
+    done.written.clear();
+    if (spare_.size() < kSpareLists) spare_.push_back(std::move(done));
+  }
+  in_flight_.erase(in_flight_.begin(), in_flight_.begin() + static_cast<std::ptrdiff_t>(count));
 }
 
 void CommandStream::RetireCompletedLocked() {
   while (!in_flight_.empty() &&
          in_flight_.front().command_buffer->status() == GpuCommandBuffer::Status::kCompleted) {
     RecordGpuTime(*in_flight_.front().command_buffer);
-    in_flight_.pop_front();
+    ForgetLocked(1);
   }
 }
 
@@ -119,7 +140,7 @@ void CommandStream::WaitLocked(size_t count, Profiler::Clock::time_point start) 
       RecordGpuTime(command_buffer);
     }
   }
-  in_flight_.erase(in_flight_.begin(), in_flight_.begin() + static_cast<std::ptrdiff_t>(count));
+  ForgetLocked(count);
   if (profiler_.enabled()) profiler_.RecordWait(Profiler::SecondsSince(start));
   if (failed)
     throw std::runtime_error("[metal] command buffer failed: " + (error.empty() ? "(no message)" : error));

@@ -10,7 +10,6 @@
 // command buffer completes, so freeing a tensor with work in flight is safe.
 #pragma once
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -71,10 +70,17 @@ class CommandStream {
 
  private:
   struct Submitted {
+    // Lists sized for a command buffer of the default cap (about ten buffers a
+    // dispatch), so that recycled ones rarely grow.
+    Submitted();
     std::unique_ptr<GpuCommandBuffer> command_buffer;
     std::vector<std::shared_ptr<GpuBuffer>> retained;
     std::vector<const GpuBuffer*> written;   // the retained buffers bound as outputs
   };
+  // Spare Submitted lists kept for the next command buffers: encoding allocates
+  // nothing once they reached a step's sizes (a replayed plan: metalrt/plan.h). As
+  // many as two pipelined decode steps keep in flight (7 each for the default model).
+  static constexpr size_t kSpareLists = 16;
   // Commits the open command buffer, if any, and records it under `cause`.
   void CommitLocked(CommitCause cause);
   // Releases command buffers at the front that completed without error. Called
@@ -83,6 +89,8 @@ class CommandStream {
   // (and counted as a host wait) however fast the GPU was.
   void RetireCompletedLocked();
   void RecordGpuTime(const GpuCommandBuffer& command_buffer);
+  // Releases the first `count` in-flight command buffers, keeping their lists.
+  void ForgetLocked(size_t count);
   // Waits for the first `count` in-flight command buffers (in commit order: one queue
   // completes them in that order), forgets them and records one host wait timed from
   // `start`; throws when one failed.
@@ -95,7 +103,8 @@ class CommandStream {
   int max_dispatches_;
   Submitted open_;
   int open_dispatches_ = 0;
-  std::deque<Submitted> in_flight_;
+  std::vector<Submitted> in_flight_;   // in commit order; a few at a time
+  std::vector<Submitted> spare_;
 };
 
 }  // namespace metalrt::gpu

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "gpu/metal_backend.h"
+#include "gpu/op_capture.h"
 
 namespace metalrt::gpu {
 namespace {
@@ -120,6 +121,7 @@ KernelLaunch& KernelLaunch::BindTensor(uint32_t index, const Tensor& tensor, con
   b.offset = r.offset;
   b.written = written;   // the host must wait for it before reading (PrepareHostRead)
   bindings_.push_back(std::move(b));
+  if (CapturedOp* capture = ActiveCapture()) capture->Keep(tensor.storage());
   return *this;
 }
 
@@ -187,17 +189,18 @@ void KernelLaunch::Launch(bool per_thread, Size3 grid, Size3 group) {
   d.grid = grid;
   d.group = group;
   backend_.stream().Encode(d);
+  // dispatchThreads: partial edge threadgroups count as threadgroups.
+  auto groups = [&](uint32_t n, uint32_t g) { return per_thread ? (n + g - 1) / g : n; };
+  const uint32_t threadgroups[3] = {groups(grid.x, group.x), groups(grid.y, group.y), groups(grid.z, group.z)};
   Profiler& profiler = backend_.profiler();
   // start_ is unset when profiling was switched on after this launch began: the
   // dispatch counts, its encode time is unknown.
-  if (profiler.enabled()) {
-    // dispatchThreads: partial edge threadgroups count as threadgroups.
-    auto groups = [&](uint32_t n, uint32_t g) { return per_thread ? (n + g - 1) / g : n; };
-    const uint32_t threadgroups[3] = {groups(grid.x, group.x), groups(grid.y, group.y), groups(grid.z, group.z)};
+  if (profiler.enabled())
     profiler.RecordDispatch(kernel_,
                             start_ == Profiler::Clock::time_point{} ? 0.0 : Profiler::SecondsSince(start_),
                             threadgroups, static_cast<uint32_t>(group_threads));
-  }
+  if (CapturedOp* capture = ActiveCapture())
+    capture->AddDispatch(backend_, std::move(d), kernel_, threadgroups, static_cast<uint32_t>(group_threads));
 }
 
 }  // namespace metalrt::gpu

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "gpu/device_selection.h"
+#include "gpu/op_capture.h"
 
 namespace metalrt::gpu {
 
@@ -40,7 +41,22 @@ void MetalBackend::Free(void* ptr) {
   if (ptr != nullptr) buffer_cache_.Put(allocations_.Remove(ptr));
 }
 
+void MetalBackend::Synchronize() {
+  SpoilCapture();
+  stream_.Synchronize();
+}
+
+void MetalBackend::Flush() {
+  SpoilCapture();
+  stream_.Flush();
+}
+
+void MetalBackend::BeginOpCapture() { StartCapture(*this); }
+
+std::unique_ptr<EncodedOp> MetalBackend::EndOpCapture() { return FinishCapture(); }
+
 void MetalBackend::Copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  SpoilCapture();
   if (bytes == 0) return;
   if (kind != CopyKind::kHostToDevice) allocations_.Resolve(src, bytes, "[metal copy] source");
   if (kind != CopyKind::kDeviceToHost) allocations_.Resolve(dst, bytes, "[metal copy] destination");
@@ -52,17 +68,20 @@ void MetalBackend::Copy(void* dst, const void* src, size_t bytes, CopyKind kind)
 }
 
 void MetalBackend::PrepareHostRead(const void* data, size_t bytes) {
+  SpoilCapture();
   const ResolvedPointer r = allocations_.Resolve(data, bytes, "[metal host read]");
   stream_.WaitForUses(*r.buffer, /*writes_only=*/true);
   if (profiler_.enabled()) profiler_.RecordRead(data);
 }
 
 void MetalBackend::PrepareHostWrite(const void* data, size_t bytes) {
+  SpoilCapture();
   const ResolvedPointer r = allocations_.Resolve(data, bytes, "[metal host write]");
   stream_.WaitForUses(*r.buffer, /*writes_only=*/false);
 }
 
 void MetalBackend::Memset(void* dst, int value, size_t bytes) {
+  SpoilCapture();
   if (bytes == 0) return;
   allocations_.Resolve(dst, bytes, "[metal memset] destination");
   stream_.Synchronize();

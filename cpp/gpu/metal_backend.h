@@ -38,7 +38,7 @@ class MetalBackend final : public Backend {
   // (std::invalid_argument otherwise).
   void Copy(void* dst, const void* src, size_t bytes, CopyKind kind) override;
   void Memset(void* dst, int value, size_t bytes) override;
-  void Synchronize() override { stream_.Synchronize(); }
+  void Synchronize() override;
   // Waits only for the pending work that writes the allocation holding the range,
   // committing the open command buffer only when it is among it (std::invalid_argument
   // when no live allocation holds the range). Copy from device memory and this log a
@@ -59,7 +59,11 @@ class MetalBackend final : public Backend {
   }
 
   // Commits the open command buffer without waiting.
-  void Flush() override { stream_.Flush(); }
+  void Flush() override;
+  // A plan's capture of one op call's dispatches (op_capture.h). Every host access to
+  // device memory above, and Flush, spoils a capture in progress on the calling thread.
+  void BeginOpCapture() override;
+  std::unique_ptr<EncodedOp> EndOpCapture() override;
   GpuDevice& device() { return *device_; }
   const std::string& selection() const { return selection_; }
   AllocationRegistry& allocations() { return allocations_; }

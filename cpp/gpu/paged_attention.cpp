@@ -39,6 +39,7 @@
 
 #include "gpu/kernel_launch.h"
 #include "gpu/metal_backend.h"
+#include "gpu/op_capture.h"
 #include "metalrt/op_registry.h"
 #include "metalrt/ops.h"
 #include "kv_cache_args.h"
@@ -53,6 +54,30 @@ static_assert(static_cast<int32_t>(metalrt::KvType::kQ4_0) == kKvQ4_0 &&
 
 namespace metalrt::gpu {
 namespace {
+
+// {the most partitions of a decode query, the prefill requests' query tiles, the decode
+// kernels' grid rows}: what the kernels and grids are chosen by, from the host-written
+// batch description and the decode-rows setting (a plan's capture is keyed by it:
+// op_capture.h). Under DecodeRows (op_registry.h) every query row is a decode query of
+// its own (its last row sees the request's whole context) and no prefill tile runs.
+HostKey AttentionGrids(const OpCall& call) {
+  const int32_t* starts = call.inputs[5].data_as<int32_t>();
+  const int32_t* seq_lens = call.inputs[4].data_as<int32_t>();
+  const int64_t batch = call.inputs[3].dim(0);
+  const int64_t group = call.inputs[0].dim(1) / call.inputs[1].dim(2);
+  const int64_t query_tile = PrefillQueryTile(static_cast<int32_t>(group));
+  const int32_t window = static_cast<int32_t>(call.param<ops::PagedAttentionParams>().window);
+  const bool decode_rows = DecodeRows();
+  int64_t partitions = 0, prefill_tiles = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t q_len = starts[b + 1] - starts[b];
+    if (q_len == 1 || (decode_rows && q_len > 1))
+      partitions = std::max<int64_t>(partitions, DecodePartitions(seq_lens[b], window));
+    else if (q_len > 1)
+      prefill_tiles += (q_len + query_tile - 1) / query_tile;
+  }
+  return {partitions, prefill_tiles, decode_rows ? starts[batch] : batch};
+}
 
 bool MetalPagedAttention(const OpCall& call) {
   const Tensor& query = call.inputs[0];
@@ -70,22 +95,11 @@ bool MetalPagedAttention(const OpCall& call) {
   const int32_t window = static_cast<int32_t>(params.window);
   if (query.numel() == 0) return true;   // nothing to attend (no tokens, heads or features)
 
-  const int32_t* starts = call.inputs[5].data_as<int32_t>();
-  const int32_t* seq_lens = call.inputs[4].data_as<int32_t>();
   const int64_t group = heads / kv_heads;
-  const int64_t query_tile = PrefillQueryTile(static_cast<int32_t>(group));
-  // Decode rows (op_registry.h): every query row is a decode query of its own (its last
-  // row sees the request's whole context), and no prefill tile runs.
+  const HostKey grids = AttentionGrids(call);
+  KeyCapture(&AttentionGrids, grids);
+  const int64_t partitions = grids[0], prefill_tiles = grids[1], rows = grids[2];
   const bool decode_rows = DecodeRows();
-  int64_t partitions = 0, prefill_tiles = 0;   // the most partitions of a decode query
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t q_len = starts[b + 1] - starts[b];
-    if (q_len == 1 || (decode_rows && q_len > 1))
-      partitions = std::max<int64_t>(partitions, DecodePartitions(seq_lens[b], window));
-    else if (q_len > 1)
-      prefill_tiles += (q_len + query_tile - 1) / query_tile;
-  }
-  const int64_t rows = decode_rows ? starts[batch] : batch;   // the decode kernels' grid rows
   // Before anything is encoded: the reference tier serves the whole call.
   if (prefill_tiles > 0 && !ActiveMetalBackend().simdgroup_layout().Mismatch().empty()) return false;
   const PagedAttentionArgs args{static_cast<int32_t>(heads),

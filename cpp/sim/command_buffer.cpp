@@ -25,6 +25,32 @@ bool GuardHolds(const std::vector<ConstantValue>& constants, int32_t index) {
 }
 }  // namespace
 
+EncodedCommands::EncodedCommands() {
+  dispatches.reserve(64);
+  retained.reserve(512);
+}
+
+unsigned char* EncodedCommands::CopyBytes(const void* data, size_t length) {
+  constexpr size_t kAlign = 16, kPadding = 16;
+  const size_t need = (length + kPadding + kAlign - 1) / kAlign * kAlign;
+  if (offset_ + need > kChunkBytes) {
+    ++chunk_;
+    offset_ = 0;
+  }
+  if (chunk_ == chunks_.size()) chunks_.push_back(std::make_unique<unsigned char[]>(kChunkBytes));
+  unsigned char* copy = chunks_[chunk_].get() + offset_;
+  std::memcpy(copy, data, length);
+  std::memset(copy + length, 0, need - length);
+  offset_ += need;
+  return copy;
+}
+
+void EncodedCommands::Clear() {
+  dispatches.clear();
+  retained.clear();
+  chunk_ = offset_ = 0;
+}
+
 void SimComputeEncoder::CheckOpen(const char* call) const {
   if (ended_ || owner_.status_ != gpu::GpuCommandBuffer::Status::kNotCommitted)
     throw std::invalid_argument(std::string("[") + call + "] the encoder has ended");
@@ -47,7 +73,7 @@ void SimComputeEncoder::set_buffer(const gpu::GpuBuffer& buffer, size_t offset, 
   bindings_.buffers[index] = static_cast<unsigned char*>(buffer.contents()) + offset;
   // Metal retains bound buffers until the command buffer completes; so do we.
   if (auto* sim = dynamic_cast<const SimBuffer*>(&buffer))
-    if (auto owner = sim->weak_from_this().lock()) owner_.retained_.push_back(std::move(owner));
+    if (auto owner = sim->weak_from_this().lock()) owner_.commands_.retained.push_back(std::move(owner));
 }
 
 void SimComputeEncoder::set_bytes(const void* data, size_t length, uint32_t index) {
@@ -59,10 +85,7 @@ void SimComputeEncoder::set_bytes(const void* data, size_t length, uint32_t inde
     throw std::invalid_argument("[set_bytes] " + std::to_string(length) +
                                 " bytes; setBytes takes fewer than " +
                                 std::to_string(gpu::kSetBytesLimit) + " (use a buffer)");
-  auto copy = std::make_unique<unsigned char[]>(length + 16);
-  std::memcpy(copy.get(), data, length);
-  bindings_.buffers[index] = copy.get();
-  owner_.bytes_.push_back(std::move(copy));
+  bindings_.buffers[index] = owner_.commands_.CopyBytes(data, length);
 }
 
 void SimComputeEncoder::set_threadgroup_memory_length(size_t length, uint32_t index) {
@@ -93,13 +116,14 @@ void SimComputeEncoder::Encode(gpu::Size3 groups, gpu::Size3 group_size, gpu::Si
   CheckOpen("dispatch");
   if (!pipeline_) throw std::invalid_argument("[dispatch] no pipeline set");
   const KernelInfo& k = pipeline_->kernel();
-  const std::string where = "[dispatch] kernel '" + std::string(k.name) + "': ";
+  // Built only for an error: encoding allocates nothing.
+  auto where = [&] { return "[dispatch] kernel '" + std::string(k.name) + "': "; };
   const uint64_t threads = uint64_t{group_size.x} * group_size.y * group_size.z;
   if (threads == 0 || threads > kMaxThreadsPerThreadgroup)
-    throw std::invalid_argument(where + std::to_string(threads) + " threads per threadgroup " +
+    throw std::invalid_argument(where() + std::to_string(threads) + " threads per threadgroup " +
                                 Dims(group_size) + "; the limit is 1 to 1024");
   if (k.max_total_threads_per_threadgroup && threads > k.max_total_threads_per_threadgroup)
-    throw std::invalid_argument(where + std::to_string(threads) + " threads per threadgroup " +
+    throw std::invalid_argument(where() + std::to_string(threads) + " threads per threadgroup " +
                                 Dims(group_size) + " exceed its [[max_total_threads_per_threadgroup(" +
                                 std::to_string(k.max_total_threads_per_threadgroup) + ")]] (" +
                                 k.location + ")");
@@ -108,19 +132,19 @@ void SimComputeEncoder::Encode(gpu::Size3 groups, gpu::Size3 group_size, gpu::Si
     if (use.function_constant >= 0 && !GuardHolds(pipeline_->constants(), use.function_constant))
       continue;
     if (!bindings_.buffers[use.index])
-      throw std::invalid_argument(where + "[[buffer(" + std::to_string(use.index) +
+      throw std::invalid_argument(where() + "[[buffer(" + std::to_string(use.index) +
                                   ")]] is used by the kernel but not bound");
   }
   size_t threadgroup_bytes = 0;
   for (uint32_t i = 0; i < kMaxThreadgroupBindings; ++i) {
     if (!(k.threadgroup_buffers >> i & 1u)) continue;
     if (bindings_.threadgroup_lengths[i] == 0)
-      throw std::invalid_argument(where + "[[threadgroup(" + std::to_string(i) +
+      throw std::invalid_argument(where() + "[[threadgroup(" + std::to_string(i) +
                                   ")]] is used by the kernel but its length is not set");
     threadgroup_bytes += bindings_.threadgroup_lengths[i];
   }
   if (threadgroup_bytes > kMaxThreadgroupMemory)
-    throw std::invalid_argument(where + std::to_string(threadgroup_bytes) +
+    throw std::invalid_argument(where() + std::to_string(threadgroup_bytes) +
                                 " bytes of threadgroup memory exceeds 32 KiB (32768 bytes)");
   if (uint64_t{groups.x} * groups.y * groups.z == 0) return;   // an empty grid does nothing
   Dispatch d = bindings_;
@@ -130,22 +154,22 @@ void SimComputeEncoder::Encode(gpu::Size3 groups, gpu::Size3 group_size, gpu::Si
   d.threadgroups = groups;
   d.group_size = group_size;
   d.grid_threads = grid_threads;
-  owner_.dispatches_.push_back(d);
+  owner_.commands_.dispatches.push_back(d);
 }
 
 void SimComputeEncoder::end_encoding() { ended_ = true; }
 
-SimCommandBuffer::SimCommandBuffer(CommandQueue& queue) : queue_(queue) {}
+SimCommandBuffer::SimCommandBuffer(CommandQueue& queue) : queue_(queue), commands_(queue.TakeCommands()) {}
 
 SimCommandBuffer::~SimCommandBuffer() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  completed_.wait(lock, [&] { return status_ != Status::kCommitted; });
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    completed_.wait(lock, [&] { return status_ != Status::kCommitted; });
+  }
+  queue_.ReturnCommands(std::move(commands_));
 }
 
-gpu::GpuComputeEncoder& SimCommandBuffer::compute_encoder() {
-  if (!encoder_) encoder_ = std::make_unique<SimComputeEncoder>(*this);
-  return *encoder_;
-}
+gpu::GpuComputeEncoder& SimCommandBuffer::compute_encoder() { return encoder_; }
 
 void SimCommandBuffer::commit() {
   {
@@ -187,7 +211,7 @@ double SimCommandBuffer::gpu_end_time() const {
 void SimCommandBuffer::Execute(WorkerPool& pool) {
   const double start = SimClockSeconds();
   std::string error;
-  for (const Dispatch& d : dispatches_) {
+  for (const Dispatch& d : commands_.dispatches) {
     // (Re)installed per dispatch: a module's hook table is a plain global that
     // nothing else should own, but test mocks of the runtime do borrow it.
     *d.module->hooks = &RuntimeHooks();

@@ -57,10 +57,8 @@ class SimCommandBuffer : public gpu::GpuCommandBuffer {
  private:
   friend class SimComputeEncoder;
   CommandQueue& queue_;
-  std::unique_ptr<SimComputeEncoder> encoder_;
-  std::vector<Dispatch> dispatches_;
-  std::vector<std::unique_ptr<unsigned char[]>> bytes_;    // set_bytes copies
-  std::vector<std::shared_ptr<const void>> retained_;      // buffers kept alive
+  SimComputeEncoder encoder_{*this};
+  EncodedCommands commands_;   // the queue's recycled lists
   mutable std::mutex mutex_;
   std::condition_variable completed_;
   Status status_ = Status::kNotCommitted;

@@ -3,10 +3,11 @@
 // spread over the worker pool.
 #pragma once
 #include <condition_variable>
-#include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
+#include "sim/dispatch.h"
 #include "sim/workers.h"
 
 namespace metalrt::sim {
@@ -24,6 +25,10 @@ class CommandQueue {
   // Set before the first Submit (GpuDevice::set_dispatch_observer).
   void set_observer(gpu::DispatchObserver observer) { observer_ = std::move(observer); }
   const gpu::DispatchObserver& observer() const { return observer_; }
+  // A completed command buffer's lists, cleared, for the next one (empty ones when
+  // none is spare); ReturnCommands keeps a few.
+  EncodedCommands TakeCommands();
+  void ReturnCommands(EncodedCommands&& commands);
 
  private:
   void Loop();
@@ -31,8 +36,11 @@ class CommandQueue {
   WorkerPool pool_;
   std::mutex mutex_;
   std::condition_variable ready_;
-  std::deque<SimCommandBuffer*> pending_;
+  std::vector<SimCommandBuffer*> pending_;   // committed, in commit order
   bool stopping_ = false;
+  static constexpr size_t kSpareCommands = 16;   // as CommandStream keeps (two steps' worth)
+  std::mutex spare_mutex_;
+  std::vector<EncodedCommands> spare_;
   gpu::DispatchObserver observer_;
   std::thread thread_;
 };

@@ -22,6 +22,8 @@ class Queue {
 
 enum class CopyKind : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
+class EncodedOp;   // op_registry.h
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -78,6 +80,12 @@ class Backend {
   virtual bool SupportsGraphCapture() const { return false; }
   virtual void BeginCapture();
   virtual void EndCapture();
+  // Plans (plan.h): BeginOpCapture() starts keeping what the calling thread encodes for
+  // one op call; EndOpCapture() returns it, to be encoded again by a replay, or nullptr
+  // when the call did more than encode (a host wait or copy, the CPU reference tier) or
+  // the device runs ops at once (the default): the replay then reruns its provider.
+  virtual void BeginOpCapture() {}
+  virtual std::unique_ptr<EncodedOp> EndOpCapture();
 };
 
 // Registry of backends. A backend is created on first use by its factory.

@@ -122,6 +122,18 @@ struct RecordedOp {
   bool decode_rows = false;
 };
 
+// The work one op call encoded on a device that batches it (Metal), kept by a recording
+// Plan (Backend::EndOpCapture) so that a replay encodes it again without rerunning the
+// provider: no kernel names, pipeline lookups or binding lists are built again.
+class EncodedOp {
+ public:
+  virtual ~EncodedOp() = default;
+  // Encodes the kept work again for `call`, the call it was captured from. False,
+  // having encoded nothing, when the dispatches no longer hold for the call's host-read
+  // contents (a batch description the provider read): its provider must run again.
+  virtual bool Encode(const OpCall& call) = 0;
+};
+
 // Sees every op call RunOp makes on the thread that installed it (a recording Plan).
 // Before() runs before any provider and may throw to refuse the call (nothing runs);
 // After() gets the call once a provider has accepted it.
@@ -137,6 +149,9 @@ OpObserver* SetOpObserver(OpObserver* observer);
 // stats like a RunOp call (and not shown to an observer). Throws std::runtime_error if
 // the provider now declines (the recording no longer matches the call).
 void RunRecorded(const RecordedOp& recorded);
+// Counts a recorded call whose kept work a plan encoded again, as RunRecorded counts
+// its run; allocates nothing once the op's stats exist (after its recording).
+void CountReplayed(const RecordedOp& recorded);
 
 struct ProviderRegistrar {
   ProviderRegistrar(const OpId& op, DeviceType device, const char* name, int priority,

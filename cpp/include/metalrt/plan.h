@@ -2,9 +2,14 @@
 //
 // While a plan records, every op call RunOp makes on the recording thread (the
 // outermost ones: ops a provider runs internally are part of its call) is run as usual
-// and kept: op, provider that served it, inputs, outputs and params. Replay() reruns
-// those calls, in order, with the same providers over the same tensors: no entry
-// point validation, no output allocation, no provider search. What a step changes
+// and kept: op, provider that served it, inputs, outputs and params, and on a device
+// that batches work (Metal) the dispatches the call encoded (Backend::BeginOpCapture).
+// Replay() reruns those calls, in order, over the same tensors: no entry point
+// validation, no output allocation, no provider search. A call with kept dispatches
+// encodes them again as recorded (pipelines, bindings, argument bytes, grids: no
+// allocation), unless the host-read contents they were chosen from changed (a batch's
+// query_start_loc or seq_lens: EncodedOp::Encode), when its provider runs again and
+// what it encodes is kept; any other call reruns its provider. What a step changes
 // (token ids, positions, slot mapping, block tables, seq lens) must therefore live in
 // tensors the recording already used, which the caller rewrites between replays; the
 // outputs are the recorded ones, overwritten by each replay.
@@ -62,6 +67,8 @@ class Plan {
 
  private:
   class Recorder;
+  // Ends a recording in progress: the observer, and a capture its last call left open.
+  void StopRecording();
   DeviceType device_;
   size_t first_commit_ops_;
   State state_ = State::kEmpty;
